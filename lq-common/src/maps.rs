@@ -1,0 +1,265 @@
+//! Map names, keys, values and counters shared by the XDP receiver and `lqd`.
+//!
+//! Every struct is `#[repr(C)]` with explicit padding fields and an asserted size, so the
+//! kernel and user views cannot drift apart and BTF shows no hidden holes.
+
+use crate::wire::AsRange;
+
+/// The path quality table (seed 003 section 6.2): [`PathKey`] -> [`PathValue`].
+pub const PATH_TABLE_MAP: &str = "LQ_PATHS";
+/// Per-neighbor receive state: [`NeighborKey`] -> [`NeighborValue`].
+pub const NEIGHBOR_MAP: &str = "LQ_NEIGHBORS";
+/// Per-CPU `u64` counters indexed by [`Counter`].
+pub const COUNTER_MAP: &str = "LQ_COUNTERS";
+/// One [`ReceiverConfig`] at index 0, written by `lqd` before attaching.
+pub const CONFIG_MAP: &str = "LQ_CONFIG";
+/// Ring buffer of [`PathEvent`]s.
+pub const EVENT_MAP: &str = "LQ_EVENTS";
+/// The XDP program's name in the object.
+pub const XDP_PROGRAM: &str = "lq_receiver";
+
+/// Capacity of the path table: 64 spines x 512 remote leaves.
+pub const PATH_TABLE_CAPACITY: u32 = 32_768;
+/// Capacity of the neighbor table.
+pub const NEIGHBOR_CAPACITY: u32 = 1024;
+/// Ring buffer size in bytes (a power of two, a multiple of the page size).
+pub const EVENT_RING_BYTES: u32 = 256 * 1024;
+/// How many AS ranges the AS plan can hold.
+pub const AS_PLAN_MAX: usize = 8;
+
+/// Key of the path quality table: (spine_as, spine_node_id, remote_leaf_as,
+/// remote_leaf_id, link_id), seed 003 section 6.2. Router-IDs are host-order integers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(C)]
+pub struct PathKey {
+    /// The advertising node's AS (0 when unqualified).
+    pub spine_as: u32,
+    /// The advertising node's Router-ID.
+    pub spine_id: u32,
+    /// The remote node's AS (0 when unqualified).
+    pub remote_as: u32,
+    /// The remote node's Router-ID.
+    pub remote_id: u32,
+    /// The advertising node's ifIndex of the link.
+    pub link_id: u32,
+}
+const _: () = assert!(core::mem::size_of::<PathKey>() == 20);
+
+/// `PathValue::flags`: the entry carried valid diagnostics.
+pub const PATH_FLAG_DIAGNOSTICS: u8 = 0x01;
+/// `PathValue::flags`: diagnostics say drops are active.
+pub const PATH_FLAG_DROPS: u8 = 0x02;
+/// `PathValue::flags`: the advertisement had the P (pfc-fabric) flag.
+pub const PATH_FLAG_PFC_FABRIC: u8 = 0x04;
+
+/// Value of the path quality table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct PathValue {
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the entry was last written.
+    pub last_update_ns: u64,
+    /// Available bandwidth, Gbps, binary32 bit pattern as on the wire.
+    pub available_bandwidth_bits: u32,
+    /// Link capacity, binary32 bits; meaningful when `PATH_FLAG_DIAGNOSTICS`.
+    pub link_capacity_bits: u32,
+    /// Sequence number of the datagram that wrote the entry.
+    pub sequence: u16,
+    /// LQS 0..=255.
+    pub lqs: u8,
+    /// CL 0..=7.
+    pub cl: u8,
+    /// `PATH_FLAG_*`.
+    pub flags: u8,
+    /// Diagnostics: normalized queue depth 0..=255.
+    pub queue_depth: u8,
+    /// Diagnostics: ECN marking rate code 0..=31.
+    pub ecn_marking_rate: u8,
+    /// Diagnostics: PFC pause fraction code 0..=31.
+    pub pfc_pause_fraction: u8,
+}
+const _: () = assert!(core::mem::size_of::<PathValue>() == 24);
+
+/// Key of the neighbor table: (node-as, node-id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(C)]
+pub struct NeighborKey {
+    /// Node AS (0 when unqualified).
+    pub node_as: u32,
+    /// Router-ID, host order.
+    pub node_id: u32,
+}
+const _: () = assert!(core::mem::size_of::<NeighborKey>() == 8);
+
+/// Receive state of one neighbor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct NeighborValue {
+    /// When the last datagram was accepted (CLOCK_MONOTONIC ns).
+    pub last_seen_ns: u64,
+    /// Datagrams accepted from this neighbor.
+    pub accepted: u64,
+    /// Last accepted sequence number.
+    pub last_sequence: u16,
+    /// Entry count of the last accepted datagram.
+    pub last_entry_count: u16,
+    /// Mode of the last accepted datagram (0 periodic, 1 triggered).
+    pub last_mode: u8,
+    /// Padding, always 0.
+    pub _pad: [u8; 3],
+}
+const _: () = assert!(core::mem::size_of::<NeighborValue>() == 24);
+
+/// Event sent on the ring buffer for every accepted datagram that changed an entry's LQS or
+/// CL (or created an entry), so the controller reacts without polling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct PathEvent {
+    /// When the datagram was processed (CLOCK_MONOTONIC ns).
+    pub time_ns: u64,
+    /// Sender AS.
+    pub node_as: u32,
+    /// Sender Router-ID.
+    pub node_id: u32,
+    /// Sequence number.
+    pub sequence: u16,
+    /// How many entries changed LQS or CL, or were new.
+    pub changed: u16,
+    /// Entries in the datagram.
+    pub entries: u16,
+    /// Mode (0 periodic, 1 triggered).
+    pub mode: u8,
+    /// Padding, always 0.
+    pub _pad: u8,
+}
+const _: () = assert!(core::mem::size_of::<PathEvent>() == 24);
+
+/// `ReceiverConfig::as_qualified`: accept only Q = 0 (or Q = 1 with AS 0).
+pub const AS_QUALIFIED_NO: u8 = 0;
+/// `ReceiverConfig::as_qualified`: accept only AS-qualified datagrams.
+pub const AS_QUALIFIED_YES: u8 = 1;
+
+/// Load-time configuration of the receiver, written by `lqd` to [`CONFIG_MAP`] index 0.
+/// Until it is written the program passes every frame and counts `config_missing`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct ReceiverConfig {
+    /// A neighbor silent for longer than this is failed: any sequence number resynchronises
+    /// it (miss_count x T_notify, seed 003 section 6.5).
+    pub dead_interval_ns: u64,
+    /// UDP destination port.
+    pub udp_port: u16,
+    /// `AS_QUALIFIED_NO` or `AS_QUALIFIED_YES`: the local `as-qualified` setting.
+    pub as_qualified: u8,
+    /// 1: pass consumed LQ datagrams on to the stack (`XDP_PASS`) instead of dropping them.
+    pub pass_through: u8,
+    /// Number of valid ranges in `as_plan`; 0 means no AS plan is configured.
+    pub as_plan_len: u32,
+    /// The AS plan.
+    pub as_plan: [AsRange; AS_PLAN_MAX],
+}
+const _: () = assert!(core::mem::size_of::<ReceiverConfig>() == 16 + 8 * AS_PLAN_MAX);
+
+impl ReceiverConfig {
+    /// The configured AS plan as a slice.
+    pub fn as_plan(&self) -> &[AsRange] {
+        let n = (self.as_plan_len as usize).min(AS_PLAN_MAX);
+        &self.as_plan[..n]
+    }
+}
+
+/// Index of every counter of [`COUNTER_MAP`]. Each discard reason of the spec has its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u32)]
+pub enum Counter {
+    /// Datagrams accepted (check 11).
+    Accepted = 0,
+    /// Check 4.
+    BadTtl = 1,
+    /// Check 5.
+    Truncated = 2,
+    /// Check 5.
+    BadVersion = 3,
+    /// Check 6.
+    BadMode = 4,
+    /// Check 7.
+    BadLength = 5,
+    /// Check 8.
+    AsMismatch = 6,
+    /// Check 9.
+    BadValue = 7,
+    /// Check 10.
+    StaleSeq = 8,
+    /// Check 11: entries not stored because their Remote AS is outside the AS plan.
+    AsMismatchEntry = 9,
+    /// Entries written to the path table.
+    EntriesStored = 10,
+    /// Entries that could not be written because the path table is full.
+    TableFull = 11,
+    /// Change events lost because the ring buffer was full.
+    EventsLost = 12,
+    /// Frames that are not LQ datagrams (passed untouched).
+    NotOurs = 13,
+    /// Frames seen before `lqd` wrote the configuration (passed untouched).
+    ConfigMissing = 14,
+    /// Neighbors resynchronised (unknown or failed neighbor, any sequence accepted).
+    Resync = 15,
+}
+
+/// Number of counters.
+pub const COUNTER_COUNT: u32 = 16;
+
+impl Counter {
+    /// Every counter, in index order.
+    pub const ALL: [Counter; COUNTER_COUNT as usize] = [
+        Self::Accepted,
+        Self::BadTtl,
+        Self::Truncated,
+        Self::BadVersion,
+        Self::BadMode,
+        Self::BadLength,
+        Self::AsMismatch,
+        Self::BadValue,
+        Self::StaleSeq,
+        Self::AsMismatchEntry,
+        Self::EntriesStored,
+        Self::TableFull,
+        Self::EventsLost,
+        Self::NotOurs,
+        Self::ConfigMissing,
+        Self::Resync,
+    ];
+
+    /// The counter's name (the spec's discard reason names where it has one).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::BadTtl => "bad_ttl",
+            Self::Truncated => "truncated",
+            Self::BadVersion => "bad_version",
+            Self::BadMode => "bad_mode",
+            Self::BadLength => "bad_length",
+            Self::AsMismatch => "as_mismatch",
+            Self::BadValue => "bad_value",
+            Self::StaleSeq => "stale_seq",
+            Self::AsMismatchEntry => "as_mismatch_entry",
+            Self::EntriesStored => "entries_stored",
+            Self::TableFull => "table_full",
+            Self::EventsLost => "events_lost",
+            Self::NotOurs => "not_ours",
+            Self::ConfigMissing => "config_missing",
+            Self::Resync => "resync",
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are #[repr(C)] plain integers with explicit padding fields and
+    // asserted sizes: every bit pattern is valid and there are no implicit holes.
+    unsafe impl aya::Pod for super::PathKey {}
+    unsafe impl aya::Pod for super::PathValue {}
+    unsafe impl aya::Pod for super::NeighborKey {}
+    unsafe impl aya::Pod for super::NeighborValue {}
+    unsafe impl aya::Pod for super::PathEvent {}
+    unsafe impl aya::Pod for super::ReceiverConfig {}
+}
