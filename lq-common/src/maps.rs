@@ -13,6 +13,9 @@ pub const NEIGHBOR_MAP: &str = "LQ_NEIGHBORS";
 pub const COUNTER_MAP: &str = "LQ_COUNTERS";
 /// One [`ReceiverConfig`] at index 0, written by `lqd` before attaching.
 pub const CONFIG_MAP: &str = "LQ_CONFIG";
+/// Longest-prefix-match trie of the AS plan: key (prefix length, AS number big-endian),
+/// value 1. `lqd` fills it from [`ReceiverConfig::as_plan`] with [`as_range_prefixes`].
+pub const AS_PLAN_MAP: &str = "LQ_AS_PLAN";
 /// Ring buffer of [`PathEvent`]s.
 pub const EVENT_MAP: &str = "LQ_EVENTS";
 /// The XDP program's name in the object.
@@ -26,6 +29,29 @@ pub const NEIGHBOR_CAPACITY: u32 = 1024;
 pub const EVENT_RING_BYTES: u32 = 256 * 1024;
 /// How many AS ranges the AS plan can hold.
 pub const AS_PLAN_MAX: usize = 8;
+/// Capacity of the AS plan trie: 8 ranges need at most 8 x 62 prefixes.
+pub const AS_PLAN_PREFIX_CAPACITY: u32 = 512;
+
+/// Cuts an inclusive AS range into the aligned prefixes (prefix length, first AS) that
+/// cover exactly it: at most 62 for a 32-bit range. An empty range (first > last) gives
+/// none.
+pub fn as_range_prefixes(range: AsRange) -> impl Iterator<Item = (u32, u32)> {
+    let mut next = u64::from(range.first);
+    let last = u64::from(range.last);
+    core::iter::from_fn(move || {
+        if next > last {
+            return None;
+        }
+        // The largest aligned block starting at `next` that does not pass `last`.
+        let mut bits = if next == 0 { 32 } else { next.trailing_zeros().min(32) };
+        while bits > 0 && next + (1u64 << bits) - 1 > last {
+            bits -= 1;
+        }
+        let item = (32 - bits, next as u32);
+        next += 1u64 << bits;
+        Some(item)
+    })
+}
 
 /// Key of the path quality table: (spine_as, spine_node_id, remote_leaf_as,
 /// remote_leaf_id, link_id), seed 003 section 6.2. Router-IDs are host-order integers.
@@ -262,4 +288,39 @@ mod pod {
     unsafe impl aya::Pod for super::NeighborValue {}
     unsafe impl aya::Pod for super::PathEvent {}
     unsafe impl aya::Pod for super::ReceiverConfig {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::vec::Vec;
+
+    fn covered(range: AsRange, asn: u32) -> bool {
+        as_range_prefixes(range).any(|(len, first)| {
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            asn & mask == first
+        })
+    }
+
+    #[test]
+    fn whole_space_and_single_values() {
+        let all: Vec<_> = as_range_prefixes(AsRange { first: 0, last: u32::MAX }).collect();
+        assert_eq!(all, [(0, 0)]);
+        let one: Vec<_> = as_range_prefixes(AsRange::single(65001)).collect();
+        assert_eq!(one, [(32, 65001)]);
+        assert_eq!(as_range_prefixes(AsRange { first: 2, last: 1 }).count(), 0);
+        assert!(as_range_prefixes(AsRange { first: 1, last: u32::MAX - 1 }).count() <= 62);
+    }
+
+    proptest! {
+        #[test]
+        fn prefixes_cover_exactly_the_range(a in any::<u32>(), b in any::<u32>(), probe in any::<u32>()) {
+            let range = AsRange { first: a.min(b), last: a.max(b) };
+            prop_assert!(as_range_prefixes(range).count() <= 62);
+            for asn in [probe, range.first, range.last, range.first.wrapping_sub(1), range.last.wrapping_add(1)] {
+                prop_assert_eq!(covered(range, asn), range.contains(asn), "asn {}", asn);
+            }
+        }
+    }
 }

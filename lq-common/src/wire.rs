@@ -600,7 +600,7 @@ impl fmt::Display for Decimal64Milli {
         let int = self.0 / 1000;
         let mut frac = self.0 % 1000;
         let mut digits = 3;
-        while digits > 1 && frac % 10 == 0 {
+        while digits > 1 && frac.is_multiple_of(10) {
             frac /= 10;
             digits -= 1;
         }

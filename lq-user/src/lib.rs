@@ -4,4 +4,5 @@
 
 pub mod advertisement_json;
 pub mod decode;
+pub mod path_table;
 pub mod pcap;

@@ -1,1 +1,23 @@
+//! Harness for lq's privileged tests and benchmarks: network namespaces that clean up after
+//! themselves, a frame builder for crafted packets, and the XDP receiver under TestRun.
+//!
+//! Everything here runs only inside network namespaces it creates (and always deletes) or
+//! on BPF_PROG_TEST_RUN; nothing touches the root namespace's links, routes or sysctls.
 
+pub mod netns;
+pub mod packet;
+pub mod xdp;
+
+/// Fails loudly when not root: these tests need CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "privileged tests must run as root: use `cargo xtask test`");
+}
+
+/// A name unique to this process and call, for namespaces and pin folders.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}

@@ -1,1 +1,74 @@
-fn main() {}
+//! `cargo xtask`: developer tasks for `lq` (alias in `.cargo/config.toml`).
+//!
+//! Every subcommand but `setup` runs `setup` first, so a fresh Debian machine needs only
+//! rustup and a C toolchain: `cargo xtask test` installs the rest.
+
+mod bench;
+mod build;
+mod demo;
+mod fuzz;
+mod run;
+mod setup;
+mod test;
+mod util;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Developer tasks for lq",
+    version
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install everything needed (nightly, bpf-linker, Debian packages, bpffs); idempotent.
+    Setup,
+    /// Build lq-user (and through its build script the eBPF object embedded in `lqd`).
+    Build(build::BuildArgs),
+    /// fmt, clippy (user and eBPF), host unit tests and privileged tests, with a summary.
+    Test(test::TestArgs),
+    /// Run the cargo-fuzz targets in fuzz/ for a bounded number of executions.
+    Fuzz(fuzz::FuzzArgs),
+    /// Run the `bench_*` programs of lq-tests and collect their LQ-METRIC lines.
+    Bench(bench::BenchArgs),
+    /// The fabric demo (issue 7; not built yet).
+    Demo,
+    /// Build lqd (release) and run it with the given arguments (as root).
+    Run(run::RunArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match dispatch(cli.command) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            util::break_line();
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Runs a subcommand; returns the process exit code.
+fn dispatch(cmd: Cmd) -> Result<i32> {
+    if !matches!(cmd, Cmd::Setup) {
+        setup::setup()?;
+    }
+    match cmd {
+        Cmd::Setup => setup::setup().map(|()| 0),
+        Cmd::Build(a) => build::build(&a).map(|_| 0),
+        Cmd::Test(a) => test::test(&a),
+        Cmd::Fuzz(a) => fuzz::fuzz(&a),
+        Cmd::Bench(a) => bench::bench(&a).map(|()| 0),
+        Cmd::Demo => demo::demo().map(|()| 0),
+        Cmd::Run(a) => run::run(&a),
+    }
+}

@@ -1,0 +1,225 @@
+//! The command line of `lqd`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use lq_common::wire::{AsRange, DEFAULT_PORT};
+use lq_user::decode::{DecodeOptions, parse_as_plan};
+
+/// `lqd`: the lq daemon and its tools.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lqd",
+    version,
+    about = "lqd, the lq daemon: exchanges link-quality (LQ) advertisements with CLOS neighbors\n\
+             over UDP, receives them in XDP, turns them into path weights, and inspects them.",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives such as
+    /// `lq_user=debug`. Logs go to stderr.
+    #[arg(long, global = true, value_name = "FILTER", default_value = "info", value_parser = parse_log_filter)]
+    pub log_level: String,
+    /// Log line format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Format of the log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Decode LQ advertisements from a hex UDP payload or a pcap/pcapng capture and print
+    /// them as RFC 7951 JSON.
+    #[command(
+        long_about = DECODE_LONG_ABOUT,
+        after_help = "Exit status: 0 all accepted, 1 any discarded, 2 usage or file error. \
+                      See --help for the checks and an example.",
+        after_long_help = DECODE_AFTER_LONG_HELP
+    )]
+    Decode(DecodeArgs),
+}
+
+const DECODE_LONG_ABOUT: &str = "\
+Decode LQ advertisements (spec/lq-udp-wire.md, version 1) and print each accepted one as
+RFC 7951 JSON under the member \"ietf-lq-telemetry:lq-advertisement\".
+
+What it checks, in the spec's order, with the spec's discard reasons:
+  With --pcap only (whole Ethernet frames; pcap or pcapng, link type Ethernet):
+    1-3  Ethernet II with at most one 802.1Q/802.1ad tag, IPv4 (not a fragment) or IPv6,
+         UDP to --port. Frames failing these are not LQ datagrams and are skipped.
+    4    TTL / Hop Limit 255 (GTSM), else bad_ttl.
+  Always (the UDP payload):
+    5    at least 16 octets (else truncated), version 1 (else bad_version)
+    6    mode periodic or triggered, else bad_mode
+    7    entry length and payload length match the flags and the count, else bad_length
+    8    Q matches --as-qualified and the node AS is in --as-plan, else as_mismatch
+         (skipped when --as-qualified is absent: both Q values are accepted)
+    9    bandwidths finite, >= 0 and within decimal64, else bad_value
+  NOT checked: 10, the sequence number (stale_seq). It is stateful (the last number
+  accepted from each neighbor), so decode accepts replayed and reordered datagrams.
+  Entries whose remote AS lies outside --as-plan (a receiver would not store them,
+  check 11) are reported on stderr.
+
+Display: bandwidths are decimal64 strings rounded to 3 fractional digits; timestamp-ms is
+omitted when above 2147483647 (yang:milliseconds32 is signed); diagnostics appear only for
+entries whose diagnostics are valid (V = 1); link-quality is omitted when there are no
+entries.";
+
+const DECODE_AFTER_LONG_HELP: &str = "\
+Example, the spec's first test vector (Q 0, D 1, two entries):
+  $ lqd decode \\
+      160112340a00000200000064000218000a00010400000007433400004870000043c800004d2800000a0001010000000543c34000ed0000000000000000000000
+  {
+    \"ietf-lq-telemetry:lq-advertisement\": {
+      \"node-id\": \"10.0.0.2\",
+      \"node-as\": 0,
+      \"sequence-number\": 4660,
+      \"timestamp-ms\": 100,
+      \"pfc-fabric\": true,
+      \"signaling-mode\": \"triggered\",
+      \"link-quality\": [
+        {
+          \"remote-as\": 0,
+          \"remote-node-id\": \"10.0.1.4\",
+          \"link-id\": 7,
+          \"available-bandwidth\": \"180.0\",
+          \"lqs\": 72,
+          \"cl\": 3,
+          \"diagnostics\": { \"link-capacity\": \"400.0\", \"queue-depth\": 77, ... }
+        },
+        { \"remote-as\": 0, \"remote-node-id\": \"10.0.1.1\", ..., \"cl\": 0 }
+      ]
+    }
+  }
+
+A discarded payload prints `discarded: REASON`. With --pcap, each accepted frame prints one
+JSON document (one line each with --json-lines), each discarded frame prints
+`frame N: discarded: REASON` (N counts from 1 as in Wireshark), and a summary
+`N frames: A accepted, D discarded, P not LQ` goes to stderr:
+  $ tcpdump -i eth0 -w lq.pcap 'udp port 52525 or (vlan and udp port 52525)'
+  $ lqd decode --pcap lq.pcap --as-qualified true --as-plan 65000-65100,4200000001
+
+Exit status:
+  0  every LQ datagram was accepted (also when the capture holds none)
+  1  at least one LQ datagram was discarded
+  2  usage error, invalid hex, or a capture file that cannot be read";
+
+/// Arguments of `lqd decode`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("input").required(true).args(["hex", "pcap"]))]
+pub struct DecodeArgs {
+    /// A UDP payload in hex (whitespace and a leading 0x are ignored; it may be split over
+    /// several arguments).
+    #[arg(value_name = "HEX", num_args = 1..)]
+    pub hex: Vec<String>,
+    /// Decode every frame of this pcap or pcapng capture (Ethernet frames; `-` reads stdin).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// UDP destination port of LQ datagrams (with --pcap) [default: 52525].
+    // An Option without a clap default, and `conflicts_with` rather than `requires = "pcap"`:
+    // clap 4 does not enforce `requires` here (a default value, or the required group).
+    #[arg(long, value_name = "PORT", conflicts_with = "hex")]
+    pub port: Option<u16>,
+    /// The local as-qualified setting (check 8). When absent, both Q values are accepted
+    /// and no AS plan is checked.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    pub as_qualified: Option<bool>,
+    /// The AS plan: AS numbers and inclusive ranges, comma-separated
+    /// (e.g. 65000-65100,4200000001). Needs --as-qualified.
+    #[arg(long, value_name = "RANGES", requires = "as_qualified", value_parser = parse_as_plan_arg)]
+    pub as_plan: Option<AsPlan>,
+    /// Print each JSON document compactly on one line.
+    #[arg(long)]
+    pub json_lines: bool,
+}
+
+/// A parsed `--as-plan`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AsPlan(pub Vec<AsRange>);
+
+fn parse_as_plan_arg(s: &str) -> Result<AsPlan, String> {
+    parse_as_plan(s).map(AsPlan)
+}
+
+fn parse_log_filter(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+impl DecodeArgs {
+    /// The decode options these arguments ask for.
+    pub fn options(&self) -> DecodeOptions {
+        DecodeOptions {
+            port: self.port.unwrap_or(DEFAULT_PORT),
+            as_qualified: self.as_qualified,
+            as_plan: self.as_plan.clone().map(|p| p.0).unwrap_or_default(),
+            json_lines: self.json_lines,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("lqd").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn decode_arguments() {
+        let cli = parse(&["decode", "0x16", "01"]).unwrap();
+        let Command::Decode(d) = cli.command;
+        assert_eq!(d.hex, ["0x16", "01"]);
+        assert_eq!(d.options(), DecodeOptions::default());
+        let cli = parse(&[
+            "--log-format",
+            "json",
+            "decode",
+            "--pcap",
+            "x.pcap",
+            "--port",
+            "9",
+            "--as-qualified",
+            "true",
+            "--as-plan",
+            "1-2,7",
+        ])
+        .unwrap();
+        assert_eq!(cli.log_format, LogFormat::Json);
+        let Command::Decode(d) = cli.command;
+        assert_eq!(d.options().port, 9);
+        assert_eq!(d.options().as_qualified, Some(true));
+        assert_eq!(d.options().as_plan.len(), 2);
+        for bad in [
+            &["decode"][..],
+            &["decode", "16", "--pcap", "x"],
+            &["decode", "16", "--port", "9"],
+            &["decode", "16", "--as-plan", "1-2"],
+            &["decode", "16", "--as-qualified", "yes"],
+            &["decode", "16", "--as-qualified", "true", "--as-plan", "2-1"],
+            &["--log-level", "lq_user=loud", "decode", "16"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The leaf's path quality table (seed 003 section 6.2) as the XDP receiver keeps it in
+//! pinned BPF maps: loading and attaching the receiver, writing its configuration, and
+//! reading the table, the neighbors and the counters (from a running daemon or from the
+//! pins alone, so `lqd show` works without a daemon and a restart keeps the table).
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{
+        Array, HashMap, Map, MapData, PerCpuArray, RingBuf,
+        lpm_trie::{Key, LpmTrie},
+    },
+    programs::{ProgramError, Xdp, XdpMode},
+};
+use lq_common::maps::{
+    AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP, NEIGHBOR_MAP,
+    NeighborKey, NeighborValue, PATH_TABLE_MAP, PathKey, PathValue, ReceiverConfig, XDP_PROGRAM,
+};
+use lq_common::{maps::as_range_prefixes, wire::AsRange};
+
+/// The eBPF object built by `build.rs` (crate `lq-ebpf`), embedded so `lqd` is one file.
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lq"));
+
+/// Maps the receiver pins under its instance folder, so a daemon restart keeps them.
+pub const PINNED_MAPS: [&str; 5] = [PATH_TABLE_MAP, NEIGHBOR_MAP, COUNTER_MAP, CONFIG_MAP, AS_PLAN_MAP];
+
+/// Default bpffs folder of one `lqd` instance.
+pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/lq";
+
+/// Errors of the path table edge.
+#[derive(Debug, thiserror::Error)]
+pub enum PathTableError {
+    /// bpffs is not mounted or the folder cannot be created.
+    #[error(
+        "cannot create the pin folder {path}: {source} (is bpffs mounted on /sys/fs/bpf? `mount -t bpf bpf /sys/fs/bpf`)"
+    )]
+    PinFolder {
+        /// The folder.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The object did not load (verifier, permissions, kernel too old).
+    #[error(
+        "loading the eBPF object failed: {0} (lqd needs root or CAP_BPF + CAP_NET_ADMIN, and a kernel with BTF)"
+    )]
+    Load(#[from] aya::EbpfError),
+    /// A program operation failed.
+    #[error("XDP program {what}: {source}")]
+    Program {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: ProgramError,
+    },
+    /// A map operation failed.
+    #[error("map {map}: {source}")]
+    Map {
+        /// The map name.
+        map: &'static str,
+        /// The cause.
+        source: aya::maps::MapError,
+    },
+    /// The map is missing from the object (a build mismatch).
+    #[error("map {0} not found in the eBPF object")]
+    MissingMap(&'static str),
+    /// Too many AS ranges.
+    #[error("the AS plan has {0} ranges; the receiver holds at most {AS_PLAN_MAX}")]
+    AsPlanTooLarge(usize),
+    /// No pinned maps: no receiver has run with this pin folder.
+    #[error("no pinned path table at {0}: is lqd running as a load-balancer with this --pin-dir?")]
+    NotPinned(PathBuf),
+}
+
+fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> PathTableError {
+    move |source| PathTableError::Map { map, source }
+}
+
+/// Receiver settings the daemon writes into the program's configuration map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceiverSettings {
+    /// UDP destination port.
+    pub udp_port: u16,
+    /// The local `as-qualified` setting.
+    pub as_qualified: bool,
+    /// The AS plan (empty: none).
+    pub as_plan: Vec<AsRange>,
+    /// miss_count x T_notify, in nanoseconds.
+    pub dead_interval_ns: u64,
+    /// Pass consumed LQ datagrams to the stack instead of dropping them.
+    pub pass_through: bool,
+}
+
+impl ReceiverSettings {
+    /// The kernel-side configuration struct.
+    pub fn to_config(&self) -> Result<ReceiverConfig, PathTableError> {
+        if self.as_plan.len() > AS_PLAN_MAX {
+            return Err(PathTableError::AsPlanTooLarge(self.as_plan.len()));
+        }
+        let mut cfg = ReceiverConfig {
+            dead_interval_ns: self.dead_interval_ns,
+            udp_port: self.udp_port,
+            as_qualified: u8::from(self.as_qualified),
+            pass_through: u8::from(self.pass_through),
+            as_plan_len: self.as_plan.len() as u32,
+            ..ReceiverConfig::default()
+        };
+        cfg.as_plan[..self.as_plan.len()].copy_from_slice(&self.as_plan);
+        Ok(cfg)
+    }
+}
+
+/// A loaded XDP receiver with its maps pinned under `pin_dir`.
+pub struct XdpReceiver {
+    ebpf: Ebpf,
+    pin_dir: PathBuf,
+    /// Interfaces attached; the links live in the program and detach when it is dropped.
+    attached: Vec<String>,
+}
+
+/// How the program ended up attached to an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// In the driver (veth and most physical NICs).
+    Native,
+    /// Generic XDP in the stack: works everywhere, slower.
+    Generic,
+}
+
+impl XdpReceiver {
+    /// Loads the receiver, reusing maps already pinned under `pin_dir` (a restart keeps the
+    /// table and the counters), and writes `settings`. Does not attach.
+    pub fn load(pin_dir: &Path, settings: &ReceiverSettings) -> Result<Self, PathTableError> {
+        std::fs::create_dir_all(pin_dir).map_err(|source| PathTableError::PinFolder {
+            path: pin_dir.into(),
+            source,
+        })?;
+        let paths: Vec<PathBuf> = PINNED_MAPS.iter().map(|m| pin_dir.join(m)).collect();
+        let mut loader = EbpfLoader::new();
+        for (name, path) in PINNED_MAPS.iter().zip(&paths) {
+            loader.map_pin_path(name, path.as_path());
+        }
+        let ebpf = loader.load(EBPF_OBJECT)?;
+        let mut this = Self {
+            ebpf,
+            pin_dir: pin_dir.into(),
+            attached: Vec::new(),
+        };
+        this.configure(settings)?;
+        let prog: &mut Xdp = this.program()?;
+        prog.load().map_err(|source| PathTableError::Program {
+            what: "load (verifier)".into(),
+            source,
+        })?;
+        Ok(this)
+    }
+
+    fn program(&mut self) -> Result<&mut Xdp, PathTableError> {
+        self.ebpf
+            .program_mut(XDP_PROGRAM)
+            .ok_or(PathTableError::MissingMap(XDP_PROGRAM))?
+            .try_into()
+            .map_err(|source| PathTableError::Program {
+                what: "type".into(),
+                source,
+            })
+    }
+
+    /// Rewrites the configuration (SIGHUP reload): takes effect for the next frame.
+    pub fn configure(&mut self, settings: &ReceiverSettings) -> Result<(), PathTableError> {
+        let cfg = settings.to_config()?;
+        // The AS plan trie first, so the plan is complete before the config says it exists.
+        let map = self.ebpf.map_mut(AS_PLAN_MAP).ok_or(PathTableError::MissingMap(AS_PLAN_MAP))?;
+        let mut trie: LpmTrie<&mut MapData, [u8; 4], u8> = LpmTrie::try_from(map).map_err(map_err(AS_PLAN_MAP))?;
+        let wanted: Vec<(u32, [u8; 4])> = cfg
+            .as_plan()
+            .iter()
+            .flat_map(|r| as_range_prefixes(*r))
+            .map(|(len, first)| (len, first.to_be_bytes()))
+            .collect();
+        for (len, data) in &wanted {
+            trie.insert(&Key::new(*len, *data), 1, 0).map_err(map_err(AS_PLAN_MAP))?;
+        }
+        let stale: Vec<Key<[u8; 4]>> = trie
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !wanted.contains(&(k.prefix_len(), k.data())))
+            .collect();
+        for key in &stale {
+            trie.remove(key).map_err(map_err(AS_PLAN_MAP))?;
+        }
+        let map = self
+            .ebpf
+            .map_mut(CONFIG_MAP)
+            .ok_or(PathTableError::MissingMap(CONFIG_MAP))?;
+        let mut array: Array<&mut MapData, ReceiverConfig> =
+            Array::try_from(map).map_err(map_err(CONFIG_MAP))?;
+        array.set(0, cfg, 0).map_err(map_err(CONFIG_MAP))
+    }
+
+    /// Attaches to `iface`: native mode first, generic as a fallback (with a warning).
+    pub fn attach(&mut self, iface: &str) -> Result<AttachMode, PathTableError> {
+        let prog = self.program()?;
+        match prog.attach(iface, XdpMode::Driver) {
+            Ok(_) => {
+                self.attached.push(iface.into());
+                Ok(AttachMode::Native)
+            }
+            Err(native) => {
+                tracing::warn!(%iface, error = %native, "native XDP attach failed; falling back to generic XDP (slower)");
+                prog.attach(iface, XdpMode::Skb)
+                    .map_err(|source| PathTableError::Program {
+                        what: format!("attach to {iface}"),
+                        source,
+                    })?;
+                self.attached.push(iface.into());
+                Ok(AttachMode::Generic)
+            }
+        }
+    }
+
+    /// The interfaces the program is attached to.
+    pub fn attached(&self) -> impl Iterator<Item = &str> {
+        self.attached.iter().map(String::as_str)
+    }
+
+    /// The pin folder.
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+
+    /// The loaded object, for tests (TestRun) and benchmarks.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    /// The change-event ring buffer (not pinned: events are only for the running daemon).
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, PathTableError> {
+        let map = self
+            .ebpf
+            .take_map(EVENT_MAP)
+            .ok_or(PathTableError::MissingMap(EVENT_MAP))?;
+        RingBuf::try_from(map).map_err(map_err(EVENT_MAP))
+    }
+
+    /// A reader over this receiver's maps.
+    pub fn reader(&self) -> Result<TableReader, PathTableError> {
+        TableReader::open(&self.pin_dir)
+    }
+}
+
+/// Reads the pinned maps of one receiver instance.
+pub struct TableReader {
+    paths: HashMap<MapData, PathKey, PathValue>,
+    neighbors: HashMap<MapData, NeighborKey, NeighborValue>,
+    counters: PerCpuArray<MapData, u64>,
+    config: Array<MapData, ReceiverConfig>,
+}
+
+impl TableReader {
+    /// Opens the maps pinned under `pin_dir`.
+    pub fn open(pin_dir: &Path) -> Result<Self, PathTableError> {
+        let open = |name: &'static str| -> Result<MapData, PathTableError> {
+            let path = pin_dir.join(name);
+            if !path.exists() {
+                return Err(PathTableError::NotPinned(pin_dir.into()));
+            }
+            MapData::from_pin(&path).map_err(map_err(name))
+        };
+        Ok(Self {
+            paths: HashMap::try_from(Map::HashMap(open(PATH_TABLE_MAP)?))
+                .map_err(map_err(PATH_TABLE_MAP))?,
+            neighbors: HashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP)?))
+                .map_err(map_err(NEIGHBOR_MAP))?,
+            counters: PerCpuArray::try_from(Map::PerCpuArray(open(COUNTER_MAP)?))
+                .map_err(map_err(COUNTER_MAP))?,
+            config: Array::try_from(Map::Array(open(CONFIG_MAP)?)).map_err(map_err(CONFIG_MAP))?,
+        })
+    }
+
+    /// Every path entry, sorted by key.
+    pub fn paths(&self) -> Result<BTreeMap<PathKey, PathValue>, PathTableError> {
+        self.paths
+            .iter()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(PATH_TABLE_MAP))
+    }
+
+    /// Every neighbor, sorted by key.
+    pub fn neighbors(&self) -> Result<BTreeMap<NeighborKey, NeighborValue>, PathTableError> {
+        self.neighbors
+            .iter()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(NEIGHBOR_MAP))
+    }
+
+    /// Counters summed over CPUs, indexed by [`Counter`].
+    pub fn counters(&self) -> Result<[u64; COUNTER_COUNT as usize], PathTableError> {
+        let mut out = [0u64; COUNTER_COUNT as usize];
+        for c in Counter::ALL {
+            let per_cpu = self
+                .counters
+                .get(&(c as u32), 0)
+                .map_err(map_err(COUNTER_MAP))?;
+            out[c as usize] = per_cpu.iter().sum();
+        }
+        Ok(out)
+    }
+
+    /// The configuration the daemon wrote.
+    pub fn config(&self) -> Result<ReceiverConfig, PathTableError> {
+        self.config.get(&0, 0).map_err(map_err(CONFIG_MAP))
+    }
+}

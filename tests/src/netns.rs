@@ -1,0 +1,107 @@
+//! Network namespaces that delete themselves (aya's `NetNsGuard` idea): every test builds
+//! its own topology inside namespaces it created, and dropping the guard removes them and
+//! every veth inside, even when the test panics.
+
+use std::{
+    fs::File,
+    os::fd::AsRawFd,
+    process::{Command, Output},
+};
+
+use anyhow::{Context, Result, bail};
+
+/// A named network namespace (`ip netns add`), deleted on drop.
+pub struct NetNs {
+    name: String,
+}
+
+impl NetNs {
+    /// Creates a namespace named `<prefix>-<pid>-<n>` with its loopback up.
+    pub fn new(prefix: &str) -> Result<Self> {
+        let name = crate::unique_name(prefix);
+        run("ip", &["netns", "add", &name])?;
+        let ns = Self { name };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `ip -n <ns> ARGS`.
+    pub fn ip(&self, args: &[&str]) -> Result<String> {
+        let mut full = vec!["-n", &self.name];
+        full.extend_from_slice(args);
+        run("ip", &full)
+    }
+
+    /// Runs a command inside the namespace (`ip netns exec`).
+    pub fn exec(&self, program: &str, args: &[&str]) -> Result<String> {
+        let mut full = vec!["netns", "exec", &self.name, program];
+        full.extend_from_slice(args);
+        run("ip", &full)
+    }
+
+    /// A `Command` that runs `program` inside the namespace.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+
+    /// Runs `f` on a thread that has entered this namespace (sockets created there live in
+    /// it). The calling thread's namespace is never changed.
+    pub fn run_in<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+        let path = format!("/run/netns/{}", self.name);
+        let handle = std::thread::spawn(move || -> Result<T> {
+            let file = File::open(&path).with_context(|| format!("open {path}"))?;
+            // SAFETY: setns on a valid namespace fd affects only this new thread.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                bail!("setns {path}: {}", std::io::Error::last_os_error());
+            }
+            Ok(f())
+        });
+        handle.join().map_err(|_| anyhow::anyhow!("thread in {} panicked", self.name))?
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        // Kill anything still running inside, then delete the namespace (its veths go too).
+        let _ = Command::new("ip").args(["netns", "pids", &self.name]).output().map(|o| {
+            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        });
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// Creates a veth pair with one end in each namespace, addresses them and brings them up.
+pub fn veth_pair(a: &NetNs, a_if: &str, a_addr: &str, b: &NetNs, b_if: &str, b_addr: &str) -> Result<()> {
+    a.ip(&["link", "add", a_if, "type", "veth", "peer", "name", b_if, "netns", b.name()])?;
+    a.ip(&["addr", "add", a_addr, "dev", a_if])?;
+    b.ip(&["addr", "add", b_addr, "dev", b_if])?;
+    a.ip(&["link", "set", a_if, "up"])?;
+    b.ip(&["link", "set", b_if, "up"])?;
+    Ok(())
+}
+
+/// Runs a command and returns its stdout; a non-zero exit is an error with stderr.
+pub fn run(program: &str, args: &[&str]) -> Result<String> {
+    let out: Output = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("spawn {program}"))?;
+    if !out.status.success() {
+        bail!(
+            "{program} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}

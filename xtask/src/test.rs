@@ -1,0 +1,323 @@
+//! `cargo xtask test [--host-only] [-- ARGS]`: every check CI runs, in order.
+//!
+//! Stages: `cargo fmt --check`, clippy on the user crates, clippy on the eBPF crate, host
+//! unit tests, privileged tests (root: real kernel, network namespaces). A failing stage
+//! does not stop the next ones, so the summary is complete; the exit code is non-zero if
+//! any stage failed. The last line of output is always `N passed, N failed`.
+//!
+//! Counting: passed/failed come from libtest's `test result:` lines. A stage that fails
+//! with no failed test counted (a compile error, a clippy or fmt failure, not root) counts
+//! as 1 failed in its layer.
+
+use std::{process::Command, time::Instant};
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::util;
+
+#[derive(Args)]
+pub struct TestArgs {
+    /// Skip the privileged tests (no root needed).
+    #[arg(long)]
+    pub host_only: bool,
+    /// Extra arguments for the privileged tests' libtest (e.g. a name filter).
+    #[arg(last = true, value_name = "TEST_ARGS")]
+    pub args: Vec<String>,
+}
+
+/// Which summary row a stage counts in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    Lint,
+    HostUnit,
+    Privileged,
+}
+
+impl Layer {
+    const ALL: [Layer; 3] = [Layer::Lint, Layer::HostUnit, Layer::Privileged];
+
+    fn name(self) -> &'static str {
+        match self {
+            Layer::Lint => "lint (fmt, clippy)",
+            Layer::HostUnit => "host unit",
+            Layer::Privileged => "privileged",
+        }
+    }
+}
+
+struct Stage {
+    name: &'static str,
+    layer: Layer,
+    /// `None`: the stage could not run (reason in `skip`).
+    cmd: Option<Command>,
+    skip: Option<String>,
+}
+
+#[derive(Default)]
+struct Outcome {
+    ok: bool,
+    skipped: bool,
+    passed: u64,
+    failed: u64,
+    secs: f64,
+    note: String,
+}
+
+/// Passed and failed counts of one libtest summary line:
+/// `test result: ok. 12 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; ...`.
+fn parse_summary(line: &str) -> Option<(u64, u64)> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let (_, counts) = rest.split_once(". ")?;
+    let mut passed = None;
+    let mut failed = None;
+    for part in counts.split(';') {
+        let mut words = part.split_whitespace();
+        let (Some(n), Some(what)) = (words.next(), words.next()) else {
+            continue;
+        };
+        match what {
+            "passed" => passed = n.parse().ok(),
+            "failed" => failed = n.parse().ok(),
+            _ => {}
+        }
+    }
+    Some((passed?, failed?))
+}
+
+/// Runs all stages and prints the summary; returns the exit code.
+pub fn test(args: &TestArgs) -> Result<i32> {
+    let stages = stages(args);
+    let mut results = Vec::new();
+    for stage in stages {
+        let out = run_stage(stage);
+        results.push(out);
+    }
+    print_summary(&results);
+    let failed = results.iter().any(|(_, _, o)| !o.ok && !o.skipped);
+    Ok(if failed { 1 } else { 0 })
+}
+
+fn stages(args: &TestArgs) -> Vec<Stage> {
+    let cargo = |toolchain: Option<&str>, a: &[&str]| {
+        let mut c = util::cargo_cmd(toolchain);
+        c.args(a);
+        Some(c)
+    };
+    let mut list = vec![
+        Stage {
+            name: "cargo fmt --check",
+            layer: Layer::Lint,
+            cmd: cargo(None, &["fmt", "--all", "--", "--check"]),
+            skip: None,
+        },
+        Stage {
+            name: "clippy (user crates)",
+            layer: Layer::Lint,
+            cmd: cargo(
+                None,
+                &[
+                    "clippy",
+                    "--workspace",
+                    "--exclude",
+                    "lq-ebpf",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ],
+            ),
+            skip: None,
+        },
+        Stage {
+            name: "clippy (eBPF crate)",
+            layer: Layer::Lint,
+            cmd: Some(ebpf_clippy()),
+            skip: None,
+        },
+        Stage {
+            name: "host unit tests",
+            layer: Layer::HostUnit,
+            cmd: cargo(
+                None,
+                &[
+                    "test",
+                    "--workspace",
+                    "--exclude",
+                    "lq-ebpf",
+                    "--exclude",
+                    "lq-tests",
+                ],
+            ),
+            skip: None,
+        },
+    ];
+    list.push(privileged_stage(args));
+    list
+}
+
+/// clippy for `lq-ebpf` on the BPF target. aya-ebpf's build script derives
+/// `bpf_target_arch` from the host unless `AYA_BPF_TARGET_ARCH` is set; we set it to the
+/// host's architecture explicitly, like aya-build does for the real build.
+fn ebpf_clippy() -> Command {
+    let mut c = util::cargo_cmd(Some("nightly"));
+    c.args([
+        "clippy",
+        "-p",
+        "lq-ebpf",
+        "--target",
+        "bpfel-unknown-none",
+        "-Z",
+        "build-std=core",
+        "--",
+        "-D",
+        "warnings",
+    ])
+    .env("AYA_BPF_TARGET_ARCH", std::env::consts::ARCH);
+    c
+}
+
+fn privileged_stage(args: &TestArgs) -> Stage {
+    let name = "privileged tests";
+    let layer = Layer::Privileged;
+    if args.host_only {
+        let skip = Some("--host-only".to_string());
+        return Stage {
+            name,
+            layer,
+            cmd: None,
+            skip,
+        };
+    }
+    if !util::is_root() {
+        let skip = Some(
+            "needs root (real kernel, network namespaces): rerun as root, \
+             e.g. `sudo -E cargo xtask test`, or pass --host-only"
+                .to_string(),
+        );
+        return Stage {
+            name,
+            layer,
+            cmd: None,
+            skip,
+        };
+    }
+    let mut c = util::cargo_cmd(None);
+    c.args(["test", "-p", "lq-tests", "--", "--test-threads=1"])
+        .args(&args.args);
+    Stage {
+        name,
+        layer,
+        cmd: Some(c),
+        skip: None,
+    }
+}
+
+fn run_stage(stage: Stage) -> (&'static str, Layer, Outcome) {
+    let Stage {
+        name,
+        layer,
+        cmd,
+        skip,
+    } = stage;
+    util::break_line();
+    println!("==> test: {name}");
+    let start = Instant::now();
+    let mut out = match (cmd, skip) {
+        (Some(mut cmd), _) => run_counted(&mut cmd),
+        (None, Some(reason)) if reason == "--host-only" => Outcome {
+            skipped: true,
+            note: "skipped (--host-only)".into(),
+            ..Outcome::default()
+        },
+        (None, reason) => Outcome {
+            failed: 1,
+            note: reason.unwrap_or_default(),
+            ..Outcome::default()
+        },
+    };
+    out.secs = start.elapsed().as_secs_f64();
+    let verdict = if out.skipped {
+        "skipped"
+    } else if out.ok {
+        "ok"
+    } else {
+        "FAILED"
+    };
+    println!("==> test: {name} ... {verdict} in {:.1} s", out.secs);
+    if !out.note.is_empty() && !out.skipped {
+        println!("    {}", out.note);
+    }
+    (name, layer, out)
+}
+
+/// Runs a stage's command, sums its libtest summaries, and counts a failure without a
+/// failed test as 1 failed.
+fn run_counted(cmd: &mut Command) -> Outcome {
+    let mut passed = 0;
+    let mut failed = 0;
+    let status = util::run_streaming(cmd, util::Pipe::Stdout, |line| {
+        if let Some((p, f)) = parse_summary(line) {
+            passed += p;
+            failed += f;
+        }
+    });
+    let (ok, note) = match status {
+        Ok(st) if st.success() => (true, String::new()),
+        Ok(st) => (false, format!("{} exited with {st}", util::describe(cmd))),
+        Err(e) => (false, format!("{e:#}")),
+    };
+    if !ok && failed == 0 {
+        failed = 1;
+    }
+    Outcome {
+        ok,
+        passed,
+        failed,
+        note,
+        ..Outcome::default()
+    }
+}
+
+fn print_summary(results: &[(&'static str, Layer, Outcome)]) {
+    println!();
+    println!("{:<24} {:>8} {:>9}", "stage", "result", "time");
+    for (name, _, o) in results {
+        let r = if o.skipped {
+            "skipped"
+        } else if o.ok {
+            "ok"
+        } else {
+            "FAILED"
+        };
+        println!("{name:<24} {r:>8} {:>7.1} s", o.secs);
+    }
+    println!();
+    println!("{:<24} {:>8} {:>8}", "layer", "passed", "failed");
+    let (mut tp, mut tf) = (0, 0);
+    for layer in Layer::ALL {
+        let rows = results.iter().filter(|(_, l, _)| *l == layer);
+        let (p, f) = rows.fold((0, 0), |(p, f), (_, _, o)| (p + o.passed, f + o.failed));
+        println!("{:<24} {p:>8} {f:>8}", layer.name());
+        tp += p;
+        tf += f;
+    }
+    println!("{tp} passed, {tf} failed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libtest_summaries_are_parsed() {
+        let line = "test result: ok. 12 passed; 0 failed; 0 ignored; 0 measured; \
+                    0 filtered out; finished in 0.01s";
+        assert_eq!(parse_summary(line), Some((12, 0)));
+        let line = "test result: FAILED. 3 passed; 2 failed; 1 ignored; 0 measured; \
+                    0 filtered out; finished in 1.20s";
+        assert_eq!(parse_summary(line), Some((3, 2)));
+        assert_eq!(parse_summary("running 3 tests"), None);
+        assert_eq!(parse_summary("test foo ... ok"), None);
+    }
+}
