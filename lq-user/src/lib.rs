@@ -3,5 +3,6 @@
 //! sockets, rtnetlink, timers).
 
 pub mod advertisement_json;
+pub mod controller;
 pub mod decode;
 pub mod pcap;
