@@ -308,7 +308,7 @@ impl Builder {
     }
 
     fn pad(&mut self) {
-        while self.buf.len() % 4 != 0 {
+        while !self.buf.len().is_multiple_of(4) {
             self.buf.push(0);
         }
     }
@@ -328,7 +328,7 @@ fn nested(attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
         out.extend_from_slice(&len.to_ne_bytes());
         out.extend_from_slice(&ty.to_ne_bytes());
         out.extend_from_slice(data);
-        while out.len() % 4 != 0 {
+        while !out.len().is_multiple_of(4) {
             out.push(0);
         }
     }
@@ -481,7 +481,7 @@ pub fn decode_nexthop(payload: &[u8]) -> Result<NexthopMsg, DecodeError> {
         match ty {
             NHA_ID => m.id = Some(u32::from_ne_bytes(fixed(ty, p)?)),
             NHA_GROUP => {
-                if p.len() % NH_GRP_LEN != 0 {
+                if !p.len().is_multiple_of(NH_GRP_LEN) {
                     return Err(DecodeError::AttrSize(ty));
                 }
                 m.group = p

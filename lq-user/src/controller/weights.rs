@@ -273,7 +273,8 @@ pub fn quantize(fractions: &[(UplinkId, f64)], max_weight: u32) -> Vec<(UplinkId
         .collect();
     let sum: f64 = pos.iter().map(|(_, f)| f).sum();
     let fmax = pos.iter().map(|(_, f)| f / sum).fold(0.0f64, f64::max);
-    if pos.is_empty() || !(sum > 0.0) || !(fmax > 0.0) {
+    // Positive finite inputs give a positive sum, but an overflow to infinity must not.
+    if pos.is_empty() || !sum.is_finite() || sum <= 0.0 || fmax <= 0.0 {
         return Vec::new();
     }
     let total = (f64::from(max_weight) / fmax).floor();
@@ -642,7 +643,7 @@ mod tests {
         d.update(&cfg, &members(&[200, 200]), 0);
         let mut m = members(&[200, 200, 200]);
         m.reverse(); // order of the input does not matter
-        let a = d.update(&cfg, &m, 1 * MS).unwrap();
+        let a = d.update(&cfg, &m, MS).unwrap();
         assert!(a.immediate);
         assert_eq!(
             a.fractions.iter().map(|x| x.0).collect::<Vec<_>>(),
