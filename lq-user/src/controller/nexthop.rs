@@ -864,6 +864,185 @@ mod tests {
         assert_eq!(decode_nexthop(&bad), Err(DecodeError::AttrSize(NHA_GROUP)));
     }
 
+    /// Real kernel check in a throwaway network namespace. Needs root (CAP_SYS_ADMIN for
+    /// `ip netns add` and `setns`), so it is ignored by default and run by the privileged
+    /// test layer. It never touches the root namespace: the netlink socket is opened in a
+    /// thread that has entered the namespace, and the namespace is always deleted.
+    #[test]
+    #[ignore = "needs root: creates a network namespace"]
+    fn real_kernel_round_trip_in_a_netns() {
+        use std::os::fd::AsRawFd;
+        use std::process::Command;
+
+        struct Netns(String);
+        impl Drop for Netns {
+            fn drop(&mut self) {
+                let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+            }
+        }
+        fn ip(args: &[&str]) -> String {
+            let out = Command::new("ip").args(args).output().expect("run ip");
+            assert!(out.status.success(), "ip {args:?}: {:?}", out);
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+
+        let name = format!("lqtest-{}", std::process::id());
+        ip(&["netns", "add", &name]);
+        let ns = Netns(name);
+        let n = ns.0.as_str();
+        // veth rather than dummy: some test kernels lack the dummy module.
+        ip(&[
+            "-n", n, "link", "add", "lqd0", "type", "veth", "peer", "name", "lqd1",
+        ]);
+        ip(&["-n", n, "link", "set", "lqd1", "up"]);
+        ip(&["-n", n, "link", "set", "lqd0", "up"]);
+        ip(&["-n", n, "addr", "add", "10.0.0.1/24", "dev", "lqd0"]);
+        let links: serde_json::Value =
+            serde_json::from_str(&ip(&["-j", "-n", n, "link", "show", "lqd0"])).unwrap();
+        let oif = links[0]["ifindex"].as_u64().unwrap() as u32;
+
+        let path = format!("/run/netns/{n}");
+        let requests = vec![
+            encode_new(&NexthopMsg::gateway(101, oif, v4(10, 0, 0, 2)), 1).unwrap(),
+            encode_new(&NexthopMsg::gateway(102, oif, v4(10, 0, 0, 3)), 2).unwrap(),
+            encode_new(
+                &NexthopMsg::group(
+                    200,
+                    vec![
+                        GroupMember { id: 101, weight: 3 },
+                        GroupMember { id: 102, weight: 1 },
+                    ],
+                    &GroupKind::Resilient {
+                        buckets: 8,
+                        idle_timer: Duration::from_secs(1),
+                        unbalanced_timer: Duration::ZERO,
+                    },
+                ),
+                3,
+            )
+            .unwrap(),
+            // 16-bit weights (weight_high) need a kernel >= 6.12.
+            encode_new(
+                &NexthopMsg::group(
+                    201,
+                    vec![
+                        GroupMember {
+                            id: 101,
+                            weight: 300,
+                        },
+                        GroupMember { id: 102, weight: 1 },
+                    ],
+                    &GroupKind::HashThreshold,
+                ),
+                4,
+            )
+            .unwrap(),
+            encode_get_dump(5),
+            encode_del(201, 6),
+        ];
+        let replies = std::thread::spawn(move || -> Vec<NetlinkMessage> {
+            let f = std::fs::File::open(&path).unwrap();
+            // SAFETY: plain syscalls on valid descriptors; setns affects this thread only.
+            unsafe {
+                assert_eq!(libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET), 0);
+                let fd = libc::socket(
+                    libc::AF_NETLINK,
+                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                    libc::NETLINK_ROUTE,
+                );
+                assert!(fd >= 0);
+                let mut addr: libc::sockaddr_nl = std::mem::zeroed();
+                addr.nl_family = libc::AF_NETLINK as u16;
+                let mut out = Vec::new();
+                for r in &requests {
+                    let sent = libc::sendto(
+                        fd,
+                        r.as_ptr().cast(),
+                        r.len(),
+                        0,
+                        (&addr as *const libc::sockaddr_nl).cast(),
+                        std::mem::size_of::<libc::sockaddr_nl>() as u32,
+                    );
+                    assert_eq!(sent, r.len() as isize);
+                    // Read until the ACK (error 0) or NLMSG_DONE of this request.
+                    'reply: loop {
+                        let mut buf = vec![0u8; 65536];
+                        let got = libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0);
+                        assert!(got > 0);
+                        for m in parse_messages(&buf[..got as usize]) {
+                            let m = m.unwrap();
+                            let end =
+                                matches!(m, NetlinkMessage::Error(..) | NetlinkMessage::Done(_));
+                            out.push(m);
+                            if end {
+                                break 'reply;
+                            }
+                        }
+                    }
+                }
+                libc::close(fd);
+                out
+            }
+        })
+        .join()
+        .unwrap();
+
+        let acks: Vec<i32> = replies
+            .iter()
+            .filter_map(|m| match m {
+                NetlinkMessage::Error(_, e) => Some(*e),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(acks, [0, 0, 0, 0, 0]);
+        let dumped: Vec<&NexthopMsg> = replies
+            .iter()
+            .filter_map(|m| match m {
+                NetlinkMessage::NewNexthop(_, m) if m.is_ours() => Some(m),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(dumped.len(), 4, "{replies:?}");
+        let wide = dumped.iter().find(|m| m.id == Some(201)).unwrap();
+        assert_eq!(
+            wide.group[0],
+            GroupMember {
+                id: 101,
+                weight: 300
+            }
+        );
+        assert_eq!(wide.group_type, Some(NEXTHOP_GRP_TYPE_MPATH));
+        let g = dumped.iter().find(|m| m.id == Some(200)).unwrap();
+        assert_eq!(
+            g.group,
+            [
+                GroupMember { id: 101, weight: 3 },
+                GroupMember { id: 102, weight: 1 }
+            ]
+        );
+        assert_eq!(g.group_type, Some(NEXTHOP_GRP_TYPE_RES));
+        assert_eq!(g.resilient.and_then(|r| r.buckets), Some(8));
+        assert_eq!(g.resilient.and_then(|r| r.idle_timer), Some(100));
+        let gw = dumped.iter().find(|m| m.id == Some(101)).unwrap();
+        assert_eq!(gw.gateway, Some(v4(10, 0, 0, 2)));
+        assert_eq!(gw.oif, Some(oif));
+
+        // And what iproute2 sees.
+        let shown: serde_json::Value =
+            serde_json::from_str(&ip(&["-j", "-n", n, "nexthop", "show", "id", "200"])).unwrap();
+        let grp = &shown[0]["group"];
+        assert_eq!(grp[0]["id"], 101);
+        assert_eq!(grp[0]["weight"], 3);
+        assert_eq!(grp[1]["id"], 102);
+        assert!(grp[1]["weight"].is_null() || grp[1]["weight"] == 1);
+        assert_eq!(shown[0]["type"], "resilient");
+        assert_eq!(shown[0]["resilient_args"]["buckets"], 8);
+        // The delete took effect.
+        let all = ip(&["-j", "-n", n, "nexthop", "show"]);
+        let all: serde_json::Value = serde_json::from_str(&all).unwrap();
+        assert!(all.as_array().unwrap().iter().all(|o| o["id"] != 201));
+    }
+
     fn arb_msg() -> impl Strategy<Value = NexthopMsg> {
         let gw = (
             any::<u32>(),
