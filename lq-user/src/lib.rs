@@ -3,6 +3,7 @@
 //! sockets, rtnetlink, timers).
 
 pub mod advertisement_json;
+pub mod controller;
 pub mod decode;
 pub mod path_table;
 pub mod pcap;

@@ -1,0 +1,347 @@
+//! Receiver (load-balancer) parameters, seed 003 section 10 (Table 3) and sections 4.1,
+//! 6.3, 6.4, 6.5, plus the kernel-side choices of how weights are programmed.
+//!
+//! Every value is validated once, in [`ControllerConfig::validate`], so that the rest of the
+//! controller can rely on the ranges (for example `miss_count >= 2`, `t_reweight > 0`)
+//! without re-checking them.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Default T_notify (seed section 10: 20 ms).
+pub const T_NOTIFY_DEFAULT: Duration = Duration::from_millis(20);
+/// Smallest T_notify the seed permits (section 10: 10-100 ms).
+pub const T_NOTIFY_MIN: Duration = Duration::from_millis(10);
+/// Largest T_notify the seed permits.
+pub const T_NOTIFY_MAX: Duration = Duration::from_millis(100);
+/// Default miss_count (section 10: 3).
+pub const MISS_COUNT_DEFAULT: u8 = 3;
+/// miss_count range (section 10: 2-10).
+pub const MISS_COUNT_RANGE: std::ops::RangeInclusive<u8> = 2..=10;
+/// Default damping gain g (section 6.4: RECOMMENDED 0.5).
+pub const GAIN_DEFAULT: f64 = 0.5;
+/// Permitted gain range (section 6.4: 0.25 to 1.0; 1.0 disables damping).
+pub const GAIN_MIN: f64 = 0.25;
+/// Upper end of the gain range.
+pub const GAIN_MAX: f64 = 1.0;
+/// Default number of buckets of a resilient nexthop group (the kernel's own default).
+pub const RESILIENT_BUCKETS_DEFAULT: u16 = 128;
+/// Default idle timer of a resilient group (the kernel's own default, 120 s).
+pub const RESILIENT_IDLE_TIMER_DEFAULT: Duration = Duration::from_secs(120);
+/// The kernel takes the resilient timers as `clock_t` (USER_HZ = 100) in a `u32`.
+pub const CLOCK_T_MAX: Duration = Duration::from_millis(u32::MAX as u64 * 10);
+
+/// How the qualities of parallel spine -> remote links are folded into one value per
+/// member (seed section 6.3 lets the receiver use "the minimum or weighted average").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ParallelLinkAggregation {
+    /// The worst parallel link decides: conservative, never overloads a congested member
+    /// link of a bundle that the spine hashes onto per flow.
+    #[default]
+    Minimum,
+    /// Mean of the link LQSs weighted by provisioned link capacity (slow-plane data from the
+    /// NNH mapping, never the diagnostics Link Capacity: section 5.5 forbids using it).
+    CapacityWeightedMean,
+}
+
+/// Kind of kernel nexthop group the weights are programmed into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupKind {
+    /// `type resilient`: buckets keep flows in place when weights change, so frequent
+    /// reweighting (every T_reweight) moves only the minimum share of flows.
+    Resilient {
+        /// Number of hash buckets (the kernel needs at least 1).
+        buckets: u16,
+        /// A bucket idle for this long may be migrated to an underweight member.
+        idle_timer: Duration,
+        /// After this long unbalanced, buckets migrate even if busy; 0 disables it.
+        unbalanced_timer: Duration,
+    },
+    /// `type mpath`: hash-threshold; any weight change may remap many flows.
+    HashThreshold,
+}
+
+impl Default for GroupKind {
+    fn default() -> Self {
+        Self::Resilient {
+            buckets: RESILIENT_BUCKETS_DEFAULT,
+            idle_timer: RESILIENT_IDLE_TIMER_DEFAULT,
+            unbalanced_timer: Duration::ZERO,
+        }
+    }
+}
+
+/// Largest integer weight the kernel accepts for one group member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WeightResolution {
+    /// 8-bit weights 1..=255: every kernel with nexthop objects (>= 5.3).
+    #[default]
+    Bits8,
+    /// 16-bit weights 1..=65535 (`weight_high`, kernel >= 6.12).
+    Bits16,
+}
+
+impl WeightResolution {
+    /// The largest kernel weight.
+    pub const fn max_weight(self) -> u32 {
+        match self {
+            Self::Bits8 => 255,
+            Self::Bits16 => 65_535,
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, Error, PartialEq)]
+pub enum ConfigError {
+    /// Section 10: T_notify is 10-100 ms.
+    #[error("t_notify {0:?} is outside 10..=100 ms (seed 003 section 10)")]
+    TNotify(Duration),
+    /// Section 10: miss_count is 2-10.
+    #[error("miss_count {0} is outside 2..=10 (seed 003 section 10)")]
+    MissCount(u8),
+    /// Section 10: T_reweight >= T_notify.
+    #[error(
+        "t_reweight {t_reweight:?} is shorter than t_notify {t_notify:?} (seed 003 section 10)"
+    )]
+    TReweight {
+        /// The refused value.
+        t_reweight: Duration,
+        /// The configured T_notify.
+        t_notify: Duration,
+    },
+    /// Section 6.4: g is 0.25-1.0.
+    #[error("damping gain {0} is outside 0.25..=1.0 (seed 003 section 6.4)")]
+    Gain(f64),
+    /// A resilient group needs at least one bucket.
+    #[error("a resilient group needs at least 1 bucket")]
+    Buckets,
+    /// The kernel carries the resilient timers as u32 clock_t (centiseconds).
+    #[error("resilient group timer {0:?} does not fit a u32 of centiseconds")]
+    Timer(Duration),
+}
+
+/// The controller's parameters. `Default` gives the seed's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ControllerConfig {
+    /// T_notify: the fabric-wide advertisement period (section 10: one value fabric-wide).
+    pub t_notify: Duration,
+    /// miss_count: a neighbor silent for miss_count x T_notify is failed (section 6.5).
+    pub miss_count: u8,
+    /// T_reweight: at most one weight application per destination per interval (6.4).
+    pub t_reweight: Duration,
+    /// Damping gain g (6.4).
+    pub gain: f64,
+    /// Parallel spine -> remote link aggregation (6.3).
+    pub parallel_links: ParallelLinkAggregation,
+    /// Scale targets by member capacity: weight = f(capacity, quality) (section 4.1).
+    /// Off by default: 6.3 makes the target proportional to path quality alone.
+    pub capacity_weighting: bool,
+    /// Kernel group kind.
+    pub group: GroupKind,
+    /// Kernel weight range.
+    pub weight_resolution: WeightResolution,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            t_notify: T_NOTIFY_DEFAULT,
+            miss_count: MISS_COUNT_DEFAULT,
+            // Section 6.4: T_reweight is RECOMMENDED to equal T_notify.
+            t_reweight: T_NOTIFY_DEFAULT,
+            gain: GAIN_DEFAULT,
+            parallel_links: ParallelLinkAggregation::default(),
+            capacity_weighting: false,
+            group: GroupKind::default(),
+            weight_resolution: WeightResolution::default(),
+        }
+    }
+}
+
+impl ControllerConfig {
+    /// The defaults with another T_notify, and T_reweight following it (6.4 recommends
+    /// T_reweight = T_notify).
+    pub fn with_t_notify(t_notify: Duration) -> Self {
+        Self {
+            t_notify,
+            t_reweight: t_notify,
+            ..Self::default()
+        }
+    }
+
+    /// Check every parameter against the seed's ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(T_NOTIFY_MIN..=T_NOTIFY_MAX).contains(&self.t_notify) {
+            return Err(ConfigError::TNotify(self.t_notify));
+        }
+        if !MISS_COUNT_RANGE.contains(&self.miss_count) {
+            return Err(ConfigError::MissCount(self.miss_count));
+        }
+        if self.t_reweight < self.t_notify {
+            return Err(ConfigError::TReweight {
+                t_reweight: self.t_reweight,
+                t_notify: self.t_notify,
+            });
+        }
+        // `contains` is false for NaN, so NaN is refused too.
+        if !(GAIN_MIN..=GAIN_MAX).contains(&self.gain) {
+            return Err(ConfigError::Gain(self.gain));
+        }
+        if let GroupKind::Resilient {
+            buckets,
+            idle_timer,
+            unbalanced_timer,
+        } = self.group
+        {
+            if buckets == 0 {
+                return Err(ConfigError::Buckets);
+            }
+            for t in [idle_timer, unbalanced_timer] {
+                if t > CLOCK_T_MAX {
+                    return Err(ConfigError::Timer(t));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// T_notify in nanoseconds.
+    pub fn t_notify_ns(&self) -> u64 {
+        duration_ns(self.t_notify)
+    }
+
+    /// T_reweight in nanoseconds.
+    pub fn t_reweight_ns(&self) -> u64 {
+        duration_ns(self.t_reweight)
+    }
+
+    /// miss_count x T_notify: the failure-detection (and entry-ageing) time, section 6.5.
+    pub fn dead_interval_ns(&self) -> u64 {
+        self.t_notify_ns()
+            .saturating_mul(u64::from(self.miss_count))
+    }
+
+    /// 1.1 x T_notify: after this a neighbor is shown as stale (the largest jittered
+    /// periodic interval, section 7.2, has passed without a datagram).
+    pub fn stale_after_ns(&self) -> u64 {
+        self.t_notify_ns().saturating_mul(11) / 10
+    }
+}
+
+/// A `Duration` in nanoseconds, saturating (a `Duration` can exceed `u64` ns).
+pub fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_seeds() {
+        let c = ControllerConfig::default();
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.t_notify, Duration::from_millis(20));
+        assert_eq!(c.t_reweight, c.t_notify);
+        assert_eq!(c.miss_count, 3);
+        assert_eq!(c.gain, 0.5);
+        assert_eq!(c.parallel_links, ParallelLinkAggregation::Minimum);
+        assert!(!c.capacity_weighting);
+        assert_eq!(
+            c.group,
+            GroupKind::Resilient {
+                buckets: 128,
+                idle_timer: Duration::from_secs(120),
+                unbalanced_timer: Duration::ZERO
+            }
+        );
+        assert_eq!(c.weight_resolution.max_weight(), 255);
+        assert_eq!(c.dead_interval_ns(), 60_000_000);
+        assert_eq!(c.stale_after_ns(), 22_000_000);
+    }
+
+    #[test]
+    fn range_ends_are_accepted_and_outside_refused() {
+        for ms in [10, 100] {
+            let c = ControllerConfig::with_t_notify(Duration::from_millis(ms));
+            assert_eq!(c.validate(), Ok(()), "{ms}");
+        }
+        for ms in [9, 101, 0] {
+            let c = ControllerConfig::with_t_notify(Duration::from_millis(ms));
+            assert!(matches!(c.validate(), Err(ConfigError::TNotify(_))), "{ms}");
+        }
+        for m in [2, 10] {
+            let c = ControllerConfig {
+                miss_count: m,
+                ..Default::default()
+            };
+            assert_eq!(c.validate(), Ok(()));
+        }
+        for m in [0, 1, 11] {
+            let c = ControllerConfig {
+                miss_count: m,
+                ..Default::default()
+            };
+            assert_eq!(c.validate(), Err(ConfigError::MissCount(m)));
+        }
+        for g in [0.25, 1.0] {
+            let c = ControllerConfig {
+                gain: g,
+                ..Default::default()
+            };
+            assert_eq!(c.validate(), Ok(()));
+        }
+        for g in [0.2, 1.01, f64::NAN, f64::INFINITY] {
+            let c = ControllerConfig {
+                gain: g,
+                ..Default::default()
+            };
+            assert!(matches!(c.validate(), Err(ConfigError::Gain(_))));
+        }
+    }
+
+    #[test]
+    fn t_reweight_must_not_be_shorter_than_t_notify() {
+        let c = ControllerConfig {
+            t_reweight: Duration::from_millis(19),
+            ..Default::default()
+        };
+        assert!(matches!(c.validate(), Err(ConfigError::TReweight { .. })));
+        let c = ControllerConfig {
+            t_reweight: Duration::from_millis(40),
+            ..Default::default()
+        };
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn resilient_parameters_are_checked() {
+        let c = ControllerConfig {
+            group: GroupKind::Resilient {
+                buckets: 0,
+                idle_timer: Duration::ZERO,
+                unbalanced_timer: Duration::ZERO,
+            },
+            ..Default::default()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::Buckets));
+        let c = ControllerConfig {
+            group: GroupKind::Resilient {
+                buckets: 8,
+                idle_timer: CLOCK_T_MAX + Duration::from_millis(10),
+                unbalanced_timer: Duration::ZERO,
+            },
+            ..Default::default()
+        };
+        assert!(matches!(c.validate(), Err(ConfigError::Timer(_))));
+        let c = ControllerConfig {
+            group: GroupKind::HashThreshold,
+            weight_resolution: WeightResolution::Bits16,
+            ..Default::default()
+        };
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.weight_resolution.max_weight(), 65_535);
+    }
+}

@@ -1,0 +1,533 @@
+//! From the path quality table to one quality per next-hop member and destination (seed
+//! 003 sections 6.1-6.3).
+//!
+//! Inputs: the NNH mapping ([`NnhMapping`], section 6.1), the local uplink qualities
+//! ([`LocalQuality`], the "local DLB" of 6.3), a snapshot of the path table written by the
+//! XDP receiver (section 6.2) and the set of failed spines from the heartbeat (6.5).
+//! Output: per destination, `path_quality(member) = min(local_quality, remote LQS)`.
+//!
+//! Only LQS (and the entry's age) are read from a [`PathValue`]; the diagnostics fields are
+//! never looked at, because section 5.5 says receivers MUST NOT use them for forwarding.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use lq_common::maps::{NeighborKey, PathKey, PathValue};
+use tracing::debug;
+
+use super::config::{ControllerConfig, ParallelLinkAggregation};
+use super::heartbeat::entry_expired;
+
+/// A node identity: (AS, Router-ID), AS 0 when unqualified (section 6.2).
+pub type NodeId = NeighborKey;
+
+/// Shorthand for a [`NodeId`].
+pub const fn node(node_as: u32, node_id: u32) -> NodeId {
+    NeighborKey { node_as, node_id }
+}
+
+/// Identifier of a local uplink (the leaf's ifIndex, or any stable id the caller uses).
+pub type UplinkId = u32;
+
+/// A destination prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Prefix {
+    /// Network address.
+    pub addr: IpAddr,
+    /// Prefix length.
+    pub len: u8,
+}
+
+/// One next-hop member: a local uplink towards a spine. Several uplinks to the same spine
+/// are separate members (each has its own local quality and its own kernel nexthop).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Uplink {
+    /// The spine at the far end.
+    pub spine: NodeId,
+    /// Capacity in Gbps (slow plane: used only when capacity weighting is on, 4.1).
+    pub capacity_gbps: f64,
+}
+
+/// The NNH mapping of section 6.1 plus the leaf's next-hop members.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NnhMapping {
+    /// Next-hop members by local uplink id.
+    pub uplinks: BTreeMap<UplinkId, Uplink>,
+    /// Destination -> remote node R through which it is reachable (the NNH). `None`: the
+    /// destination is known (it has a group) but the mapping is missing: local-only (6.1).
+    pub destinations: BTreeMap<Prefix, Option<NodeId>>,
+    /// Provisioned capacity of a spine -> remote link `(spine, remote, link_id)`, used only
+    /// by [`ParallelLinkAggregation::CapacityWeightedMean`]; a missing link counts as 1 so
+    /// that the rule degrades to a plain mean.
+    pub remote_link_capacity: BTreeMap<(NodeId, NodeId, u32), f64>,
+}
+
+/// Local quality of each uplink, 0..=255 (section 6.3 `local_quality(S)`). Until the helper
+/// pipeline measures it, it is 255 for an up uplink and 0 for a down one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LocalQuality {
+    quality: BTreeMap<UplinkId, u8>,
+}
+
+impl LocalQuality {
+    /// Mark an uplink up (255) or down (0).
+    pub fn set_up(&mut self, uplink: UplinkId, up: bool) {
+        self.quality.insert(uplink, if up { 255 } else { 0 });
+    }
+
+    /// Set a measured quality.
+    pub fn set(&mut self, uplink: UplinkId, quality: u8) {
+        self.quality.insert(uplink, quality);
+    }
+
+    /// The quality of an uplink; an uplink never reported is taken as down, so a member is
+    /// only used once the link state is known.
+    pub fn get(&self, uplink: UplinkId) -> u8 {
+        self.quality.get(&uplink).copied().unwrap_or(0)
+    }
+}
+
+/// Where a destination's qualities came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QualitySource {
+    /// Remote LQS entries were combined with local quality (6.3).
+    Remote,
+    /// No NNH mapping for the destination: local-only (DLB) quality (6.1).
+    LocalOnlyNoMapping,
+    /// A mapping, but no path table entry for the remote through any member's spine.
+    LocalOnlyNoEntries,
+}
+
+/// The quality of one member for one destination.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemberQuality {
+    /// The member.
+    pub uplink: UplinkId,
+    /// Its spine.
+    pub spine: NodeId,
+    /// Its capacity (Gbps).
+    pub capacity_gbps: f64,
+    /// Local uplink quality.
+    pub local: u8,
+    /// Aggregated remote LQS through that spine, `None` when there is no entry.
+    pub remote: Option<u8>,
+    /// `min(local, remote)`, or `local` when `remote` is `None`.
+    pub quality: u8,
+}
+
+/// The qualities of every member for one destination.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DestinationQuality {
+    /// How they were obtained.
+    pub source: QualitySource,
+    /// One per member, in uplink id order.
+    pub members: Vec<MemberQuality>,
+}
+
+/// The result of [`compute`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PathQualityReport {
+    /// Per destination.
+    pub destinations: BTreeMap<Prefix, DestinationQuality>,
+    /// Entries whose remote node is the NNH of no destination: kept, unused (6.1).
+    pub unknown_remote_entries: usize,
+    /// Entries from nodes that are not the spine of any member (unused).
+    pub unknown_spine_entries: usize,
+    /// Entries counted as LQS 0 because they aged out or their spine failed (6.5).
+    pub failed_entries: usize,
+}
+
+/// The path table reduced to what forwarding may use: the effective LQS of every
+/// `(spine, remote, link)` after ageing and failure (section 6.5 and the wire spec: a
+/// failed neighbor's or an unrefreshed entry counts as LQS 0 / CL 7).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathSnapshot {
+    links: BTreeMap<(NodeId, NodeId), Vec<(u32, u8)>>,
+    failed_entries: usize,
+}
+
+impl PathSnapshot {
+    /// Build from a copy of the BPF path table.
+    pub fn from_map(
+        table: &BTreeMap<PathKey, PathValue>,
+        now_ns: u64,
+        dead_interval_ns: u64,
+        failed_spines: &BTreeSet<NodeId>,
+    ) -> Self {
+        Self::from_entries(
+            table.iter().map(|(k, v)| (*k, *v)),
+            now_ns,
+            dead_interval_ns,
+            failed_spines,
+        )
+    }
+
+    /// Build from any iteration of the path table (e.g. a BPF map iterator).
+    pub fn from_entries(
+        entries: impl IntoIterator<Item = (PathKey, PathValue)>,
+        now_ns: u64,
+        dead_interval_ns: u64,
+        failed_spines: &BTreeSet<NodeId>,
+    ) -> Self {
+        let mut s = Self::default();
+        for (k, v) in entries {
+            let spine = node(k.spine_as, k.spine_id);
+            let remote = node(k.remote_as, k.remote_id);
+            let failed = failed_spines.contains(&spine)
+                || entry_expired(v.last_update_ns, now_ns, dead_interval_ns);
+            let lqs = if failed {
+                s.failed_entries += 1;
+                0
+            } else {
+                v.lqs
+            };
+            s.links
+                .entry((spine, remote))
+                .or_default()
+                .push((k.link_id, lqs));
+        }
+        for v in s.links.values_mut() {
+            // Map iteration order is arbitrary; sorting keeps every result deterministic.
+            v.sort_unstable();
+        }
+        s
+    }
+
+    /// Effective LQS of every link from `spine` to `remote`, by link id.
+    pub fn links(&self, spine: NodeId, remote: NodeId) -> &[(u32, u8)] {
+        self.links
+            .get(&(spine, remote))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+}
+
+/// Fold the LQS of parallel spine -> remote links into one value (section 6.3 permits the
+/// minimum or a weighted average). `None` when there is no link.
+fn aggregate(
+    rule: ParallelLinkAggregation,
+    mapping: &NnhMapping,
+    spine: NodeId,
+    remote: NodeId,
+    links: &[(u32, u8)],
+) -> Option<u8> {
+    match rule {
+        ParallelLinkAggregation::Minimum => links.iter().map(|&(_, q)| q).min(),
+        ParallelLinkAggregation::CapacityWeightedMean => {
+            if links.is_empty() {
+                return None;
+            }
+            let (mut num, mut den) = (0.0f64, 0.0f64);
+            for &(link, q) in links {
+                let c = mapping
+                    .remote_link_capacity
+                    .get(&(spine, remote, link))
+                    .copied()
+                    .filter(|c| c.is_finite() && *c >= 0.0)
+                    .unwrap_or(1.0);
+                num += c * f64::from(q);
+                den += c;
+            }
+            if den <= 0.0 {
+                // Every link provisioned at capacity 0: nothing usable.
+                return Some(0);
+            }
+            // Floor so that the mean never rounds a near-dead bundle up; clamp is exact for
+            // a convex combination of values in 0..=255.
+            Some((num / den).floor().clamp(0.0, 255.0) as u8)
+        }
+    }
+}
+
+/// Compute the per-destination member qualities (section 6.3).
+pub fn compute(
+    config: &ControllerConfig,
+    mapping: &NnhMapping,
+    local: &LocalQuality,
+    snapshot: &PathSnapshot,
+) -> PathQualityReport {
+    let mut report = PathQualityReport {
+        failed_entries: snapshot.failed_entries,
+        ..Default::default()
+    };
+    let spines: BTreeSet<NodeId> = mapping.uplinks.values().map(|u| u.spine).collect();
+    let remotes: BTreeSet<NodeId> = mapping.destinations.values().flatten().copied().collect();
+    for (&(spine, remote), links) in &snapshot.links {
+        if !spines.contains(&spine) {
+            report.unknown_spine_entries += links.len();
+        } else if !remotes.contains(&remote) {
+            report.unknown_remote_entries += links.len();
+        }
+    }
+
+    for (prefix, remote) in &mapping.destinations {
+        let mut members = Vec::with_capacity(mapping.uplinks.len());
+        let mut any_remote = false;
+        for (&uplink, u) in &mapping.uplinks {
+            let local_q = local.get(uplink);
+            let remote_q = remote.and_then(|r| {
+                aggregate(
+                    config.parallel_links,
+                    mapping,
+                    u.spine,
+                    r,
+                    snapshot.links(u.spine, r),
+                )
+            });
+            any_remote |= remote_q.is_some();
+            members.push(MemberQuality {
+                uplink,
+                spine: u.spine,
+                capacity_gbps: u.capacity_gbps,
+                local: local_q,
+                remote: remote_q,
+                // A member whose spine has no entry for R is constrained by local quality
+                // only: absence of data is not evidence of congestion.
+                quality: remote_q.map_or(local_q, |r| r.min(local_q)),
+            });
+        }
+        let source = match remote {
+            None => QualitySource::LocalOnlyNoMapping,
+            Some(_) if !any_remote => QualitySource::LocalOnlyNoEntries,
+            Some(_) => QualitySource::Remote,
+        };
+        if source != QualitySource::Remote {
+            debug!(
+                ?prefix,
+                ?source,
+                "destination falls back to local-only quality (6.1)"
+            );
+        }
+        report
+            .destinations
+            .insert(*prefix, DestinationQuality { source, members });
+    }
+    report
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    pub(crate) fn prefix(a: u8) -> Prefix {
+        Prefix {
+            addr: IpAddr::V4(Ipv4Addr::new(10, 1, a, 0)),
+            len: 24,
+        }
+    }
+
+    pub(crate) fn key(spine: u32, remote: u32, link: u32) -> PathKey {
+        PathKey {
+            spine_as: 0,
+            spine_id: spine,
+            remote_as: 0,
+            remote_id: remote,
+            link_id: link,
+        }
+    }
+
+    pub(crate) fn value(lqs: u8, t: u64) -> PathValue {
+        PathValue {
+            last_update_ns: t,
+            lqs,
+            ..Default::default()
+        }
+    }
+
+    /// Four spines 1..=4, one uplink each (ids 11..=14), destination 10.1.4.0/24 behind
+    /// remote leaf 104 (seed section 8 / Appendix B).
+    pub(crate) fn fabric() -> (NnhMapping, LocalQuality) {
+        let mut m = NnhMapping::default();
+        let mut l = LocalQuality::default();
+        for s in 1..=4u32 {
+            m.uplinks.insert(
+                10 + s,
+                Uplink {
+                    spine: node(0, s),
+                    capacity_gbps: 400.0,
+                },
+            );
+            l.set_up(10 + s, true);
+        }
+        m.destinations.insert(prefix(4), Some(node(0, 104)));
+        (m, l)
+    }
+
+    fn qualities(r: &PathQualityReport, p: Prefix) -> Vec<u8> {
+        r.destinations[&p]
+            .members
+            .iter()
+            .map(|m| m.quality)
+            .collect()
+    }
+
+    fn run(
+        cfg: &ControllerConfig,
+        m: &NnhMapping,
+        l: &LocalQuality,
+        t: &BTreeMap<PathKey, PathValue>,
+        now: u64,
+    ) -> PathQualityReport {
+        let snap = PathSnapshot::from_map(t, now, cfg.dead_interval_ns(), &BTreeSet::new());
+        compute(cfg, m, l, &snap)
+    }
+
+    #[test]
+    fn min_of_local_and_remote() {
+        let cfg = ControllerConfig::default();
+        let (m, mut l) = fabric();
+        l.set(13, 100);
+        let mut t = BTreeMap::new();
+        for (s, q) in [(1, 237), (2, 72), (3, 237), (4, 237)] {
+            t.insert(key(s, 104, 7), value(q, 0));
+        }
+        let r = run(&cfg, &m, &l, &t, 1_000);
+        assert_eq!(qualities(&r, prefix(4)), [237, 72, 100, 237]);
+        assert_eq!(r.destinations[&prefix(4)].source, QualitySource::Remote);
+    }
+
+    #[test]
+    fn missing_mapping_or_entries_fall_back_to_local() {
+        let cfg = ControllerConfig::default();
+        let (mut m, mut l) = fabric();
+        l.set_up(12, false);
+        m.destinations.insert(prefix(5), None);
+        m.destinations.insert(prefix(6), Some(node(0, 106)));
+        let mut t = BTreeMap::new();
+        t.insert(key(1, 104, 7), value(50, 0));
+        // An entry for a remote no destination maps to: kept, counted, unused.
+        t.insert(key(1, 999, 7), value(1, 0));
+        t.insert(key(1, 998, 8), value(1, 0));
+        // An entry from a node that is no member's spine.
+        t.insert(key(77, 104, 7), value(1, 0));
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(5)), [255, 0, 255, 255]);
+        assert_eq!(
+            r.destinations[&prefix(5)].source,
+            QualitySource::LocalOnlyNoMapping
+        );
+        assert_eq!(qualities(&r, prefix(6)), [255, 0, 255, 255]);
+        assert_eq!(
+            r.destinations[&prefix(6)].source,
+            QualitySource::LocalOnlyNoEntries
+        );
+        // Spines 2-4 have no entry for 104: their members keep local quality.
+        assert_eq!(qualities(&r, prefix(4)), [50, 0, 255, 255]);
+        assert_eq!(r.unknown_remote_entries, 2);
+        assert_eq!(r.unknown_spine_entries, 1);
+    }
+
+    #[test]
+    fn parallel_links_minimum_and_capacity_weighted_mean() {
+        let (mut m, l) = fabric();
+        let mut t = BTreeMap::new();
+        for s in 1..=4 {
+            t.insert(key(s, 104, 7), value(200, 0));
+        }
+        t.insert(key(1, 104, 8), value(100, 0));
+        let cfg = ControllerConfig::default();
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(4)), [100, 200, 200, 200]);
+
+        let cfg = ControllerConfig {
+            parallel_links: ParallelLinkAggregation::CapacityWeightedMean,
+            ..Default::default()
+        };
+        // Unprovisioned capacities: plain mean.
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(4)), [150, 200, 200, 200]);
+        // 300 G at LQS 200 and 100 G at LQS 100: (3 x 200 + 100) / 4 = 175.
+        m.remote_link_capacity
+            .insert((node(0, 1), node(0, 104), 7), 300.0);
+        m.remote_link_capacity
+            .insert((node(0, 1), node(0, 104), 8), 100.0);
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(4)), [175, 200, 200, 200]);
+    }
+
+    #[test]
+    fn shared_link_uses_the_per_destination_entry() {
+        let cfg = ControllerConfig::default();
+        let (mut m, l) = fabric();
+        m.destinations.insert(prefix(5), Some(node(0, 105)));
+        let mut t = BTreeMap::new();
+        for s in 1..=4 {
+            // One link 7 from every spine reaches both 104 and 105 (section 6.2 case 3).
+            t.insert(key(s, 104, 7), value(240, 0));
+            t.insert(key(s, 105, 7), value(240, 0));
+        }
+        t.insert(key(2, 105, 7), value(30, 0));
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(4)), [240, 240, 240, 240]);
+        assert_eq!(qualities(&r, prefix(5)), [240, 30, 240, 240]);
+    }
+
+    #[test]
+    fn parallel_local_uplinks_to_one_spine_are_separate_members() {
+        let cfg = ControllerConfig::default();
+        let (mut m, mut l) = fabric();
+        m.uplinks.insert(
+            21,
+            Uplink {
+                spine: node(0, 1),
+                capacity_gbps: 400.0,
+            },
+        );
+        l.set(21, 90);
+        let mut t = BTreeMap::new();
+        for s in 1..=4 {
+            t.insert(key(s, 104, 7), value(200, 0));
+        }
+        let r = run(&cfg, &m, &l, &t, 0);
+        let d = &r.destinations[&prefix(4)];
+        assert_eq!(d.members.len(), 5);
+        assert_eq!(qualities(&r, prefix(4)), [200, 200, 200, 200, 90]);
+        assert_eq!(d.members[4].spine, node(0, 1));
+    }
+
+    #[test]
+    fn aged_entries_and_failed_spines_count_as_zero() {
+        let cfg = ControllerConfig::default();
+        let (m, l) = fabric();
+        let mut t = BTreeMap::new();
+        t.insert(key(1, 104, 7), value(200, 0));
+        t.insert(key(2, 104, 7), value(200, 10_000_000));
+        t.insert(key(3, 104, 7), value(200, 10_000_000));
+        t.insert(key(4, 104, 7), value(200, 10_000_000));
+        // Spine 1's entry is 60 ms old at T = 60 ms: expired (miss_count x T_notify).
+        let failed = BTreeSet::from([node(0, 4)]);
+        let snap = PathSnapshot::from_map(&t, 60_000_000, cfg.dead_interval_ns(), &failed);
+        let r = compute(&cfg, &m, &l, &snap);
+        assert_eq!(qualities(&r, prefix(4)), [0, 200, 200, 0]);
+        assert_eq!(r.failed_entries, 2);
+    }
+
+    #[test]
+    fn diagnostics_never_change_the_output() {
+        // Section 5.5: diagnostics MUST NOT be used for forwarding decisions.
+        let cfg = ControllerConfig {
+            parallel_links: ParallelLinkAggregation::CapacityWeightedMean,
+            ..Default::default()
+        };
+        let (m, l) = fabric();
+        let mut plain = BTreeMap::new();
+        for s in 1..=4 {
+            plain.insert(key(s, 104, 7), value(100 + s as u8, 5));
+            plain.insert(key(s, 104, 8), value(50 + s as u8, 5));
+        }
+        let base = run(&cfg, &m, &l, &plain, 10);
+        let mut noisy = plain.clone();
+        for (i, v) in noisy.values_mut().enumerate() {
+            let i = i as u8;
+            v.flags ^= lq_common::maps::PATH_FLAG_DIAGNOSTICS
+                | lq_common::maps::PATH_FLAG_DROPS
+                | lq_common::maps::PATH_FLAG_PFC_FABRIC;
+            v.link_capacity_bits = 400.0f32.to_bits() + u32::from(i) * 1_000_000;
+            v.queue_depth = 255 - i;
+            v.ecn_marking_rate = 31;
+            v.pfc_pause_fraction = i % 32;
+        }
+        assert_eq!(run(&cfg, &m, &l, &noisy, 10), base);
+    }
+}
