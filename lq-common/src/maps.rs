@@ -20,6 +20,8 @@ pub const AS_PLAN_MAP: &str = "LQ_AS_PLAN";
 pub const EVENT_MAP: &str = "LQ_EVENTS";
 /// The XDP program's name in the object.
 pub const XDP_PROGRAM: &str = "lq_receiver";
+/// An empty XDP_PASS program in the same object: the benchmarks' baseline.
+pub const XDP_BASELINE_PROGRAM: &str = "lq_baseline_pass";
 
 /// Capacity of the path table: 64 spines x 512 remote leaves.
 pub const PATH_TABLE_CAPACITY: u32 = 32_768;
@@ -43,7 +45,11 @@ pub fn as_range_prefixes(range: AsRange) -> impl Iterator<Item = (u32, u32)> {
             return None;
         }
         // The largest aligned block starting at `next` that does not pass `last`.
-        let mut bits = if next == 0 { 32 } else { next.trailing_zeros().min(32) };
+        let mut bits = if next == 0 {
+            32
+        } else {
+            next.trailing_zeros().min(32)
+        };
         while bits > 0 && next + (1u64 << bits) - 1 > last {
             bits -= 1;
         }
@@ -305,12 +311,23 @@ mod tests {
 
     #[test]
     fn whole_space_and_single_values() {
-        let all: Vec<_> = as_range_prefixes(AsRange { first: 0, last: u32::MAX }).collect();
+        let all: Vec<_> = as_range_prefixes(AsRange {
+            first: 0,
+            last: u32::MAX,
+        })
+        .collect();
         assert_eq!(all, [(0, 0)]);
         let one: Vec<_> = as_range_prefixes(AsRange::single(65001)).collect();
         assert_eq!(one, [(32, 65001)]);
         assert_eq!(as_range_prefixes(AsRange { first: 2, last: 1 }).count(), 0);
-        assert!(as_range_prefixes(AsRange { first: 1, last: u32::MAX - 1 }).count() <= 62);
+        assert!(
+            as_range_prefixes(AsRange {
+                first: 1,
+                last: u32::MAX - 1
+            })
+            .count()
+                <= 62
+        );
     }
 
     proptest! {

@@ -17,8 +17,9 @@ use aya::{
     programs::{ProgramError, Xdp, XdpMode},
 };
 use lq_common::maps::{
-    AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP, NEIGHBOR_MAP,
-    NeighborKey, NeighborValue, PATH_TABLE_MAP, PathKey, PathValue, ReceiverConfig, XDP_PROGRAM,
+    AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP,
+    NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_TABLE_MAP, PathKey, PathValue, ReceiverConfig,
+    XDP_PROGRAM,
 };
 use lq_common::{maps::as_range_prefixes, wire::AsRange};
 
@@ -26,7 +27,13 @@ use lq_common::{maps::as_range_prefixes, wire::AsRange};
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lq"));
 
 /// Maps the receiver pins under its instance folder, so a daemon restart keeps them.
-pub const PINNED_MAPS: [&str; 5] = [PATH_TABLE_MAP, NEIGHBOR_MAP, COUNTER_MAP, CONFIG_MAP, AS_PLAN_MAP];
+pub const PINNED_MAPS: [&str; 5] = [
+    PATH_TABLE_MAP,
+    NEIGHBOR_MAP,
+    COUNTER_MAP,
+    CONFIG_MAP,
+    AS_PLAN_MAP,
+];
 
 /// Default bpffs folder of one `lqd` instance.
 pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/lq";
@@ -71,6 +78,9 @@ pub enum PathTableError {
     /// Too many AS ranges.
     #[error("the AS plan has {0} ranges; the receiver holds at most {AS_PLAN_MAX}")]
     AsPlanTooLarge(usize),
+    /// lqd was built with AYA_BUILD_SKIP=1: it has no eBPF object.
+    #[error("this lqd was built without its eBPF object (AYA_BUILD_SKIP=1); build it with `cargo xtask build`")]
+    NoObject,
     /// No pinned maps: no receiver has run with this pin folder.
     #[error("no pinned path table at {0}: is lqd running as a load-balancer with this --pin-dir?")]
     NotPinned(PathBuf),
@@ -135,6 +145,9 @@ impl XdpReceiver {
     /// Loads the receiver, reusing maps already pinned under `pin_dir` (a restart keeps the
     /// table and the counters), and writes `settings`. Does not attach.
     pub fn load(pin_dir: &Path, settings: &ReceiverSettings) -> Result<Self, PathTableError> {
+        if EBPF_OBJECT.is_empty() {
+            return Err(PathTableError::NoObject);
+        }
         std::fs::create_dir_all(pin_dir).map_err(|source| PathTableError::PinFolder {
             path: pin_dir.into(),
             source,
@@ -174,8 +187,12 @@ impl XdpReceiver {
     pub fn configure(&mut self, settings: &ReceiverSettings) -> Result<(), PathTableError> {
         let cfg = settings.to_config()?;
         // The AS plan trie first, so the plan is complete before the config says it exists.
-        let map = self.ebpf.map_mut(AS_PLAN_MAP).ok_or(PathTableError::MissingMap(AS_PLAN_MAP))?;
-        let mut trie: LpmTrie<&mut MapData, [u8; 4], u8> = LpmTrie::try_from(map).map_err(map_err(AS_PLAN_MAP))?;
+        let map = self
+            .ebpf
+            .map_mut(AS_PLAN_MAP)
+            .ok_or(PathTableError::MissingMap(AS_PLAN_MAP))?;
+        let mut trie: LpmTrie<&mut MapData, [u8; 4], u8> =
+            LpmTrie::try_from(map).map_err(map_err(AS_PLAN_MAP))?;
         let wanted: Vec<(u32, [u8; 4])> = cfg
             .as_plan()
             .iter()
@@ -183,7 +200,8 @@ impl XdpReceiver {
             .map(|(len, first)| (len, first.to_be_bytes()))
             .collect();
         for (len, data) in &wanted {
-            trie.insert(&Key::new(*len, *data), 1, 0).map_err(map_err(AS_PLAN_MAP))?;
+            trie.insert(&Key::new(*len, *data), 1, 0)
+                .map_err(map_err(AS_PLAN_MAP))?;
         }
         let stale: Vec<Key<[u8; 4]>> = trie
             .keys()

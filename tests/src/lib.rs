@@ -12,12 +12,19 @@ pub mod xdp;
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "privileged tests must run as root: use `cargo xtask test`");
+    assert_eq!(
+        euid, 0,
+        "privileged tests must run as root: use `cargo xtask test`"
+    );
 }
 
 /// A name unique to this process and call, for namespaces and pin folders.
 pub fn unique_name(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }

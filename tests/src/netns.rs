@@ -63,25 +63,50 @@ impl NetNs {
             }
             Ok(f())
         });
-        handle.join().map_err(|_| anyhow::anyhow!("thread in {} panicked", self.name))?
+        handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("thread in {} panicked", self.name))?
     }
 }
 
 impl Drop for NetNs {
     fn drop(&mut self) {
         // Kill anything still running inside, then delete the namespace (its veths go too).
-        let _ = Command::new("ip").args(["netns", "pids", &self.name]).output().map(|o| {
-            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                let _ = Command::new("kill").args(["-9", pid]).status();
-            }
-        });
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "pids", &self.name])
+            .output()
+            .map(|o| {
+                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            });
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
     }
 }
 
 /// Creates a veth pair with one end in each namespace, addresses them and brings them up.
-pub fn veth_pair(a: &NetNs, a_if: &str, a_addr: &str, b: &NetNs, b_if: &str, b_addr: &str) -> Result<()> {
-    a.ip(&["link", "add", a_if, "type", "veth", "peer", "name", b_if, "netns", b.name()])?;
+pub fn veth_pair(
+    a: &NetNs,
+    a_if: &str,
+    a_addr: &str,
+    b: &NetNs,
+    b_if: &str,
+    b_addr: &str,
+) -> Result<()> {
+    a.ip(&[
+        "link",
+        "add",
+        a_if,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b_if,
+        "netns",
+        b.name(),
+    ])?;
     a.ip(&["addr", "add", a_addr, "dev", a_if])?;
     b.ip(&["addr", "add", b_addr, "dev", b_if])?;
     a.ip(&["link", "set", a_if, "up"])?;

@@ -23,7 +23,11 @@ pub enum Ip {
 
 impl Ip {
     /// IPv4, TTL 255, no fragment, no options.
-    pub const V4_GTSM: Ip = Ip::V4 { ttl: 255, frag: 0, options: 0 };
+    pub const V4_GTSM: Ip = Ip::V4 {
+        ttl: 255,
+        frag: 0,
+        options: 0,
+    };
     /// IPv6, Hop Limit 255.
     pub const V6_GTSM: Ip = Ip::V6 { hop_limit: 255 };
 }

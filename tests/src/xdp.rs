@@ -29,7 +29,11 @@ impl TestReceiver {
         let pin_dir = PathBuf::from("/sys/fs/bpf").join(crate::unique_name("lq-test"));
         let receiver = XdpReceiver::load(&pin_dir, settings).context("load receiver")?;
         let reader = receiver.reader()?;
-        Ok(Self { receiver, reader, pin_dir })
+        Ok(Self {
+            receiver,
+            reader,
+            pin_dir,
+        })
     }
 
     /// Runs one frame; returns the XDP verdict.

@@ -8,9 +8,21 @@ use lq_tests::xdp::{TestReceiver, settings};
 #[test]
 fn receiver_loads_well_within_the_verifier_budget() {
     let mut rx = TestReceiver::load(&settings()).unwrap();
-    let prog: &mut Xdp = rx.receiver.ebpf_mut().program_mut(XDP_PROGRAM).unwrap().try_into().unwrap();
+    let prog: &mut Xdp = rx
+        .receiver
+        .ebpf_mut()
+        .program_mut(XDP_PROGRAM)
+        .unwrap()
+        .try_into()
+        .unwrap();
     let info = prog.info().unwrap();
     let verified = info.verified_instruction_count().unwrap_or(0);
-    println!("verified instructions: {verified} (limit 1000000), size {} octets", info.size_translated().unwrap_or(0));
-    assert!(verified < 500_000, "verifier budget more than half used: {verified}");
+    println!(
+        "verified instructions: {verified} (limit 1000000), size {} octets",
+        info.size_translated().unwrap_or(0)
+    );
+    assert!(
+        verified < 500_000,
+        "verifier budget more than half used: {verified}"
+    );
 }

@@ -19,7 +19,10 @@ struct Fixture {
 }
 
 fn valid_payload(seq: u16) -> Vec<u8> {
-    payload(&header(ip4(10, 0, 0, 2), seq), &[entry(ip4(10, 0, 1, 4), 7, 200, 1)])
+    payload(
+        &header(ip4(10, 0, 0, 2), seq),
+        &[entry(ip4(10, 0, 1, 4), 7, 200, 1)],
+    )
 }
 
 fn with<F: FnOnce(&mut FrameSpec)>(seq: u16, f: F) -> Vec<u8> {
@@ -30,77 +33,290 @@ fn with<F: FnOnce(&mut FrameSpec)>(seq: u16, f: F) -> Vec<u8> {
 
 fn fixtures() -> Vec<Fixture> {
     let mut v = Vec::new();
-    let mut push = |description, frame, verdict, counter| v.push(Fixture { description, frame, verdict, counter });
+    let mut push = |description, frame, verdict, counter| {
+        v.push(Fixture {
+            description,
+            frame,
+            verdict,
+            counter,
+        })
+    };
     // Check 1.
-    push("ARP frame", {
-        let mut f = FrameSpec::lq(vec![0; 28]).build();
-        f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
-        f
-    }, XDP_PASS, Counter::NotOurs);
-    push("two VLAN tags (QinQ) are not ours", with(1, |s| s.vlans = vec![(0x88a8, 10), (0x8100, 20)]), XDP_PASS, Counter::NotOurs);
+    push(
+        "ARP frame",
+        {
+            let mut f = FrameSpec::lq(vec![0; 28]).build();
+            f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+            f
+        },
+        XDP_PASS,
+        Counter::NotOurs,
+    );
+    push(
+        "two VLAN tags (QinQ) are not ours",
+        with(1, |s| s.vlans = vec![(0x88a8, 10), (0x8100, 20)]),
+        XDP_PASS,
+        Counter::NotOurs,
+    );
     // BPF_PROG_TEST_RUN refuses frames shorter than an Ethernet header.
-    push("Ethernet header alone, IPv4 EtherType", {
-        let mut f = vec![0u8; 14];
-        f[12] = 0x08;
-        f
-    }, XDP_PASS, Counter::NotOurs);
-    push("IPv4 header cut short", FrameSpec::lq(vec![]).build()[..30].to_vec(), XDP_PASS, Counter::NotOurs);
-    push("UDP header cut short", FrameSpec::lq(vec![]).build()[..38].to_vec(), XDP_PASS, Counter::NotOurs);
+    push(
+        "Ethernet header alone, IPv4 EtherType",
+        {
+            let mut f = vec![0u8; 14];
+            f[12] = 0x08;
+            f
+        },
+        XDP_PASS,
+        Counter::NotOurs,
+    );
+    push(
+        "IPv4 header cut short",
+        FrameSpec::lq(vec![]).build()[..30].to_vec(),
+        XDP_PASS,
+        Counter::NotOurs,
+    );
+    push(
+        "UDP header cut short",
+        FrameSpec::lq(vec![]).build()[..38].to_vec(),
+        XDP_PASS,
+        Counter::NotOurs,
+    );
     // Check 2.
-    push("IPv4 fragment (MF)", with(1, |s| s.ip = Ip::V4 { ttl: 255, frag: 0x2000, options: 0 }), XDP_PASS, Counter::NotOurs);
-    push("IPv4 non-first fragment", with(1, |s| s.ip = Ip::V4 { ttl: 255, frag: 0x0010, options: 0 }), XDP_PASS, Counter::NotOurs);
-    push("IPv4 TCP", with(1, |s| s.protocol = 6), XDP_PASS, Counter::NotOurs);
-    push("IPv6 with a non-UDP next header", with(1, |s| { s.ip = Ip::V6_GTSM; s.protocol = 0 }), XDP_PASS, Counter::NotOurs);
+    push(
+        "IPv4 fragment (MF)",
+        with(1, |s| {
+            s.ip = Ip::V4 {
+                ttl: 255,
+                frag: 0x2000,
+                options: 0,
+            }
+        }),
+        XDP_PASS,
+        Counter::NotOurs,
+    );
+    push(
+        "IPv4 non-first fragment",
+        with(1, |s| {
+            s.ip = Ip::V4 {
+                ttl: 255,
+                frag: 0x0010,
+                options: 0,
+            }
+        }),
+        XDP_PASS,
+        Counter::NotOurs,
+    );
+    push(
+        "IPv4 TCP",
+        with(1, |s| s.protocol = 6),
+        XDP_PASS,
+        Counter::NotOurs,
+    );
+    push(
+        "IPv6 with a non-UDP next header",
+        with(1, |s| {
+            s.ip = Ip::V6_GTSM;
+            s.protocol = 0
+        }),
+        XDP_PASS,
+        Counter::NotOurs,
+    );
     // Check 3.
-    push("UDP to another port", with(1, |s| s.dst_port = 53), XDP_PASS, Counter::NotOurs);
+    push(
+        "UDP to another port",
+        with(1, |s| s.dst_port = 53),
+        XDP_PASS,
+        Counter::NotOurs,
+    );
     // Check 4.
-    push("IPv4 TTL 254 (forged from afar, GTSM)", with(1, |s| s.ip = Ip::V4 { ttl: 254, frag: 0, options: 0 }), XDP_DROP, Counter::BadTtl);
-    push("IPv6 Hop Limit 64", with(1, |s| s.ip = Ip::V6 { hop_limit: 64 }), XDP_DROP, Counter::BadTtl);
+    push(
+        "IPv4 TTL 254 (forged from afar, GTSM)",
+        with(1, |s| {
+            s.ip = Ip::V4 {
+                ttl: 254,
+                frag: 0,
+                options: 0,
+            }
+        }),
+        XDP_DROP,
+        Counter::BadTtl,
+    );
+    push(
+        "IPv6 Hop Limit 64",
+        with(1, |s| s.ip = Ip::V6 { hop_limit: 64 }),
+        XDP_DROP,
+        Counter::BadTtl,
+    );
     // Check 5.
-    push("UDP length 7", with(1, |s| s.udp_len = Some(7)), XDP_DROP, Counter::Truncated);
-    push("UDP length beyond the frame", with(1, |s| s.udp_len = Some(2000)), XDP_DROP, Counter::Truncated);
-    push("payload of 15 octets", FrameSpec::lq(valid_payload(1)[..15].to_vec()).build(), XDP_DROP, Counter::Truncated);
-    push("version 2", { let mut p = valid_payload(1); p[0] = 0x20; FrameSpec::lq(p).build() }, XDP_DROP, Counter::BadVersion);
+    push(
+        "UDP length 7",
+        with(1, |s| s.udp_len = Some(7)),
+        XDP_DROP,
+        Counter::Truncated,
+    );
+    push(
+        "UDP length beyond the frame",
+        with(1, |s| s.udp_len = Some(2000)),
+        XDP_DROP,
+        Counter::Truncated,
+    );
+    push(
+        "payload of 15 octets",
+        FrameSpec::lq(valid_payload(1)[..15].to_vec()).build(),
+        XDP_DROP,
+        Counter::Truncated,
+    );
+    push(
+        "version 2",
+        {
+            let mut p = valid_payload(1);
+            p[0] = 0x20;
+            FrameSpec::lq(p).build()
+        },
+        XDP_DROP,
+        Counter::BadVersion,
+    );
     // Check 6.
-    push("mode solicited (2)", { let mut p = valid_payload(1); p[1] = 2; FrameSpec::lq(p).build() }, XDP_DROP, Counter::BadMode);
+    push(
+        "mode solicited (2)",
+        {
+            let mut p = valid_payload(1);
+            p[1] = 2;
+            FrameSpec::lq(p).build()
+        },
+        XDP_DROP,
+        Counter::BadMode,
+    );
     // Check 7.
-    push("entry length 20 without Q", { let mut p = valid_payload(1); p[14] = 20; FrameSpec::lq(p).build() }, XDP_DROP, Counter::BadLength);
-    push("count 2 with one entry", { let mut p = valid_payload(1); p[13] = 2; FrameSpec::lq(p).build() }, XDP_DROP, Counter::BadLength);
-    push("trailing octet", { let mut p = valid_payload(1); p.push(0); FrameSpec::lq(p).build() }, XDP_DROP, Counter::BadLength);
+    push(
+        "entry length 20 without Q",
+        {
+            let mut p = valid_payload(1);
+            p[14] = 20;
+            FrameSpec::lq(p).build()
+        },
+        XDP_DROP,
+        Counter::BadLength,
+    );
+    push(
+        "count 2 with one entry",
+        {
+            let mut p = valid_payload(1);
+            p[13] = 2;
+            FrameSpec::lq(p).build()
+        },
+        XDP_DROP,
+        Counter::BadLength,
+    );
+    push(
+        "trailing octet",
+        {
+            let mut p = valid_payload(1);
+            p.push(0);
+            FrameSpec::lq(p).build()
+        },
+        XDP_DROP,
+        Counter::BadLength,
+    );
     // Check 8 (local as-qualified = false).
-    push("AS-qualified datagram to an unqualified receiver", {
-        let mut h = header(ip4(10, 0, 0, 2), 1);
-        h.as_qualified = true;
-        h.node_as = 65001;
-        FrameSpec::lq(payload(&h, &[])).build()
-    }, XDP_DROP, Counter::AsMismatch);
+    push(
+        "AS-qualified datagram to an unqualified receiver",
+        {
+            let mut h = header(ip4(10, 0, 0, 2), 1);
+            h.as_qualified = true;
+            h.node_as = 65001;
+            FrameSpec::lq(payload(&h, &[])).build()
+        },
+        XDP_DROP,
+        Counter::AsMismatch,
+    );
     // Check 9.
-    push("NaN available bandwidth", {
-        let mut e = entry(ip4(10, 0, 1, 4), 7, 200, 1);
-        e.available_bandwidth = 1.0;
-        let mut p = payload(&header(ip4(10, 0, 0, 2), 1), &[e]);
-        p[16 + 8..16 + 12].copy_from_slice(&f32::NAN.to_bits().to_be_bytes());
-        FrameSpec::lq(p).build()
-    }, XDP_DROP, Counter::BadValue);
-    push("negative available bandwidth", {
-        let mut p = valid_payload(1);
-        p[16 + 8..16 + 12].copy_from_slice(&(-1.0f32).to_bits().to_be_bytes());
-        FrameSpec::lq(p).build()
-    }, XDP_DROP, Counter::BadValue);
-    push("bandwidth above the decimal64 maximum", {
-        let mut p = valid_payload(1);
-        p[16 + 8..16 + 12].copy_from_slice(&1e16f32.to_bits().to_be_bytes());
-        FrameSpec::lq(p).build()
-    }, XDP_DROP, Counter::BadValue);
+    push(
+        "NaN available bandwidth",
+        {
+            let mut e = entry(ip4(10, 0, 1, 4), 7, 200, 1);
+            e.available_bandwidth = 1.0;
+            let mut p = payload(&header(ip4(10, 0, 0, 2), 1), &[e]);
+            p[16 + 8..16 + 12].copy_from_slice(&f32::NAN.to_bits().to_be_bytes());
+            FrameSpec::lq(p).build()
+        },
+        XDP_DROP,
+        Counter::BadValue,
+    );
+    push(
+        "negative available bandwidth",
+        {
+            let mut p = valid_payload(1);
+            p[16 + 8..16 + 12].copy_from_slice(&(-1.0f32).to_bits().to_be_bytes());
+            FrameSpec::lq(p).build()
+        },
+        XDP_DROP,
+        Counter::BadValue,
+    );
+    push(
+        "bandwidth above the decimal64 maximum",
+        {
+            let mut p = valid_payload(1);
+            p[16 + 8..16 + 12].copy_from_slice(&1e16f32.to_bits().to_be_bytes());
+            FrameSpec::lq(p).build()
+        },
+        XDP_DROP,
+        Counter::BadValue,
+    );
     // Accepted, in several framings.
-    push("IPv4 datagram, sequence 1", with(1, |_| ()), XDP_DROP, Counter::Accepted);
-    push("IPv4 with options, 802.1Q tag, sequence 2", with(2, |s| { s.vlans = vec![(0x8100, 5)]; s.ip = Ip::V4 { ttl: 255, frag: 0x4000, options: 2 } }), XDP_DROP, Counter::Accepted);
-    push("IPv6, 802.1ad tag, sequence 3", with(3, |s| { s.vlans = vec![(0x88a8, 5)]; s.ip = Ip::V6_GTSM }), XDP_DROP, Counter::Accepted);
+    push(
+        "IPv4 datagram, sequence 1",
+        with(1, |_| ()),
+        XDP_DROP,
+        Counter::Accepted,
+    );
+    push(
+        "IPv4 with options, 802.1Q tag, sequence 2",
+        with(2, |s| {
+            s.vlans = vec![(0x8100, 5)];
+            s.ip = Ip::V4 {
+                ttl: 255,
+                frag: 0x4000,
+                options: 2,
+            }
+        }),
+        XDP_DROP,
+        Counter::Accepted,
+    );
+    push(
+        "IPv6, 802.1ad tag, sequence 3",
+        with(3, |s| {
+            s.vlans = vec![(0x88a8, 5)];
+            s.ip = Ip::V6_GTSM
+        }),
+        XDP_DROP,
+        Counter::Accepted,
+    );
     // Check 10.
-    push("replayed sequence 3", with(3, |_| ()), XDP_DROP, Counter::StaleSeq);
-    push("old sequence 2", with(2, |_| ()), XDP_DROP, Counter::StaleSeq);
-    push("sequence 3 + 2^15 (serially undefined)", with(3 + 0x8000, |_| ()), XDP_DROP, Counter::StaleSeq);
-    push("next sequence 4", with(4, |_| ()), XDP_DROP, Counter::Accepted);
+    push(
+        "replayed sequence 3",
+        with(3, |_| ()),
+        XDP_DROP,
+        Counter::StaleSeq,
+    );
+    push(
+        "old sequence 2",
+        with(2, |_| ()),
+        XDP_DROP,
+        Counter::StaleSeq,
+    );
+    push(
+        "sequence 3 + 2^15 (serially undefined)",
+        with(3 + 0x8000, |_| ()),
+        XDP_DROP,
+        Counter::StaleSeq,
+    );
+    push(
+        "next sequence 4",
+        with(4, |_| ()),
+        XDP_DROP,
+        Counter::Accepted,
+    );
     v
 }
 
@@ -120,16 +336,31 @@ fn every_receive_check_has_its_verdict_and_counter() {
                 assert_eq!(got, 1, "{}: entries_stored", f.description);
                 continue;
             }
-            assert_eq!(got, want, "{}: counter {:?}", f.description, lq_common::maps::Counter::ALL[i]);
+            assert_eq!(
+                got,
+                want,
+                "{}: counter {:?}",
+                f.description,
+                lq_common::maps::Counter::ALL[i]
+            );
         }
     }
     let paths = rx.reader.paths().unwrap();
     assert_eq!(paths.len(), 1);
-    let key = PathKey { spine_as: 0, spine_id: ip4(10, 0, 0, 2), remote_as: 0, remote_id: ip4(10, 0, 1, 4), link_id: 7 };
+    let key = PathKey {
+        spine_as: 0,
+        spine_id: ip4(10, 0, 0, 2),
+        remote_as: 0,
+        remote_id: ip4(10, 0, 1, 4),
+        link_id: 7,
+    };
     let v = paths[&key];
     assert_eq!((v.lqs, v.cl, v.sequence), (200, 1, 4));
     assert_eq!(f32::from_bits(v.available_bandwidth_bits), 100.0);
-    let n = rx.reader.neighbors().unwrap()[&NeighborKey { node_as: 0, node_id: ip4(10, 0, 0, 2) }];
+    let n = rx.reader.neighbors().unwrap()[&NeighborKey {
+        node_as: 0,
+        node_id: ip4(10, 0, 0, 2),
+    }];
     assert_eq!((n.last_sequence, n.accepted, n.last_entry_count), (4, 4, 1));
 }
 
@@ -165,15 +396,27 @@ fn table_holds_diagnostics_pfc_flag_and_91_entries() {
     let paths = rx.reader.paths().unwrap();
     assert_eq!(paths.len(), 91);
     for e in &entries {
-        let key = PathKey { spine_as: 0, spine_id: ip4(10, 0, 0, 9), remote_as: 0, remote_id: e.remote_node_id, link_id: e.link_id };
+        let key = PathKey {
+            spine_as: 0,
+            spine_id: ip4(10, 0, 0, 9),
+            remote_as: 0,
+            remote_id: e.remote_node_id,
+            link_id: e.link_id,
+        };
         let v = paths[&key];
         assert_eq!((v.lqs, v.cl), (e.lqs, e.cl));
         assert!(v.flags & PATH_FLAG_PFC_FABRIC != 0);
         match e.diagnostics {
             Some(d) => {
                 assert!(v.flags & PATH_FLAG_DIAGNOSTICS != 0);
-                assert_eq!((v.queue_depth, v.ecn_marking_rate, v.pfc_pause_fraction), (d.queue_depth, d.ecn_marking_rate, d.pfc_pause_fraction));
-                assert_eq!(v.flags & lq_common::maps::PATH_FLAG_DROPS != 0, d.drops_active);
+                assert_eq!(
+                    (v.queue_depth, v.ecn_marking_rate, v.pfc_pause_fraction),
+                    (d.queue_depth, d.ecn_marking_rate, d.pfc_pause_fraction)
+                );
+                assert_eq!(
+                    v.flags & lq_common::maps::PATH_FLAG_DROPS != 0,
+                    d.drops_active
+                );
                 assert_eq!(f32::from_bits(v.link_capacity_bits), 400.0);
             }
             None => assert_eq!(v.flags & PATH_FLAG_DIAGNOSTICS, 0),
@@ -185,7 +428,10 @@ fn table_holds_diagnostics_pfc_flag_and_91_entries() {
 fn as_plan_discards_datagrams_and_entries_outside_it() {
     let mut s = settings();
     s.as_qualified = true;
-    s.as_plan = vec![AsRange { first: 65000, last: 65010 }];
+    s.as_plan = vec![AsRange {
+        first: 65000,
+        last: 65010,
+    }];
     let mut rx = TestReceiver::load(&s).unwrap();
     let mut h = header(ip4(10, 0, 0, 2), 1);
     h.as_qualified = true;
@@ -194,20 +440,36 @@ fn as_plan_discards_datagrams_and_entries_outside_it() {
     inside.remote_as = 65002;
     let mut outside = entry(ip4(10, 0, 1, 2), 2, 100, 0);
     outside.remote_as = 64999;
-    assert_eq!(rx.run(&FrameSpec::lq(payload(&h, &[inside, outside])).build()).unwrap(), XDP_DROP);
+    assert_eq!(
+        rx.run(&FrameSpec::lq(payload(&h, &[inside, outside])).build())
+            .unwrap(),
+        XDP_DROP
+    );
     h.node_as = 70000;
     h.sequence = 2;
-    assert_eq!(rx.run(&FrameSpec::lq(payload(&h, &[inside])).build()).unwrap(), XDP_DROP);
+    assert_eq!(
+        rx.run(&FrameSpec::lq(payload(&h, &[inside])).build())
+            .unwrap(),
+        XDP_DROP
+    );
     // Q = 1 with AS 0 is unqualified: a mismatch for an AS-qualified receiver.
     h.node_as = 0;
-    assert_eq!(rx.run(&FrameSpec::lq(payload(&h, &[inside])).build()).unwrap(), XDP_DROP);
+    assert_eq!(
+        rx.run(&FrameSpec::lq(payload(&h, &[inside])).build())
+            .unwrap(),
+        XDP_DROP
+    );
     let c = rx.counters().unwrap();
     assert_eq!(c[Counter::Accepted as usize], 1);
     assert_eq!(c[Counter::AsMismatchEntry as usize], 1);
     assert_eq!(c[Counter::AsMismatch as usize], 2);
     let paths = rx.reader.paths().unwrap();
     assert_eq!(paths.len(), 1);
-    assert!(paths.keys().all(|k| k.remote_as == 65002 && k.spine_as == 65001));
+    assert!(
+        paths
+            .keys()
+            .all(|k| k.remote_as == 65002 && k.spine_as == 65001)
+    );
 }
 
 #[test]
@@ -239,7 +501,13 @@ fn pass_through_passes_consumed_datagrams() {
 fn a_change_event_reaches_the_ring_buffer_only_on_change() {
     let mut rx = TestReceiver::load(&settings()).unwrap();
     let mut events = rx.receiver.take_events().unwrap();
-    let frame = |seq: u16, lqs: u8| FrameSpec::lq(payload(&header(ip4(10, 0, 0, 3), seq), &[entry(ip4(10, 0, 1, 4), 7, lqs, 1)])).build();
+    let frame = |seq: u16, lqs: u8| {
+        FrameSpec::lq(payload(
+            &header(ip4(10, 0, 0, 3), seq),
+            &[entry(ip4(10, 0, 1, 4), 7, lqs, 1)],
+        ))
+        .build()
+    };
     rx.run(&frame(1, 200)).unwrap(); // new entry: event
     rx.run(&frame(2, 200)).unwrap(); // unchanged: no event
     rx.run(&frame(3, 72)).unwrap(); // changed: event
@@ -248,7 +516,8 @@ fn a_change_event_reaches_the_ring_buffer_only_on_change() {
         let bytes: &[u8] = &item;
         assert_eq!(bytes.len(), size_of::<lq_common::maps::PathEvent>());
         // SAFETY: the ring buffer item is a PathEvent written by the program.
-        let ev: lq_common::maps::PathEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        let ev: lq_common::maps::PathEvent =
+            unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
         got.push((ev.sequence, ev.changed, ev.entries));
     }
     assert_eq!(got, vec![(1, 1, 1), (3, 1, 1)]);

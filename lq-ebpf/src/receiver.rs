@@ -1,0 +1,491 @@
+//! The XDP LQ receiver.
+//!
+//! `lq_receiver` (XDP): the leaf's fast plane. It applies receive checks 1-11 of
+//! `spec/lq-udp-wire.md` in the spec's order, exactly as `lq_common::receive` does (the two
+//! are differentially tested), writes every accepted entry into the path quality table of
+//! seed 003 section 6.2, counts every discard under its own reason, and signals changes on a
+//! ring buffer. Frames that are not LQ datagrams get `XDP_PASS` untouched.
+
+use aya_ebpf::{
+    bindings::xdp_action,
+    btf_maps::{Array, HashMap, LpmTrie, PerCpuArray, RingBuf},
+    helpers::{bpf_ktime_get_ns, bpf_xdp_load_bytes},
+    macros::{btf_map, xdp},
+    maps::lpm_trie::Key,
+    programs::XdpContext,
+};
+use lq_common::{
+    frame::{
+        ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, GTSM_TTL, IPPROTO_UDP,
+        IPV6_HLEN, UDP_HLEN, VLAN_HLEN,
+    },
+    maps::{
+        AS_PLAN_PREFIX_CAPACITY, AS_QUALIFIED_YES, COUNTER_COUNT, Counter, EVENT_RING_BYTES,
+        NEIGHBOR_CAPACITY, NeighborKey, NeighborValue, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS,
+        PATH_FLAG_PFC_FABRIC, PATH_TABLE_CAPACITY, PathEvent, PathKey, PathValue, ReceiverConfig,
+    },
+    receive::neighbor_failed,
+    wire::{
+        AS_LEN, DIAG_FLAG_X, DIAGNOSTICS_LEN, ENTRY_BASE_LEN, ENTRY_FLAG_V, FLAG_D, FLAG_P, FLAG_Q,
+        HEADER_LEN, MAX_ENTRIES, MAX_PAYLOAD_LEN, VERSION, bandwidth_bits_valid, serial_gt,
+    },
+};
+
+#[btf_map]
+static LQ_PATHS: HashMap<PathKey, PathValue, { PATH_TABLE_CAPACITY as usize }> = HashMap::new();
+
+#[btf_map]
+static LQ_NEIGHBORS: HashMap<NeighborKey, NeighborValue, { NEIGHBOR_CAPACITY as usize }> =
+    HashMap::new();
+
+#[btf_map]
+static LQ_COUNTERS: PerCpuArray<u64, { COUNTER_COUNT as usize }> = PerCpuArray::new();
+
+#[btf_map]
+static LQ_CONFIG: Array<ReceiverConfig, 1> = Array::new();
+
+#[btf_map]
+static LQ_AS_PLAN: LpmTrie<[u8; 4], u8, { AS_PLAN_PREFIX_CAPACITY as usize }> = LpmTrie::new();
+
+#[btf_map]
+static LQ_EVENTS: RingBuf<PathEvent, { EVENT_RING_BYTES as usize }> = RingBuf::new();
+
+/// The XDP entry point: thin, everything happens in [`try_receive`].
+#[xdp]
+pub fn lq_receiver(ctx: XdpContext) -> u32 {
+    try_receive(&ctx)
+}
+
+/// An empty XDP program that passes everything: the baseline the benchmarks measure the
+/// receiver's cost for non-LQ traffic against (`xdp_non_lq_ratio`, `veth_pps_ratio`).
+#[xdp]
+pub fn lq_baseline_pass(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
+/// What to do with the frame once it has been counted.
+enum Outcome {
+    /// Not ours: pass untouched.
+    Pass,
+    /// An LQ datagram (accepted or discarded): consumed.
+    Consumed,
+}
+
+#[inline(always)]
+fn count(counter: Counter) {
+    count_n(counter, 1);
+}
+
+#[inline(always)]
+fn count_n(counter: Counter, n: u64) {
+    if let Some(p) = LQ_COUNTERS.get_ptr_mut(counter as u32) {
+        // SAFETY: per-CPU slot of this CPU; XDP runs with preemption disabled.
+        unsafe { *p += n };
+    }
+}
+
+/// The one bounds-checked packet accessor: a pointer to `N` octets at `offset`, or `None`
+/// when the frame is shorter.
+#[inline(always)]
+fn bytes_at<const N: usize>(ctx: &XdpContext, offset: usize) -> Option<[u8; N]> {
+    let start = ctx.data();
+    let end = ctx.data_end();
+    if start + offset + N > end {
+        return None;
+    }
+    // SAFETY: the range [start + offset, start + offset + N) lies inside the packet, just
+    // checked against data_end; [u8; N] has alignment 1.
+    Some(unsafe { *((start + offset) as *const [u8; N]) })
+}
+
+#[inline(always)]
+fn be16_at(ctx: &XdpContext, offset: usize) -> Option<u16> {
+    bytes_at::<2>(ctx, offset).map(u16::from_be_bytes)
+}
+
+fn try_receive(ctx: &XdpContext) -> u32 {
+    let Some(cfg) = LQ_CONFIG.get(0) else {
+        count(Counter::ConfigMissing);
+        return xdp_action::XDP_PASS;
+    };
+    if cfg.udp_port == 0 {
+        count(Counter::ConfigMissing);
+        return xdp_action::XDP_PASS;
+    }
+    match classify_and_receive(ctx, cfg) {
+        Outcome::Pass => {
+            count(Counter::NotOurs);
+            xdp_action::XDP_PASS
+        }
+        Outcome::Consumed if cfg.pass_through != 0 => xdp_action::XDP_PASS,
+        Outcome::Consumed => xdp_action::XDP_DROP,
+    }
+}
+
+/// Checks 1-4: find the UDP payload of an LQ datagram.
+#[inline(always)]
+fn classify_and_receive(ctx: &XdpContext, cfg: &ReceiverConfig) -> Outcome {
+    // Check 1: Ethernet II with at most one 802.1Q / 802.1ad tag.
+    let Some(mut ethertype) = be16_at(ctx, 12) else {
+        return Outcome::Pass;
+    };
+    let mut l3 = ETH_HLEN;
+    if ethertype == ETH_P_8021Q || ethertype == ETH_P_8021AD {
+        let Some(inner) = be16_at(ctx, 16) else {
+            return Outcome::Pass;
+        };
+        ethertype = inner;
+        l3 = ETH_HLEN + VLAN_HLEN;
+    }
+    // Check 2.
+    let (l4, ttl) = if ethertype == ETH_P_IP {
+        let Some(ip) = bytes_at::<20>(ctx, l3) else {
+            return Outcome::Pass;
+        };
+        let ihl = usize::from(ip[0] & 0x0f) * 4;
+        let frag = u16::from_be_bytes([ip[6], ip[7]]);
+        if ip[0] >> 4 != 4 || ihl < 20 || frag & 0x3fff != 0 || ip[9] != IPPROTO_UDP {
+            return Outcome::Pass;
+        }
+        (l3 + ihl, ip[8])
+    } else if ethertype == ETH_P_IPV6 {
+        let Some(ip) = bytes_at::<8>(ctx, l3) else {
+            return Outcome::Pass;
+        };
+        if ip[0] >> 4 != 6 || ip[6] != IPPROTO_UDP {
+            return Outcome::Pass;
+        }
+        // The fixed header must be complete for the UDP header to follow it.
+        if bytes_at::<IPV6_HLEN>(ctx, l3).is_none() {
+            return Outcome::Pass;
+        }
+        (l3 + IPV6_HLEN, ip[7])
+    } else {
+        return Outcome::Pass;
+    };
+    // Check 3.
+    let Some(udp) = bytes_at::<UDP_HLEN>(ctx, l4) else {
+        return Outcome::Pass;
+    };
+    if u16::from_be_bytes([udp[2], udp[3]]) != cfg.udp_port {
+        return Outcome::Pass;
+    }
+    // Check 4.
+    if ttl != GTSM_TTL {
+        count(Counter::BadTtl);
+        return Outcome::Consumed;
+    }
+    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+    let frame_len = ctx.data_end() - ctx.data();
+    if udp_len < UDP_HLEN || l4 + udp_len > frame_len {
+        count(Counter::Truncated);
+        return Outcome::Consumed;
+    }
+    if let Err(counter) = receive_payload(ctx, cfg, l4 + UDP_HLEN, udp_len - UDP_HLEN) {
+        count(counter);
+    }
+    Outcome::Consumed
+}
+
+/// Whether `asn` lies inside the configured AS plan: one longest-prefix-match lookup in the
+/// trie `lqd` fills with the plan's ranges cut into prefixes. A lookup costs the verifier
+/// two paths, where range comparisons cost it one path per combination of outcomes.
+#[inline(always)]
+fn in_as_plan(asn: u32) -> bool {
+    LQ_AS_PLAN.get(&Key::new(32, asn.to_be_bytes())).is_some()
+}
+
+/// Room for the largest payload this receiver accepts, rounded up.
+const SCRATCH_LEN: usize = 2688;
+const _: () = assert!(SCRATCH_LEN >= MAX_PAYLOAD_LEN + 8);
+/// Where the per-datagram tallies live in the scratch buffer (after the payload).
+const CHANGED_AT: usize = SCRATCH_LEN - 8;
+const STORED_AT: usize = SCRATCH_LEN - 4;
+
+/// Adds one to a u32 tally kept in the scratch buffer. Tallies live in map memory, not in
+/// registers, on purpose: the verifier cannot know their values, so it never marks them
+/// precise, and paths that differ only in how many entries changed merge instead of
+/// multiplying across the 91 iterations.
+#[inline(always)]
+fn tally_add(buf: &mut [u8; SCRATCH_LEN], at: usize) {
+    let p = buf[at..at + 4].as_mut_ptr().cast::<u32>();
+    // SAFETY: 4 octets inside this CPU's scratch buffer; unaligned accesses are fine on BPF
+    // for map memory, but `at` is 4-aligned anyway.
+    unsafe { core::ptr::write_volatile(p, core::ptr::read_volatile(p) + 1) };
+}
+
+#[inline(always)]
+fn tally_get(buf: &[u8; SCRATCH_LEN], at: usize) -> u32 {
+    // SAFETY: as in tally_add.
+    unsafe { core::ptr::read_volatile(buf[at..at + 4].as_ptr().cast::<u32>()) }
+}
+
+#[inline(always)]
+fn tally_reset(buf: &mut [u8; SCRATCH_LEN], at: usize) {
+    // SAFETY: as in tally_add.
+    unsafe { core::ptr::write_volatile(buf[at..at + 4].as_mut_ptr().cast::<u32>(), 0) };
+}
+
+/// One payload-sized buffer per CPU. The payload is copied here with one
+/// `bpf_xdp_load_bytes` call and parsed from map memory: the entry loops then do not depend
+/// on the frame's layout (VLAN tag, IPv4 options, IPv6), so the verifier checks them once
+/// instead of once per layout, and the program stays far below the verifier's limits.
+#[btf_map]
+static LQ_SCRATCH: PerCpuArray<[u8; SCRATCH_LEN], 1> = PerCpuArray::new();
+
+/// Big-endian u32 at `at` of the scratch buffer; `None` past its end.
+#[inline(always)]
+fn scratch_be32(buf: &[u8; SCRATCH_LEN], at: usize) -> Option<u32> {
+    if at + 4 > SCRATCH_LEN {
+        return None;
+    }
+    Some(u32::from_be_bytes([
+        buf[at],
+        buf[at + 1],
+        buf[at + 2],
+        buf[at + 3],
+    ]))
+}
+
+/// Checks 5-11 on the UDP payload at `p` of `len` octets (already inside the frame). An
+/// `Err` is the discard counter to increment.
+#[inline(never)]
+fn receive_payload(
+    ctx: &XdpContext,
+    cfg: &ReceiverConfig,
+    p: usize,
+    len: usize,
+) -> Result<(), Counter> {
+    // Check 5.
+    if len < HEADER_LEN {
+        return Err(Counter::Truncated);
+    }
+    let scratch = LQ_SCRATCH.get_ptr_mut(0).ok_or(Counter::Truncated)?;
+    // SAFETY: this CPU's scratch slot; XDP runs with preemption disabled, so nothing else
+    // uses it until this program returns.
+    let buf: &mut [u8; SCRATCH_LEN] = unsafe { &mut *scratch };
+    // SAFETY: the helper copies `len` (<= SCRATCH_LEN) octets from the packet at offset `p`,
+    // which the caller checked lie inside the frame.
+    // A payload longer than any valid datagram still gets checks 5 and 6 from its header
+    // before check 7 refuses it, as in the reference.
+    let copy = if len > MAX_PAYLOAD_LEN {
+        HEADER_LEN
+    } else {
+        len
+    };
+    let copied =
+        unsafe { bpf_xdp_load_bytes(ctx.ctx, p as u32, buf.as_mut_ptr().cast(), copy as u32) };
+    if copied != 0 {
+        return Err(Counter::Truncated);
+    }
+    if buf[0] >> 4 != VERSION {
+        return Err(Counter::BadVersion);
+    }
+    // Lengths are computed without branching on Q and D, so one verifier state covers all
+    // four flag combinations.
+    let q_bit = usize::from((buf[0] & FLAG_Q) >> 3);
+    let d_bit = usize::from((buf[0] & FLAG_D) >> 2);
+    let q = q_bit != 0;
+    let d = d_bit != 0;
+    // Check 6.
+    let mode = buf[1];
+    if mode > 1 {
+        return Err(Counter::BadMode);
+    }
+    // Check 7.
+    if len > MAX_PAYLOAD_LEN {
+        return Err(Counter::BadLength);
+    }
+    let entry_count = usize::from(u16::from_be_bytes([buf[12], buf[13]]));
+    let elen = ENTRY_BASE_LEN + q_bit * AS_LEN + d_bit * DIAGNOSTICS_LEN;
+    let hlen = HEADER_LEN + q_bit * AS_LEN;
+    if usize::from(buf[14]) != elen || entry_count > MAX_ENTRIES || len != hlen + entry_count * elen
+    {
+        return Err(Counter::BadLength);
+    }
+    let sequence = u16::from_be_bytes([buf[2], buf[3]]);
+    let node_id = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    let node_as = if q {
+        scratch_be32(buf, HEADER_LEN).ok_or(Counter::BadLength)?
+    } else {
+        0
+    };
+    // Check 8. A Q = 1 datagram with AS 0 is unqualified.
+    let qualified = q && node_as != 0;
+    if qualified != (cfg.as_qualified == AS_QUALIFIED_YES)
+        || (qualified && cfg.as_plan_len != 0 && !in_as_plan(node_as))
+    {
+        return Err(Counter::AsMismatch);
+    }
+    // Check 9: every value before anything is stored.
+    let diag_at = ENTRY_BASE_LEN + q_bit * AS_LEN;
+    let mut i = 0;
+    while i < MAX_ENTRIES {
+        if i >= entry_count {
+            break;
+        }
+        let e = hlen + i * elen;
+        i += 1;
+        if e + 28 > SCRATCH_LEN {
+            return Err(Counter::BadLength);
+        }
+        if !bandwidth_bits_valid(u32::from_be_bytes([
+            buf[e + 8],
+            buf[e + 9],
+            buf[e + 10],
+            buf[e + 11],
+        ])) {
+            return Err(Counter::BadValue);
+        }
+        if d && buf[e + 13] & ENTRY_FLAG_V != 0 {
+            let cap = scratch_be32(buf, e + diag_at).ok_or(Counter::BadLength)?;
+            if !bandwidth_bits_valid(cap) {
+                return Err(Counter::BadValue);
+            }
+        }
+    }
+    // Check 10.
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let nkey = NeighborKey { node_as, node_id };
+    // SAFETY: the value is copied out at once; a concurrent update for the same sender on
+    // another CPU can at worst give a torn read, which the next datagram repairs.
+    let previous: Option<NeighborValue> = unsafe { LQ_NEIGHBORS.get(&nkey) }.copied();
+    if let Some(n) = &previous {
+        if neighbor_failed(n.last_seen_ns, now, cfg.dead_interval_ns) {
+            count(Counter::Resync);
+        } else if !serial_gt(sequence, n.last_sequence) {
+            return Err(Counter::StaleSeq);
+        }
+    }
+    // Check 11.
+    let check_remote_as = qualified && cfg.as_plan_len != 0;
+    let flags_common = if buf[0] & FLAG_P != 0 {
+        PATH_FLAG_PFC_FABRIC
+    } else {
+        0
+    };
+    tally_reset(buf, CHANGED_AT);
+    tally_reset(buf, STORED_AT);
+    // Read the count again, as a fresh value: the check-9 loop above ended knowing it
+    // exactly, and the verifier would otherwise walk this loop once per possible count.
+    // SAFETY: octets 12-13 of this CPU's scratch buffer.
+    let entry_count = usize::from(u16::from_be_bytes(unsafe {
+        [
+            core::ptr::read_volatile(&buf[12]),
+            core::ptr::read_volatile(&buf[13]),
+        ]
+    }));
+    if entry_count > MAX_ENTRIES {
+        return Err(Counter::BadLength);
+    }
+    let mut i = 0;
+    while i < MAX_ENTRIES {
+        if i >= entry_count {
+            break;
+        }
+        let e = hlen + i * elen;
+        i += 1;
+        if e + 28 > SCRATCH_LEN {
+            break;
+        }
+        let remote_as = if q {
+            scratch_be32(buf, e + ENTRY_BASE_LEN).unwrap_or(0)
+        } else {
+            0
+        };
+        if check_remote_as && !in_as_plan(remote_as) {
+            count(Counter::AsMismatchEntry);
+            continue;
+        }
+        let key = PathKey {
+            spine_as: node_as,
+            spine_id: node_id,
+            remote_as,
+            remote_id: u32::from_be_bytes([buf[e], buf[e + 1], buf[e + 2], buf[e + 3]]),
+            link_id: u32::from_be_bytes([buf[e + 4], buf[e + 5], buf[e + 6], buf[e + 7]]),
+        };
+        let mut value = PathValue {
+            last_update_ns: now,
+            available_bandwidth_bits: u32::from_be_bytes([
+                buf[e + 8],
+                buf[e + 9],
+                buf[e + 10],
+                buf[e + 11],
+            ]),
+            link_capacity_bits: 0,
+            sequence,
+            lqs: buf[e + 12],
+            cl: buf[e + 13] >> 5,
+            flags: flags_common,
+            queue_depth: 0,
+            ecn_marking_rate: 0,
+            pfc_pause_fraction: 0,
+        };
+        if d && buf[e + 13] & ENTRY_FLAG_V != 0 {
+            let g = e + diag_at;
+            if g + 8 > SCRATCH_LEN {
+                break;
+            }
+            value.flags |= PATH_FLAG_DIAGNOSTICS
+                | if buf[g + 6] & DIAG_FLAG_X != 0 {
+                    PATH_FLAG_DROPS
+                } else {
+                    0
+                };
+            value.link_capacity_bits =
+                u32::from_be_bytes([buf[g], buf[g + 1], buf[g + 2], buf[g + 3]]);
+            value.queue_depth = buf[g + 4];
+            value.ecn_marking_rate = buf[g + 5] >> 3;
+            value.pfc_pause_fraction = buf[g + 6] >> 3;
+        }
+        let is_change = match LQ_PATHS.get_ptr(&key) {
+            // SAFETY: read of two octets of a map value that stays allocated while the
+            // program runs (RCU).
+            Some(old) => unsafe { (*old).lqs != value.lqs || (*old).cl != value.cl },
+            None => true,
+        };
+        if LQ_PATHS.insert(&key, &value, 0).is_ok() {
+            tally_add(buf, STORED_AT);
+            if is_change {
+                tally_add(buf, CHANGED_AT);
+            }
+        } else {
+            count(Counter::TableFull);
+        }
+    }
+    count_n(Counter::EntriesStored, u64::from(tally_get(buf, STORED_AT)));
+    let changed = tally_get(buf, CHANGED_AT) as u16;
+    let neighbor = NeighborValue {
+        last_seen_ns: now,
+        accepted: match &previous {
+            Some(n) => n.accepted + 1,
+            None => 1,
+        },
+        last_sequence: sequence,
+        last_entry_count: entry_count as u16,
+        last_mode: mode,
+        _pad: [0; 3],
+    };
+    if LQ_NEIGHBORS.insert(&nkey, &neighbor, 0).is_err() {
+        count(Counter::TableFull);
+    }
+    count(Counter::Accepted);
+    if changed > 0 {
+        let event = PathEvent {
+            time_ns: now,
+            node_as,
+            node_id,
+            sequence,
+            changed,
+            entries: entry_count as u16,
+            mode,
+            _pad: 0,
+        };
+        if LQ_EVENTS.output(&event, 0).is_err() {
+            count(Counter::EventsLost);
+        }
+    }
+    Ok(())
+}
+
