@@ -488,4 +488,3 @@ fn receive_payload(
     }
     Ok(())
 }
-

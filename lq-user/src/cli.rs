@@ -49,6 +49,108 @@ pub enum Command {
         after_long_help = DECODE_AFTER_LONG_HELP
     )]
     Decode(DecodeArgs),
+    /// Run the daemon with a configuration file (see examples/ and docs/operator-guide.md).
+    #[command(long_about = RUN_LONG_ABOUT)]
+    Run(RunArgs),
+    /// Show the path table, counters, neighbors or weights of a running (or crashed)
+    /// instance.
+    #[command(long_about = SHOW_LONG_ABOUT)]
+    Show(ShowArgs),
+    /// Check a configuration file and print the effective settings; exit 1 on an error,
+    /// which names the file, the line and the allowed range.
+    CheckConfig(CheckConfigArgs),
+}
+
+const RUN_LONG_ABOUT: &str = "\
+Run lqd with a configuration file (TOML; keys of [lq-telemetry] are the YANG leaves of
+ietf-lq-telemetry). The load-balancer role loads the XDP receiver on [receiver] interfaces,
+keeps the path quality table in maps pinned under /sys/fs/bpf/lq/INSTANCE (a restart keeps
+it), computes weighted-ECMP weights with damping (seed 003 section 6) and programs one
+nexthop group per [[destination]] (protocol id 76, `lq`). It never touches nexthop objects
+or routes it did not create. On SIGTERM it leaves forwarding in place unless
+[nexthop-group] flush-on-exit = true; SIGHUP reloads the file.
+
+Example:
+  $ lqd run --config examples/leaf.toml --instance leaf1
+  $ lqd show weights --instance leaf1
+  $ ip -j nexthop show protocol 76";
+
+const SHOW_LONG_ABOUT: &str = "\
+Show what an instance knows. `paths` and `counters` read the pinned BPF maps directly, so
+they work while lqd runs, after it stopped and after a crash; `neighbors` and `weights` ask
+the running daemon over its control socket /run/lq/INSTANCE.sock (root only).
+
+  paths      the path quality table (seed 003 section 6.2): one line per
+             (spine, remote node, link) with LQS, CL, available bandwidth, sequence, age
+  counters   the XDP receiver's counters: accepted and each discard reason of the spec
+  neighbors  each advertising neighbor: state (active, stale, failed), last sequence
+  weights    per destination: each member's local and remote quality, the target,
+             applied (damped) and kernel weights";
+
+/// Arguments of `lqd run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The configuration file.
+    #[arg(long, short, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Instance name: pins under /sys/fs/bpf/lq/NAME, control socket /run/lq/NAME.sock.
+    #[arg(long, default_value = "default", value_parser = parse_instance)]
+    pub instance: String,
+    /// Run inside the network namespace /run/netns/NAME (prefer this to `ip netns exec`,
+    /// which hides the host's /sys/fs/bpf and so the pinned maps).
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+}
+
+/// What `lqd show` shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ShowWhat {
+    /// The path quality table.
+    Paths,
+    /// Receiver counters.
+    Counters,
+    /// Neighbors and their states.
+    Neighbors,
+    /// Weights per destination.
+    Weights,
+}
+
+/// Arguments of `lqd show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The view.
+    #[arg(value_enum)]
+    pub what: ShowWhat,
+    /// Instance name.
+    #[arg(long, default_value = "default", value_parser = parse_instance)]
+    pub instance: String,
+    /// The pin folder, when the instance's config set a non-default [receiver] pin-dir.
+    #[arg(long, value_name = "DIR")]
+    pub pin_dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `lqd check-config`.
+#[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    /// The configuration file.
+    pub file: PathBuf,
+}
+
+fn parse_instance(s: &str) -> Result<String, String> {
+    if !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?}: an instance name is 1-64 letters, digits, '-' or '_'"
+        ))
+    }
 }
 
 const DECODE_LONG_ABOUT: &str = "\
@@ -188,7 +290,9 @@ mod tests {
     #[test]
     fn decode_arguments() {
         let cli = parse(&["decode", "0x16", "01"]).unwrap();
-        let Command::Decode(d) = cli.command;
+        let Command::Decode(d) = cli.command else {
+            panic!("decode")
+        };
         assert_eq!(d.hex, ["0x16", "01"]);
         assert_eq!(d.options(), DecodeOptions::default());
         let cli = parse(&[
@@ -206,7 +310,9 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.log_format, LogFormat::Json);
-        let Command::Decode(d) = cli.command;
+        let Command::Decode(d) = cli.command else {
+            panic!("decode")
+        };
         assert_eq!(d.options().port, 9);
         assert_eq!(d.options().as_qualified, Some(true));
         assert_eq!(d.options().as_plan.len(), 2);

@@ -3,7 +3,12 @@
 //! sockets, rtnetlink, timers).
 
 pub mod advertisement_json;
+pub mod config;
 pub mod controller;
+pub mod daemon;
 pub mod decode;
+pub mod load_balancer;
 pub mod path_table;
 pub mod pcap;
+pub mod rtnl;
+pub mod show;

@@ -14,14 +14,93 @@ use lq_user::{
     pcap,
 };
 
-use crate::cli::{Cli, Command, DecodeArgs, LogFormat};
+use crate::cli::{Cli, Command, DecodeArgs, LogFormat, ShowArgs, ShowWhat};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(&cli.log_level, cli.log_format);
     match cli.command {
         Command::Decode(args) => decode(&args),
+        Command::Run(args) => top(run(args)),
+        Command::Show(args) => top(show(&args)),
+        Command::CheckConfig(args) => top(check_config(&args.file)),
     }
+}
+
+/// Reports a top-level error with its causes and exits 1.
+fn top(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lqd: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: cli::RunArgs) -> anyhow::Result<()> {
+    let cfg = lq_user::config::Config::load(&args.config)?;
+    let instance = lq_user::daemon::Instance::new(&args.instance, cfg.receiver.pin_dir.as_deref());
+    if let Some(ns) = &args.netns {
+        lq_user::rtnl::enter_netns(ns)
+            .map_err(|e| anyhow::anyhow!("enter network namespace {ns}: {e}"))?;
+    }
+    lq_user::path_table::check_bpffs(&instance.pin_dir)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(lq_user::daemon::run(args.config, instance))
+}
+
+fn show(args: &ShowArgs) -> anyhow::Result<()> {
+    use lq_user::{daemon, show};
+    let instance = daemon::Instance::new(&args.instance, args.pin_dir.as_deref());
+    let (value, table): (serde_json::Value, fn(&serde_json::Value) -> String) = match args.what {
+        ShowWhat::Paths => (show::paths_json(&instance.pin_dir)?, show::paths_table),
+        ShowWhat::Counters => (
+            show::counters_json(&instance.pin_dir)?,
+            show::counters_table,
+        ),
+        ShowWhat::Neighbors => {
+            let v = match daemon::query(&instance.socket, "neighbors") {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::info!(error = %e, "no daemon answer; neighbor states from the pinned table");
+                    show::neighbors_from_pins(&instance.pin_dir)?
+                }
+            };
+            (v, show::neighbors_table)
+        }
+        ShowWhat::Weights => (
+            daemon::query(&instance.socket, "weights")?,
+            show::weights_table,
+        ),
+    };
+    let mut out = io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+    } else {
+        write!(out, "{}", table(&value))?;
+    }
+    Ok(())
+}
+
+fn check_config(path: &Path) -> anyhow::Result<()> {
+    let cfg = lq_user::config::Config::load(path)?;
+    let c = cfg.controller();
+    println!(
+        "{}: ok: role {}, T_notify {:?}, miss-count {}, dead interval {:?}, T_reweight {:?}, gain {}, {} uplinks, {} destinations",
+        path.display(),
+        cfg.lq_telemetry.role.as_str(),
+        c.t_notify,
+        c.miss_count,
+        std::time::Duration::from_nanos(c.dead_interval_ns()),
+        c.t_reweight,
+        c.gain,
+        cfg.uplink.len(),
+        cfg.destination.len()
+    );
+    Ok(())
 }
 
 fn init_tracing(filter: &str, format: LogFormat) {

@@ -78,8 +78,15 @@ pub enum PathTableError {
     /// Too many AS ranges.
     #[error("the AS plan has {0} ranges; the receiver holds at most {AS_PLAN_MAX}")]
     AsPlanTooLarge(usize),
+    /// The pin folder is not on a bpffs.
+    #[error(
+        "{0} is not on a bpf filesystem: mount one (`mount -t bpf bpf /sys/fs/bpf`); under `ip netns exec`, /sys is remounted without it: use `lqd run --netns NAME` instead"
+    )]
+    NotBpffs(PathBuf),
     /// lqd was built with AYA_BUILD_SKIP=1: it has no eBPF object.
-    #[error("this lqd was built without its eBPF object (AYA_BUILD_SKIP=1); build it with `cargo xtask build`")]
+    #[error(
+        "this lqd was built without its eBPF object (AYA_BUILD_SKIP=1); build it with `cargo xtask build`"
+    )]
     NoObject,
     /// No pinned maps: no receiver has run with this pin folder.
     #[error("no pinned path table at {0}: is lqd running as a load-balancer with this --pin-dir?")]
@@ -88,6 +95,30 @@ pub enum PathTableError {
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> PathTableError {
     move |source| PathTableError::Map { map, source }
+}
+
+/// BPF_FS_MAGIC from statfs(2).
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Checks that `pin_dir` (or its nearest existing ancestor) lies on a bpffs, with an error
+/// that says what to do. `ip netns exec` mounts a fresh /sys without /sys/fs/bpf.
+pub fn check_bpffs(pin_dir: &Path) -> Result<(), PathTableError> {
+    let mut p = pin_dir;
+    while !p.exists() {
+        match p.parent() {
+            Some(parent) => p = parent,
+            None => break,
+        }
+    }
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+        .map_err(|_| PathTableError::NotBpffs(p.into()))?;
+    // SAFETY: statfs is plain data; valid path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and output struct.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 || st.f_type as i64 != BPF_FS_MAGIC {
+        return Err(PathTableError::NotBpffs(p.into()));
+    }
+    Ok(())
 }
 
 /// Receiver settings the daemon writes into the program's configuration map.

@@ -28,3 +28,5 @@ pub fn unique_name(prefix: &str) -> String {
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+pub mod daemon;

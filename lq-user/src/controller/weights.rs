@@ -163,6 +163,22 @@ impl DestinationWeights {
         self.tick(config, now_ns)
     }
 
+    /// Starts from weights found in the kernel (a restarted daemon adopting its own
+    /// groups), so the first update is a damped step from them rather than a jump to the
+    /// target.
+    pub fn seed(&mut self, applied: &[(UplinkId, f64)], now_ns: u64) {
+        let mut sorted = applied.to_vec();
+        sorted.sort_by_key(|(id, _)| *id);
+        sorted.dedup_by_key(|(id, _)| *id);
+        self.members = sorted.iter().map(|(id, _)| *id).collect();
+        self.applied = sorted.iter().map(|(_, w)| *w).collect();
+        normalise(&mut self.applied);
+        self.target = self.applied.clone();
+        self.qualities = Vec::new();
+        self.up = Vec::new();
+        self.last_apply_ns = Some(now_ns);
+    }
+
     /// Apply a damped step if one is due at `now_ns`.
     pub fn tick(&mut self, config: &ControllerConfig, now_ns: u64) -> Option<Application> {
         let due = self.next_due(config, now_ns)?;
@@ -406,6 +422,15 @@ impl WeightController {
             .values()
             .filter_map(|d| d.next_due(&self.config, now_ns))
             .min()
+    }
+
+    /// Seeds a destination with weights adopted from the kernel (see
+    /// [`DestinationWeights::seed`]).
+    pub fn seed(&mut self, prefix: Prefix, applied: &[(UplinkId, f64)], now_ns: u64) {
+        self.destinations
+            .entry(prefix)
+            .or_default()
+            .seed(applied, now_ns);
     }
 
     /// The state of one destination.

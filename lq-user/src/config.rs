@@ -1,0 +1,806 @@
+//! The configuration file of `lqd` (TOML).
+//!
+//! Keys of `[lq-telemetry]` are the leaves of the YANG container `lq-telemetry` of
+//! `ietf-lq-telemetry` (seed 003 section 5.6), with the model's ranges and defaults. The
+//! other sections hold what the model leaves to implementations: the receiver's
+//! interfaces, the NNH mapping (section 6.1: uplinks and destinations), damping (6.4) and
+//! nexthop-group options. Unknown keys and out-of-range values are errors that name the
+//! file, the line and the allowed range.
+
+use std::{
+    fmt,
+    net::{IpAddr, Ipv4Addr},
+    path::{Path, PathBuf},
+    str::FromStr,
+    time::Duration,
+};
+
+use lq_common::wire::{AsRange, DEFAULT_PORT};
+use serde::{Deserialize, Deserializer, de};
+
+use crate::controller::{
+    config::{ControllerConfig, GroupKind, ParallelLinkAggregation, WeightResolution},
+    path_quality::{NnhMapping, Prefix, Uplink, UplinkId, node},
+};
+
+/// Errors of loading a configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown key, a wrong type or an out-of-range value.
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A rule that spans several keys.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Defines an integer newtype whose deserialisation enforces a range, so the TOML error
+/// points at the offending value's line.
+macro_rules! ranged {
+    ($(#[$m:meta])* $name:ident, $t:ty, $lo:expr, $hi:expr, $default:expr) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(pub $t);
+        impl $name {
+            /// Smallest allowed value.
+            pub const MIN: $t = $lo;
+            /// Largest allowed value.
+            pub const MAX: $t = $hi;
+        }
+        impl Default for $name {
+            fn default() -> Self {
+                Self($default)
+            }
+        }
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let v = i64::deserialize(d)?;
+                if v < i64::from($lo) || v > i64::from($hi) {
+                    return Err(de::Error::custom(format!(
+                        "{v} is out of range: allowed {}..={}",
+                        $lo, $hi
+                    )));
+                }
+                Ok(Self(v as $t))
+            }
+        }
+    };
+}
+
+ranged!(
+    /// `notify-interval-ms`: T_notify, 10..=100 ms, default 20 (section 10).
+    NotifyIntervalMs, u16, 10u16, 100u16, 20
+);
+ranged!(
+    /// `change-threshold`: 10..=50, default 25 (section 10).
+    ChangeThreshold, u8, 10u8, 50u8, 25
+);
+ranged!(
+    /// `miss-count`: 2..=10, default 3 (section 10).
+    MissCount, u8, 2u8, 10u8, 3
+);
+ranged!(
+    /// Resilient group bucket count.
+    Buckets, u16, 2u16, 32768u16, 128
+);
+
+/// A float that must lie in a range (e.g. the damping gain 0.25..=1.0).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(transparent)]
+pub struct Gain(pub f64);
+
+impl Default for Gain {
+    fn default() -> Self {
+        Self(0.5)
+    }
+}
+
+impl<'de> Deserialize<'de> for Gain {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if !(0.25..=1.0).contains(&v) {
+            return Err(de::Error::custom(format!(
+                "{v} is out of range: allowed 0.25..=1.0 (seed 003 section 6.4)"
+            )));
+        }
+        Ok(Self(v))
+    }
+}
+
+/// Node role (YANG `role`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Spine: advertises its egress links.
+    Helper,
+    /// Leaf: receives advertisements and steers traffic.
+    LoadBalancer,
+    /// Both (5-stage spine, section 9).
+    Dual,
+}
+
+impl Role {
+    /// The YANG enum name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Helper => "helper",
+            Self::LoadBalancer => "load-balancer",
+            Self::Dual => "dual",
+        }
+    }
+    /// Whether this role receives advertisements.
+    pub const fn receives(self) -> bool {
+        matches!(self, Self::LoadBalancer | Self::Dual)
+    }
+    /// Whether this role advertises.
+    pub const fn advertises(self) -> bool {
+        matches!(self, Self::Helper | Self::Dual)
+    }
+}
+
+/// A dotted-quad Router-ID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RouterId(pub u32);
+
+impl<'de> Deserialize<'de> for RouterId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ipv4Addr::from_str(&s)
+            .map(|a| Self(u32::from(a)))
+            .map_err(|_| {
+                de::Error::custom(format!(
+                    "{s:?} is not a dotted-quad Router-ID such as \"10.0.0.1\""
+                ))
+            })
+    }
+}
+
+impl fmt::Display for RouterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Ipv4Addr::from(self.0).fmt(f)
+    }
+}
+
+/// An AS range `"65000-65100"` or a single AS `"65001"` (or an integer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsRangeSpec(pub AsRange);
+
+impl<'de> Deserialize<'de> for AsRangeSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u32),
+            Str(String),
+        }
+        let parse = |s: &str| {
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| de::Error::custom(format!("{s:?} is not an AS number")))
+        };
+        match Raw::deserialize(d)? {
+            Raw::Int(a) => Ok(Self(AsRange::single(a))),
+            Raw::Str(s) => {
+                let (a, b) = match s.split_once('-') {
+                    Some((a, b)) => (parse(a)?, parse(b)?),
+                    None => (parse(&s)?, parse(&s)?),
+                };
+                if a > b {
+                    return Err(de::Error::custom(format!(
+                        "AS range {s:?} is empty (first > last)"
+                    )));
+                }
+                Ok(Self(AsRange { first: a, last: b }))
+            }
+        }
+    }
+}
+
+/// An IP prefix `"10.4.0.0/24"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefixSpec(pub Prefix);
+
+impl<'de> Deserialize<'de> for PrefixSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_prefix(&s).map(Self).map_err(de::Error::custom)
+    }
+}
+
+/// Parses `ADDR/LEN`; host bits must be zero.
+pub fn parse_prefix(s: &str) -> Result<Prefix, String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?} is not a prefix such as \"10.4.0.0/24\""))?;
+    let addr: IpAddr = a
+        .parse()
+        .map_err(|_| format!("{a:?} is not an IP address"))?;
+    let len: u8 = l
+        .parse()
+        .map_err(|_| format!("{l:?} is not a prefix length"))?;
+    let host_bits_set = match addr {
+        IpAddr::V4(v) => {
+            if len > 32 {
+                return Err(format!("prefix length {len} exceeds 32"));
+            }
+            u32::from(v).checked_shl(u32::from(len)).unwrap_or(0) != 0
+        }
+        IpAddr::V6(v) => {
+            if len > 128 {
+                return Err(format!("prefix length {len} exceeds 128"));
+            }
+            u128::from(v).checked_shl(u32::from(len)).unwrap_or(0) != 0
+        }
+    };
+    if host_bits_set {
+        return Err(format!("{s:?} has host bits set"));
+    }
+    Ok(Prefix { addr, len })
+}
+
+/// `[lq-telemetry]`: the YANG container's leaves.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LqTelemetry {
+    /// `enabled` (default false, as in the model: lqd refuses to run disabled).
+    #[serde(default)]
+    pub enabled: bool,
+    /// `role`.
+    pub role: Role,
+    /// `active-transports`: only `ietf-lq-telemetry:lq-transport-udp` is implemented.
+    #[serde(default = "default_transports")]
+    pub active_transports: Vec<String>,
+    /// `as-qualified`.
+    #[serde(default)]
+    pub as_qualified: bool,
+    /// `local-as`: required when as-qualified (there is no BGP to take it from).
+    #[serde(default)]
+    pub local_as: Option<u32>,
+    /// `pfc-fabric`.
+    #[serde(default)]
+    pub pfc_fabric: bool,
+    /// `notify-interval-ms`.
+    #[serde(default)]
+    pub notify_interval_ms: NotifyIntervalMs,
+    /// `change-threshold`.
+    #[serde(default)]
+    pub change_threshold: ChangeThreshold,
+    /// `miss-count`.
+    #[serde(default)]
+    pub miss_count: MissCount,
+    /// `diagnostics-enabled`.
+    #[serde(default)]
+    pub diagnostics_enabled: bool,
+    /// The node's Router-ID (required for helper and dual roles).
+    #[serde(default)]
+    pub router_id: Option<RouterId>,
+}
+
+/// The transport identity lqd implements.
+pub const TRANSPORT_UDP: &str = "ietf-lq-telemetry:lq-transport-udp";
+
+fn default_transports() -> Vec<String> {
+    vec![TRANSPORT_UDP.into()]
+}
+
+/// `[udp]`: the UDP binding.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Udp {
+    /// UDP port of advertisements.
+    #[serde(default = "default_port")]
+    pub port: u16,
+}
+
+impl Default for Udp {
+    fn default() -> Self {
+        Self { port: DEFAULT_PORT }
+    }
+}
+
+fn default_port() -> u16 {
+    DEFAULT_PORT
+}
+
+/// `[receiver]`: the XDP receiver of the load-balancer role.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Receiver {
+    /// Interfaces the XDP receiver attaches to (the leaf's uplinks).
+    #[serde(default)]
+    pub interfaces: Vec<String>,
+    /// The AS plan: AS numbers and ranges accepted from neighbors when as-qualified.
+    #[serde(default)]
+    pub as_plan: Vec<AsRangeSpec>,
+    /// Pass consumed LQ datagrams to the stack too (for a tcpdump on the host).
+    #[serde(default)]
+    pub pass_through: bool,
+    /// bpffs folder for the pinned maps (default /sys/fs/bpf/lq/<instance>).
+    #[serde(default)]
+    pub pin_dir: Option<PathBuf>,
+}
+
+/// `[damping]`: receiver damping (section 6.4).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Damping {
+    /// g, 0.25..=1.0, default 0.5.
+    #[serde(default)]
+    pub gain: Gain,
+    /// T_reweight in ms; default T_notify; must be >= T_notify.
+    #[serde(default)]
+    pub reweight_interval_ms: Option<u32>,
+    /// How parallel spine->remote links are combined.
+    #[serde(default)]
+    pub parallel_links: ParallelLinks,
+    /// Scale quality by uplink capacity (seed 4.1 f(capacity, quality)); off by default.
+    #[serde(default)]
+    pub capacity_weighting: bool,
+}
+
+/// Parallel-link aggregation rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ParallelLinks {
+    /// The minimum LQS of the parallel links.
+    #[default]
+    Minimum,
+    /// Capacity-weighted mean.
+    CapacityWeightedMean,
+}
+
+/// `[nexthop-group]`: how weights reach the kernel.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NexthopGroup {
+    /// `resilient` (default) or `hash-threshold`.
+    #[serde(default = "default_group_type", rename = "type")]
+    pub group_type: GroupType,
+    /// Resilient group bucket count.
+    #[serde(default)]
+    pub buckets: Buckets,
+    /// Resilient group idle timer in ms (sent to the kernel in centiseconds).
+    #[serde(default = "default_idle_ms")]
+    pub idle_timer_ms: u32,
+    /// Resilient group unbalanced timer in ms (0: never force).
+    #[serde(default)]
+    pub unbalanced_timer_ms: u32,
+    /// Largest integer weight: 255, or 65535 (16-bit weights need kernel 6.12).
+    #[serde(default = "default_weight_max")]
+    pub weight_max: u32,
+    /// First nexthop object id lqd uses; members are id-base + uplink id, groups
+    /// id-base + 0x10000 + n.
+    #[serde(default = "default_id_base")]
+    pub id_base: u32,
+    /// Program the kernel (false: compute and show weights only; ECMP stays equal).
+    #[serde(default = "default_true")]
+    pub program_kernel: bool,
+    /// Delete lqd's nexthop objects and routes on exit (default: leave forwarding in place).
+    #[serde(default)]
+    pub flush_on_exit: bool,
+}
+
+impl Default for NexthopGroup {
+    fn default() -> Self {
+        Self {
+            group_type: GroupType::Resilient,
+            buckets: Buckets::default(),
+            idle_timer_ms: default_idle_ms(),
+            unbalanced_timer_ms: 0,
+            weight_max: default_weight_max(),
+            id_base: default_id_base(),
+            program_kernel: true,
+            flush_on_exit: false,
+        }
+    }
+}
+
+/// Group type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupType {
+    /// Resilient hashing: a weight change moves only the buckets it must.
+    Resilient,
+    /// Hash-threshold (classic multipath).
+    HashThreshold,
+}
+
+fn default_group_type() -> GroupType {
+    GroupType::Resilient
+}
+fn default_idle_ms() -> u32 {
+    1000
+}
+fn default_weight_max() -> u32 {
+    255
+}
+fn default_id_base() -> u32 {
+    0x4c00_0000
+}
+fn default_true() -> bool {
+    true
+}
+
+/// `[[uplink]]`: one next-hop member (a local uplink towards a spine).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct UplinkSpec {
+    /// Stable id (1..=65535), unique.
+    pub id: u16,
+    /// The spine's Router-ID.
+    pub spine: RouterId,
+    /// The spine's AS (0 unqualified).
+    #[serde(default)]
+    pub spine_as: u32,
+    /// Local interface.
+    pub interface: String,
+    /// The spine's address on that link.
+    pub gateway: IpAddr,
+    /// Capacity in Gbps (used with capacity weighting).
+    #[serde(default = "default_capacity")]
+    pub capacity_gbps: f64,
+}
+
+fn default_capacity() -> f64 {
+    1.0
+}
+
+/// `[[destination]]`: one destination prefix and its NNH (section 6.1).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DestinationSpec {
+    /// The prefix routed through the group.
+    pub prefix: PrefixSpec,
+    /// The remote leaf's Router-ID (absent: local-only quality, 6.1).
+    #[serde(default)]
+    pub remote_node: Option<RouterId>,
+    /// The remote leaf's AS (0 unqualified).
+    #[serde(default)]
+    pub remote_as: u32,
+}
+
+/// The whole file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    /// The YANG leaves.
+    pub lq_telemetry: LqTelemetry,
+    /// UDP binding.
+    #[serde(default)]
+    pub udp: Udp,
+    /// XDP receiver.
+    #[serde(default)]
+    pub receiver: Receiver,
+    /// Damping.
+    #[serde(default)]
+    pub damping: Damping,
+    /// Nexthop groups.
+    #[serde(default)]
+    pub nexthop_group: NexthopGroup,
+    /// Next-hop members.
+    #[serde(default)]
+    pub uplink: Vec<UplinkSpec>,
+    /// Destinations.
+    #[serde(default)]
+    pub destination: Vec<DestinationSpec>,
+}
+
+impl Config {
+    /// Reads and validates a file.
+    pub fn load(path: &Path) -> Result<Self, ConfigFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigFileError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+            ConfigFileError::Parse {
+                path: path.into(),
+                line,
+                column,
+                message: e.message().to_string(),
+            }
+        })?;
+        cfg.validate().map_err(|message| ConfigFileError::Invalid {
+            path: path.into(),
+            message,
+        })?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let t = &self.lq_telemetry;
+        if !t.enabled {
+            return Err("[lq-telemetry] enabled = false: lqd runs only with enabled = true".into());
+        }
+        if t.active_transports.iter().any(|x| x != TRANSPORT_UDP) || t.active_transports.is_empty()
+        {
+            return Err(format!(
+                "[lq-telemetry] active-transports: only \"{TRANSPORT_UDP}\" is implemented"
+            ));
+        }
+        if t.as_qualified && t.local_as.is_none_or(|a| a == 0) {
+            return Err("[lq-telemetry] as-qualified = true needs a non-zero local-as (there is no BGP to take it from)".into());
+        }
+        if t.role.advertises() && t.router_id.is_none() {
+            return Err(format!(
+                "[lq-telemetry] role = \"{}\" needs router-id",
+                t.role.as_str()
+            ));
+        }
+        if self.receiver.as_plan.len() > lq_common::maps::AS_PLAN_MAX {
+            return Err(format!(
+                "[receiver] as-plan has {} ranges; at most {}",
+                self.receiver.as_plan.len(),
+                lq_common::maps::AS_PLAN_MAX
+            ));
+        }
+        if t.role.receives() && self.receiver.interfaces.is_empty() {
+            return Err(format!(
+                "role = \"{}\" needs [receiver] interfaces",
+                t.role.as_str()
+            ));
+        }
+        if let Some(ms) = self.damping.reweight_interval_ms {
+            if ms < u32::from(t.notify_interval_ms.0) {
+                return Err(format!(
+                    "[damping] reweight-interval-ms = {ms} is below notify-interval-ms = {} (seed 003 section 10: T_reweight >= T_notify)",
+                    t.notify_interval_ms.0
+                ));
+            }
+        }
+        let max = self.nexthop_group.weight_max;
+        if max != 255 && max != 65535 {
+            return Err(format!(
+                "[nexthop-group] weight-max = {max}: allowed 255 or 65535"
+            ));
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for u in &self.uplink {
+            if u.id == 0 || !ids.insert(u.id) {
+                return Err(format!(
+                    "[[uplink]] id = {}: ids must be unique and non-zero",
+                    u.id
+                ));
+            }
+            if !u.capacity_gbps.is_finite() || u.capacity_gbps <= 0.0 {
+                return Err(format!(
+                    "[[uplink]] id = {}: capacity-gbps must be > 0",
+                    u.id
+                ));
+            }
+        }
+        let mut prefixes = std::collections::BTreeSet::new();
+        for d in &self.destination {
+            if !prefixes.insert(d.prefix.0) {
+                return Err(format!(
+                    "[[destination]] prefix {}/{} appears twice",
+                    d.prefix.0.addr, d.prefix.0.len
+                ));
+            }
+        }
+        if !self.destination.is_empty() && self.uplink.is_empty() {
+            return Err("[[destination]] entries need at least one [[uplink]]".into());
+        }
+        self.controller().validate().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The local AS used for the node's own AS components (0 when unqualified).
+    pub fn node_as(&self) -> u32 {
+        if self.lq_telemetry.as_qualified {
+            self.lq_telemetry.local_as.unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    /// The controller's parameters.
+    pub fn controller(&self) -> ControllerConfig {
+        let t_notify = Duration::from_millis(u64::from(self.lq_telemetry.notify_interval_ms.0));
+        let ng = &self.nexthop_group;
+        ControllerConfig {
+            t_notify,
+            miss_count: self.lq_telemetry.miss_count.0,
+            t_reweight: self
+                .damping
+                .reweight_interval_ms
+                .map_or(t_notify, |ms| Duration::from_millis(u64::from(ms))),
+            gain: self.damping.gain.0,
+            parallel_links: match self.damping.parallel_links {
+                ParallelLinks::Minimum => ParallelLinkAggregation::Minimum,
+                ParallelLinks::CapacityWeightedMean => {
+                    ParallelLinkAggregation::CapacityWeightedMean
+                }
+            },
+            capacity_weighting: self.damping.capacity_weighting,
+            group: match ng.group_type {
+                GroupType::Resilient => GroupKind::Resilient {
+                    buckets: ng.buckets.0,
+                    idle_timer: Duration::from_millis(u64::from(ng.idle_timer_ms)),
+                    unbalanced_timer: Duration::from_millis(u64::from(ng.unbalanced_timer_ms)),
+                },
+                GroupType::HashThreshold => GroupKind::HashThreshold,
+            },
+            weight_resolution: if ng.weight_max > 255 {
+                WeightResolution::Bits16
+            } else {
+                WeightResolution::Bits8
+            },
+        }
+    }
+
+    /// The NNH mapping (section 6.1) from `[[uplink]]` and `[[destination]]`.
+    pub fn nnh_mapping(&self) -> NnhMapping {
+        let mut m = NnhMapping::default();
+        for u in &self.uplink {
+            m.uplinks.insert(
+                UplinkId::from(u.id),
+                Uplink {
+                    spine: node(u.spine_as, u.spine.0),
+                    capacity_gbps: u.capacity_gbps,
+                },
+            );
+        }
+        for d in &self.destination {
+            m.destinations
+                .insert(d.prefix.0, d.remote_node.map(|r| node(d.remote_as, r.0)));
+        }
+        m
+    }
+
+    /// The AS plan.
+    pub fn as_plan(&self) -> Vec<AsRange> {
+        self.receiver.as_plan.iter().map(|r| r.0).collect()
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEAF: &str = r#"
+[lq-telemetry]
+enabled = true
+role = "load-balancer"
+
+[receiver]
+interfaces = ["eth1", "eth2"]
+
+[[uplink]]
+id = 1
+spine = "10.0.0.1"
+interface = "eth1"
+gateway = "10.1.1.1"
+
+[[uplink]]
+id = 2
+spine = "10.0.0.2"
+interface = "eth2"
+gateway = "10.1.2.1"
+
+[[destination]]
+prefix = "10.4.0.0/24"
+remote-node = "10.0.1.4"
+"#;
+
+    fn parse(text: &str) -> Result<Config, ConfigFileError> {
+        Config::parse(text, Path::new("leaf.toml"))
+    }
+
+    fn err(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_leaf_config_loads_with_the_model_defaults() {
+        let c = parse(LEAF).unwrap();
+        assert_eq!(c.lq_telemetry.notify_interval_ms.0, 20);
+        assert_eq!(c.lq_telemetry.change_threshold.0, 25);
+        assert_eq!(c.lq_telemetry.miss_count.0, 3);
+        assert_eq!(c.udp.port, 52525);
+        let m = c.nnh_mapping();
+        assert_eq!(m.uplinks.len(), 2);
+        assert_eq!(m.destinations.len(), 1);
+        assert_eq!(c.controller().dead_interval_ns(), 60_000_000);
+    }
+
+    #[test]
+    fn unknown_keys_name_the_line() {
+        let e = err(&LEAF.replace(
+            "role = \"load-balancer\"",
+            "role = \"load-balancer\"\nnotify-intervl-ms = 20",
+        ));
+        assert!(e.starts_with("leaf.toml:5:"), "{e}");
+        assert!(e.contains("unknown field `notify-intervl-ms`"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_line_and_the_range() {
+        let e = err(&LEAF.replace(
+            "role = \"load-balancer\"",
+            "role = \"load-balancer\"\nmiss-count = 11",
+        ));
+        assert!(e.starts_with("leaf.toml:5:"), "{e}");
+        assert!(e.contains("11 is out of range: allowed 2..=10"), "{e}");
+        let e = err(&LEAF.replace("[receiver]", "[damping]\ngain = 0.1\n[receiver]"));
+        assert!(e.contains("allowed 0.25..=1.0"), "{e}");
+        let e = err(&LEAF.replace(
+            "role = \"load-balancer\"",
+            "role = \"load-balancer\"\nnotify-interval-ms = 5",
+        ));
+        assert!(e.contains("allowed 10..=100"), "{e}");
+    }
+
+    #[test]
+    fn cross_key_rules() {
+        assert!(err(&LEAF.replace("enabled = true", "enabled = false")).contains("enabled = true"));
+        assert!(
+            err(&LEAF.replace("role = \"load-balancer\"", "role = \"helper\""))
+                .contains("needs router-id")
+        );
+        assert!(
+            err(&LEAF.replace("enabled = true", "enabled = true\nas-qualified = true"))
+                .contains("local-as")
+        );
+        assert!(
+            err(&LEAF.replace(
+                "[receiver]",
+                "[damping]\nreweight-interval-ms = 10\n[receiver]"
+            ))
+            .contains("T_reweight >= T_notify")
+        );
+        assert!(err(&LEAF.replace("id = 2", "id = 1")).contains("unique"));
+        assert!(err(&LEAF.replace("10.4.0.0/24", "10.4.0.1/24")).contains("host bits"));
+        assert!(
+            err(&LEAF.replace("spine = \"10.0.0.1\"", "spine = \"10.0.0\""))
+                .contains("dotted-quad")
+        );
+    }
+
+    #[test]
+    fn prefixes_parse() {
+        assert!(parse_prefix("10.4.0.0/24").is_ok());
+        assert!(parse_prefix("0.0.0.0/0").is_ok());
+        assert!(parse_prefix("10.4.0.1/32").is_ok());
+        assert!(parse_prefix("10.4.0.1/24").is_err());
+        assert!(parse_prefix("2001:db8::/32").is_ok());
+        assert!(parse_prefix("2001:db8::1/64").is_err());
+        assert!(parse_prefix("10.4.0.0/33").is_err());
+    }
+}

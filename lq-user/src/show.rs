@@ -1,0 +1,210 @@
+//! `lqd show`: operator views, as a table or as JSON. The path table and the counters
+//! are read from the pinned maps (so they work without a running daemon, and after a
+//! crash); weights and neighbor states come from the running daemon's control socket.
+
+use std::{fmt::Write as _, net::Ipv4Addr, path::Path};
+
+use anyhow::Result;
+use lq_common::{
+    maps::{COUNTER_COUNT, Counter, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC},
+    wire::Decimal64Milli,
+};
+use serde_json::{Value, json};
+
+use crate::{load_balancer::monotonic_ns, path_table::TableReader};
+
+fn ip(v: u32) -> String {
+    Ipv4Addr::from(v).to_string()
+}
+
+fn bw(bits: u32) -> String {
+    Decimal64Milli::from_f32(f32::from_bits(bits))
+        .map_or_else(|| "invalid".into(), |d| d.to_string())
+}
+
+/// The path quality table as JSON (one object per entry).
+pub fn paths_json(pin_dir: &Path) -> Result<Value> {
+    let reader = TableReader::open(pin_dir)?;
+    let now = monotonic_ns();
+    let list: Vec<Value> = reader
+        .paths()?
+        .iter()
+        .map(|(k, v)| {
+            let mut o = json!({
+                "spine-as": k.spine_as,
+                "spine-node-id": ip(k.spine_id),
+                "remote-as": k.remote_as,
+                "remote-node-id": ip(k.remote_id),
+                "link-id": k.link_id,
+                "lqs": v.lqs,
+                "cl": v.cl,
+                "available-bandwidth": bw(v.available_bandwidth_bits),
+                "sequence-number": v.sequence,
+                "age-ms": now.saturating_sub(v.last_update_ns) as f64 / 1e6,
+                "pfc-fabric": v.flags & PATH_FLAG_PFC_FABRIC != 0,
+            });
+            if v.flags & PATH_FLAG_DIAGNOSTICS != 0 {
+                o["diagnostics"] = json!({
+                    "link-capacity": bw(v.link_capacity_bits),
+                    "queue-depth": v.queue_depth,
+                    "ecn-marking-rate": v.ecn_marking_rate,
+                    "pfc-pause-fraction": v.pfc_pause_fraction,
+                    "drops-active": v.flags & PATH_FLAG_DROPS != 0,
+                });
+            }
+            o
+        })
+        .collect();
+    Ok(Value::Array(list))
+}
+
+/// The path table as a human table.
+pub fn paths_table(v: &Value) -> String {
+    let mut s = format!(
+        "{:<16} {:<16} {:>6} {:>4} {:>3} {:>12} {:>6} {:>9}  {}\n",
+        "SPINE", "REMOTE", "LINK", "LQS", "CL", "AVAIL-GBPS", "SEQ", "AGE-MS", "FLAGS"
+    );
+    for e in v.as_array().into_iter().flatten() {
+        let node = |id: &str, asn: &str| {
+            let a = e[asn].as_u64().unwrap_or(0);
+            let n = e[id].as_str().unwrap_or("?");
+            if a == 0 {
+                n.to_string()
+            } else {
+                format!("{a}:{n}")
+            }
+        };
+        let mut flags = Vec::new();
+        if e["pfc-fabric"] == json!(true) {
+            flags.push("pfc");
+        }
+        if e.get("diagnostics").is_some() {
+            flags.push("diag");
+            if e["diagnostics"]["drops-active"] == json!(true) {
+                flags.push("drops");
+            }
+        }
+        let _ = writeln!(
+            s,
+            "{:<16} {:<16} {:>6} {:>4} {:>3} {:>12} {:>6} {:>9.1}  {}",
+            node("spine-node-id", "spine-as"),
+            node("remote-node-id", "remote-as"),
+            e["link-id"],
+            e["lqs"],
+            e["cl"],
+            e["available-bandwidth"].as_str().unwrap_or("?"),
+            e["sequence-number"],
+            e["age-ms"].as_f64().unwrap_or(0.0),
+            flags.join(",")
+        );
+    }
+    s
+}
+
+/// Receiver counters (summed over CPUs) as JSON: one member per counter name.
+pub fn counters_json(pin_dir: &Path) -> Result<Value> {
+    let reader = TableReader::open(pin_dir)?;
+    let c: [u64; COUNTER_COUNT as usize] = reader.counters()?;
+    let mut o = serde_json::Map::new();
+    for counter in Counter::ALL {
+        o.insert(counter.name().into(), json!(c[counter as usize]));
+    }
+    Ok(Value::Object(o))
+}
+
+/// Counters as `name value` lines.
+pub fn counters_table(v: &Value) -> String {
+    let mut s = String::new();
+    for (k, n) in v.as_object().into_iter().flatten() {
+        let _ = writeln!(s, "{k:<20} {n}");
+    }
+    s
+}
+
+/// Neighbors from the pinned table (when no daemon answers): failed when silent for the
+/// configured dead interval, active otherwise.
+pub fn neighbors_from_pins(pin_dir: &Path) -> Result<Value> {
+    let reader = TableReader::open(pin_dir)?;
+    let dead = reader.config()?.dead_interval_ns;
+    let now = monotonic_ns();
+    let list: Vec<Value> = reader
+        .neighbors()?
+        .iter()
+        .map(|(k, v)| {
+            let silent = now.saturating_sub(v.last_seen_ns);
+            json!({
+                "node-as": k.node_as,
+                "node-id": ip(k.node_id),
+                "state": if silent > dead { "failed" } else { "active" },
+                "last-sequence": v.last_sequence,
+                "accepted": v.accepted,
+                "last-seen-ms-ago": silent as f64 / 1e6,
+            })
+        })
+        .collect();
+    Ok(Value::Array(list))
+}
+
+/// Neighbors as a table.
+pub fn neighbors_table(v: &Value) -> String {
+    let mut s = format!(
+        "{:<12} {:<16} {:<8} {:>8} {:>10} {:>12}\n",
+        "AS", "NODE-ID", "STATE", "SEQ", "ACCEPTED", "LAST-SEEN-MS"
+    );
+    for n in v.as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "{:<12} {:<16} {:<8} {:>8} {:>10} {:>12.1}",
+            n["node-as"],
+            n["node-id"].as_str().unwrap_or("?"),
+            n["state"].as_str().unwrap_or("?"),
+            n["last-sequence"],
+            n["accepted"],
+            n["last-seen-ms-ago"].as_f64().unwrap_or(0.0)
+        );
+    }
+    s
+}
+
+/// Weights per destination as a table: target, applied and kernel weight per member.
+pub fn weights_table(v: &Value) -> String {
+    let mut s = String::new();
+    for d in v["destinations"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "{}  group {}  ({})",
+            d["prefix"].as_str().unwrap_or("?"),
+            d["group-id"],
+            d["quality-source"].as_str().unwrap_or("?")
+        );
+        let _ = writeln!(
+            s,
+            "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>8} {:>8} {:>7}",
+            "UPLINK", "IFACE", "SPINE", "LOCAL", "REMOTE", "PATH-Q", "TARGET", "APPLIED", "KERNEL"
+        );
+        for m in d["members"].as_array().into_iter().flatten() {
+            let pct = |k: &str| format!("{:.2}%", m[k].as_f64().unwrap_or(0.0) * 100.0);
+            let _ = writeln!(
+                s,
+                "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>8} {:>8} {:>7}",
+                m["uplink"],
+                m["interface"].as_str().unwrap_or("-"),
+                m["spine"].as_str().unwrap_or("?"),
+                m["local-quality"],
+                m["remote-lqs"]
+                    .as_u64()
+                    .map_or("-".into(), |r| r.to_string()),
+                m["path-quality"],
+                pct("target"),
+                pct("applied"),
+                m["kernel-weight"]
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "group replaces: {}  refused: {}",
+        v["group-replaces"], v["group-errors"]
+    );
+    s
+}

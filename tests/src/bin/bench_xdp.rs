@@ -1,0 +1,886 @@
+//! `bench_xdp`: what the XDP receiver costs, side by side with what it is compared against.
+//!
+//! Metrics (one `LQ-METRIC` line each, see `xtask/src/bench.rs`):
+//!
+//! 1. `xdp_non_lq_ratio`: ns per non-LQ frame through `lq_receiver` / ns per the same frame
+//!    through `lq_baseline_pass`, both under BPF_PROG_TEST_RUN (repeat 1 000 000), the two
+//!    programs interleaved over several rounds (medians) so drift cancels. Two frames (a
+//!    64-octet UDP/53 frame and a 64-octet TCP frame); the worse ratio is reported.
+//! 2. `xdp_lq_1_ns`, `xdp_lq_90_ns`: ns per *accepted* LQ datagram (1 and 90 entries) and
+//!    `xdp_lq_stale_ns`: ns per replayed datagram discarded as `stale_seq`.
+//! 3. `xdp_vs_socket_ratio`: `xdp_lq_1_ns` / the per-datagram cost of a user-space UDP socket
+//!    on loopback running `lq_common::receive::process_payload` into HashMaps.
+//! 4. `veth_pps_ratio`, `veth_pps_baseline_xdp`: pps received over a veth pair between two
+//!    namespaces this program creates, with `lq_receiver` (resp. `lq_baseline_pass`)
+//!    attached natively on the receiving veth, relative to no XDP program.
+//!
+//! Everything it creates (pin folders under /sys/fs/bpf, network namespaces and the veths in
+//! them) is owned by guards that remove it on drop, so errors and panics clean up too.
+
+use std::{
+    collections::HashMap,
+    net::UdpSocket,
+    os::fd::AsRawFd,
+    process::ExitCode,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail, ensure};
+use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId};
+use lq_common::{
+    maps::{
+        COUNTER_COUNT, Counter, NeighborKey, NeighborValue, PATH_TABLE_CAPACITY, PathKey,
+        PathValue, ReceiverConfig, XDP_BASELINE_PROGRAM, XDP_PROGRAM,
+    },
+    receive::{ReceiveTables, TableFull, Verdict, process_payload},
+    wire::{self, Entry},
+};
+use lq_tests::{
+    netns::{NetNs, veth_pair},
+    packet::{FrameSpec, entry, header, ip4, payload},
+    xdp::{TestReceiver, XDP_DROP, XDP_PASS, settings},
+};
+use serde_json::json;
+
+/// BPF_PROG_TEST_RUN repeat for the non-LQ frames.
+const NON_LQ_REPEAT: u32 = 1_000_000;
+/// Interleaved rounds for the non-LQ comparison.
+const NON_LQ_ROUNDS: usize = 7;
+/// BPF_PROG_TEST_RUN repeat for LQ datagrams (a 90-entry accept is a few microseconds).
+const LQ_REPEAT: u32 = 200_000;
+/// Interleaved rounds for the LQ datagrams.
+const LQ_ROUNDS: usize = 5;
+/// Datagrams the socket receiver is sent.
+const SOCKET_DATAGRAMS: u64 = 200_000;
+/// sendmmsg batch of the socket sender.
+const SOCKET_BATCH: usize = 32;
+/// Socket receive buffer (SO_RCVBUFFORCE).
+const SOCKET_RCVBUF: libc::c_int = 256 << 20;
+/// Duration of one veth trial.
+const VETH_TRIAL: Duration = Duration::from_secs(2);
+/// Trials per veth configuration.
+const VETH_TRIALS: usize = 7;
+/// sendmmsg batch.
+const VETH_BATCH: usize = 64;
+/// UDP payload of the veth traffic: 14 + 20 + 8 + 18 = 60 octets on the wire (64 with FCS).
+const VETH_PAYLOAD: usize = 18;
+/// Veth traffic goes to the discard port, not the LQ port.
+const VETH_DST_PORT: u16 = 9;
+
+const TX_IF: &str = "lqbtx0";
+const RX_IF: &str = "lqbrx0";
+const TX_ADDR: [u8; 4] = [10, 231, 0, 1];
+const RX_ADDR: [u8; 4] = [10, 231, 0, 2];
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench_xdp: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    lq_tests::require_root();
+    let mut summary = Vec::new();
+
+    // The receiver with the default test settings (one-hour dead interval): non-LQ frames
+    // and the stale replay.
+    let mut rx = TestReceiver::load(&settings()).context("load receiver")?;
+    load_baseline(&mut rx)?;
+    let non_lq = bench_non_lq(&mut rx)?;
+    emit(
+        "xdp_non_lq_ratio",
+        non_lq.ratio,
+        "ratio",
+        Some("<= 1.3"),
+        Some(non_lq.baseline_ns),
+    );
+    summary.push(format!(
+        "non-LQ frames: lq_receiver {:.2} ns vs baseline {:.2} ns per frame: ratio {:.3} (worst frame)",
+        non_lq.receiver_ns, non_lq.baseline_ns, non_lq.ratio
+    ));
+
+    // A second receiver with a dead interval of 0 ns for the accepted path.
+    let mut dead0 = settings();
+    dead0.dead_interval_ns = 0;
+    let mut rx0 = TestReceiver::load(&dead0).context("load receiver (dead interval 0)")?;
+    let lq = bench_lq(&mut rx0, &mut rx)?;
+    emit("xdp_lq_1_ns", lq.one_ns, "ns", None, None);
+    emit("xdp_lq_90_ns", lq.ninety_ns, "ns", Some("<= 3000"), None);
+    emit("xdp_lq_stale_ns", lq.stale_ns, "ns", None, None);
+    summary.push(format!(
+        "LQ datagrams (accepted, all table writes): 1 entry {:.1} ns, 90 entries {:.1} ns; stale replay {:.1} ns",
+        lq.one_ns, lq.ninety_ns, lq.stale_ns
+    ));
+    drop(rx0);
+
+    let socket = bench_socket()?;
+    let ratio = lq.one_ns / socket.ns_per_datagram;
+    emit(
+        "xdp_vs_socket_ratio",
+        ratio,
+        "ratio",
+        Some("<= 0.2"),
+        Some(socket.ns_per_datagram),
+    );
+    summary.push(format!(
+        "loopback socket + process_payload: {:.1} ns CPU per datagram ({} of {} received, {} dropped; wall {:.1} ns): XDP/socket {:.3}",
+        socket.ns_per_datagram,
+        socket.received,
+        SOCKET_DATAGRAMS,
+        SOCKET_DATAGRAMS - socket.received,
+        socket.wall_ns_per_datagram,
+        ratio
+    ));
+
+    let veth = bench_veth(rx)?;
+    emit(
+        "veth_pps_ratio",
+        veth.lq / veth.none,
+        "ratio",
+        Some(">= 0.95"),
+        Some(veth.none),
+    );
+    emit(
+        "veth_pps_baseline_xdp",
+        veth.baseline / veth.none,
+        "ratio",
+        None,
+        Some(veth.none),
+    );
+    summary.push(format!(
+        "veth pps (medians): no XDP {:.0}, lq_baseline_pass {:.0} ({:.3}), lq_receiver {:.0} ({:.3}); lq_receiver / baseline_pass {:.3}",
+        veth.none,
+        veth.baseline,
+        veth.baseline / veth.none,
+        veth.lq,
+        veth.lq / veth.none,
+        veth.lq / veth.baseline
+    ));
+
+    eprintln!("\nbench_xdp summary:");
+    for s in &summary {
+        eprintln!("  {s}");
+    }
+    Ok(())
+}
+
+/// Prints one metric line.
+fn emit(name: &str, value: f64, unit: &str, goal: Option<&str>, baseline: Option<f64>) {
+    let m = json!({
+        "name": name,
+        "value": round3(value),
+        "unit": unit,
+        "goal": goal,
+        "baseline": baseline.map(round3),
+    });
+    println!("LQ-METRIC {m}");
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn spread(v: &[f64]) -> String {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("min {min:.2} / median {:.2} / max {max:.2}", median(v))
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Non-LQ frames: lq_receiver vs the empty baseline under BPF_PROG_TEST_RUN.
+
+/// Loads `lq_baseline_pass` from the receiver's object (the loader loads only the receiver).
+fn load_baseline(rx: &mut TestReceiver) -> Result<()> {
+    let prog: &mut Xdp = rx
+        .receiver
+        .ebpf_mut()
+        .program_mut(XDP_BASELINE_PROGRAM)
+        .context("baseline program missing from the object")?
+        .try_into()?;
+    prog.load().context("load lq_baseline_pass")?;
+    Ok(())
+}
+
+/// Runs `frame` `repeat` times through the baseline program: (verdict, mean ns per run).
+fn run_baseline(rx: &mut TestReceiver, frame: &[u8], repeat: u32) -> Result<(u32, f64)> {
+    let prog: &mut Xdp = rx
+        .receiver
+        .ebpf_mut()
+        .program_mut(XDP_BASELINE_PROGRAM)
+        .context("baseline program")?
+        .try_into()?;
+    let mut opts = TestRunOptions::new();
+    opts.data_in = Some(frame);
+    opts.repeat = repeat;
+    let r = prog
+        .test_run(opts)
+        .context("BPF_PROG_TEST_RUN (baseline)")?;
+    Ok((r.return_value, r.duration.as_nanos() as f64))
+}
+
+fn counter_delta(
+    before: &[u64; COUNTER_COUNT as usize],
+    after: &[u64; COUNTER_COUNT as usize],
+    c: Counter,
+) -> u64 {
+    after[c as usize] - before[c as usize]
+}
+
+struct NonLq {
+    ratio: f64,
+    receiver_ns: f64,
+    baseline_ns: f64,
+}
+
+fn bench_non_lq(rx: &mut TestReceiver) -> Result<NonLq> {
+    let dns = FrameSpec {
+        dst_port: 53,
+        payload: vec![0xab; 22],
+        pad_to: 64,
+        ..FrameSpec::lq(Vec::new())
+    }
+    .build();
+    // IP protocol 6: the builder's "UDP header" is the first 8 octets of a TCP header.
+    let tcp = FrameSpec {
+        protocol: 6,
+        dst_port: 443,
+        payload: vec![0x50; 22],
+        pad_to: 64,
+        ..FrameSpec::lq(Vec::new())
+    }
+    .build();
+    ensure!(
+        dns.len() == 64 && tcp.len() == 64,
+        "frames are not 64 octets"
+    );
+    let frames = [("udp/53", &dns), ("tcp/443", &tcp)];
+
+    // Warm-up (and a check of the verdicts and the not_ours counter).
+    let before = rx.counters()?;
+    for (name, f) in &frames {
+        let (v, _) = rx.run_repeat(f, 10_000)?;
+        ensure!(v == XDP_PASS, "lq_receiver gave {v} for the {name} frame");
+        let (v, _) = run_baseline(rx, f, 10_000)?;
+        ensure!(v == XDP_PASS, "baseline gave {v} for the {name} frame");
+    }
+    let after = rx.counters()?;
+    ensure!(
+        counter_delta(&before, &after, Counter::NotOurs) == 2 * 10_000,
+        "non-LQ frames were not all counted as not_ours"
+    );
+
+    let mut worst: Option<NonLq> = None;
+    for (name, f) in &frames {
+        let (mut recv, mut base) = (Vec::new(), Vec::new());
+        // Wall clock around each call, per run: finer than the kernel's whole-ns average
+        // (context only; it also counts the syscall and any preemption).
+        let (mut recv_wall, mut base_wall) = (Vec::new(), Vec::new());
+        for round in 0..NON_LQ_ROUNDS {
+            // Alternate which program goes first, so neither always runs on a warmer cache.
+            for first in [round % 2 == 0, round % 2 != 0] {
+                let t = Instant::now();
+                if first {
+                    recv.push(rx.run_repeat(f, NON_LQ_REPEAT)?.1);
+                    recv_wall.push(t.elapsed().as_nanos() as f64 / f64::from(NON_LQ_REPEAT));
+                } else {
+                    base.push(run_baseline(rx, f, NON_LQ_REPEAT)?.1);
+                    base_wall.push(t.elapsed().as_nanos() as f64 / f64::from(NON_LQ_REPEAT));
+                }
+            }
+        }
+        let (r, b) = (median(&recv), median(&base));
+        eprintln!(
+            "non-LQ {name}: lq_receiver ns {}; baseline ns {}; ratio of medians {:.3}",
+            spread(&recv),
+            spread(&base),
+            r / b
+        );
+        eprintln!(
+            "non-LQ {name} (wall clock per run, context): lq_receiver {}; baseline {}; ratio {:.3}",
+            spread(&recv_wall),
+            spread(&base_wall),
+            median(&recv_wall) / median(&base_wall)
+        );
+        if worst.as_ref().is_none_or(|w| r / b > w.ratio) {
+            worst = Some(NonLq {
+                ratio: r / b,
+                receiver_ns: r,
+                baseline_ns: b,
+            });
+        }
+    }
+    worst.context("no frames")
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. LQ datagrams under BPF_PROG_TEST_RUN.
+
+struct Lq {
+    one_ns: f64,
+    ninety_ns: f64,
+    stale_ns: f64,
+}
+
+fn lq_frame(node_id: u32, sequence: u16, entries: &[Entry]) -> Vec<u8> {
+    FrameSpec::lq(payload(&header(node_id, sequence), entries)).build()
+}
+
+fn entries(n: usize) -> Vec<Entry> {
+    (0..n)
+        .map(|i| {
+            entry(
+                ip4(10, 1, (i / 256) as u8, (i % 256) as u8),
+                i as u32 + 1,
+                (i * 2) as u8,
+                (i % 8) as u8,
+            )
+        })
+        .collect()
+}
+
+/// Runs an LQ frame `LQ_REPEAT` times on the dead-interval-0 receiver and checks with the
+/// counters that every run took the accept path (resync + all entry writes), none stale.
+/// `first`: the neighbor is not yet known, so the very first run is a plain accept, not a
+/// resync.
+fn run_accepted(rx0: &mut TestReceiver, frame: &[u8], n_entries: u64, first: bool) -> Result<f64> {
+    let before = rx0.counters()?;
+    let (v, ns) = rx0.run_repeat(frame, LQ_REPEAT)?;
+    let after = rx0.counters()?;
+    ensure!(
+        v == XDP_DROP,
+        "accepted datagram verdict {v}, expected XDP_DROP"
+    );
+    let repeat = u64::from(LQ_REPEAT);
+    let accepted = counter_delta(&before, &after, Counter::Accepted);
+    let stale = counter_delta(&before, &after, Counter::StaleSeq);
+    let resync = counter_delta(&before, &after, Counter::Resync);
+    let stored = counter_delta(&before, &after, Counter::EntriesStored);
+    let resyncs = if first { repeat - 1 } else { repeat };
+    ensure!(
+        accepted == repeat && stale == 0 && resync == resyncs && stored == repeat * n_entries,
+        "not every repeat took the accept path: accepted {accepted}, stale_seq {stale}, \
+         resync {resync}, entries_stored {stored} of {repeat} runs x {n_entries} entries"
+    );
+    Ok(ns)
+}
+
+fn bench_lq(rx0: &mut TestReceiver, rx: &mut TestReceiver) -> Result<Lq> {
+    // Why a dead interval of 0 ns: BPF_PROG_TEST_RUN replays the same octets, so with the
+    // default settings every run after the first carries a sequence number that is not newer
+    // than the neighbor's and is discarded at check 10 (stale_seq) before any table write:
+    // that measures the cheap discard, not the accept. With dead_interval_ns = 0 the neighbor
+    // is "failed" again as soon as bpf_ktime_get_ns has moved by 1 ns, so each replay is a
+    // resynchronisation: any sequence is accepted and the whole check 11 runs (every path
+    // entry looked up and written, the neighbor written, the counters bumped). The resync
+    // branch costs one comparison more than an in-order accept, nothing less. run_accepted
+    // proves it with the counters: accepted == resync == repeat (after the very first run,
+    // which meets an unknown neighbor), entries_stored == repeat x entries, stale_seq == 0.
+    let one = lq_frame(ip4(10, 0, 0, 1), 1, &entries(1));
+    let ninety = lq_frame(ip4(10, 0, 0, 90), 1, &entries(90));
+    // The stale replay runs on the receiver with a one-hour dead interval.
+    let stale = lq_frame(ip4(10, 0, 0, 3), 1, &entries(1));
+    ensure!(rx.run(&stale)? == XDP_DROP, "stale warm-up not consumed");
+
+    // Warm-up: the first runs insert the entries; later runs replace them.
+    run_accepted(rx0, &one, 1, true)?;
+    run_accepted(rx0, &ninety, 90, true)?;
+
+    let (mut v1, mut v90, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..LQ_ROUNDS {
+        let mut order: [u8; 3] = [0, 1, 2];
+        order.rotate_left(round % 3);
+        for which in order {
+            match which {
+                0 => v1.push(run_accepted(rx0, &one, 1, false)?),
+                1 => v90.push(run_accepted(rx0, &ninety, 90, false)?),
+                _ => {
+                    let before = rx.counters()?;
+                    let (v, ns) = rx.run_repeat(&stale, LQ_REPEAT)?;
+                    let after = rx.counters()?;
+                    let n = counter_delta(&before, &after, Counter::StaleSeq);
+                    ensure!(
+                        v == XDP_DROP && n == u64::from(LQ_REPEAT),
+                        "stale replay: verdict {v}, stale_seq {n} of {LQ_REPEAT}"
+                    );
+                    vs.push(ns);
+                }
+            }
+        }
+    }
+    eprintln!("LQ 1 entry accepted ns: {}", spread(&v1));
+    eprintln!("LQ 90 entries accepted ns: {}", spread(&v90));
+    eprintln!("LQ stale replay ns: {}", spread(&vs));
+    Ok(Lq {
+        one_ns: median(&v1),
+        ninety_ns: median(&v90),
+        stale_ns: median(&vs),
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. The same datagrams through a user-space UDP socket.
+
+/// The receive tables of a daemon without XDP: two hash maps.
+#[derive(Default)]
+struct HashTables {
+    neighbors: HashMap<NeighborKey, NeighborValue>,
+    paths: HashMap<PathKey, PathValue>,
+}
+
+impl ReceiveTables for HashTables {
+    fn neighbor(&self, key: &NeighborKey) -> Option<NeighborValue> {
+        self.neighbors.get(key).copied()
+    }
+    fn set_neighbor(&mut self, key: NeighborKey, value: NeighborValue) -> Result<(), TableFull> {
+        self.neighbors.insert(key, value);
+        Ok(())
+    }
+    fn path(&self, key: &PathKey) -> Option<PathValue> {
+        self.paths.get(key).copied()
+    }
+    fn set_path(&mut self, key: PathKey, value: PathValue) -> Result<(), TableFull> {
+        if self.paths.len() >= PATH_TABLE_CAPACITY as usize && !self.paths.contains_key(&key) {
+            return Err(TableFull);
+        }
+        self.paths.insert(key, value);
+        Ok(())
+    }
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn set_int_opt(
+    fd: libc::c_int,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+) -> Result<()> {
+    // SAFETY: v is a valid c_int for the duration of the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        bail!(
+            "setsockopt({level}, {opt}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+struct SocketResult {
+    ns_per_datagram: f64,
+    wall_ns_per_datagram: f64,
+    received: u64,
+}
+
+fn bench_socket() -> Result<SocketResult> {
+    // Loopback of a private namespace: 127.0.0.1 only, nothing in the root namespace.
+    let ns = NetNs::new("lqb-sock")?;
+    ns.run_in(socket_trial)?
+}
+
+fn socket_trial() -> Result<SocketResult> {
+    let cfg: ReceiverConfig = settings().to_config()?;
+    let rx_sock = UdpSocket::bind("127.0.0.1:0")?;
+    set_int_opt(
+        rx_sock.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUFFORCE,
+        SOCKET_RCVBUF,
+    )?;
+    rx_sock.set_read_timeout(Some(Duration::from_millis(300)))?;
+    let dst = rx_sock.local_addr()?;
+    let done = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+
+    // The sender (a thread spawned from this one lives in the same namespace): triggered
+    // updates, one entry each, every one with a new sequence number. The payloads are
+    // encoded beforehand and sent with sendmmsg, so the sender keeps the queue as full as it
+    // can (the loopback receive softirq runs on the sender's CPU, not the receiver's).
+    let sender = {
+        let (done, sent) = (done.clone(), sent.clone());
+        std::thread::spawn(move || -> Result<()> {
+            let sock = UdpSocket::bind("127.0.0.1:0")?;
+            sock.connect(dst)?;
+            let e = entries(1);
+            let mut h = header(ip4(10, 0, 0, 1), 0);
+            h.mode = wire::Mode::Triggered;
+            let payloads: Vec<Vec<u8>> = (0..=u16::MAX)
+                .map(|seq| {
+                    h.sequence = seq;
+                    payload(&h, &e)
+                })
+                .collect();
+            // Let the receiver block in recv first.
+            std::thread::sleep(Duration::from_millis(50));
+            let fd = sock.as_raw_fd();
+            let mut i = 0u64;
+            while i < SOCKET_DATAGRAMS {
+                let n = (SOCKET_DATAGRAMS - i).min(SOCKET_BATCH as u64) as usize;
+                let mut iovs: Vec<libc::iovec> = (0..n as u64)
+                    .map(|k| {
+                        let p = &payloads[usize::from((i + k + 1) as u16)];
+                        libc::iovec {
+                            iov_base: p.as_ptr() as *mut libc::c_void,
+                            iov_len: p.len(),
+                        }
+                    })
+                    .collect();
+                // SAFETY: a zeroed mmsghdr is valid; the iovecs outlive the call.
+                let mut msgs: Vec<libc::mmsghdr> = iovs
+                    .iter_mut()
+                    .map(|iov| {
+                        let mut m = unsafe { std::mem::zeroed::<libc::mmsghdr>() };
+                        m.msg_hdr.msg_iov = iov;
+                        m.msg_hdr.msg_iovlen = 1;
+                        m
+                    })
+                    .collect();
+                // SAFETY: msgs holds n valid headers on a connected socket.
+                let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as u32, 0) };
+                if r <= 0 {
+                    // Not sent (e.g. ENOBUFS): skip the batch, the sequence numbers move on.
+                    i += n as u64;
+                    continue;
+                }
+                sent.fetch_add(r as u64, Ordering::Relaxed);
+                i += r as u64;
+            }
+            done.store(true, Ordering::Release);
+            Ok(())
+        })
+    };
+
+    let mut tables = HashTables::default();
+    let mut counters = [0u64; COUNTER_COUNT as usize];
+    let mut buf = vec![0u8; 65536];
+    let (mut received, mut accepted, mut empty) = (0u64, 0u64, 0u64);
+    let fd = rx_sock.as_raw_fd();
+    let recv = |buf: &mut [u8], flags: libc::c_int| -> std::io::Result<usize> {
+        // SAFETY: buf is valid for buf.len() octets.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if n < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    };
+    let cpu_start = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    let mut first_wall = None;
+    let mut last_wall = Instant::now();
+    while received < SOCKET_DATAGRAMS {
+        // Non-blocking first, to count how often the queue ran empty; then block (with the
+        // read timeout) like a daemon waiting for the next datagram.
+        let n = match recv(&mut buf, libc::MSG_DONTWAIT) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if received > 0 {
+                    empty += 1;
+                }
+                match recv(&mut buf, 0) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if done.load(Ordering::Acquire) {
+                            break;
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(e).context("recv"),
+                }
+            }
+            Err(e) => return Err(e).context("recv"),
+        };
+        let now = clock_ns(libc::CLOCK_MONOTONIC);
+        if first_wall.is_none() {
+            first_wall = Some(Instant::now());
+        }
+        received += 1;
+        if let Verdict::Accept { .. } =
+            process_payload(&buf[..n], &cfg, now, &mut tables, &mut counters)
+        {
+            accepted += 1;
+        }
+        last_wall = Instant::now();
+    }
+    let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - cpu_start;
+    sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("sender panicked"))??;
+    let sent = sent.load(Ordering::Relaxed);
+    ensure!(received > 0, "the socket received nothing");
+    ensure!(
+        accepted == received && counters[Counter::StaleSeq as usize] == 0,
+        "socket receiver: {accepted} accepted of {received} (stale_seq {})",
+        counters[Counter::StaleSeq as usize]
+    );
+    let wall = last_wall.duration_since(first_wall.unwrap_or(last_wall));
+    eprintln!(
+        "socket: sent {sent}, received {received} (dropped {}), accepted {accepted}; receiver CPU {:.1} ms, wall {:.1} ms; queue found empty {empty} times",
+        sent - received,
+        cpu as f64 / 1e6,
+        wall.as_secs_f64() * 1e3
+    );
+    Ok(SocketResult {
+        ns_per_datagram: cpu as f64 / received as f64,
+        wall_ns_per_datagram: wall.as_nanos() as f64 / received as f64,
+        received,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Packets per second through a veth pair.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VethConfig {
+    None,
+    Baseline,
+    Receiver,
+}
+
+impl VethConfig {
+    fn name(self) -> &'static str {
+        match self {
+            Self::None => "no XDP",
+            Self::Baseline => "lq_baseline_pass",
+            Self::Receiver => "lq_receiver",
+        }
+    }
+
+    fn program(self) -> Option<&'static str> {
+        match self {
+            Self::None => None,
+            Self::Baseline => Some(XDP_BASELINE_PROGRAM),
+            Self::Receiver => Some(XDP_PROGRAM),
+        }
+    }
+}
+
+struct Veth {
+    none: f64,
+    baseline: f64,
+    lq: f64,
+}
+
+/// `rx_packets` (and rx_dropped) of `iface` in `ns`.
+fn rx_stats(ns: &NetNs, iface: &str) -> Result<(u64, u64)> {
+    let out = ns.ip(&["-s", "-j", "link", "show", "dev", iface])?;
+    let v: serde_json::Value = serde_json::from_str(&out).context("ip -j link output")?;
+    let rx = &v[0]["stats64"]["rx"];
+    let packets = rx["packets"]
+        .as_u64()
+        .context("no rx packets in ip -s -j")?;
+    Ok((packets, rx["dropped"].as_u64().unwrap_or(0)))
+}
+
+/// Attaches `program` of `rx` natively to `iface` from a thread inside `ns` (the interface
+/// name and the bpf_link both resolve in the calling thread's namespace).
+fn attach_in(
+    ns: &NetNs,
+    rx: TestReceiver,
+    program: &'static str,
+    iface: &'static str,
+) -> Result<(TestReceiver, XdpLinkId)> {
+    ns.run_in(move || -> Result<(TestReceiver, XdpLinkId)> {
+        let mut rx = rx;
+        let prog: &mut Xdp = rx
+            .receiver
+            .ebpf_mut()
+            .program_mut(program)
+            .context("program")?
+            .try_into()?;
+        let id = prog
+            .attach(iface, XdpMode::Driver)
+            .with_context(|| format!("attach {program} to {iface} (native)"))?;
+        Ok((rx, id))
+    })?
+}
+
+/// Detaches, also from inside `ns` (should aya ever fall back to netlink).
+fn detach_in(
+    ns: &NetNs,
+    rx: TestReceiver,
+    program: &'static str,
+    id: XdpLinkId,
+) -> Result<TestReceiver> {
+    ns.run_in(move || -> Result<TestReceiver> {
+        let mut rx = rx;
+        let prog: &mut Xdp = rx
+            .receiver
+            .ebpf_mut()
+            .program_mut(program)
+            .context("program")?
+            .try_into()?;
+        prog.detach(id)
+            .with_context(|| format!("detach {program}"))?;
+        Ok(rx)
+    })?
+}
+
+/// Sends 60-octet UDP frames as fast as one thread can for `dur`: (sent, send errors, secs).
+fn blast(dur: Duration) -> Result<(u64, u64, f64)> {
+    let sock = UdpSocket::bind("0.0.0.0:0")?;
+    set_int_opt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
+    // Unconnected (a sendto address per message): the ICMP port unreachable answers do not
+    // turn into ECONNREFUSED on the socket.
+    let mut dst: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    dst.sin_family = libc::AF_INET as libc::sa_family_t;
+    dst.sin_port = VETH_DST_PORT.to_be();
+    dst.sin_addr.s_addr = u32::from_ne_bytes(RX_ADDR);
+    let data = [0x5au8; VETH_PAYLOAD];
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: zeroed mmsghdr is valid; pointers set below outlive the sendmmsg calls.
+    let mut msgs: Vec<libc::mmsghdr> = (0..VETH_BATCH)
+        .map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() })
+        .collect();
+    for m in &mut msgs {
+        m.msg_hdr.msg_name = (&mut dst as *mut libc::sockaddr_in).cast();
+        m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        m.msg_hdr.msg_iov = &mut iov;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    let fd = sock.as_raw_fd();
+    let (mut sent, mut errors) = (0u64, 0u64);
+    let start = Instant::now();
+    while start.elapsed() < dur {
+        // SAFETY: msgs holds VETH_BATCH valid headers.
+        let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), VETH_BATCH as u32, 0) };
+        if n < 0 {
+            errors += 1;
+        } else {
+            sent += n as u64;
+        }
+    }
+    Ok((sent, errors, start.elapsed().as_secs_f64()))
+}
+
+fn bench_veth(rx: TestReceiver) -> Result<Veth> {
+    let tx_ns = NetNs::new("lqb-tx")?;
+    let rx_ns = NetNs::new("lqb-rx")?;
+    let addr = |a: [u8; 4]| format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3]);
+    veth_pair(
+        &tx_ns,
+        TX_IF,
+        &format!("{}/24", addr(TX_ADDR)),
+        &rx_ns,
+        RX_IF,
+        &format!("{}/24", addr(RX_ADDR)),
+    )?;
+    // A permanent neighbor entry: no ARP in the measurement.
+    let link: serde_json::Value =
+        serde_json::from_str(&rx_ns.ip(&["-j", "link", "show", "dev", RX_IF])?)?;
+    let mac = link[0]["address"]
+        .as_str()
+        .context("receiving veth MAC")?
+        .to_string();
+    tx_ns.ip(&[
+        "neigh",
+        "replace",
+        &addr(RX_ADDR),
+        "lladdr",
+        &mac,
+        "dev",
+        TX_IF,
+        "nud",
+        "permanent",
+    ])?;
+
+    let mut rx = Some(rx);
+    let configs = [VethConfig::None, VethConfig::Baseline, VethConfig::Receiver];
+    let mut pps: HashMap<&'static str, Vec<f64>> = HashMap::new();
+    let (mut paired_lq, mut paired_base) = (Vec::new(), Vec::new());
+    // Warm-up trial (not counted).
+    tx_ns.run_in(|| blast(Duration::from_millis(300)))??;
+    for trial in 0..VETH_TRIALS {
+        let mut order = configs;
+        order.rotate_left(trial % configs.len());
+        for cfg in order {
+            let mut link = None;
+            if let Some(p) = cfg.program() {
+                let (r, id) = attach_in(&rx_ns, rx.take().context("receiver")?, p, RX_IF)?;
+                rx = Some(r);
+                link = Some(id);
+            }
+            let counters_before = rx.as_ref().context("receiver")?.counters()?;
+            let (rx_before, drop_before) = rx_stats(&rx_ns, RX_IF)?;
+            let (sent, errors, secs) = tx_ns.run_in(move || blast(VETH_TRIAL))??;
+            // Let any NAPI work still queued finish before reading the counters.
+            std::thread::sleep(Duration::from_millis(50));
+            let (rx_after, drop_after) = rx_stats(&rx_ns, RX_IF)?;
+            let counters_after = rx.as_ref().context("receiver")?.counters()?;
+            let received = rx_after - rx_before;
+            let rate = received as f64 / secs;
+            let not_ours = counter_delta(&counters_before, &counters_after, Counter::NotOurs);
+            eprintln!(
+                "veth trial {trial} {:>16}: {:>9.0} pps received ({received} of {sent} sent, rx_dropped {}, send errors {errors}; lq not_ours +{not_ours})",
+                cfg.name(),
+                rate,
+                drop_after - drop_before
+            );
+            if cfg == VethConfig::Receiver {
+                ensure!(
+                    not_ours * 100 >= received * 99,
+                    "lq_receiver saw {not_ours} frames of {received} received: not attached?"
+                );
+            }
+            if let (Some(p), Some(id)) = (cfg.program(), link) {
+                rx = Some(detach_in(&rx_ns, rx.take().context("receiver")?, p, id)?);
+            }
+            pps.entry(cfg.name()).or_default().push(rate);
+        }
+        let last = |c: VethConfig| pps[c.name()][trial];
+        paired_lq.push(last(VethConfig::Receiver) / last(VethConfig::None));
+        paired_base.push(last(VethConfig::Baseline) / last(VethConfig::None));
+    }
+    eprintln!(
+        "veth paired per-trial ratios (context): lq_receiver/none {}; lq_baseline_pass/none {}",
+        spread(&paired_lq),
+        spread(&paired_base)
+    );
+    for cfg in configs {
+        eprintln!("veth {:>16} pps: {}", cfg.name(), spread(&pps[cfg.name()]));
+    }
+    // rx (and its pins) and the namespaces drop here, in that order of declaration reversed.
+    drop(rx);
+    Ok(Veth {
+        none: median(&pps[VethConfig::None.name()]),
+        baseline: median(&pps[VethConfig::Baseline.name()]),
+        lq: median(&pps[VethConfig::Receiver.name()]),
+    })
+}

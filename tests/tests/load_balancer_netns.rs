@@ -1,0 +1,278 @@
+//! The load-balancer role end to end in network namespaces: real spine senders (UDP, TTL
+//! 255) on four veth links, `lqd` with the XDP receiver on the leaf, and the weights read
+//! back from the kernel with `ip -j nexthop show` (seed 003 sections 6.3-6.5, Appendix B).
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use lq_tests::{
+    daemon::{Lqd, Sender},
+    netns::{NetNs, veth_pair},
+    packet::{entry, header, ip4},
+    require_root,
+};
+
+const GROUP_ID: u64 = 0x4c00_0000 + 0x1_0000;
+const REMOTE: u32 = ip4(10, 0, 1, 4);
+
+fn leaf_config() -> String {
+    let mut c = String::from(
+        r#"
+[lq-telemetry]
+enabled = true
+role = "load-balancer"
+
+[receiver]
+interfaces = ["up1", "up2", "up3", "up4"]
+"#,
+    );
+    for k in 1..=4 {
+        c.push_str(&format!(
+            "\n[[uplink]]\nid = {k}\nspine = \"10.0.0.{k}\"\ninterface = \"up{k}\"\ngateway = \"10.1.{k}.1\"\n"
+        ));
+    }
+    c.push_str("\n[[destination]]\nprefix = \"10.4.0.0/24\"\nremote-node = \"10.0.1.4\"\n");
+    c
+}
+
+struct Fabric {
+    leaf: NetNs,
+    spines: NetNs,
+}
+
+fn fabric() -> Fabric {
+    let leaf = NetNs::new("lqt-leaf").unwrap();
+    let spines = NetNs::new("lqt-spines").unwrap();
+    for k in 1..=4 {
+        veth_pair(
+            &spines,
+            &format!("s{k}"),
+            &format!("10.1.{k}.1/24"),
+            &leaf,
+            &format!("up{k}"),
+            &format!("10.1.{k}.2/24"),
+        )
+        .unwrap();
+    }
+    Fabric { leaf, spines }
+}
+
+/// Four spines advertising every 20 ms; `lqs[k] = None` keeps spine k silent.
+struct Spines {
+    lqs: Arc<Mutex<[Option<u8>; 4]>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Spines {
+    fn start(ns: &NetNs) -> Self {
+        let lqs = Arc::new(Mutex::new([Some(237u8); 4]));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (l, s) = (lqs.clone(), stop.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let name = ns.name().to_string();
+        let thread = std::thread::spawn(move || {
+            let f = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
+            // SAFETY: setns on this thread only.
+            assert_eq!(
+                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) },
+                0
+            );
+            let mut senders: Vec<Sender> = (1..=4u8)
+                .map(|k| {
+                    Sender::bind(
+                        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k, 1)), 0),
+                        255,
+                    )
+                    .unwrap()
+                })
+                .collect();
+            tx.send(()).unwrap();
+            let mut seq = [100u16, 200, 300, 400];
+            while !s.load(Ordering::Relaxed) {
+                let now = *l.lock().unwrap();
+                for k in 0..4 {
+                    if let Some(q) = now[k] {
+                        seq[k] = seq[k].wrapping_add(1);
+                        let h = header(ip4(10, 0, 0, k as u8 + 1), seq[k]);
+                        let to = SocketAddr::new(
+                            IpAddr::V4(Ipv4Addr::new(10, 1, k as u8 + 1, 2)),
+                            52525,
+                        );
+                        senders[k]
+                            .send(to, &h, &[entry(REMOTE, 1, q, if q < 100 { 3 } else { 0 })])
+                            .unwrap();
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        Self {
+            lqs,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn set(&self, k: usize, lqs: Option<u8>) {
+        self.lqs.lock().unwrap()[k] = lqs;
+    }
+}
+
+impl Drop for Spines {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The group's members as (member id - id base, weight), sorted.
+fn group_weights(leaf: &NetNs) -> Option<Vec<(u64, u64)>> {
+    let out = leaf.ip(&["-j", "nexthop", "show"]).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+    let g = v
+        .as_array()?
+        .iter()
+        .find(|n| n["id"].as_u64() == Some(GROUP_ID))?;
+    let mut w: Vec<(u64, u64)> = g["group"]
+        .as_array()?
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_u64().unwrap_or(0) - 0x4c00_0000,
+                m["weight"].as_u64().unwrap_or(1),
+            )
+        })
+        .collect();
+    w.sort_unstable();
+    Some(w)
+}
+
+fn wait_for(what: &str, lqd: &Lqd, leaf: &NetNs, want: &[(u64, u64)]) -> Duration {
+    let start = Instant::now();
+    loop {
+        let got = group_weights(leaf);
+        if got.as_deref() == Some(want) {
+            return start.elapsed();
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            panic!(
+                "{what}: group weights {got:?}, want {want:?}\nlqd log:\n{}",
+                lqd.log_text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn weights_follow_remote_congestion_and_spine_failure() {
+    require_root();
+    let f = fabric();
+    let spines = Spines::start(&f.spines);
+    let lqd = Lqd::start(&f.leaf, &leaf_config()).unwrap();
+    let equal = [(1, 255), (2, 255), (3, 255), (4, 255)];
+    wait_for("steady state: equal weights", &lqd, &f.leaf, &equal);
+    // The route points at the group: one object, so weight changes are never route churn.
+    let route = f.leaf.ip(&["-j", "route", "show", "10.4.0.0/24"]).unwrap();
+    assert!(route.contains(&format!("\"nhid\":{GROUP_ID}")), "{route}");
+
+    // Appendix B: S2's link to L4 congested, LQS 72: targets 30.27 % / 9.20 %, reached over
+    // damped steps; integer weights 255/77/255/255.
+    spines.set(1, Some(72));
+    let t = wait_for(
+        "S2 congested",
+        &lqd,
+        &f.leaf,
+        &[(1, 255), (2, 77), (3, 255), (4, 255)],
+    );
+    eprintln!("S2 congested -> target weights in {t:?}");
+    let w = lqd.show("weights").unwrap();
+    let members = w["destinations"][0]["members"].as_array().unwrap();
+    assert_eq!(members.len(), 4);
+    let s2 = members.iter().find(|m| m["uplink"] == 2).unwrap();
+    assert_eq!(s2["remote-lqs"], 72);
+    assert!(
+        (s2["target"].as_f64().unwrap() - 0.0920).abs() < 0.0005,
+        "{s2}"
+    );
+
+    // S2 goes silent: after miss_count x T_notify it is failed and leaves the group.
+    spines.set(1, None);
+    let t = wait_for("S2 silent", &lqd, &f.leaf, &[(1, 255), (3, 255), (4, 255)]);
+    eprintln!("S2 silent -> left the group in {t:?}");
+    let n = lqd.show("neighbors").unwrap();
+    let s2 = n
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node-id"] == "10.0.0.2")
+        .unwrap();
+    assert_eq!(s2["state"], "failed", "{n}");
+
+    // S2 speaks again (healthy): it rejoins, damped back to equal weights.
+    spines.set(1, Some(237));
+    wait_for("S2 back", &lqd, &f.leaf, &equal);
+
+    let paths = lqd.show("paths").unwrap();
+    assert_eq!(paths.as_array().unwrap().len(), 4, "{paths}");
+    let c = lqd.show("counters").unwrap();
+    assert!(c["accepted"].as_u64().unwrap() > 20, "{c}");
+    assert_eq!(c["bad_ttl"], 0);
+    drop(spines);
+}
+
+#[test]
+fn gtsm_and_replay_are_refused_on_the_wire() {
+    require_root();
+    let f = fabric();
+    let lqd = Lqd::start(&f.leaf, &leaf_config()).unwrap();
+    let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, 1, 2)), 52525);
+    let from = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, 1, 1)), 0);
+    f.spines
+        .run_in(move || {
+            let mut far = Sender::bind(from, 254).unwrap();
+            far.send(
+                to,
+                &header(ip4(10, 0, 0, 1), 5),
+                &[entry(REMOTE, 1, 200, 0)],
+            )
+            .unwrap();
+            let mut near = Sender::bind(SocketAddr::new(from.ip(), 0), 255).unwrap();
+            for seq in [10u16, 11, 11, 9] {
+                near.send(
+                    to,
+                    &header(ip4(10, 0, 0, 1), seq),
+                    &[entry(REMOTE, 1, 100 + seq as u8, 0)],
+                )
+                .unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let c = lqd.show("counters").unwrap();
+        if c["accepted"] == 2 && c["bad_ttl"] == 1 && c["stale_seq"] == 2 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "counters {c}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let paths = lqd.show("paths").unwrap();
+    let p = &paths.as_array().unwrap()[0];
+    assert_eq!(
+        (p["lqs"].as_u64(), p["sequence-number"].as_u64()),
+        (Some(111), Some(11)),
+        "{p}"
+    );
+}
