@@ -804,3 +804,23 @@ remote-node = "10.0.1.4"
         assert!(parse_prefix("10.4.0.0/33").is_err());
     }
 }
+
+#[cfg(test)]
+mod examples {
+    use super::Config;
+
+    /// Every file in examples/ loads and validates.
+    #[test]
+    fn every_example_config_loads() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                Config::load(&p).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 2, "no examples found in {}", dir.display());
+    }
+}
