@@ -6,10 +6,12 @@
 //! seed 003 section 6.2, counts every discard under its own reason, and signals changes on a
 //! ring buffer. Frames that are not LQ datagrams get `XDP_PASS` untouched.
 
+use core::ffi::c_void;
+
 use aya_ebpf::{
     bindings::xdp_action,
     btf_maps::{Array, HashMap, LpmTrie, PerCpuArray, RingBuf},
-    helpers::{bpf_ktime_get_ns, bpf_xdp_load_bytes},
+    helpers::{bpf_ktime_get_ns, bpf_loop, bpf_xdp_load_bytes},
     macros::{btf_map, xdp},
     maps::lpm_trie::Key,
     programs::XdpContext,
@@ -197,35 +199,7 @@ fn in_as_plan(asn: u32) -> bool {
 
 /// Room for the largest payload this receiver accepts, rounded up.
 const SCRATCH_LEN: usize = 2688;
-const _: () = assert!(SCRATCH_LEN >= MAX_PAYLOAD_LEN + 8);
-/// Where the per-datagram tallies live in the scratch buffer (after the payload).
-const CHANGED_AT: usize = SCRATCH_LEN - 8;
-const STORED_AT: usize = SCRATCH_LEN - 4;
-
-/// Adds one to a u32 tally kept in the scratch buffer. Tallies live in map memory, not in
-/// registers, on purpose: the verifier cannot know their values, so it never marks them
-/// precise, and paths that differ only in how many entries changed merge instead of
-/// multiplying across the 91 iterations.
-#[inline(always)]
-fn tally_add(buf: &mut [u8; SCRATCH_LEN], at: usize) {
-    let p = buf[at..at + 4].as_mut_ptr().cast::<u32>();
-    // SAFETY: 4 octets inside this CPU's scratch buffer; unaligned accesses are fine on BPF
-    // for map memory, but `at` is 4-aligned anyway.
-    unsafe { core::ptr::write_volatile(p, core::ptr::read_volatile(p) + 1) };
-}
-
-#[inline(always)]
-fn tally_get(buf: &[u8; SCRATCH_LEN], at: usize) -> u32 {
-    // SAFETY: as in tally_add.
-    unsafe { core::ptr::read_volatile(buf[at..at + 4].as_ptr().cast::<u32>()) }
-}
-
-#[inline(always)]
-fn tally_reset(buf: &mut [u8; SCRATCH_LEN], at: usize) {
-    // SAFETY: as in tally_add.
-    unsafe { core::ptr::write_volatile(buf[at..at + 4].as_mut_ptr().cast::<u32>(), 0) };
-}
-
+const _: () = assert!(SCRATCH_LEN >= MAX_PAYLOAD_LEN);
 /// One payload-sized buffer per CPU. The payload is copied here with one
 /// `bpf_xdp_load_bytes` call and parsed from map memory: the entry loops then do not depend
 /// on the frame's layout (VLAN tag, IPv4 options, IPv6), so the verifier checks them once
@@ -245,6 +219,145 @@ fn scratch_be32(buf: &[u8; SCRATCH_LEN], at: usize) -> Option<u32> {
         buf[at + 2],
         buf[at + 3],
     ]))
+}
+
+/// What the per-entry callbacks of `bpf_loop` need to know about the datagram.
+///
+/// The entries are walked with `bpf_loop` rather than a bounded loop: the verifier checks a
+/// callback body once, with the index unknown, instead of once per iteration and per path,
+/// which kept a 91-iteration loop at hundreds of thousands of verified instructions.
+/// Everything the callbacks read from here is re-bounded (masks, checks), since the
+/// verifier knows nothing about values loaded from the stack of another frame.
+#[repr(C)]
+struct EntryLoop {
+    hlen: u64,
+    elen: u64,
+    q: u64,
+    d: u64,
+    now: u64,
+    node_as: u32,
+    node_id: u32,
+    sequence: u16,
+    flags_common: u8,
+    check_remote_as: u8,
+    error: u32,
+    stored: u32,
+    changed: u32,
+}
+
+/// The scratch buffer of this CPU.
+#[inline(always)]
+fn scratch() -> Option<&'static mut [u8; SCRATCH_LEN]> {
+    // SAFETY: this CPU's slot; XDP runs with preemption disabled, so nothing else uses it
+    // until the program returns.
+    LQ_SCRATCH.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+/// Offset of entry `index`, or `None` when it would leave the scratch buffer.
+#[inline(always)]
+fn entry_offset(lp: &EntryLoop, index: u64) -> Option<usize> {
+    if index >= MAX_ENTRIES as u64 {
+        return None;
+    }
+    let e = (lp.hlen & 31) as usize + index as usize * (lp.elen & 31) as usize;
+    if e + ENTRY_BASE_LEN + AS_LEN + DIAGNOSTICS_LEN > SCRATCH_LEN {
+        return None;
+    }
+    Some(e)
+}
+
+/// bpf_loop callback of check 9: 1 (stop) with `error` set at the first invalid value.
+#[inline(never)]
+extern "C" fn check_entry_values(index: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: `ctx` is the EntryLoop passed to bpf_loop by receive_payload.
+    let lp = unsafe { &mut *ctx.cast::<EntryLoop>() };
+    let (Some(buf), Some(e)) = (scratch(), entry_offset(lp, index)) else {
+        lp.error = 1;
+        return 1;
+    };
+    let bw = u32::from_be_bytes([buf[e + 8], buf[e + 9], buf[e + 10], buf[e + 11]]);
+    let mut valid = bandwidth_bits_valid(bw);
+    if lp.d != 0 && buf[e + 13] & ENTRY_FLAG_V != 0 {
+        let g = e + ENTRY_BASE_LEN + (lp.q & 1) as usize * AS_LEN;
+        let cap = u32::from_be_bytes([buf[g], buf[g + 1], buf[g + 2], buf[g + 3]]);
+        valid &= bandwidth_bits_valid(cap);
+    }
+    if valid {
+        0
+    } else {
+        lp.error = 1;
+        1
+    }
+}
+
+/// bpf_loop callback of check 11: stores entry `index` in the path table.
+#[inline(never)]
+extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: `ctx` is the EntryLoop passed to bpf_loop by receive_payload.
+    let lp = unsafe { &mut *ctx.cast::<EntryLoop>() };
+    let (Some(buf), Some(e)) = (scratch(), entry_offset(lp, index)) else {
+        return 1;
+    };
+    let q = lp.q & 1 != 0;
+    let remote_as = if q {
+        u32::from_be_bytes([buf[e + 16], buf[e + 17], buf[e + 18], buf[e + 19]])
+    } else {
+        0
+    };
+    if lp.check_remote_as != 0 && !in_as_plan(remote_as) {
+        count(Counter::AsMismatchEntry);
+        return 0;
+    }
+    let key = PathKey {
+        spine_as: lp.node_as,
+        spine_id: lp.node_id,
+        remote_as,
+        remote_id: u32::from_be_bytes([buf[e], buf[e + 1], buf[e + 2], buf[e + 3]]),
+        link_id: u32::from_be_bytes([buf[e + 4], buf[e + 5], buf[e + 6], buf[e + 7]]),
+    };
+    let mut value = PathValue {
+        last_update_ns: lp.now,
+        available_bandwidth_bits: u32::from_be_bytes([
+            buf[e + 8],
+            buf[e + 9],
+            buf[e + 10],
+            buf[e + 11],
+        ]),
+        link_capacity_bits: 0,
+        sequence: lp.sequence,
+        lqs: buf[e + 12],
+        cl: buf[e + 13] >> 5,
+        flags: lp.flags_common,
+        queue_depth: 0,
+        ecn_marking_rate: 0,
+        pfc_pause_fraction: 0,
+    };
+    if lp.d != 0 && buf[e + 13] & ENTRY_FLAG_V != 0 {
+        let g = e + ENTRY_BASE_LEN + (lp.q & 1) as usize * AS_LEN;
+        value.flags |= PATH_FLAG_DIAGNOSTICS
+            | if buf[g + 6] & DIAG_FLAG_X != 0 {
+                PATH_FLAG_DROPS
+            } else {
+                0
+            };
+        value.link_capacity_bits = u32::from_be_bytes([buf[g], buf[g + 1], buf[g + 2], buf[g + 3]]);
+        value.queue_depth = buf[g + 4];
+        value.ecn_marking_rate = buf[g + 5] >> 3;
+        value.pfc_pause_fraction = buf[g + 6] >> 3;
+    }
+    let is_change = match LQ_PATHS.get_ptr(key) {
+        // SAFETY: read of two octets of a map value that stays allocated while the program
+        // runs (RCU).
+        Some(old) => unsafe { (*old).lqs != value.lqs || (*old).cl != value.cl },
+        None => true,
+    };
+    if LQ_PATHS.insert(key, value, 0).is_ok() {
+        lp.stored += 1;
+        lp.changed += u32::from(is_change);
+    } else {
+        count(Counter::TableFull);
+    }
+    0
 }
 
 /// Checks 5-11 on the UDP payload at `p` of `len` octets (already inside the frame). An
@@ -286,7 +399,6 @@ fn receive_payload(
     let q_bit = usize::from((buf[0] & FLAG_Q) >> 3);
     let d_bit = usize::from((buf[0] & FLAG_D) >> 2);
     let q = q_bit != 0;
-    let d = d_bit != 0;
     // Check 6.
     let mode = buf[1];
     if mode > 1 {
@@ -318,31 +430,37 @@ fn receive_payload(
         return Err(Counter::AsMismatch);
     }
     // Check 9: every value before anything is stored.
-    let diag_at = ENTRY_BASE_LEN + q_bit * AS_LEN;
-    let mut i = 0;
-    while i < MAX_ENTRIES {
-        if i >= entry_count {
-            break;
-        }
-        let e = hlen + i * elen;
-        i += 1;
-        if e + 28 > SCRATCH_LEN {
-            return Err(Counter::BadLength);
-        }
-        if !bandwidth_bits_valid(u32::from_be_bytes([
-            buf[e + 8],
-            buf[e + 9],
-            buf[e + 10],
-            buf[e + 11],
-        ])) {
-            return Err(Counter::BadValue);
-        }
-        if d && buf[e + 13] & ENTRY_FLAG_V != 0 {
-            let cap = scratch_be32(buf, e + diag_at).ok_or(Counter::BadLength)?;
-            if !bandwidth_bits_valid(cap) {
-                return Err(Counter::BadValue);
-            }
-        }
+    let mut lp = EntryLoop {
+        hlen: hlen as u64,
+        elen: elen as u64,
+        q: q_bit as u64,
+        d: d_bit as u64,
+        node_as,
+        node_id,
+        now: 0,
+        sequence,
+        flags_common: if buf[0] & FLAG_P != 0 {
+            PATH_FLAG_PFC_FABRIC
+        } else {
+            0
+        },
+        check_remote_as: 0,
+        error: 0,
+        stored: 0,
+        changed: 0,
+    };
+    // SAFETY: bpf_loop calls the callback at most entry_count (<= 91) times with a pointer
+    // to `lp`, which outlives the call.
+    unsafe {
+        bpf_loop(
+            entry_count as u32,
+            check_entry_values as *mut c_void,
+            (&raw mut lp).cast(),
+            0,
+        )
+    };
+    if lp.error != 0 {
+        return Err(Counter::BadValue);
     }
     // Check 10.
     // SAFETY: no preconditions.
@@ -350,7 +468,7 @@ fn receive_payload(
     let nkey = NeighborKey { node_as, node_id };
     // SAFETY: the value is copied out at once; a concurrent update for the same sender on
     // another CPU can at worst give a torn read, which the next datagram repairs.
-    let previous: Option<NeighborValue> = unsafe { LQ_NEIGHBORS.get(&nkey) }.copied();
+    let previous: Option<NeighborValue> = unsafe { LQ_NEIGHBORS.get(nkey) }.copied();
     if let Some(n) = &previous {
         if neighbor_failed(n.last_seen_ns, now, cfg.dead_interval_ns) {
             count(Counter::Resync);
@@ -359,103 +477,19 @@ fn receive_payload(
         }
     }
     // Check 11.
-    let check_remote_as = qualified && cfg.as_plan_len != 0;
-    let flags_common = if buf[0] & FLAG_P != 0 {
-        PATH_FLAG_PFC_FABRIC
-    } else {
-        0
+    lp.now = now;
+    lp.check_remote_as = u8::from(qualified && cfg.as_plan_len != 0);
+    // SAFETY: as above.
+    unsafe {
+        bpf_loop(
+            entry_count as u32,
+            store_entry as *mut c_void,
+            (&raw mut lp).cast(),
+            0,
+        )
     };
-    tally_reset(buf, CHANGED_AT);
-    tally_reset(buf, STORED_AT);
-    // Read the count again, as a fresh value: the check-9 loop above ended knowing it
-    // exactly, and the verifier would otherwise walk this loop once per possible count.
-    // SAFETY: octets 12-13 of this CPU's scratch buffer.
-    let entry_count = usize::from(u16::from_be_bytes(unsafe {
-        [
-            core::ptr::read_volatile(&buf[12]),
-            core::ptr::read_volatile(&buf[13]),
-        ]
-    }));
-    if entry_count > MAX_ENTRIES {
-        return Err(Counter::BadLength);
-    }
-    let mut i = 0;
-    while i < MAX_ENTRIES {
-        if i >= entry_count {
-            break;
-        }
-        let e = hlen + i * elen;
-        i += 1;
-        if e + 28 > SCRATCH_LEN {
-            break;
-        }
-        let remote_as = if q {
-            scratch_be32(buf, e + ENTRY_BASE_LEN).unwrap_or(0)
-        } else {
-            0
-        };
-        if check_remote_as && !in_as_plan(remote_as) {
-            count(Counter::AsMismatchEntry);
-            continue;
-        }
-        let key = PathKey {
-            spine_as: node_as,
-            spine_id: node_id,
-            remote_as,
-            remote_id: u32::from_be_bytes([buf[e], buf[e + 1], buf[e + 2], buf[e + 3]]),
-            link_id: u32::from_be_bytes([buf[e + 4], buf[e + 5], buf[e + 6], buf[e + 7]]),
-        };
-        let mut value = PathValue {
-            last_update_ns: now,
-            available_bandwidth_bits: u32::from_be_bytes([
-                buf[e + 8],
-                buf[e + 9],
-                buf[e + 10],
-                buf[e + 11],
-            ]),
-            link_capacity_bits: 0,
-            sequence,
-            lqs: buf[e + 12],
-            cl: buf[e + 13] >> 5,
-            flags: flags_common,
-            queue_depth: 0,
-            ecn_marking_rate: 0,
-            pfc_pause_fraction: 0,
-        };
-        if d && buf[e + 13] & ENTRY_FLAG_V != 0 {
-            let g = e + diag_at;
-            if g + 8 > SCRATCH_LEN {
-                break;
-            }
-            value.flags |= PATH_FLAG_DIAGNOSTICS
-                | if buf[g + 6] & DIAG_FLAG_X != 0 {
-                    PATH_FLAG_DROPS
-                } else {
-                    0
-                };
-            value.link_capacity_bits =
-                u32::from_be_bytes([buf[g], buf[g + 1], buf[g + 2], buf[g + 3]]);
-            value.queue_depth = buf[g + 4];
-            value.ecn_marking_rate = buf[g + 5] >> 3;
-            value.pfc_pause_fraction = buf[g + 6] >> 3;
-        }
-        let is_change = match LQ_PATHS.get_ptr(&key) {
-            // SAFETY: read of two octets of a map value that stays allocated while the
-            // program runs (RCU).
-            Some(old) => unsafe { (*old).lqs != value.lqs || (*old).cl != value.cl },
-            None => true,
-        };
-        if LQ_PATHS.insert(&key, &value, 0).is_ok() {
-            tally_add(buf, STORED_AT);
-            if is_change {
-                tally_add(buf, CHANGED_AT);
-            }
-        } else {
-            count(Counter::TableFull);
-        }
-    }
-    count_n(Counter::EntriesStored, u64::from(tally_get(buf, STORED_AT)));
-    let changed = tally_get(buf, CHANGED_AT) as u16;
+    count_n(Counter::EntriesStored, u64::from(lp.stored));
+    let changed = lp.changed as u16;
     let neighbor = NeighborValue {
         last_seen_ns: now,
         accepted: match &previous {
@@ -467,7 +501,7 @@ fn receive_payload(
         last_mode: mode,
         _pad: [0; 3],
     };
-    if LQ_NEIGHBORS.insert(&nkey, &neighbor, 0).is_err() {
+    if LQ_NEIGHBORS.insert(nkey, neighbor, 0).is_err() {
         count(Counter::TableFull);
     }
     count(Counter::Accepted);
@@ -482,7 +516,7 @@ fn receive_payload(
             mode,
             _pad: 0,
         };
-        if LQ_EVENTS.output(&event, 0).is_err() {
+        if LQ_EVENTS.output(event, 0).is_err() {
             count(Counter::EventsLost);
         }
     }

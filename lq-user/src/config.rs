@@ -569,13 +569,13 @@ impl Config {
                 t.role.as_str()
             ));
         }
-        if let Some(ms) = self.damping.reweight_interval_ms {
-            if ms < u32::from(t.notify_interval_ms.0) {
-                return Err(format!(
-                    "[damping] reweight-interval-ms = {ms} is below notify-interval-ms = {} (seed 003 section 10: T_reweight >= T_notify)",
-                    t.notify_interval_ms.0
-                ));
-            }
+        if let Some(ms) = self.damping.reweight_interval_ms
+            && ms < u32::from(t.notify_interval_ms.0)
+        {
+            return Err(format!(
+                "[damping] reweight-interval-ms = {ms} is below notify-interval-ms = {} (seed 003 section 10: T_reweight >= T_notify)",
+                t.notify_interval_ms.0
+            ));
         }
         let max = self.nexthop_group.weight_max;
         if max != 255 && max != 65535 {

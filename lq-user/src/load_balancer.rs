@@ -455,19 +455,17 @@ fn check_sysctls() {
             .ok()
             .map(|s| s.trim().to_string())
     };
-    if let Some(v) = read("/proc/sys/net/ipv4/nexthop_compat_mode") {
-        if v != "0" {
-            warn!(
-                value = %v,
-                "net.ipv4.nexthop_compat_mode is not 0: every group replace also sends legacy route notifications (set it to 0)"
-            );
-        }
+    if let Some(v) = read("/proc/sys/net/ipv4/nexthop_compat_mode")
+        && v != "0"
+    {
+        warn!(
+            value = %v,
+            "net.ipv4.nexthop_compat_mode is not 0: every group replace also sends legacy route notifications (set it to 0)"
+        );
     }
-    if let Some(v) = read("/proc/sys/net/ipv4/fib_multipath_hash_policy") {
-        if v == "0" {
-            warn!(
-                "net.ipv4.fib_multipath_hash_policy = 0 hashes on addresses only: flows between two hosts share one path (1 hashes the L4 ports too)"
-            );
-        }
+    if read("/proc/sys/net/ipv4/fib_multipath_hash_policy").as_deref() == Some("0") {
+        warn!(
+            "net.ipv4.fib_multipath_hash_policy = 0 hashes on addresses only: flows between two hosts share one path (1 hashes the L4 ports too)"
+        );
     }
 }

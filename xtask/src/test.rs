@@ -142,6 +142,7 @@ fn stages(args: &TestArgs) -> Vec<Stage> {
                 None,
                 &[
                     "test",
+                    "--no-fail-fast",
                     "--workspace",
                     "--exclude",
                     "lq-ebpf",
@@ -152,7 +153,7 @@ fn stages(args: &TestArgs) -> Vec<Stage> {
             skip: None,
         },
     ];
-    list.push(privileged_stage(args));
+    list.extend(privileged_stages(args));
     list
 }
 
@@ -177,40 +178,68 @@ fn ebpf_clippy() -> Command {
     c
 }
 
-fn privileged_stage(args: &TestArgs) -> Stage {
+fn privileged_stages(args: &TestArgs) -> Vec<Stage> {
     let name = "privileged tests";
     let layer = Layer::Privileged;
-    if args.host_only {
-        let skip = Some("--host-only".to_string());
-        return Stage {
-            name,
-            layer,
-            cmd: None,
-            skip,
-        };
-    }
-    if !util::is_root() {
-        let skip = Some(
+    let skip = if args.host_only {
+        Some("--host-only".to_string())
+    } else if !util::is_root() {
+        Some(
             "needs root (real kernel, network namespaces): rerun as root, \
              e.g. `sudo -E cargo xtask test`, or pass --host-only"
                 .to_string(),
-        );
-        return Stage {
+        )
+    } else {
+        None
+    };
+    if let Some(skip) = skip {
+        return vec![Stage {
             name,
             layer,
             cmd: None,
-            skip,
-        };
+            skip: Some(skip),
+        }];
     }
-    let mut c = util::cargo_cmd(None);
-    c.args(["test", "-p", "lq-tests", "--", "--test-threads=1"])
+    // The lq-tests crate, plus the real-kernel tests that live beside the code they test
+    // in lq-user and are `#[ignore]`d there because they need root.
+    let mut tests = util::cargo_cmd(None);
+    tests
+        .args([
+            "test",
+            "--no-fail-fast",
+            "-p",
+            "lq-tests",
+            "--",
+            "--test-threads=1",
+        ])
         .args(&args.args);
-    Stage {
-        name,
-        layer,
-        cmd: Some(c),
-        skip: None,
-    }
+    let mut ignored = util::cargo_cmd(None);
+    ignored
+        .args([
+            "test",
+            "--no-fail-fast",
+            "-p",
+            "lq-user",
+            "--lib",
+            "--",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .args(&args.args);
+    vec![
+        Stage {
+            name,
+            layer,
+            cmd: Some(tests),
+            skip: None,
+        },
+        Stage {
+            name: "privileged tests in lq-user (#[ignore]d: need root)",
+            layer,
+            cmd: Some(ignored),
+            skip: None,
+        },
+    ]
 }
 
 fn run_stage(stage: Stage) -> (&'static str, Layer, Outcome) {

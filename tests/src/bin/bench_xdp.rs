@@ -61,9 +61,9 @@ const SOCKET_BATCH: usize = 32;
 /// Socket receive buffer (SO_RCVBUFFORCE).
 const SOCKET_RCVBUF: libc::c_int = 256 << 20;
 /// Duration of one veth trial.
-const VETH_TRIAL: Duration = Duration::from_secs(2);
+const VETH_TRIAL: Duration = Duration::from_millis(500);
 /// Trials per veth configuration.
-const VETH_TRIALS: usize = 7;
+const VETH_TRIALS: usize = 15;
 /// sendmmsg batch.
 const VETH_BATCH: usize = 64;
 /// UDP payload of the veth traffic: 14 + 20 + 8 + 18 = 60 octets on the wire (64 with FCS).
@@ -88,6 +88,7 @@ fn main() -> ExitCode {
 
 fn run() -> Result<()> {
     lq_tests::require_root();
+    eprintln!("bench_xdp: pid {}", std::process::id());
     let mut summary = Vec::new();
 
     // The receiver with the default test settings (one-hour dead interval): non-LQ frames
@@ -750,8 +751,9 @@ fn detach_in(
     })?
 }
 
-/// Sends 60-octet UDP frames as fast as one thread can for `dur`: (sent, send errors, secs).
-fn blast(dur: Duration) -> Result<(u64, u64, f64)> {
+/// Sends 60-octet UDP frames as fast as one thread can for `dur`: (sent, send errors, wall
+/// secs, thread CPU secs).
+fn blast(dur: Duration) -> Result<(u64, u64, f64, f64)> {
     let sock = UdpSocket::bind("0.0.0.0:0")?;
     set_int_opt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
     // Unconnected (a sendto address per message): the ICMP port unreachable answers do not
@@ -778,6 +780,7 @@ fn blast(dur: Duration) -> Result<(u64, u64, f64)> {
     let fd = sock.as_raw_fd();
     let (mut sent, mut errors) = (0u64, 0u64);
     let start = Instant::now();
+    let cpu_start = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
     while start.elapsed() < dur {
         // SAFETY: msgs holds VETH_BATCH valid headers.
         let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), VETH_BATCH as u32, 0) };
@@ -787,7 +790,8 @@ fn blast(dur: Duration) -> Result<(u64, u64, f64)> {
             sent += n as u64;
         }
     }
-    Ok((sent, errors, start.elapsed().as_secs_f64()))
+    let cpu = (clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - cpu_start) as f64 / 1e9;
+    Ok((sent, errors, start.elapsed().as_secs_f64(), cpu))
 }
 
 fn bench_veth(rx: TestReceiver) -> Result<Veth> {
@@ -824,6 +828,7 @@ fn bench_veth(rx: TestReceiver) -> Result<Veth> {
     let mut rx = Some(rx);
     let configs = [VethConfig::None, VethConfig::Baseline, VethConfig::Receiver];
     let mut pps: HashMap<&'static str, Vec<f64>> = HashMap::new();
+    let mut cpu_pps: HashMap<&'static str, Vec<f64>> = HashMap::new();
     let (mut paired_lq, mut paired_base) = (Vec::new(), Vec::new());
     // Warm-up trial (not counted).
     tx_ns.run_in(|| blast(Duration::from_millis(300)))??;
@@ -839,18 +844,23 @@ fn bench_veth(rx: TestReceiver) -> Result<Veth> {
             }
             let counters_before = rx.as_ref().context("receiver")?.counters()?;
             let (rx_before, drop_before) = rx_stats(&rx_ns, RX_IF)?;
-            let (sent, errors, secs) = tx_ns.run_in(move || blast(VETH_TRIAL))??;
+            let (sent, errors, secs, cpu) = tx_ns.run_in(move || blast(VETH_TRIAL))??;
             // Let any NAPI work still queued finish before reading the counters.
             std::thread::sleep(Duration::from_millis(50));
             let (rx_after, drop_after) = rx_stats(&rx_ns, RX_IF)?;
             let counters_after = rx.as_ref().context("receiver")?.counters()?;
             let received = rx_after - rx_before;
             let rate = received as f64 / secs;
+            // Context: packets per CPU-second of the sending thread. Without
+            // IRQ_TIME_ACCOUNTING the receive softirq that runs inline on its CPU is charged
+            // to it, so this is less sensitive to other load on the 2 cores than wall pps.
+            let cpu_rate = received as f64 / cpu;
             let not_ours = counter_delta(&counters_before, &counters_after, Counter::NotOurs);
             eprintln!(
-                "veth trial {trial} {:>16}: {:>9.0} pps received ({received} of {sent} sent, rx_dropped {}, send errors {errors}; lq not_ours +{not_ours})",
+                "veth trial {trial:>2} {:>16}: {:>7.0} pps received, {:>7.0} per sender CPU-second ({received} of {sent} sent, rx_dropped {}, send errors {errors}; lq not_ours +{not_ours})",
                 cfg.name(),
                 rate,
+                cpu_rate,
                 drop_after - drop_before
             );
             if cfg == VethConfig::Receiver {
@@ -863,6 +873,7 @@ fn bench_veth(rx: TestReceiver) -> Result<Veth> {
                 rx = Some(detach_in(&rx_ns, rx.take().context("receiver")?, p, id)?);
             }
             pps.entry(cfg.name()).or_default().push(rate);
+            cpu_pps.entry(cfg.name()).or_default().push(cpu_rate);
         }
         let last = |c: VethConfig| pps[c.name()][trial];
         paired_lq.push(last(VethConfig::Receiver) / last(VethConfig::None));
@@ -876,6 +887,19 @@ fn bench_veth(rx: TestReceiver) -> Result<Veth> {
     for cfg in configs {
         eprintln!("veth {:>16} pps: {}", cfg.name(), spread(&pps[cfg.name()]));
     }
+    for cfg in configs {
+        eprintln!(
+            "veth {:>16} pps per sender CPU-second (context): {}",
+            cfg.name(),
+            spread(&cpu_pps[cfg.name()])
+        );
+    }
+    let cpu_median = |c: VethConfig| median(&cpu_pps[c.name()]);
+    eprintln!(
+        "veth CPU-normalised ratios (context): lq_receiver/none {:.3}, lq_baseline_pass/none {:.3}",
+        cpu_median(VethConfig::Receiver) / cpu_median(VethConfig::None),
+        cpu_median(VethConfig::Baseline) / cpu_median(VethConfig::None)
+    );
     // rx (and its pins) and the namespaces drop here, in that order of declaration reversed.
     drop(rx);
     Ok(Veth {
