@@ -5,5 +5,6 @@
 pub mod advertisement_json;
 pub mod controller;
 pub mod decode;
+pub mod helper;
 pub mod path_table;
 pub mod pcap;
