@@ -15,5 +15,7 @@
 //! [`advertiser::Advertiser::on_sample`], sends the returned payloads out of every link, and
 //! sleeps until the next sample or [`advertiser::Advertiser::next_due`], whichever is first.
 
+pub mod advertiser;
+pub mod notification;
 pub mod params;
 pub mod pipeline;
