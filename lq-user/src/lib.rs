@@ -7,6 +7,7 @@ pub mod config;
 pub mod controller;
 pub mod daemon;
 pub mod decode;
+pub mod helper;
 pub mod load_balancer;
 pub mod path_table;
 pub mod pcap;
