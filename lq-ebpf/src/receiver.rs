@@ -345,15 +345,20 @@ extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
         value.ecn_marking_rate = buf[g + 5] >> 3;
         value.pfc_pause_fraction = buf[g + 6] >> 3;
     }
-    let is_change = match LQ_PATHS.get_ptr(key) {
-        // SAFETY: read of two octets of a map value that stays allocated while the program
-        // runs (RCU).
-        Some(old) => unsafe { (*old).lqs != value.lqs || (*old).cl != value.cl },
-        None => true,
-    };
-    if LQ_PATHS.insert(key, value, 0).is_ok() {
+    // An existing entry is updated in place: one hash lookup instead of a lookup and an
+    // insert (which also takes an element from the free list and swaps it in under RCU).
+    // A reader copying the value at the same moment may see a mix of old and new fields
+    // of this one entry; the next read (at most one T_notify later) is whole.
+    if let Some(old) = LQ_PATHS.get_ptr_mut(key) {
+        // SAFETY: a value of the map, alive until the program returns (RCU).
+        let old = unsafe { &mut *old };
+        let is_change = old.lqs != value.lqs || old.cl != value.cl;
+        *old = value;
         lp.stored += 1;
         lp.changed += u32::from(is_change);
+    } else if LQ_PATHS.insert(key, value, 0).is_ok() {
+        lp.stored += 1;
+        lp.changed += 1;
     } else {
         count(Counter::TableFull);
     }

@@ -85,7 +85,9 @@ the running daemon over its control socket /run/lq/INSTANCE.sock (root only).
   counters   the XDP receiver's counters: accepted and each discard reason of the spec
   neighbors  each advertising neighbor: state (active, stale, failed), last sequence
   weights    per destination: each member's local and remote quality, the target,
-             applied (damped) and kernel weights";
+             applied (damped) and kernel weights
+  state      the YANG state /ietf-lq-telemetry:lq-telemetry (configuration leaves,
+             neighbors with their link-quality entries) as RFC 7951 JSON; always JSON";
 
 /// Arguments of `lqd run`.
 #[derive(Debug, Args)]
@@ -113,6 +115,8 @@ pub enum ShowWhat {
     Neighbors,
     /// Weights per destination.
     Weights,
+    /// The node's state as RFC 7951 JSON of /ietf-lq-telemetry:lq-telemetry.
+    State,
 }
 
 /// Arguments of `lqd show`.

@@ -170,7 +170,8 @@ fn answer(request: &str, lb: &LoadBalancer) -> Value {
     match request {
         "weights" => lb.weights_json(),
         "neighbors" => lb.neighbors_json(monotonic_ns()),
-        other => json!({"error": format!("unknown request {other:?}: weights, neighbors")}),
+        "state" => lb.state_json(monotonic_ns()),
+        other => json!({"error": format!("unknown request {other:?}: weights, neighbors, state")}),
     }
 }
 

@@ -13,3 +13,4 @@ pub mod path_table;
 pub mod pcap;
 pub mod rtnl;
 pub mod show;
+pub mod yang_state;

@@ -81,6 +81,7 @@ pub struct LoadBalancer {
     groups: BTreeMap<Prefix, GroupState>,
     last_report: PathQualityReport,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
+    paths: BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue>,
     /// Group replaces done, and refused.
     pub group_replaces: u64,
     /// Group replaces the kernel refused.
@@ -117,6 +118,7 @@ impl LoadBalancer {
             groups: BTreeMap::new(),
             last_report: PathQualityReport::default(),
             neighbors: BTreeMap::new(),
+            paths: BTreeMap::new(),
             group_replaces: 0,
             group_errors: 0,
             cfg,
@@ -249,6 +251,7 @@ impl LoadBalancer {
         let report = compute(&self.controller, &self.mapping, &self.local, &snapshot);
         let apps = self.weights.update(&report, now_ns);
         self.last_report = report;
+        self.paths = paths;
         let mut replaced = 0;
         for (prefix, app) in apps {
             if self.apply(&prefix, &app) {
@@ -396,6 +399,21 @@ impl LoadBalancer {
             "unknown-spine-entries": self.last_report.unknown_spine_entries,
             "failed-entries": self.last_report.failed_entries,
         })
+    }
+
+    /// `/ietf-lq-telemetry:lq-telemetry` as RFC 7951 JSON (configuration and neighbors).
+    pub fn state_json(&self, now_ns: u64) -> Value {
+        let neighbors = crate::yang_state::neighbors_json(
+            &self.neighbors,
+            &self.paths,
+            |k, _| match self.heartbeat.state(*k) {
+                Some(NeighborState::Active) => crate::yang_state::NeighborStateName::Active,
+                Some(NeighborState::Stale) => crate::yang_state::NeighborStateName::Stale,
+                Some(NeighborState::Failed) | None => crate::yang_state::NeighborStateName::Failed,
+            },
+            now_ns,
+        );
+        crate::yang_state::state_document(&self.cfg, None, Some(neighbors))
     }
 
     /// Neighbor states as the heartbeat sees them.

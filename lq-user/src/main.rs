@@ -71,6 +71,7 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
             };
             (v, show::neighbors_table)
         }
+        ShowWhat::State => (daemon::query(&instance.socket, "state")?, show::pretty_json),
         ShowWhat::Weights => (
             daemon::query(&instance.socket, "weights")?,
             show::weights_table,

@@ -208,3 +208,8 @@ pub fn weights_table(v: &Value) -> String {
     );
     s
 }
+
+/// Pretty JSON (the state view has no table form: it is YANG data).
+pub fn pretty_json(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
+}

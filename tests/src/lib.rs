@@ -30,3 +30,31 @@ pub fn unique_name(prefix: &str) -> String {
 }
 
 pub mod daemon;
+
+/// Validates RFC 7951 JSON instance data against the module in `yang/` with yanglint, the
+/// independent judge (libyang). Returns yanglint's complaint on failure.
+pub fn yanglint_data(json: &serde_json::Value) -> anyhow::Result<()> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../yang");
+    let file = std::env::temp_dir().join(format!("{}.json", unique_name("lq-yang")));
+    std::fs::write(&file, serde_json::to_string_pretty(json)?)?;
+    let out = std::process::Command::new("yanglint")
+        .arg("-p")
+        .arg(&dir)
+        .args(["-t", "data"])
+        .arg(dir.join("ietf-lq-telemetry@2026-07-07.yang"))
+        .arg(&file)
+        .output()
+        .map_err(|e| {
+            anyhow::anyhow!("yanglint (libyang2-tools; `cargo xtask setup` installs it): {e}")
+        })?;
+    let _ = std::fs::remove_file(&file);
+    if !out.status.success() {
+        anyhow::bail!(
+            "yanglint refused the data ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
