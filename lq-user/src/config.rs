@@ -482,6 +482,93 @@ pub struct DestinationSpec {
     pub remote_as: u32,
 }
 
+/// `[helper]`: the congestion pipeline (seed 003 Appendix A) and the advertiser (7.2).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HelperSection {
+    /// T_sample in ms (A.1: 1..=5, default 2).
+    #[serde(default = "default_t_sample")]
+    pub t_sample_ms: u8,
+    /// A.3 EWMA gain on rising metrics (0.3..=0.8, default 0.5).
+    #[serde(default = "default_alpha_rise")]
+    pub alpha_rise: f64,
+    /// A.3 EWMA gain on falling metrics (0.05..=0.2, default 0.1).
+    #[serde(default = "default_alpha_fall")]
+    pub alpha_fall: f64,
+    /// A.6 T_hold_down in ms (50..=200, default 100).
+    #[serde(default = "default_hold_down")]
+    pub hold_down_ms: u16,
+    /// IP MTU of the links (entries per datagram follow from it).
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+    /// `multicast` (224.0.0.1 / ff02::1, the default) or `unicast` (each link's `peer`).
+    #[serde(default)]
+    pub send_to: SendTo,
+    /// Send over IPv6 (link-local) instead of IPv4.
+    #[serde(default)]
+    pub ipv6: bool,
+}
+
+impl Default for HelperSection {
+    fn default() -> Self {
+        Self {
+            t_sample_ms: default_t_sample(),
+            alpha_rise: default_alpha_rise(),
+            alpha_fall: default_alpha_fall(),
+            hold_down_ms: default_hold_down(),
+            mtu: default_mtu(),
+            send_to: SendTo::Multicast,
+            ipv6: false,
+        }
+    }
+}
+
+fn default_t_sample() -> u8 {
+    2
+}
+fn default_alpha_rise() -> f64 {
+    0.5
+}
+fn default_alpha_fall() -> f64 {
+    0.1
+}
+fn default_hold_down() -> u16 {
+    100
+}
+fn default_mtu() -> u32 {
+    1500
+}
+
+/// Where advertisements go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SendTo {
+    /// The link-local all-nodes group.
+    #[default]
+    Multicast,
+    /// The link's `peer` address.
+    Unicast,
+}
+
+/// `[[link]]`: one monitored egress link of the helper role.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LinkSpec {
+    /// The egress interface; its ifIndex is the advertised link-id.
+    pub interface: String,
+    /// The node(s) at the far end (several for a shared medium, seed 6.2).
+    pub remote_node: Vec<RouterId>,
+    /// Their AS (when as-qualified).
+    #[serde(default)]
+    pub remote_as: u32,
+    /// Unicast destination (with `send-to = "unicast"`).
+    #[serde(default)]
+    pub peer: Option<IpAddr>,
+    /// Configured link speed in Mbit/s (else the qdisc's shaping rate, else ethtool).
+    #[serde(default)]
+    pub rate_mbit: Option<u64>,
+}
+
 /// The whole file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -506,6 +593,12 @@ pub struct Config {
     /// Destinations.
     #[serde(default)]
     pub destination: Vec<DestinationSpec>,
+    /// Helper role parameters.
+    #[serde(default)]
+    pub helper: HelperSection,
+    /// Monitored egress links (helper role).
+    #[serde(default)]
+    pub link: Vec<LinkSpec>,
 }
 
 impl Config {
@@ -611,6 +704,23 @@ impl Config {
             return Err("[[destination]] entries need at least one [[uplink]]".into());
         }
         self.controller().validate().map_err(|e| e.to_string())?;
+        if t.role.advertises() {
+            if self.link.is_empty() {
+                return Err(format!("role = \"{}\" needs at least one [[link]] to monitor", t.role.as_str()));
+            }
+            for l in &self.link {
+                if l.remote_node.is_empty() {
+                    return Err(format!("[[link]] {}: remote-node lists no node", l.interface));
+                }
+                if self.helper.send_to == SendTo::Unicast && l.peer.is_none() {
+                    return Err(format!("[[link]] {}: send-to = \"unicast\" needs peer", l.interface));
+                }
+                if !t.as_qualified && l.remote_as != 0 {
+                    return Err(format!("[[link]] {}: remote-as needs as-qualified = true", l.interface));
+                }
+            }
+            self.helper_params().validate().map_err(|e| format!("[helper] {e}"))?;
+        }
         Ok(())
     }
 
@@ -675,6 +785,22 @@ impl Config {
                 .insert(d.prefix.0, d.remote_node.map(|r| node(d.remote_as, r.0)));
         }
         m
+    }
+
+    /// The helper pipeline's and advertiser's parameters.
+    pub fn helper_params(&self) -> crate::helper::params::HelperParams {
+        let h = &self.helper;
+        let t = &self.lq_telemetry;
+        crate::helper::params::HelperParams {
+            t_sample: Duration::from_millis(u64::from(h.t_sample_ms)),
+            alpha_rise: h.alpha_rise,
+            alpha_fall: h.alpha_fall,
+            t_hold_down: Duration::from_millis(u64::from(h.hold_down_ms)),
+            t_notify: Duration::from_millis(u64::from(t.notify_interval_ms.0)),
+            change_threshold: t.change_threshold.0,
+            diagnostics: t.diagnostics_enabled,
+            ..Default::default()
+        }
     }
 
     /// The AS plan.

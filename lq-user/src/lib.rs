@@ -8,6 +8,7 @@ pub mod controller;
 pub mod daemon;
 pub mod decode;
 pub mod helper;
+pub mod helper_role;
 pub mod load_balancer;
 pub mod path_table;
 pub mod pcap;

@@ -228,6 +228,22 @@ impl Rtnl {
         }
     }
 
+    /// Sends one request built with `seq` and returns that `seq` without waiting for a
+    /// reply; the caller reads the replies with [`Self::recv_raw`]. For the helper's
+    /// counter sampler, which decodes its link, qdisc and class dumps itself.
+    pub fn send_request(&mut self, build: impl FnOnce(u32) -> Vec<u8>) -> Result<u32, RtnlError> {
+        let seq = self.next_seq();
+        self.send(&build(seq))?;
+        Ok(seq)
+    }
+
+    /// Receives one datagram of replies (one or more netlink messages), valid until the
+    /// next receive on this socket.
+    pub fn recv_raw(&mut self) -> Result<&[u8], RtnlError> {
+        let n = self.recv()?;
+        Ok(&self.buf[..n])
+    }
+
     /// Sends one request built with `seq` and waits for its ACK.
     pub fn request(
         &mut self,

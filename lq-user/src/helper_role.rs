@@ -1,0 +1,293 @@
+//! The helper role's I/O shell (seed 003 sections 7.2 and 7.3, Appendix A): every
+//! T_sample it reads the monitored links' counters, feeds the deterministic pipeline and
+//! advertiser of [`crate::helper`], and sends the advertiser's datagrams out of every link
+//! with TTL 255 on a socket bound to that link.
+
+use std::{
+    io,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+};
+
+use rand::{RngCore, SeedableRng, rngs::SmallRng};
+use serde_json::{Value, json};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tracing::{debug, info, warn};
+
+use crate::{
+    config::{Config, SendTo},
+    helper::{
+        advertiser::{Advertiser, AdvertiserError, Identity, MonitoredLink, PathMtu, RemoteNode},
+        notification::ThresholdCrossed,
+        pipeline::{LinkPipeline, LinkReport, RawSample},
+    },
+    rtnl::ifindex,
+};
+
+/// Where the counters of the monitored links come from (the kernel sampler in production,
+/// a scripted source in tests and `lqd sim`).
+pub trait CounterSource {
+    /// One sample per monitored link, in the order of `[[link]]`, read at `t_ns`.
+    fn sample(&mut self, t_ns: u64) -> Result<Vec<RawSample>, String>;
+}
+
+/// Errors of the helper role.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperRoleError {
+    /// Socket set-up.
+    #[error("advertisement socket on {iface}: {source}")]
+    Socket {
+        /// The link.
+        iface: String,
+        /// The cause.
+        source: io::Error,
+    },
+    /// A monitored interface does not exist.
+    #[error(transparent)]
+    Rtnl(#[from] crate::rtnl::RtnlError),
+    /// Advertiser configuration.
+    #[error(transparent)]
+    Advertiser(#[from] AdvertiserError),
+}
+
+struct Link {
+    iface: String,
+    ifindex: u32,
+    pipeline: LinkPipeline,
+    socket: Socket,
+    to: SockAddr,
+}
+
+/// 64 random bits from the kernel (getrandom), for the first sequence number and the
+/// jitter seed; falls back to the clock if getrandom fails.
+fn os_random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: valid buffer of 8 octets.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n == 8 { u64::from_ne_bytes(b) } else { boottime_ns() ^ u64::from(std::process::id()) << 32 }
+}
+
+/// CLOCK_BOOTTIME in ns: the wire timestamp is "milliseconds since the sender booted".
+pub fn boottime_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The helper role: pipelines, advertiser, sockets.
+pub struct HelperRole {
+    links: Vec<Link>,
+    advertiser: Advertiser<SmallRng>,
+    source: Box<dyn CounterSource + Send>,
+    reports: Vec<Option<LinkReport>>,
+    notifications: Vec<ThresholdCrossed>,
+    /// Datagrams sent, and send errors (counted, logged once a second at most).
+    pub sent: u64,
+    /// Send errors.
+    pub send_errors: u64,
+    last_error_log_ns: u64,
+}
+
+impl HelperRole {
+    /// Opens one socket per `[[link]]` and builds the advertiser.
+    pub fn start(cfg: &Config, source: Box<dyn CounterSource + Send>) -> Result<Self, HelperRoleError> {
+        let params = cfg.helper_params();
+        let t = &cfg.lq_telemetry;
+        let mut links = Vec::new();
+        let mut monitored = Vec::new();
+        for l in &cfg.link {
+            let idx = ifindex(&l.interface)?;
+            let socket = open_socket(&l.interface, idx, cfg.helper.ipv6)
+                .map_err(|source| HelperRoleError::Socket { iface: l.interface.clone(), source })?;
+            let ip: IpAddr = match (cfg.helper.send_to, l.peer) {
+                (SendTo::Unicast, Some(p)) => p,
+                _ if cfg.helper.ipv6 => IpAddr::V6(Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1)),
+                _ => IpAddr::V4(Ipv4Addr::new(224, 0, 0, 1)),
+            };
+            let to = match ip {
+                IpAddr::V6(a) => SockAddr::from(std::net::SocketAddrV6::new(a, cfg.udp.port, 0, idx)),
+                IpAddr::V4(a) => SockAddr::from(SocketAddr::new(IpAddr::V4(a), cfg.udp.port)),
+            };
+            monitored.push(MonitoredLink {
+                link_id: idx,
+                remotes: l.remote_node.iter().map(|r| RemoteNode { node_id: r.0, node_as: l.remote_as }).collect(),
+            });
+            links.push(Link { iface: l.interface.clone(), ifindex: idx, pipeline: LinkPipeline::new(idx, &params), socket, to });
+            info!(iface = %l.interface, link_id = idx, to = %ip, "monitoring link");
+        }
+        let identity = Identity {
+            node_id: t.router_id.map_or(0, |r| r.0),
+            node_as: t.as_qualified.then(|| t.local_as.unwrap_or(0)),
+            pfc_fabric: t.pfc_fabric,
+        };
+        let mut seed_rng = SmallRng::seed_from_u64(os_random_u64());
+        // The wire spec: a sender starts its sequence numbers at a random value.
+        let first_sequence = (seed_rng.next_u32() & 0xffff) as u16;
+        let advertiser = Advertiser::new(
+            params,
+            identity,
+            monitored,
+            PathMtu { mtu: cfg.helper.mtu, ipv6: cfg.helper.ipv6 },
+            first_sequence,
+            SmallRng::seed_from_u64(seed_rng.next_u64()),
+        )?;
+        let n = links.len();
+        Ok(Self {
+            links,
+            advertiser,
+            source,
+            reports: vec![None; n],
+            notifications: Vec::new(),
+            sent: 0,
+            send_errors: 0,
+            last_error_log_ns: 0,
+        })
+    }
+
+    /// One sample at `now_ns` (CLOCK_BOOTTIME): returns the datagrams sent.
+    pub fn sample(&mut self, now_ns: u64) -> usize {
+        let samples = match self.source.sample(now_ns) {
+            Ok(s) => s,
+            Err(e) => {
+                self.log_error(now_ns, &format!("reading link counters failed: {e}"));
+                return 0;
+            }
+        };
+        let mut fresh = Vec::with_capacity(samples.len());
+        for (i, (link, s)) in self.links.iter_mut().zip(&samples).enumerate() {
+            if let Some(r) = link.pipeline.on_sample(s) {
+                self.reports[i] = Some(r);
+                fresh.push(r);
+            }
+        }
+        let Some(out) = self.advertiser.on_sample(now_ns, &fresh) else {
+            self.notifications.extend(self.advertiser.take_notifications());
+            return 0;
+        };
+        self.notifications.extend(self.advertiser.take_notifications());
+        let mut n = 0;
+        let mut errors = Vec::new();
+        for d in &out.datagrams {
+            for link in &self.links {
+                match link.socket.send_to(d, &link.to) {
+                    Ok(_) => n += 1,
+                    Err(e) => errors.push(format!("{}: {e}", link.iface)),
+                }
+            }
+        }
+        self.sent += n as u64;
+        if !errors.is_empty() {
+            self.send_errors += errors.len() as u64;
+            self.log_error(now_ns, &format!("sending advertisements failed: {}", errors.join("; ")));
+        }
+        debug!(mode = ?out.mode, datagrams = out.datagrams.len(), first_sequence = out.first_sequence, "advertised");
+        n
+    }
+
+    fn log_error(&mut self, now_ns: u64, msg: &str) {
+        if now_ns.saturating_sub(self.last_error_log_ns) > 1_000_000_000 {
+            warn!("{msg}");
+            self.last_error_log_ns = now_ns;
+        }
+    }
+
+    /// When the advertiser is next due (absolute CLOCK_BOOTTIME ns).
+    pub fn next_due_at(&self) -> Option<u64> {
+        self.advertiser.next_due_at()
+    }
+
+    /// Notifications raised since the last call.
+    pub fn take_notifications(&mut self) -> Vec<ThresholdCrossed> {
+        std::mem::take(&mut self.notifications)
+    }
+
+    /// The YANG `local` container: what this node advertises.
+    pub fn local_yang(&self) -> Value {
+        let entries: Vec<Value> = self.advertiser.entries().iter().map(crate::yang_state::local_entry_json).collect();
+        let mut o = json!({});
+        if let Some(s) = self.advertiser.last_sequence() {
+            o["last-sequence-number"] = json!(s);
+        }
+        if !entries.is_empty() {
+            o["link-quality"] = Value::Array(entries);
+        }
+        o
+    }
+
+    /// Every link's raw and smoothed metrics, LQS, CL and hysteresis state.
+    pub fn local_json(&self) -> Value {
+        let links: Vec<Value> = self
+            .links
+            .iter()
+            .zip(&self.reports)
+            .map(|(l, r)| match r {
+                None => json!({"interface": l.iface, "link-id": l.ifindex, "measured": false}),
+                Some(r) => json!({
+                    "interface": l.iface,
+                    "link-id": l.ifindex,
+                    "measured": true,
+                    "oper-up": r.oper_up,
+                    "raw": {"u": r.raw.m.u, "e": r.raw.m.e, "f": r.raw.m.f, "d": r.raw.m.d, "x": r.raw.x},
+                    "smoothed": {"u": r.smooth.u, "e": r.smooth.e, "f": r.smooth.f, "d": r.smooth.d},
+                    "lqs": r.lqs,
+                    "lqs-last-sent": self.advertiser.lqs_last_sent(l.ifindex),
+                    "computed-cl": r.computed_cl,
+                    "cl": r.cl,
+                    "state": r.band.as_str(),
+                    "hold-down": r.hold_down_since_ns.is_some(),
+                    "capacity-gbps": r.capacity.to_string(),
+                    "available-bandwidth-gbps": r.available_bandwidth.to_string(),
+                }),
+            })
+            .collect();
+        let st = self.advertiser.stats();
+        json!({
+            "links": links,
+            "last-sequence-number": self.advertiser.last_sequence(),
+            "periodic": st.periodic,
+            "triggered": st.triggered,
+            "datagrams-sent": self.sent,
+            "send-errors": self.send_errors,
+        })
+    }
+}
+
+/// A UDP socket bound to `iface` with TTL / Hop Limit 255 (GTSM, seed 003 section 7.3),
+/// unicast and multicast alike, multicast sent out of this interface.
+fn open_socket(iface: &str, ifindex: u32, ipv6: bool) -> io::Result<Socket> {
+    let domain = if ipv6 { Domain::IPV6 } else { Domain::IPV4 };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    s.bind_device(Some(iface.as_bytes()))?;
+    if ipv6 {
+        s.set_unicast_hops_v6(255)?;
+        s.set_multicast_hops_v6(255)?;
+        s.set_multicast_if_v6(ifindex)?;
+        s.set_multicast_loop_v6(false)?;
+    } else {
+        s.set_ttl_v4(255)?;
+        s.set_multicast_ttl_v4(255)?;
+        s.set_multicast_if_v4(&Ipv4Addr::UNSPECIFIED).ok();
+        // IP_MULTICAST_IF by index (struct ip_mreqn) so the group goes out of this link.
+        let mreqn = libc::ip_mreqn {
+            imr_multiaddr: libc::in_addr { s_addr: 0 },
+            imr_address: libc::in_addr { s_addr: 0 },
+            imr_ifindex: ifindex as i32,
+        };
+        // SAFETY: valid fd and option struct.
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&s),
+                libc::IPPROTO_IP,
+                libc::IP_MULTICAST_IF,
+                (&raw const mreqn).cast(),
+                size_of::<libc::ip_mreqn>() as u32,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        s.set_multicast_loop_v4(false)?;
+    }
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
