@@ -7,3 +7,4 @@ pub mod controller;
 pub mod decode;
 pub mod path_table;
 pub mod pcap;
+pub mod pfc;
