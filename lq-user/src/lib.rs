@@ -5,6 +5,7 @@
 pub mod advertisement_json;
 pub mod controller;
 pub mod decode;
+pub mod ipfix;
 pub mod path_table;
 pub mod pcap;
 pub mod pfc;
