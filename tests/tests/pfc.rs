@@ -180,3 +180,268 @@ fn counts_exactly_per_priority_and_survives_a_restart() {
         "same map instance"
     );
 }
+
+/// scapy's PFC frame (contrib.mac_control), sent `count` times out of `iface` in `ns`.
+fn scapy_send(ns: &NetNs, iface: &str, enabled: &[u8], count: u32) {
+    let fields: Vec<String> = enabled
+        .iter()
+        .map(|n| format!("c{n}_enabled=1, c{n}_pause_time={}", 100 * u32::from(*n)))
+        .collect();
+    let script = format!(
+        "from scapy.all import Ether, sendp\n\
+         from scapy.contrib.mac_control import MACControlClassBasedFlowControl as C\n\
+         p = Ether(dst='01:80:c2:00:00:01', src='02:00:00:00:00:bb') / C({})\n\
+         assert len(bytes(p)) == 60\n\
+         sendp(p, iface='{iface}', count={count}, verbose=False)\n",
+        fields.join(", ")
+    );
+    ns.exec("/usr/bin/python3", &["-c", &script]).unwrap();
+}
+
+struct Child(std::process::Child);
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sigint(child: &mut Child) {
+    // SAFETY: signals a process this test started.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGINT) };
+    let _ = child.0.wait();
+}
+
+#[test]
+fn exports_counts_read_from_the_pins_to_tshark_and_nfacctd() {
+    use lq_user::{
+        ipfix::{Direction, ElementIds, ExporterConfig, PfcRecord, UdpExporter},
+        pfc::{
+            counter::{CounterTracker, RawReading, SourceInstance, unix_ms_now},
+            monotonic_ns,
+            tx::TxSource,
+        },
+    };
+    let t = topo();
+    let mut pfc_b = TestPfc::load().unwrap();
+    let mut pfc_a = TestPfc::load().unwrap();
+    let pb = pfc_b.attach(&t.b, "pb", None).unwrap().info.ifindex;
+    let pa = pfc_a.attach(&t.a, "pa", None).unwrap().info.ifindex;
+
+    // pa -> pb: received at pb. 0x09 three times, 0xff twice (zero quanta).
+    let mut frames = vec![build_frame(PFC_MULTICAST, SRC, 0x0009, [100; 8]).to_vec(); 3];
+    frames.extend(vec![
+        build_frame(PFC_MULTICAST, SRC, 0x00ff, [0; 8]).to_vec();
+        2
+    ]);
+    send_frames(&t.a, "pa", frames).unwrap();
+    // pb -> pa with scapy: transmitted by pb, confirmed by pa's receive count.
+    scapy_send(&t.b, "pb", &[0, 7], 4);
+
+    let rx_expected = [5u64, 2, 2, 5, 2, 2, 2, 2];
+    let tx_expected = [4u64, 0, 0, 0, 0, 0, 0, 4];
+    let rx = pfc_b.reader().unwrap().rx_priorities(pb).unwrap();
+    assert_eq!(rx, rx_expected.map(Some));
+    let tx = TxSource::VethPeer {
+        peer_pin_dir: pfc_a.pin_dir.clone(),
+        peer_ifindex: pa,
+    }
+    .read()
+    .unwrap();
+    assert_eq!(tx.counts, tx_expected.map(Some));
+
+    // Through the counter model: 64-bit source, one epoch per counter.
+    let now_ms = unix_ms_now();
+    let instance = SourceInstance {
+        ifindex: pb,
+        id: u64::from(pfc_b.reader().unwrap().instance()),
+    };
+    let mut records = Vec::new();
+    for (direction, counts, inst) in [
+        (Direction::Received, rx, instance),
+        (Direction::Transmitted, tx.counts, tx.instance),
+    ] {
+        for (n, c) in counts.iter().enumerate() {
+            let Some(value) = c else { continue };
+            let mut tracker = CounterTracker::new(64, 10_000, 1);
+            let (total, _) = tracker.update(RawReading {
+                value: *value,
+                instance: inst,
+                mono_ns: monotonic_ns(),
+                unix_ms: now_ms,
+            });
+            records.push(PfcRecord {
+                direction,
+                interface: pb,
+                priority: n as u8,
+                observed_ms: total.unix_ms,
+                total: total.value,
+                epoch: total.epoch,
+            });
+        }
+    }
+    assert_eq!(records.len(), 16);
+
+    // The collectors, in namespace b on its loopback.
+    let dir = std::env::temp_dir().join(lq_tests::unique_name("lq-ipfix"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("ipfix.pcapng");
+    let primitives = dir.join("primitives.lst");
+    std::fs::write(
+        &primitives,
+        "name=obs_point field_type=138 len=8 semantics=u_int\n\
+         name=in_phy field_type=252 len=4 semantics=u_int\n\
+         name=out_phy field_type=253 len=4 semantics=u_int\n\
+         name=obs_ms field_type=323 len=8 semantics=u_int\n\
+         name=pfc_prio field_type=32473:1 len=1 semantics=u_int\n\
+         name=pfc_total field_type=32473:2 len=8 semantics=u_int\n\
+         name=pfc_epoch field_type=32473:3 len=4 semantics=u_int\n",
+    )
+    .unwrap();
+    let out_json = dir.join("nfacctd.json");
+    let conf = dir.join("nfacctd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "daemonize: false\n\
+             nfacctd_ip: 127.0.0.1\n\
+             nfacctd_port: 4739\n\
+             nfacctd_account_options: true\n\
+             aggregate_primitives: {}\n\
+             plugins: print[pfc]\n\
+             aggregate[pfc]: obs_point, in_phy, out_phy, obs_ms, pfc_prio, pfc_total, pfc_epoch\n\
+             print_output[pfc]: json\n\
+             print_output_file[pfc]: {}\n\
+             print_output_file_append[pfc]: true\n\
+             print_refresh_time[pfc]: 1\n",
+            primitives.display(),
+            out_json.display()
+        ),
+    )
+    .unwrap();
+    let mut tshark = Child(
+        t.b.command("tshark")
+            .args(["-i", "lo", "-f", "udp port 4739", "-w"])
+            .arg(&pcap)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut nfacctd = Child(
+        t.b.command("nfacctd")
+            .arg("-f")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+
+    let config = ExporterConfig {
+        observation_domain_id: 42,
+        observation_point_id: 7,
+        elements: ElementIds::enterprise(32473, 1, 2, Some(3)),
+        ..ExporterConfig::default()
+    };
+    let sent =
+        t.b.run_in(move || -> anyhow::Result<usize> {
+            let mut exp = UdpExporter::connect("127.0.0.1:4739".parse()?, config)?;
+            Ok(exp.export(&records)?)
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(sent, 3, "templates, type records, one data message");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    sigint(&mut tshark);
+    sigint(&mut nfacctd);
+
+    // tshark: the templates and the records, decoded independently.
+    let json = lq_tests::netns::run(
+        "tshark",
+        &[
+            "-r",
+            pcap.to_str().unwrap(),
+            "-d",
+            "udp.port==4739,cflow",
+            "-T",
+            "json",
+            "--no-duplicate-keys",
+        ],
+    )
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let packets = v.as_array().unwrap();
+    assert_eq!(packets.len(), 3, "three IPFIX messages captured");
+    let text = json.as_str();
+    for needle in [
+        "\"cflow.template_id\": [\n",
+        "\"cflow.observation_point_id\"",
+        "\"cflow.ingress_physical_interface\"",
+        "\"cflow.egress_physical_interface\"",
+    ] {
+        assert!(
+            text.contains(needle) || text.contains(needle.trim_end_matches("[\n")),
+            "{needle}"
+        );
+    }
+    let fields = lq_tests::netns::run(
+        "tshark",
+        &[
+            "-r",
+            pcap.to_str().unwrap(),
+            "-d",
+            "udp.port==4739,cflow",
+            "-T",
+            "fields",
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=,",
+            "-e",
+            "cflow.template_id",
+            "-e",
+            "cflow.ingress_physical_interface",
+            "-e",
+            "cflow.egress_physical_interface",
+            "-e",
+            "cflow.observation_point_id",
+        ],
+    )
+    .unwrap();
+    let lines: Vec<&str> = fields.lines().collect();
+    assert!(lines[0].starts_with("256,257,258\t"), "{}", lines[0]);
+    let data = lines[2].split('\t').collect::<Vec<_>>();
+    assert_eq!(data[1], vec![pb.to_string(); 8].join(","));
+    assert_eq!(data[2], vec![pb.to_string(); 8].join(","));
+    assert_eq!(data[3], vec!["7"; 16].join(","));
+
+    // nfacctd: one line per (direction, priority) with the same counts.
+    let out = std::fs::read_to_string(&out_json).unwrap_or_default();
+    let mut got_rx = [None; 8];
+    let mut got_tx = [None; 8];
+    for l in out.lines() {
+        let Ok(r) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        let num = |k: &str| {
+            r[k].as_u64()
+                .or_else(|| r[k].as_str().and_then(|s| s.parse().ok()))
+        };
+        if num("obs_point") != Some(7) {
+            continue;
+        }
+        let prio = num("pfc_prio").unwrap() as usize;
+        let total = num("pfc_total").unwrap();
+        assert_eq!(num("pfc_epoch"), Some(1));
+        match (num("in_phy"), num("out_phy")) {
+            (Some(i), Some(0)) if i == u64::from(pb) => got_rx[prio] = Some(total),
+            (Some(0), Some(o)) if o == u64::from(pb) => got_tx[prio] = Some(total),
+            other => panic!("unexpected interfaces {other:?} in {l}"),
+        }
+    }
+    assert_eq!(got_rx, rx_expected.map(Some), "nfacctd output:\n{out}");
+    assert_eq!(got_tx, tx_expected.map(Some), "nfacctd output:\n{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
