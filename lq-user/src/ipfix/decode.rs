@@ -379,10 +379,8 @@ impl Decoder {
             }
         };
         let priority = priority.map(|p| p as u8);
-        if let Some(p) = priority {
-            if p > 7 {
-                problems.push(Problem::PriorityRange(p));
-            }
+        if let Some(p) = priority.filter(|p| *p > 7) {
+            problems.push(Problem::PriorityRange(p));
         }
         PfcDecoded {
             domain,

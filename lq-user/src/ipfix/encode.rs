@@ -342,10 +342,8 @@ impl Encoder {
                 self.sequence = self.sequence.wrapping_add(in_message);
                 sets.clear();
                 in_message = 0;
-            } else if !same_set {
-                if let Some((t, b)) = current.take() {
-                    sets.extend(Self::set(t, &b));
-                }
+            } else if !same_set && let Some((t, b)) = current.take() {
+                sets.extend(Self::set(t, &b));
             }
             match &mut current {
                 Some((t, b)) if *t == tid => b.extend(rec),
