@@ -17,5 +17,6 @@ extern crate std;
 
 pub mod frame;
 pub mod maps;
+pub mod pfc;
 pub mod receive;
 pub mod wire;

@@ -5,6 +5,7 @@
 #![no_std]
 #![no_main]
 
+mod pfc;
 mod receiver;
 
 #[cfg(not(test))]

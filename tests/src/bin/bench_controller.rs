@@ -1,0 +1,1145 @@
+//! `bench_controller`: the load-balancer controller end to end, from the wire to the kernel.
+//!
+//! Metrics (one `LQ-METRIC` line each, see `xtask/src/bench.rs`):
+//!
+//! 1. `control_loop_p50_us`, `control_loop_p99_us`: a real `lqd` in a leaf namespace, four
+//!    spine senders (UDP, TTL 255) in a spine namespace. Per trial the congested spine S2
+//!    sends one triggered datagram whose LQS alternates 30 / 237 (damping gain 1.0, trials
+//!    spaced > T_reweight), so each trial is exactly one group replace. Latency: CLOCK_MONOTONIC
+//!    just before `send_to` to CLOCK_MONOTONIC just after `recv` of the RTM_NEWNEXTHOP
+//!    notification for the group on a socket in the leaf namespace subscribed to
+//!    RTNLGRP_NEXTHOP.
+//! 2. `group_replace_us`, `group_replace_vs_iproute2_ratio`: mean cost of one replace of a
+//!    4-member resilient group via `lq_user::rtnl::Rtnl` (N = 2000, two weight sets
+//!    alternating), against `ip -batch` doing the same N replaces (wall time of the `ip`
+//!    process / N, the baseline). Rounds interleaved; medians of the per-round means.
+//! 3. `reweight_1024x64_ms`: one reweight of 1024 destinations x 64 members: the
+//!    `WeightController` (targets, damping, quantisation) plus 1024 group replaces through
+//!    `Rtnl` into a namespace with 64 gateway nexthops. Median of several rounds.
+//! 4. `remap_ratio_resilient`, `remap_ratio_hash_threshold`: the Appendix B trajectory (4
+//!    members, S2 25 % -> 9.2 %, g = 0.5) programmed into a real resilient group (128
+//!    buckets, idle timer 0, bucket table read back with `ip -j nexthop bucket show`) and a
+//!    hash-threshold group (flow remap computed with the kernel's upper-bound rule from the
+//!    weights read back), moved flows over the minimum (sum of the positive differences of
+//!    the weight fractions), summed over the trajectory.
+//! 5. `failure_detection_ms`: p99 over trials of the time from spine S2's last datagram to
+//!    the notification of the group without S2 (miss_count 3, T_notify 20 ms, spines send
+//!    every 18-22 ms).
+//!
+//! Everything runs inside network namespaces this program creates; `NetNs` deletes them
+//! (and every veth inside) on drop, and `Lqd` stops the daemon and removes its pins.
+
+use std::{
+    collections::BTreeMap,
+    io,
+    net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    process::{Command, ExitCode},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use lq_common::wire::{self, Mode};
+use lq_tests::{
+    daemon::Lqd,
+    netns::{NetNs, veth_pair},
+    packet::{entry, header, ip4},
+    require_root,
+};
+use lq_user::{
+    controller::{
+        config::{ControllerConfig, GroupKind},
+        nexthop::{GroupMember, NetlinkMessage, NexthopMsg, RTNLGRP_NEXTHOP, parse_messages},
+        path_quality::{
+            DestinationQuality, MemberQuality, PathQualityReport, Prefix, QualitySource, node,
+        },
+        weights::{DestinationWeights, MemberInput, WeightController, bucket_shares},
+    },
+    load_balancer::monotonic_ns,
+    rtnl::{Rtnl, ifindex},
+};
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use serde_json::{Value, json};
+
+/// lqd's default id base; the first destination's group.
+const ID_BASE: u32 = 0x4c00_0000;
+const GROUP_ID: u32 = ID_BASE + 0x1_0000;
+/// The remote leaf the destination is behind.
+const REMOTE: u32 = ip4(10, 0, 1, 4);
+/// The congested / failing spine (index 1 = S2, uplink 2).
+const S2: usize = 1;
+
+const LOOP_TRIALS: usize = 300;
+const FAIL_TRIALS: usize = 50;
+const REPLACE_N: usize = 2000;
+const REPLACE_ROUNDS: usize = 5;
+const REWEIGHT_DESTS: usize = 1024;
+const REWEIGHT_MEMBERS: usize = 64;
+const REWEIGHT_ROUNDS: usize = 9;
+const HASHES: usize = 1 << 20;
+
+fn main() -> ExitCode {
+    require_root();
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench_controller: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    let mut failed = Vec::new();
+    // Each part cleans up its own namespaces; one failing does not stop the others.
+    if let Err(e) = daemon_parts() {
+        eprintln!("control loop / failure detection: {e:#}");
+        failed.push("daemon");
+    }
+    if let Err(e) = group_replace() {
+        eprintln!("group replace: {e:#}");
+        failed.push("group_replace");
+    }
+    if let Err(e) = reweight() {
+        eprintln!("reweight: {e:#}");
+        failed.push("reweight");
+    }
+    if let Err(e) = remap() {
+        eprintln!("remap: {e:#}");
+        failed.push("remap");
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        bail!("parts failed: {}", failed.join(", "))
+    }
+}
+
+// ------------------------------------------------------------------ output and statistics
+
+fn metric(name: &str, value: f64, unit: &str, goal: Option<&str>, baseline: Option<f64>) {
+    let v = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
+    println!(
+        "LQ-METRIC {}",
+        json!({"name": name, "value": v(value), "unit": unit, "goal": goal, "baseline": baseline.map(v)})
+    );
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+fn median(v: &[f64]) -> f64 {
+    pct(&sorted(v.to_vec()), 50.0)
+}
+
+fn summary(v: &[f64]) -> String {
+    let s = sorted(v.to_vec());
+    format!(
+        "n={} min={:.1} p50={:.1} p90={:.1} p99={:.1} max={:.1}",
+        s.len(),
+        pct(&s, 0.0),
+        pct(&s, 50.0),
+        pct(&s, 90.0),
+        pct(&s, 99.0),
+        s.last().copied().unwrap_or(f64::NAN)
+    )
+}
+
+// ------------------------------------------------------------------ namespace helpers
+
+/// Spawns a thread that enters `ns` before running `f` (its sockets live there).
+fn spawn_in<T: Send + 'static>(
+    ns: &NetNs,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> JoinHandle<Result<T>> {
+    let path = format!("/run/netns/{}", ns.name());
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).with_context(|| format!("open {path}"))?;
+        // SAFETY: setns on a valid namespace fd affects only this thread.
+        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            bail!("setns {path}: {}", io::Error::last_os_error());
+        }
+        f()
+    })
+}
+
+/// Runs `f` in `ns` (on a thread) and flattens the errors.
+fn in_ns<T: Send + 'static>(
+    ns: &NetNs,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    ns.run_in(f)?
+}
+
+/// net.ipv4.nexthop_compat_mode = 0 in `ns` only (what lqd recommends: no legacy route
+/// notifications on every group replace). /proc/sys/net follows the thread's namespace.
+fn compat_mode_off(ns: &NetNs) -> Result<()> {
+    in_ns(ns, || {
+        let p = "/proc/sys/net/ipv4/nexthop_compat_mode";
+        std::fs::write(p, "0").with_context(|| format!("write {p}"))?;
+        Ok(())
+    })
+}
+
+/// A veth with both ends in `ns`, `addr` on `a`, both up.
+fn local_veth(ns: &NetNs, a: &str, b: &str, addr: &str) -> Result<()> {
+    ns.ip(&["link", "add", a, "type", "veth", "peer", "name", b])?;
+    ns.ip(&["addr", "add", addr, "dev", a])?;
+    ns.ip(&["link", "set", a, "up"])?;
+    ns.ip(&["link", "set", b, "up"])?;
+    Ok(())
+}
+
+/// Gateway nexthops `ids[i] via gws[i] dev iface`, created through lq's rtnetlink path.
+fn gateways(ns: &NetNs, iface: &str, members: Vec<(u32, Ipv4Addr)>) -> Result<Rtnl> {
+    let iface = iface.to_string();
+    in_ns(ns, move || {
+        let mut rtnl = Rtnl::open()?;
+        let oif = ifindex(&iface)?;
+        for (id, gw) in members {
+            rtnl.replace_nexthop(&NexthopMsg::gateway(id, oif, IpAddr::V4(gw)))?;
+        }
+        Ok(rtnl)
+    })
+}
+
+fn group_msg(id: u32, weights: &[(u32, u32)], kind: &GroupKind) -> NexthopMsg {
+    let members = weights
+        .iter()
+        .map(|&(id, weight)| GroupMember { id, weight })
+        .collect();
+    NexthopMsg::group(id, members, kind)
+}
+
+/// `ip -j -n NS nexthop show id ID` as (member id, weight) in kernel order.
+fn kernel_group(ns: &NetNs, id: u32) -> Result<Vec<(u32, u32)>> {
+    let out = ns.ip(&["-j", "nexthop", "show", "id", &id.to_string()])?;
+    let v: Value = serde_json::from_str(&out).context("ip -j nexthop show")?;
+    let g = v
+        .as_array()
+        .and_then(|a| a.first())
+        .ok_or_else(|| anyhow!("no nexthop {id}"))?;
+    Ok(g["group"]
+        .as_array()
+        .ok_or_else(|| anyhow!("nexthop {id} is not a group: {g}"))?
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_u64().unwrap_or(0) as u32,
+                m["weight"].as_u64().unwrap_or(1) as u32,
+            )
+        })
+        .collect())
+}
+
+// ------------------------------------------------------------------ RTNLGRP_NEXTHOP listener
+
+/// A nexthop notification: CLOCK_MONOTONIC right after `recv`, the object, its members
+/// (`None`: deleted).
+#[derive(Debug)]
+struct NhEvent {
+    t_ns: u64,
+    id: u32,
+    members: Option<Vec<(u32, u32)>>,
+}
+
+/// A NETLINK_ROUTE socket subscribed to RTNLGRP_NEXTHOP, in the calling thread's namespace.
+fn nexthop_listener_socket() -> Result<OwnedFd> {
+    // SAFETY: plain socket syscall; the fd is owned right away.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    ensure!(fd >= 0, "netlink socket: {}", io::Error::last_os_error());
+    // SAFETY: fresh, valid descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_nl is plain data.
+    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    sa.nl_family = libc::AF_NETLINK as u16;
+    // SAFETY: valid fd and address.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const sa).cast(),
+            size_of::<libc::sockaddr_nl>() as u32,
+        )
+    };
+    ensure!(rc == 0, "bind: {}", io::Error::last_os_error());
+    let group = RTNLGRP_NEXTHOP as libc::c_int;
+    setsockopt(&fd, libc::SOL_NETLINK, libc::NETLINK_ADD_MEMBERSHIP, group)?;
+    setsockopt(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20)?;
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 100_000,
+    };
+    // SAFETY: valid fd and timeval.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&raw const tv).cast(),
+            size_of::<libc::timeval>() as u32,
+        )
+    };
+    ensure!(rc == 0, "SO_RCVTIMEO: {}", io::Error::last_os_error());
+    Ok(fd)
+}
+
+fn setsockopt(fd: &OwnedFd, level: i32, opt: i32, v: libc::c_int) -> Result<()> {
+    // SAFETY: valid fd and int option.
+    let rc = unsafe { libc::setsockopt(fd.as_raw_fd(), level, opt, (&raw const v).cast(), 4) };
+    ensure!(
+        rc == 0,
+        "setsockopt {level}/{opt}: {}",
+        io::Error::last_os_error()
+    );
+    Ok(())
+}
+
+/// A thread in the leaf namespace that timestamps every nexthop notification.
+struct Listener {
+    rx: mpsc::Receiver<NhEvent>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+impl Listener {
+    fn start(ns: &NetNs) -> Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = spawn_in(ns, move || {
+            let fd = nexthop_listener_socket()?;
+            ready_tx.send(()).ok();
+            let mut buf = vec![0u8; 256 * 1024];
+            while !s.load(Ordering::Relaxed) {
+                // SAFETY: valid fd and buffer.
+                let n =
+                    unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+                let t_ns = monotonic_ns();
+                if n < 0 {
+                    let e = io::Error::last_os_error();
+                    match e.raw_os_error() {
+                        Some(libc::EAGAIN | libc::EINTR) => continue,
+                        Some(libc::ENOBUFS) => {
+                            eprintln!("listener: ENOBUFS (notifications lost)");
+                            continue;
+                        }
+                        _ => bail!("recv: {e}"),
+                    }
+                }
+                for m in parse_messages(&buf[..n as usize]) {
+                    let ev = match m {
+                        Ok(NetlinkMessage::NewNexthop(_, nh)) => NhEvent {
+                            t_ns,
+                            id: nh.id.unwrap_or(0),
+                            members: Some(nh.group.iter().map(|g| (g.id, g.weight)).collect()),
+                        },
+                        Ok(NetlinkMessage::DelNexthop(_, nh)) => NhEvent {
+                            t_ns,
+                            id: nh.id.unwrap_or(0),
+                            members: None,
+                        },
+                        _ => continue,
+                    };
+                    if tx.send(ev).is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| anyhow!("listener did not start"))?;
+        Ok(Self {
+            rx,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn drain(&self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+
+    /// The first notification for `id` whose members satisfy `pred`, within `timeout`.
+    fn wait(
+        &self,
+        id: u32,
+        timeout: Duration,
+        pred: impl Fn(&[(u32, u32)]) -> bool,
+    ) -> Option<NhEvent> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let ev = self.rx.recv_timeout(left).ok()?;
+            if ev.id == id && ev.members.as_deref().is_some_and(&pred) {
+                return Some(ev);
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            match t.join() {
+                Ok(Err(e)) => eprintln!("listener: {e:#}"),
+                Err(_) => eprintln!("listener panicked"),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ spine senders
+
+enum Cmd {
+    /// Set the spine's LQS and send a triggered datagram now; replies with its send time.
+    Trigger { spine: usize, lqs: u8 },
+    /// Stop the spine; replies with the send time of its last datagram.
+    Silence { spine: usize },
+    /// Restart the spine with an LQS (a datagram now); replies with its send time.
+    Resume { spine: usize, lqs: u8 },
+}
+
+/// Four spines in the spine namespace on one thread, each sending every 18-22 ms (uniform
+/// jitter, seed 003 section 7.2); a triggered datagram restarts the spine's timer.
+struct Spines {
+    tx: mpsc::Sender<(Cmd, mpsc::Sender<u64>)>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+impl Spines {
+    fn start(ns: &NetNs) -> Result<Self> {
+        let (tx, rx) = mpsc::channel::<(Cmd, mpsc::Sender<u64>)>();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = spawn_in(ns, move || {
+            let sockets: Vec<UdpSocket> = (1..=4u8)
+                .map(|k| {
+                    let sock = UdpSocket::bind((Ipv4Addr::new(10, 1, k, 1), 0))?;
+                    sock.set_ttl(255)?;
+                    Ok(sock)
+                })
+                .collect::<Result<_>>()?;
+            ready_tx.send(()).ok();
+            let mut rng = SmallRng::seed_from_u64(0x5eed);
+            let mut jitter = move || Duration::from_micros(rng.random_range(18_000..=22_000));
+            let mut lqs: [Option<u8>; 4] = [Some(237); 4];
+            let mut seq = [100u16, 200, 300, 400];
+            let mut last_sent = [0u64; 4];
+            let start = Instant::now();
+            let mut due: [Instant; 4] =
+                std::array::from_fn(|k| start + Duration::from_millis(5 * k as u64));
+            let mut buf = vec![0u8; wire::MAX_PAYLOAD_LEN];
+            let mut send = |k: usize, q: u8, mode: Mode, seq: &mut [u16; 4]| -> Result<u64> {
+                seq[k] = seq[k].wrapping_add(1);
+                let mut h = header(ip4(10, 0, 0, k as u8 + 1), seq[k]);
+                h.mode = mode;
+                let e = entry(REMOTE, 1, q, if q < 100 { 3 } else { 0 });
+                let n = wire::encode(&h, &[e], &mut buf).map_err(|e| anyhow!("{e}"))?;
+                let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k as u8 + 1, 2)), 52525);
+                let t = monotonic_ns();
+                sockets[k].send_to(&buf[..n], to)?;
+                Ok(t)
+            };
+            while !s.load(Ordering::Relaxed) {
+                let next = (0..4)
+                    .filter(|&k| lqs[k].is_some())
+                    .map(|k| due[k])
+                    .min()
+                    .unwrap_or_else(|| Instant::now() + Duration::from_millis(50));
+                let wait = next.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(wait) {
+                    Ok((cmd, reply)) => {
+                        let t = match cmd {
+                            Cmd::Trigger { spine, lqs: q } | Cmd::Resume { spine, lqs: q } => {
+                                lqs[spine] = Some(q);
+                                let t = send(spine, q, Mode::Triggered, &mut seq)?;
+                                last_sent[spine] = t;
+                                due[spine] = Instant::now() + jitter();
+                                t
+                            }
+                            Cmd::Silence { spine } => {
+                                lqs[spine] = None;
+                                last_sent[spine]
+                            }
+                        };
+                        reply.send(t).ok();
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+                let now = Instant::now();
+                for k in 0..4 {
+                    if let Some(q) = lqs[k]
+                        && due[k] <= now
+                    {
+                        last_sent[k] = send(k, q, Mode::Periodic, &mut seq)?;
+                        due[k] += jitter();
+                        if due[k] < now {
+                            due[k] = now + jitter();
+                        }
+                    }
+                }
+            }
+            Ok(())
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| anyhow!("spine senders did not start"))?;
+        Ok(Self {
+            tx,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn cmd(&self, cmd: Cmd) -> Result<u64> {
+        let (tx, rx) = mpsc::channel();
+        self.tx.send((cmd, tx)).context("spine thread gone")?;
+        rx.recv_timeout(Duration::from_secs(2))
+            .context("spine thread did not answer")
+    }
+}
+
+impl Drop for Spines {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            match t.join() {
+                Ok(Err(e)) => eprintln!("spines: {e:#}"),
+                Err(_) => eprintln!("spine thread panicked"),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ 1 and 5: the daemon
+
+fn leaf_config() -> String {
+    let mut c = String::from(
+        r#"
+[lq-telemetry]
+enabled = true
+role = "load-balancer"
+notify-interval-ms = 20
+miss-count = 3
+
+[receiver]
+interfaces = ["up1", "up2", "up3", "up4"]
+
+[damping]
+gain = 1.0
+"#,
+    );
+    for k in 1..=4 {
+        c.push_str(&format!(
+            "\n[[uplink]]\nid = {k}\nspine = \"10.0.0.{k}\"\ninterface = \"up{k}\"\ngateway = \"10.1.{k}.1\"\n"
+        ));
+    }
+    c.push_str("\n[[destination]]\nprefix = \"10.4.0.0/24\"\nremote-node = \"10.0.1.4\"\n");
+    c
+}
+
+fn all_equal(m: &[(u32, u32)]) -> bool {
+    m.len() == 4 && m.iter().all(|&(_, w)| w == 255)
+}
+
+fn s2_weight(m: &[(u32, u32)]) -> Option<u32> {
+    m.iter()
+        .find(|&&(id, _)| id == ID_BASE + 1 + S2 as u32)
+        .map(|&(_, w)| w)
+}
+
+fn daemon_parts() -> Result<()> {
+    let leaf = NetNs::new("lqb-leaf")?;
+    let spine_ns = NetNs::new("lqb-spines")?;
+    for k in 1..=4 {
+        veth_pair(
+            &spine_ns,
+            &format!("s{k}"),
+            &format!("10.1.{k}.1/24"),
+            &leaf,
+            &format!("up{k}"),
+            &format!("10.1.{k}.2/24"),
+        )?;
+    }
+    compat_mode_off(&leaf)?;
+    let listener = Listener::start(&leaf)?;
+    let spines = Spines::start(&spine_ns)?;
+    let lqd = Lqd::start(&leaf, &leaf_config())?;
+    if listener
+        .wait(GROUP_ID, Duration::from_secs(10), all_equal)
+        .is_none()
+    {
+        bail!(
+            "no steady state (4 members, 255 each); lqd log:\n{}",
+            lqd.log_text()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+
+    let r1 = control_loop(&listener, &spines, &lqd);
+    if let Err(e) = &r1 {
+        eprintln!("control loop: {e:#}");
+    }
+    let r5 = failure_detection(&listener, &spines, &lqd);
+    if let Err(e) = &r5 {
+        eprintln!("failure detection: {e:#}");
+    }
+    let c = lqd.show("counters").ok();
+    eprintln!(
+        "lqd counters: {}",
+        c.map_or_else(|| "?".into(), |c| c.to_string())
+    );
+    drop(lqd);
+    drop(spines);
+    drop(listener);
+    r1.and(r5)
+}
+
+fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(1);
+    let mut lat_us = Vec::with_capacity(LOOP_TRIALS);
+    let mut missed = 0usize;
+    for i in 0..LOOP_TRIALS {
+        // > T_reweight (20 ms) since the last application, random phase against the
+        // senders' and the daemon's timers.
+        std::thread::sleep(Duration::from_micros(rng.random_range(45_000..55_000)));
+        listener.drain();
+        let congested = i % 2 == 0;
+        let lqs = if congested { 30 } else { 237 };
+        let t_send = spines.cmd(Cmd::Trigger { spine: S2, lqs })?;
+        let ev = listener.wait(GROUP_ID, Duration::from_secs(1), |m| {
+            m.len() == 4
+                && if congested {
+                    s2_weight(m).is_some_and(|w| w < 255)
+                } else {
+                    all_equal(m)
+                }
+        });
+        match ev {
+            Some(ev) => lat_us.push(ev.t_ns.saturating_sub(t_send) as f64 / 1e3),
+            None => missed += 1,
+        }
+        if missed > 10 {
+            bail!(
+                "{missed} trials without the expected replace; lqd log tail:\n{}",
+                tail(&lqd.log_text(), 40)
+            );
+        }
+    }
+    let s = sorted(lat_us.clone());
+    eprintln!(
+        "control loop (datagram sent -> RTM_NEWNEXTHOP received), us: {} (missed {missed})",
+        summary(&lat_us)
+    );
+    metric(
+        "control_loop_p50_us",
+        pct(&s, 50.0),
+        "us",
+        Some("<= 100"),
+        None,
+    );
+    metric(
+        "control_loop_p99_us",
+        pct(&s, 99.0),
+        "us",
+        Some("<= 300"),
+        None,
+    );
+    Ok(())
+}
+
+fn failure_detection(listener: &Listener, spines: &Spines, lqd: &Lqd) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut det_ms = Vec::with_capacity(FAIL_TRIALS);
+    let s2_id = ID_BASE + 1 + S2 as u32;
+    for _ in 0..FAIL_TRIALS {
+        std::thread::sleep(Duration::from_micros(rng.random_range(30_000..60_000)));
+        listener.drain();
+        let t_last = spines.cmd(Cmd::Silence { spine: S2 })?;
+        let ev = listener.wait(GROUP_ID, Duration::from_secs(2), |m| {
+            m.len() == 3 && m.iter().all(|&(id, _)| id != s2_id)
+        });
+        let Some(ev) = ev else {
+            bail!(
+                "S2 did not leave the group within 2 s; lqd log tail:\n{}",
+                tail(&lqd.log_text(), 40)
+            );
+        };
+        det_ms.push(ev.t_ns.saturating_sub(t_last) as f64 / 1e6);
+        spines.cmd(Cmd::Resume {
+            spine: S2,
+            lqs: 237,
+        })?;
+        if listener
+            .wait(GROUP_ID, Duration::from_secs(2), all_equal)
+            .is_none()
+        {
+            bail!(
+                "S2 did not rejoin within 2 s; lqd log tail:\n{}",
+                tail(&lqd.log_text(), 40)
+            );
+        }
+    }
+    let s = sorted(det_ms.clone());
+    eprintln!(
+        "failure detection (S2's last datagram -> group without S2), ms: {} (dead interval 60 ms)",
+        summary(&det_ms)
+    );
+    metric(
+        "failure_detection_ms",
+        pct(&s, 99.0),
+        "ms",
+        Some("<= 70"),
+        None,
+    );
+    Ok(())
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+// ------------------------------------------------------------------ 2: one group replace
+
+fn group_replace() -> Result<()> {
+    let ns = NetNs::new("lqb-nh")?;
+    local_veth(&ns, "nh0", "nh1", "10.9.0.2/24")?;
+    compat_mode_off(&ns)?;
+    let mut rtnl = gateways(
+        &ns,
+        "nh0",
+        (1..=4)
+            .map(|k| (k, Ipv4Addr::new(10, 9, 0, 10 + k as u8)))
+            .collect(),
+    )?;
+    let kind = GroupKind::Resilient {
+        buckets: 128,
+        idle_timer: Duration::from_secs(120),
+        unbalanced_timer: Duration::ZERO,
+    };
+    let sets: [[(u32, u32); 4]; 2] = [
+        [(1, 255), (2, 77), (3, 255), (4, 255)],
+        [(1, 255), (2, 255), (3, 255), (4, 255)],
+    ];
+    let (ours_id, ip_id) = (100u32, 200u32);
+    let msgs = [
+        group_msg(ours_id, &sets[0], &kind),
+        group_msg(ours_id, &sets[1], &kind),
+    ];
+    rtnl.replace_nexthop(&group_msg(ip_id, &sets[1], &kind))?;
+    for i in 0..200 {
+        rtnl.replace_nexthop(&msgs[i % 2])?;
+    }
+    // The same N replaces for iproute2, in one batch file.
+    let dir = std::env::temp_dir().join(lq_tests::unique_name("lqb-batch"));
+    std::fs::create_dir_all(&dir)?;
+    let batch = dir.join("replace.batch");
+    let mut text = String::new();
+    for i in 0..REPLACE_N {
+        let g: Vec<String> = sets[i % 2]
+            .iter()
+            .map(|(id, w)| format!("{id},{w}"))
+            .collect();
+        text.push_str(&format!(
+            "nexthop replace id {ip_id} group {} type resilient buckets 128 idle_timer 120 unbalanced_timer 0\n",
+            g.join("/")
+        ));
+    }
+    std::fs::write(&batch, text)?;
+    let result = (|| -> Result<()> {
+        let (mut ours, mut ip) = (Vec::new(), Vec::new());
+        for _ in 0..REPLACE_ROUNDS {
+            let t = Instant::now();
+            for i in 0..REPLACE_N {
+                rtnl.replace_nexthop(&msgs[i % 2])?;
+            }
+            ours.push(t.elapsed().as_secs_f64() * 1e6 / REPLACE_N as f64);
+            let t = Instant::now();
+            let out = Command::new("ip")
+                .args(["-n", ns.name(), "-batch"])
+                .arg(&batch)
+                .output()?;
+            let el = t.elapsed();
+            ensure!(
+                out.status.success(),
+                "ip -batch: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ip.push(el.as_secs_f64() * 1e6 / REPLACE_N as f64);
+        }
+        // Both groups really hold the last weight set.
+        ensure!(kernel_group(&ns, ours_id)? == sets[1].to_vec());
+        ensure!(kernel_group(&ns, ip_id)? == sets[1].to_vec());
+        let (o, b) = (median(&ours), median(&ip));
+        eprintln!(
+            "group replace (4-member resilient, N={REPLACE_N}, {REPLACE_ROUNDS} rounds), us/replace: lq Rtnl {}; ip -batch {}",
+            summary(&ours),
+            summary(&ip)
+        );
+        metric("group_replace_us", o, "us", None, Some(b));
+        metric(
+            "group_replace_vs_iproute2_ratio",
+            o / b,
+            "ratio",
+            Some("<= 1.0"),
+            Some(1.0),
+        );
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+// ------------------------------------------------------------------ 3: 1024 x 64 reweight
+
+fn reweight() -> Result<()> {
+    let ns = NetNs::new("lqb-rw")?;
+    local_veth(&ns, "rw0", "rw1", "10.10.0.2/16")?;
+    compat_mode_off(&ns)?;
+    let members: Vec<(u32, Ipv4Addr)> = (1..=REWEIGHT_MEMBERS as u32)
+        .map(|k| (k, Ipv4Addr::new(10, 10, 1, k as u8)))
+        .collect();
+    let mut rtnl = gateways(&ns, "rw0", members)?;
+    let cfg = ControllerConfig::default();
+    let mut wc = WeightController::new(cfg).map_err(|e| anyhow!("{e}"))?;
+    let prefixes: Vec<Prefix> = (0..REWEIGHT_DESTS)
+        .map(|d| Prefix {
+            addr: IpAddr::V4(Ipv4Addr::new(10, 100 + (d >> 8) as u8, d as u8, 0)),
+            len: 24,
+        })
+        .collect();
+    let group_of: BTreeMap<Prefix, u32> = prefixes
+        .iter()
+        .enumerate()
+        .map(|(d, p)| (*p, 10_000 + d as u32))
+        .collect();
+    let report = |round: usize| -> PathQualityReport {
+        let mut r = PathQualityReport::default();
+        for (d, p) in prefixes.iter().enumerate() {
+            let members = (0..REWEIGHT_MEMBERS)
+                .map(|k| {
+                    let q = 100 + ((k * 37 + d * 13 + round * 71) % 156) as u8;
+                    MemberQuality {
+                        uplink: k as u32 + 1,
+                        spine: node(0, ip4(10, 0, 0, k as u8 + 1)),
+                        capacity_gbps: 400.0,
+                        local: 255,
+                        remote: Some(q),
+                        quality: q,
+                    }
+                })
+                .collect();
+            r.destinations.insert(
+                *p,
+                DestinationQuality {
+                    source: QualitySource::Remote,
+                    members,
+                },
+            );
+        }
+        r
+    };
+    let (mut compute_ms, mut kernel_ms, mut total_ms) = (Vec::new(), Vec::new(), Vec::new());
+    // Round 0 creates the groups (first application); then one reweight of all groups per
+    // round, T_reweight apart in the controller's (virtual) time.
+    for round in 0..=REWEIGHT_ROUNDS {
+        let rep = report(round);
+        let now = 1_000_000_000 + round as u64 * cfg.t_reweight_ns();
+        let t0 = Instant::now();
+        let apps = wc.update(&rep, now);
+        let msgs: Vec<NexthopMsg> = apps
+            .iter()
+            .map(|(p, app)| {
+                let members = app
+                    .kernel
+                    .iter()
+                    .map(|&(u, weight)| GroupMember { id: u, weight })
+                    .collect();
+                NexthopMsg::group(group_of[p], members, &cfg.group)
+            })
+            .collect();
+        let t1 = Instant::now();
+        for m in &msgs {
+            rtnl.replace_nexthop(m)?;
+        }
+        let t2 = Instant::now();
+        ensure!(
+            msgs.len() == REWEIGHT_DESTS,
+            "round {round}: {} applications, want {REWEIGHT_DESTS}",
+            msgs.len()
+        );
+        if round > 0 {
+            compute_ms.push((t1 - t0).as_secs_f64() * 1e3);
+            kernel_ms.push((t2 - t1).as_secs_f64() * 1e3);
+            total_ms.push((t2 - t0).as_secs_f64() * 1e3);
+        }
+    }
+    let g = kernel_group(&ns, 10_000 + REWEIGHT_DESTS as u32 - 1)?;
+    ensure!(
+        g.len() == REWEIGHT_MEMBERS,
+        "last group has {} members",
+        g.len()
+    );
+    eprintln!(
+        "reweight {REWEIGHT_DESTS}x{REWEIGHT_MEMBERS} (resilient, 128 buckets), ms: total {}",
+        summary(&total_ms)
+    );
+    eprintln!(
+        "    compute (WeightController + messages): {}",
+        summary(&compute_ms)
+    );
+    eprintln!(
+        "    kernel ({REWEIGHT_DESTS} replaces via Rtnl): {}",
+        summary(&kernel_ms)
+    );
+    metric(
+        "reweight_1024x64_ms",
+        median(&total_ms),
+        "ms",
+        Some("<= 20"),
+        None,
+    );
+    Ok(())
+}
+
+// ------------------------------------------------------------------ 4: remap ratios
+
+/// `ip -j nexthop bucket show id ID`: member id per bucket index.
+fn buckets(ns: &NetNs, id: u32) -> Result<Vec<u32>> {
+    let out = ns.ip(&["-j", "nexthop", "bucket", "show", "id", &id.to_string()])?;
+    let v: Value = serde_json::from_str(&out).context("ip -j nexthop bucket show")?;
+    let mut b: Vec<(u64, u32)> = v
+        .as_array()
+        .ok_or_else(|| anyhow!("bucket show: {out}"))?
+        .iter()
+        .map(|e| {
+            let b = &e["bucket"];
+            (
+                b["index"].as_u64().unwrap_or(u64::MAX),
+                b["nhid"].as_u64().unwrap_or(0) as u32,
+            )
+        })
+        .collect();
+    b.sort_unstable();
+    Ok(b.into_iter().map(|(_, nh)| nh).collect())
+}
+
+/// Polls the bucket table until every member holds its share of `weights` (the kernel
+/// migrates idle buckets in its upkeep; idle timer 0 makes every bucket idle).
+fn balanced_buckets(ns: &NetNs, id: u32, weights: &[(u32, u32)]) -> Result<Vec<u32>> {
+    let want: BTreeMap<u32, u64> = bucket_shares(128, weights).into_iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let b = buckets(ns, id)?;
+        let mut have: BTreeMap<u32, u64> = want.keys().map(|k| (*k, 0)).collect();
+        for nh in &b {
+            *have.entry(*nh).or_default() += 1;
+        }
+        if have == want {
+            return Ok(b);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "buckets of {id} not balanced: have {have:?}, want {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn fractions(w: &[(u32, u32)]) -> BTreeMap<u32, f64> {
+    let total: f64 = w.iter().map(|&(_, x)| f64::from(x)).sum();
+    w.iter()
+        .map(|&(id, x)| (id, f64::from(x) / total))
+        .collect()
+}
+
+/// The minimum share of flows that must move from `old` to `new`.
+fn min_remap(old: &[(u32, u32)], new: &[(u32, u32)]) -> f64 {
+    let (o, n) = (fractions(old), fractions(new));
+    n.iter()
+        .map(|(id, f)| (f - o.get(id).copied().unwrap_or(0.0)).max(0.0))
+        .sum()
+}
+
+/// The kernel's hash-threshold rule (net/ipv4/nexthop.c `nh_hthr_group_rebalance` and
+/// `nexthop_select_path_hthr`): member i's upper bound is
+/// `DIV_ROUND_CLOSEST(cumulative_weight << 31, total) - 1`; a 31-bit hash goes to the first
+/// member (in group order) whose bound is >= the hash.
+fn hthr_bounds(group: &[(u32, u32)]) -> Vec<(u32, i64)> {
+    let total: u64 = group.iter().map(|&(_, w)| u64::from(w)).sum();
+    let mut cum = 0u64;
+    group
+        .iter()
+        .map(|&(id, w)| {
+            cum += u64::from(w);
+            (id, (((cum << 31) + total / 2) / total) as i64 - 1)
+        })
+        .collect()
+}
+
+fn hthr_select(bounds: &[(u32, i64)], h: u32) -> u32 {
+    bounds
+        .iter()
+        .find(|&&(_, ub)| i64::from(h) <= ub)
+        .map_or(0, |&(id, _)| id)
+}
+
+fn remap() -> Result<()> {
+    let ns = NetNs::new("lqb-remap")?;
+    local_veth(&ns, "rm0", "rm1", "10.11.0.2/24")?;
+    compat_mode_off(&ns)?;
+    let mut rtnl = gateways(
+        &ns,
+        "rm0",
+        (1..=4)
+            .map(|k| (k, Ipv4Addr::new(10, 11, 0, 10 + k as u8)))
+            .collect(),
+    )?;
+    let res_kind = GroupKind::Resilient {
+        buckets: 128,
+        idle_timer: Duration::ZERO,
+        unbalanced_timer: Duration::ZERO,
+    };
+    let (res_id, hthr_id) = (400u32, 401u32);
+
+    // Appendix B: four members at LQS 237 (25 % each); S2's remote link drops to LQS 72
+    // (target 9.20 %); g = 0.5, one damped step per T_reweight until converged.
+    let cfg = ControllerConfig::default();
+    let inputs = |s2: u8| -> Vec<MemberInput> {
+        (1..=4u32)
+            .map(|u| MemberInput {
+                uplink: u,
+                quality: if u == 2 { s2 } else { 237 },
+                local_up: true,
+                capacity_gbps: 400.0,
+            })
+            .collect()
+    };
+    let mut dw = DestinationWeights::default();
+    let mut t = 0u64;
+    let mut traj = vec![
+        dw.update(&cfg, &inputs(237), t)
+            .context("first application")?,
+    ];
+    t += cfg.t_reweight_ns();
+    traj.extend(dw.update(&cfg, &inputs(72), t));
+    loop {
+        t += cfg.t_reweight_ns();
+        match dw.tick(&cfg, t) {
+            Some(a) => traj.push(a),
+            None => break,
+        }
+        ensure!(traj.len() < 100, "trajectory does not converge");
+    }
+    let steps: Vec<Vec<(u32, u32)>> = traj.iter().map(|a| a.kernel.clone()).collect();
+
+    rtnl.replace_nexthop(&group_msg(res_id, &steps[0], &res_kind))?;
+    rtnl.replace_nexthop(&group_msg(hthr_id, &steps[0], &GroupKind::HashThreshold))?;
+    let mut res_before = balanced_buckets(&ns, res_id, &steps[0])?;
+    let mut hthr_before = hthr_bounds(&kernel_group(&ns, hthr_id)?);
+    let mut rng = SmallRng::seed_from_u64(4);
+    let hashes: Vec<u32> = (0..HASHES)
+        .map(|_| rng.random_range(0..(1u32 << 31)))
+        .collect();
+    let (mut sum_min, mut sum_res, mut sum_hthr) = (0.0, 0.0, 0.0);
+    let mut worst_res: f64 = 0.0;
+    eprintln!("remap along Appendix B (g = 0.5), per step:");
+    eprintln!("    step  kernel weights           minimum  resilient  hash-threshold");
+    for (i, w) in steps.iter().enumerate().skip(1) {
+        rtnl.replace_nexthop(&group_msg(res_id, w, &res_kind))?;
+        rtnl.replace_nexthop(&group_msg(hthr_id, w, &GroupKind::HashThreshold))?;
+        let res_after = balanced_buckets(&ns, res_id, w)?;
+        let moved_res = res_before
+            .iter()
+            .zip(&res_after)
+            .filter(|(a, b)| a != b)
+            .count() as f64
+            / res_after.len() as f64;
+        let kg = kernel_group(&ns, hthr_id)?;
+        ensure!(kg == *w, "hash-threshold group holds {kg:?}, want {w:?}");
+        let hthr_after = hthr_bounds(&kg);
+        let moved_hthr = hashes
+            .iter()
+            .filter(|&&h| hthr_select(&hthr_before, h) != hthr_select(&hthr_after, h))
+            .count() as f64
+            / hashes.len() as f64;
+        let min = min_remap(&steps[i - 1], w);
+        eprintln!(
+            "    {i:>4}  {:<24} {:>6.2} %  {:>7.2} %  {:>12.2} %{}",
+            format!("{:?}", w.iter().map(|&(_, x)| x).collect::<Vec<_>>()),
+            min * 100.0,
+            moved_res * 100.0,
+            moved_hthr * 100.0,
+            if min > 0.0 {
+                format!("   (x{:.2}, x{:.2})", moved_res / min, moved_hthr / min)
+            } else {
+                String::new()
+            }
+        );
+        if min > 0.0 {
+            worst_res = worst_res.max(moved_res / min);
+        }
+        sum_min += min;
+        sum_res += moved_res;
+        sum_hthr += moved_hthr;
+        res_before = res_after;
+        hthr_before = hthr_after;
+    }
+    ensure!(sum_min > 0.0, "the trajectory moved nothing");
+    eprintln!(
+        "    total: minimum {:.2} %, resilient {:.2} % (x{:.3}; worst step x{worst_res:.2}), hash-threshold {:.2} % (x{:.3})",
+        sum_min * 100.0,
+        sum_res * 100.0,
+        sum_res / sum_min,
+        sum_hthr * 100.0,
+        sum_hthr / sum_min
+    );
+    metric(
+        "remap_ratio_resilient",
+        sum_res / sum_min,
+        "ratio",
+        Some("<= 1.2"),
+        None,
+    );
+    metric(
+        "remap_ratio_hash_threshold",
+        sum_hthr / sum_min,
+        "ratio",
+        None,
+        None,
+    );
+    Ok(())
+}
