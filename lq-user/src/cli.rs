@@ -56,6 +56,9 @@ pub enum Command {
     /// instance.
     #[command(long_about = SHOW_LONG_ABOUT)]
     Show(ShowArgs),
+    /// Follow lq-threshold-crossed notifications (CL changes of this node's links) as
+    /// RFC 7951 JSON lines, until interrupted.
+    Monitor(MonitorArgs),
     /// Check a configuration file and print the effective settings; exit 1 on an error,
     /// which names the file, the line and the allowed range.
     CheckConfig(CheckConfigArgs),
@@ -86,6 +89,8 @@ the running daemon over its control socket /run/lq/INSTANCE.sock (root only).
   neighbors  each advertising neighbor: state (active, stale, failed), last sequence
   weights    per destination: each member's local and remote quality, the target,
              applied (damped) and kernel weights
+  local      (helper role) each monitored link: raw and smoothed U, E, F, D, X, the LQS,
+             the computed and advertised CL, the hysteresis state, available bandwidth
   state      the YANG state /ietf-lq-telemetry:lq-telemetry (configuration leaves,
              neighbors with their link-quality entries) as RFC 7951 JSON; always JSON";
 
@@ -117,6 +122,8 @@ pub enum ShowWhat {
     Weights,
     /// The node's state as RFC 7951 JSON of /ietf-lq-telemetry:lq-telemetry.
     State,
+    /// The helper role's links: raw and smoothed metrics, LQS, CL, hysteresis state.
+    Local,
 }
 
 /// Arguments of `lqd show`.
@@ -134,6 +141,14 @@ pub struct ShowArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Arguments of `lqd monitor`.
+#[derive(Debug, Args)]
+pub struct MonitorArgs {
+    /// Instance name.
+    #[arg(long, default_value = "default", value_parser = parse_instance)]
+    pub instance: String,
 }
 
 /// Arguments of `lqd check-config`.

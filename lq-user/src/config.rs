@@ -706,20 +706,34 @@ impl Config {
         self.controller().validate().map_err(|e| e.to_string())?;
         if t.role.advertises() {
             if self.link.is_empty() {
-                return Err(format!("role = \"{}\" needs at least one [[link]] to monitor", t.role.as_str()));
+                return Err(format!(
+                    "role = \"{}\" needs at least one [[link]] to monitor",
+                    t.role.as_str()
+                ));
             }
             for l in &self.link {
                 if l.remote_node.is_empty() {
-                    return Err(format!("[[link]] {}: remote-node lists no node", l.interface));
+                    return Err(format!(
+                        "[[link]] {}: remote-node lists no node",
+                        l.interface
+                    ));
                 }
                 if self.helper.send_to == SendTo::Unicast && l.peer.is_none() {
-                    return Err(format!("[[link]] {}: send-to = \"unicast\" needs peer", l.interface));
+                    return Err(format!(
+                        "[[link]] {}: send-to = \"unicast\" needs peer",
+                        l.interface
+                    ));
                 }
                 if !t.as_qualified && l.remote_as != 0 {
-                    return Err(format!("[[link]] {}: remote-as needs as-qualified = true", l.interface));
+                    return Err(format!(
+                        "[[link]] {}: remote-as needs as-qualified = true",
+                        l.interface
+                    ));
                 }
             }
-            self.helper_params().validate().map_err(|e| format!("[helper] {e}"))?;
+            self.helper_params()
+                .validate()
+                .map_err(|e| format!("[helper] {e}"))?;
         }
         Ok(())
     }

@@ -18,6 +18,7 @@ use tracing::{info, warn};
 
 use crate::{
     config::Config,
+    helper_role::{HelperRole, boottime_ns},
     load_balancer::{LoadBalancer, monotonic_ns},
     path_table::DEFAULT_PIN_ROOT,
 };
@@ -52,31 +53,46 @@ impl Instance {
 /// deadline or a damping step can be noticed (a tenth of the default T_notify).
 const MAX_SLEEP: Duration = Duration::from_millis(2);
 
-/// Runs the daemon until SIGTERM or SIGINT.
+/// Runs the daemon until SIGTERM or SIGINT: the load-balancer role, the helper role, or
+/// both (dual, seed 003 section 9), in one event loop.
 pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
     let cfg = Config::load(&config_path)?;
     let role = cfg.lq_telemetry.role;
-    if !role.receives() {
-        anyhow::bail!(
-            "role \"{}\": the helper role (advertising) is not implemented yet; lqd runs the load-balancer role",
-            role.as_str()
-        );
-    }
     info!(role = role.as_str(), instance = %instance.name, config = %config_path.display(), "lqd starting");
-    let mut lb = LoadBalancer::start(cfg, instance.pin_dir.clone()).with_context(|| {
-        format!(
-            "starting the load-balancer role from {}",
-            config_path.display()
+    let mut lb = if role.receives() {
+        Some(
+            LoadBalancer::start(cfg.clone(), instance.pin_dir.clone()).with_context(|| {
+                format!(
+                    "starting the load-balancer role from {}",
+                    config_path.display()
+                )
+            })?,
         )
-    })?;
-    let events = lb
-        .receiver_mut()
-        .take_events()
-        .context("change-event ring buffer")?;
-    // SAFETY: the ring buffer owns its fd and lives inside the AsyncFd until the loop
-    // ends, so the fd stays open while registered.
-    let mut events =
-        unsafe { AsyncFd::register(events) }.map_err(|e| anyhow::anyhow!("ring buffer fd: {e}"))?;
+    } else {
+        None
+    };
+    let mut helper = if role.advertises() {
+        let source =
+            crate::helper_role::kernel_source(&cfg).context("link counters of the helper role")?;
+        Some(HelperRole::start(&cfg, source).context("starting the helper role")?)
+    } else {
+        None
+    };
+    let mut events = match lb.as_mut() {
+        Some(lb) => {
+            let events = lb
+                .receiver_mut()
+                .take_events()
+                .context("change-event ring buffer")?;
+            // SAFETY: the ring buffer owns its fd and lives inside the AsyncFd until the
+            // loop ends, so the fd stays open while registered.
+            Some(
+                unsafe { AsyncFd::register(events) }
+                    .map_err(|e| anyhow::anyhow!("ring buffer fd: {e}"))?,
+            )
+        }
+        None => None,
+    };
 
     std::fs::create_dir_all(RUN_DIR).with_context(|| format!("create {RUN_DIR}"))?;
     let _ = std::fs::remove_file(&instance.socket);
@@ -84,20 +100,47 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
         .with_context(|| format!("bind the control socket {}", instance.socket.display()))?;
     set_mode(&instance.socket, 0o600)?;
     info!(socket = %instance.socket.display(), "control socket (root only)");
+    let (notify_tx, _) = tokio::sync::broadcast::channel::<String>(1024);
 
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
-    lb.step(monotonic_ns())?;
+    let t_sample = Duration::from_millis(u64::from(cfg.helper.t_sample_ms));
+    let mut sample_tick = tokio::time::interval(t_sample);
+    sample_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    if let Some(lb) = lb.as_mut() {
+        lb.step(monotonic_ns())?;
+    }
+    let mut config_now = cfg;
     info!("lqd running");
     loop {
         let now = monotonic_ns();
-        let sleep = lb.next_due(now).map_or(MAX_SLEEP, |due| {
-            Duration::from_nanos(due.saturating_sub(now)).min(MAX_SLEEP)
-        });
+        let sleep = lb
+            .as_ref()
+            .and_then(|lb| lb.next_due(now))
+            .map_or(MAX_SLEEP, |due| {
+                Duration::from_nanos(due.saturating_sub(now)).min(MAX_SLEEP)
+            });
+        let mut step_lb = lb.is_some();
         tokio::select! {
-            _ = tokio::time::sleep(sleep) => {}
-            ready = events.readable_mut() => {
+            _ = tokio::time::sleep(sleep), if lb.is_some() => {}
+            _ = sample_tick.tick(), if helper.is_some() => {
+                step_lb = false;
+                if let Some(h) = helper.as_mut() {
+                    h.sample(boottime_ns());
+                    for n in h.take_notifications() {
+                        let line = n.to_json_string();
+                        info!(notification = %line, "lq-threshold-crossed");
+                        let _ = notify_tx.send(line);
+                    }
+                }
+            }
+            ready = async {
+                match events.as_mut() {
+                    Some(e) => e.readable_mut().await,
+                    None => std::future::pending().await,
+                }
+            } => {
                 let mut guard = ready?;
                 let rb = guard.get_inner_mut();
                 let mut n = 0u32;
@@ -109,40 +152,51 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
             }
             conn = listener.accept() => {
                 if let Ok((stream, _)) = conn {
-                    serve(stream, &lb).await;
+                    serve(stream, lb.as_ref(), helper.as_ref(), &config_now, &notify_tx).await;
                 }
             }
             _ = term.recv() => { info!("SIGTERM"); break; }
             _ = int.recv() => { info!("SIGINT"); break; }
             _ = hup.recv() => {
                 match Config::load(&config_path) {
-                    Ok(new) => match lb.reload(new) {
-                        Ok(()) => info!("configuration reloaded"),
-                        Err(e) => warn!(error = %e, "reload failed; the running configuration stays"),
-                    },
+                    Ok(new) if new.lq_telemetry.role != role => {
+                        warn!("reload refused: the role cannot change at run time; restart lqd");
+                    }
+                    Ok(new) => {
+                        let result = match lb.as_mut() {
+                            Some(lb) => lb.reload(new.clone()).map_err(anyhow::Error::from),
+                            None => Ok(()),
+                        };
+                        match result {
+                            Ok(()) => {
+                                info!("configuration reloaded");
+                                config_now = new;
+                            }
+                            Err(e) => warn!(error = %e, "reload failed; the running configuration stays"),
+                        }
+                    }
                     Err(e) => warn!(error = %e, "reload refused; the running configuration stays"),
                 }
             }
         }
-        if let Err(e) = lb.step(monotonic_ns()) {
+        if step_lb
+            && let Some(lb) = lb.as_mut()
+            && let Err(e) = lb.step(monotonic_ns())
+        {
             warn!(error = %e, "control step failed");
         }
     }
     let _ = std::fs::remove_file(&instance.socket);
-    if lb_flush_on_exit(&config_path) {
-        lb.flush();
-    } else {
-        info!(
-            "exiting; forwarding state (nexthop groups, routes) and the pinned path table stay in place"
-        );
+    if let Some(lb) = lb.as_mut() {
+        if config_now.nexthop_group.flush_on_exit {
+            lb.flush();
+        } else {
+            info!(
+                "exiting; forwarding state (nexthop groups, routes) and the pinned path table stay in place"
+            );
+        }
     }
     Ok(())
-}
-
-fn lb_flush_on_exit(path: &Path) -> bool {
-    Config::load(path)
-        .map(|c| c.nexthop_group.flush_on_exit)
-        .unwrap_or(false)
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<()> {
@@ -151,28 +205,81 @@ fn set_mode(path: &Path, mode: u32) -> Result<()> {
         .with_context(|| format!("chmod {mode:o} {}", path.display()))
 }
 
-/// Answers one control request: a line naming a view, a JSON document back.
-async fn serve(stream: tokio::net::UnixStream, lb: &LoadBalancer) {
+/// Answers one control request: a line naming a view, a JSON document back; `monitor`
+/// instead streams `lq-threshold-crossed` notifications as JSON lines until the client
+/// goes away.
+async fn serve(
+    stream: tokio::net::UnixStream,
+    lb: Option<&LoadBalancer>,
+    helper: Option<&HelperRole>,
+    cfg: &Config,
+    notify: &tokio::sync::broadcast::Sender<String>,
+) {
     let (r, mut w) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(r);
-    let reply =
+    let request =
         match tokio::time::timeout(Duration::from_millis(200), reader.read_line(&mut line)).await {
-            Ok(Ok(_)) => answer(line.trim(), lb),
-            _ => json!({"error": "no request"}),
+            Ok(Ok(_)) => line.trim().to_string(),
+            _ => String::new(),
         };
+    if request == "monitor" {
+        let mut rx = notify.subscribe();
+        tokio::spawn(async move {
+            while let Ok(n) = rx.recv().await {
+                if w.write_all(format!("{n}\n").as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+        });
+        return;
+    }
+    let reply = answer(&request, lb, helper, cfg);
     let mut text = reply.to_string();
     text.push('\n');
     let _ = w.write_all(text.as_bytes()).await;
 }
 
-fn answer(request: &str, lb: &LoadBalancer) -> Value {
+fn answer(
+    request: &str,
+    lb: Option<&LoadBalancer>,
+    helper: Option<&HelperRole>,
+    cfg: &Config,
+) -> Value {
+    let now = monotonic_ns();
+    let no = |what: &str| json!({"error": format!("this node does not run the {what} role")});
     match request {
-        "weights" => lb.weights_json(),
-        "neighbors" => lb.neighbors_json(monotonic_ns()),
-        "state" => lb.state_json(monotonic_ns()),
-        other => json!({"error": format!("unknown request {other:?}: weights, neighbors, state")}),
+        "weights" => lb.map_or_else(|| no("load-balancer"), LoadBalancer::weights_json),
+        "neighbors" => lb.map_or_else(|| no("load-balancer"), |lb| lb.neighbors_json(now)),
+        "local" => helper.map_or_else(|| no("helper"), HelperRole::local_json),
+        "state" => {
+            let neighbors = lb.map(|lb| lb.neighbors_yang(now));
+            let local = helper.map(HelperRole::local_yang);
+            crate::yang_state::state_document(cfg, local, neighbors)
+        }
+        other => {
+            json!({"error": format!("unknown request {other:?}: weights, neighbors, local, state, monitor")})
+        }
     }
+}
+
+/// Follows `lq-threshold-crossed` notifications of a running instance: calls `each` with
+/// every JSON line until the daemon goes away.
+pub fn monitor(socket: &Path, mut each: impl FnMut(&str) -> bool) -> Result<()> {
+    use std::io::{BufRead as _, Write as _};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).with_context(|| {
+        format!(
+            "connect to {} (is lqd running with this --instance?)",
+            socket.display()
+        )
+    })?;
+    s.write_all(b"monitor\n")?;
+    for line in std::io::BufReader::new(s).lines() {
+        if !each(&line?) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Sends one request to a running instance and returns its JSON answer.

@@ -63,12 +63,19 @@ fn os_random_u64() -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: valid buffer of 8 octets.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
-    if n == 8 { u64::from_ne_bytes(b) } else { boottime_ns() ^ u64::from(std::process::id()) << 32 }
+    if n == 8 {
+        u64::from_ne_bytes(b)
+    } else {
+        boottime_ns() ^ u64::from(std::process::id()) << 32
+    }
 }
 
 /// CLOCK_BOOTTIME in ns: the wire timestamp is "milliseconds since the sender booted".
 pub fn boottime_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -90,29 +97,51 @@ pub struct HelperRole {
 
 impl HelperRole {
     /// Opens one socket per `[[link]]` and builds the advertiser.
-    pub fn start(cfg: &Config, source: Box<dyn CounterSource + Send>) -> Result<Self, HelperRoleError> {
+    pub fn start(
+        cfg: &Config,
+        source: Box<dyn CounterSource + Send>,
+    ) -> Result<Self, HelperRoleError> {
         let params = cfg.helper_params();
         let t = &cfg.lq_telemetry;
         let mut links = Vec::new();
         let mut monitored = Vec::new();
         for l in &cfg.link {
             let idx = ifindex(&l.interface)?;
-            let socket = open_socket(&l.interface, idx, cfg.helper.ipv6)
-                .map_err(|source| HelperRoleError::Socket { iface: l.interface.clone(), source })?;
+            let socket = open_socket(&l.interface, idx, cfg.helper.ipv6).map_err(|source| {
+                HelperRoleError::Socket {
+                    iface: l.interface.clone(),
+                    source,
+                }
+            })?;
             let ip: IpAddr = match (cfg.helper.send_to, l.peer) {
                 (SendTo::Unicast, Some(p)) => p,
                 _ if cfg.helper.ipv6 => IpAddr::V6(Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1)),
                 _ => IpAddr::V4(Ipv4Addr::new(224, 0, 0, 1)),
             };
             let to = match ip {
-                IpAddr::V6(a) => SockAddr::from(std::net::SocketAddrV6::new(a, cfg.udp.port, 0, idx)),
+                IpAddr::V6(a) => {
+                    SockAddr::from(std::net::SocketAddrV6::new(a, cfg.udp.port, 0, idx))
+                }
                 IpAddr::V4(a) => SockAddr::from(SocketAddr::new(IpAddr::V4(a), cfg.udp.port)),
             };
             monitored.push(MonitoredLink {
                 link_id: idx,
-                remotes: l.remote_node.iter().map(|r| RemoteNode { node_id: r.0, node_as: l.remote_as }).collect(),
+                remotes: l
+                    .remote_node
+                    .iter()
+                    .map(|r| RemoteNode {
+                        node_id: r.0,
+                        node_as: l.remote_as,
+                    })
+                    .collect(),
             });
-            links.push(Link { iface: l.interface.clone(), ifindex: idx, pipeline: LinkPipeline::new(idx, &params), socket, to });
+            links.push(Link {
+                iface: l.interface.clone(),
+                ifindex: idx,
+                pipeline: LinkPipeline::new(idx, &params),
+                socket,
+                to,
+            });
             info!(iface = %l.interface, link_id = idx, to = %ip, "monitoring link");
         }
         let identity = Identity {
@@ -127,7 +156,10 @@ impl HelperRole {
             params,
             identity,
             monitored,
-            PathMtu { mtu: cfg.helper.mtu, ipv6: cfg.helper.ipv6 },
+            PathMtu {
+                mtu: cfg.helper.mtu,
+                ipv6: cfg.helper.ipv6,
+            },
             first_sequence,
             SmallRng::seed_from_u64(seed_rng.next_u64()),
         )?;
@@ -161,10 +193,12 @@ impl HelperRole {
             }
         }
         let Some(out) = self.advertiser.on_sample(now_ns, &fresh) else {
-            self.notifications.extend(self.advertiser.take_notifications());
+            self.notifications
+                .extend(self.advertiser.take_notifications());
             return 0;
         };
-        self.notifications.extend(self.advertiser.take_notifications());
+        self.notifications
+            .extend(self.advertiser.take_notifications());
         let mut n = 0;
         let mut errors = Vec::new();
         for d in &out.datagrams {
@@ -178,7 +212,10 @@ impl HelperRole {
         self.sent += n as u64;
         if !errors.is_empty() {
             self.send_errors += errors.len() as u64;
-            self.log_error(now_ns, &format!("sending advertisements failed: {}", errors.join("; ")));
+            self.log_error(
+                now_ns,
+                &format!("sending advertisements failed: {}", errors.join("; ")),
+            );
         }
         debug!(mode = ?out.mode, datagrams = out.datagrams.len(), first_sequence = out.first_sequence, "advertised");
         n
@@ -203,7 +240,12 @@ impl HelperRole {
 
     /// The YANG `local` container: what this node advertises.
     pub fn local_yang(&self) -> Value {
-        let entries: Vec<Value> = self.advertiser.entries().iter().map(crate::yang_state::local_entry_json).collect();
+        let entries: Vec<Value> = self
+            .advertiser
+            .entries()
+            .iter()
+            .map(crate::yang_state::local_entry_json)
+            .collect();
         let mut o = json!({});
         if let Some(s) = self.advertiser.last_sequence() {
             o["last-sequence-number"] = json!(s);
@@ -290,4 +332,14 @@ fn open_socket(iface: &str, ifindex: u32, ipv6: bool) -> io::Result<Socket> {
     }
     s.set_nonblocking(true)?;
     Ok(s)
+}
+
+/// The kernel counters of the configured `[[link]]`s (rtnetlink link and qdisc statistics,
+/// seed 003 Appendix A.1).
+pub fn kernel_source(cfg: &Config) -> Result<Box<dyn CounterSource + Send>, HelperRoleError> {
+    let _ = cfg;
+    Err(HelperRoleError::Socket {
+        iface: String::new(),
+        source: io::Error::other("the kernel counter sampler is not wired yet"),
+    })
 }

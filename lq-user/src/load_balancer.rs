@@ -401,9 +401,9 @@ impl LoadBalancer {
         })
     }
 
-    /// `/ietf-lq-telemetry:lq-telemetry` as RFC 7951 JSON (configuration and neighbors).
-    pub fn state_json(&self, now_ns: u64) -> Value {
-        let neighbors = crate::yang_state::neighbors_json(
+    /// The YANG `neighbors` container.
+    pub fn neighbors_yang(&self, now_ns: u64) -> Value {
+        crate::yang_state::neighbors_json(
             &self.neighbors,
             &self.paths,
             |k, _| match self.heartbeat.state(*k) {
@@ -412,8 +412,7 @@ impl LoadBalancer {
                 Some(NeighborState::Failed) | None => crate::yang_state::NeighborStateName::Failed,
             },
             now_ns,
-        );
-        crate::yang_state::state_document(&self.cfg, None, Some(neighbors))
+        )
     }
 
     /// Neighbor states as the heartbeat sees them.

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Command::Run(args) => top(run(args)),
         Command::Show(args) => top(show(&args)),
         Command::CheckConfig(args) => top(check_config(&args.file)),
+        Command::Monitor(args) => top(monitor(&args)),
     }
 }
 
@@ -72,6 +73,7 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
             (v, show::neighbors_table)
         }
         ShowWhat::State => (daemon::query(&instance.socket, "state")?, show::pretty_json),
+        ShowWhat::Local => (daemon::query(&instance.socket, "local")?, show::local_table),
         ShowWhat::Weights => (
             daemon::query(&instance.socket, "weights")?,
             show::weights_table,
@@ -84,6 +86,14 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
         write!(out, "{}", table(&value))?;
     }
     Ok(())
+}
+
+fn monitor(args: &cli::MonitorArgs) -> anyhow::Result<()> {
+    let instance = lq_user::daemon::Instance::new(&args.instance, None);
+    let mut out = io::stdout().lock();
+    lq_user::daemon::monitor(&instance.socket, |line| {
+        writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
+    })
 }
 
 fn check_config(path: &Path) -> anyhow::Result<()> {

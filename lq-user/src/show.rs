@@ -213,3 +213,77 @@ pub fn weights_table(v: &Value) -> String {
 pub fn pretty_json(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
 }
+
+/// The helper role's links as a table.
+pub fn local_table(v: &Value) -> String {
+    let mut s = format!(
+        "{:<10} {:>5} {:>5} {:>5} {:>5} {:>5} {:>2}  {:>5} {:>5} {:>5} {:>5}  {:>4} {:>3} {:>3}  {:<10} {:>10}\n",
+        "IFACE",
+        "LINK",
+        "U",
+        "E",
+        "F",
+        "D",
+        "X",
+        "U~",
+        "E~",
+        "F~",
+        "D~",
+        "LQS",
+        "CLc",
+        "CL",
+        "STATE",
+        "AVAIL-GBPS"
+    );
+    let f = |x: &Value| format!("{:.2}", x.as_f64().unwrap_or(0.0));
+    for l in v["links"].as_array().into_iter().flatten() {
+        if l["measured"] != json!(true) {
+            let _ = writeln!(
+                s,
+                "{:<10} {:>5}  (not measured yet)",
+                l["interface"].as_str().unwrap_or("?"),
+                l["link-id"]
+            );
+            continue;
+        }
+        let (r, m) = (&l["raw"], &l["smoothed"]);
+        let _ = writeln!(
+            s,
+            "{:<10} {:>5} {:>5} {:>5} {:>5} {:>5} {:>2}  {:>5} {:>5} {:>5} {:>5}  {:>4} {:>3} {:>3}  {:<10} {:>10}",
+            l["interface"].as_str().unwrap_or("?"),
+            l["link-id"],
+            f(&r["u"]),
+            f(&r["e"]),
+            f(&r["f"]),
+            f(&r["d"]),
+            if r["x"] == json!(true) { 1 } else { 0 },
+            f(&m["u"]),
+            f(&m["e"]),
+            f(&m["f"]),
+            f(&m["d"]),
+            l["lqs"],
+            l["computed-cl"],
+            l["cl"],
+            format!(
+                "{}{}",
+                l["state"].as_str().unwrap_or("?"),
+                if l["hold-down"] == json!(true) {
+                    "*"
+                } else {
+                    ""
+                }
+            ),
+            l["available-bandwidth-gbps"].as_str().unwrap_or("?")
+        );
+    }
+    let _ = writeln!(
+        s,
+        "sequence {}  periodic {}  triggered {}  datagrams sent {}  send errors {}   (~ smoothed, * hold-down running)",
+        v["last-sequence-number"],
+        v["periodic"],
+        v["triggered"],
+        v["datagrams-sent"],
+        v["send-errors"]
+    );
+    s
+}

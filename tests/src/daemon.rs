@@ -16,9 +16,17 @@ use crate::netns::NetNs;
 /// The `lqd` binary next to the test executable (target/debug/lqd), built on demand.
 pub fn lqd_bin() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
+    // Test executables live in target/<profile>/deps, binaries (benchmarks) in
+    // target/<profile>.
     let dir = exe
         .parent()
-        .and_then(|d| d.parent())
+        .and_then(|d| {
+            if d.file_name().is_some_and(|n| n == "deps") {
+                d.parent()
+            } else {
+                Some(d)
+            }
+        })
         .context("target dir")?;
     let bin = dir.join("lqd");
     if !bin.exists() {
