@@ -59,6 +59,10 @@ pub enum Command {
     /// Follow lq-threshold-crossed notifications (CL changes of this node's links) as
     /// RFC 7951 JSON lines, until interrupted.
     Monitor(MonitorArgs),
+    /// IPFIX tools: `lqd ipfix collect --listen ADDR` prints received PFC records as JSON
+    /// lines.
+    #[command(subcommand)]
+    Ipfix(IpfixCommand),
     /// Check a configuration file and print the effective settings; exit 1 on an error,
     /// which names the file, the line and the allowed range.
     CheckConfig(CheckConfigArgs),
@@ -91,6 +95,8 @@ the running daemon over its control socket /run/lq/INSTANCE.sock (root only).
              applied (damped) and kernel weights
   local      (helper role) each monitored link: raw and smoothed U, E, F, D, X, the LQS,
              the computed and advertised CL, the hysteresis state, available bandwidth
+  pfc        received PFC frames per interface and priority (IEEE 802.1Qbb receive rules),
+             paused time, and frames rejected by reason; read from the pins
   state      the YANG state /ietf-lq-telemetry:lq-telemetry (configuration leaves,
              neighbors with their link-quality entries) as RFC 7951 JSON; always JSON";
 
@@ -124,6 +130,8 @@ pub enum ShowWhat {
     State,
     /// The helper role's links: raw and smoothed metrics, LQS, CL, hysteresis state.
     Local,
+    /// PFC frames received per interface and priority, paused time, rejected frames.
+    Pfc,
 }
 
 /// Arguments of `lqd show`.
@@ -141,6 +149,31 @@ pub struct ShowArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `lqd ipfix ...`.
+#[derive(Debug, Subcommand)]
+pub enum IpfixCommand {
+    /// A collector for lq's PFC Options Template records (and any exporter following seed
+    /// 000): prints each PFC record as a JSON line with the count over the interval when
+    /// the counter epoch confirms no reset happened ("unknown" otherwise), and flags
+    /// malformed records. UDP only (SCTP, which RFC 7011 makes mandatory, is not in this
+    /// kernel).
+    Collect(CollectArgs),
+}
+
+/// Arguments of `lqd ipfix collect`.
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    /// Address and port to listen on.
+    #[arg(long, default_value = "127.0.0.1:4739")]
+    pub listen: std::net::SocketAddr,
+    /// Private Enterprise Number of the PFC elements.
+    #[arg(long, default_value_t = 32473)]
+    pub pen: u32,
+    /// Element IDs of pfcPriority, pfcControlFrameTotalCount and the counter epoch.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    pub element_ids: Vec<u16>,
 }
 
 /// Arguments of `lqd monitor`.

@@ -569,6 +569,107 @@ pub struct LinkSpec {
     pub rate_mbit: Option<u64>,
 }
 
+/// `[pfc]`: PFC frame counting (seed 000) on interfaces.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PfcSection {
+    /// Interfaces whose received PFC frames are counted (a bond's members, never the bond).
+    #[serde(default)]
+    pub interfaces: Vec<String>,
+    /// bpffs folder of the PFC maps (default /sys/fs/bpf/lq/<instance>-pfc).
+    #[serde(default)]
+    pub pin_dir: Option<PathBuf>,
+    /// Link speed for pause-duration accounting when the driver reports none (Mbit/s).
+    #[serde(default)]
+    pub speed_mbps: Option<u32>,
+}
+
+/// `[ipfix]`: export of PFC counters as IPFIX Options Template records (seed 000 section 6).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct IpfixSection {
+    /// The collector, `ADDR:PORT` (UDP).
+    pub collector: std::net::SocketAddr,
+    /// Export interval in ms.
+    #[serde(default = "default_export_ms")]
+    pub interval_ms: u32,
+    /// UDP template refresh interval in s (RFC 7011 section 8.4).
+    #[serde(default = "default_refresh_s")]
+    pub template_refresh_s: u32,
+    /// Observation Domain ID of the message headers.
+    #[serde(default = "default_one_u32")]
+    pub observation_domain_id: u32,
+    /// observationPointId of every record.
+    #[serde(default = "default_one_u64")]
+    pub observation_point_id: u64,
+    /// Private Enterprise Number of the enterprise elements.
+    #[serde(default = "default_pen")]
+    pub pen: u32,
+    /// Element ID of pfcPriority (enterprise 1..=32767, or IANA 128..=32767 with iana-ids).
+    #[serde(default = "default_prio_ie")]
+    pub priority_element_id: u16,
+    /// Element ID of pfcControlFrameTotalCount.
+    #[serde(default = "default_total_ie")]
+    pub total_element_id: u16,
+    /// Enterprise Element ID of lq's counter-epoch element (absent: not exported).
+    #[serde(default)]
+    pub epoch_element_id: Option<u16>,
+    /// The two PFC elements carry IANA-assigned IDs (no PEN).
+    #[serde(default)]
+    pub iana_ids: bool,
+    /// DSCP of the export socket, so the export avoids the priority PFC may pause.
+    #[serde(default)]
+    pub dscp: Option<u8>,
+    /// SO_PRIORITY of the export socket.
+    #[serde(default)]
+    pub socket_priority: Option<u32>,
+}
+
+fn default_export_ms() -> u32 {
+    1000
+}
+fn default_refresh_s() -> u32 {
+    60
+}
+fn default_one_u32() -> u32 {
+    1
+}
+fn default_one_u64() -> u64 {
+    1
+}
+fn default_pen() -> u32 {
+    crate::ipfix::DEFAULT_PEN
+}
+fn default_prio_ie() -> u16 {
+    1
+}
+fn default_total_ie() -> u16 {
+    2
+}
+
+impl IpfixSection {
+    /// The element identities, validated.
+    pub fn elements(&self) -> Result<crate::ipfix::ElementIds, crate::ipfix::ConfigError> {
+        let e = if self.iana_ids {
+            crate::ipfix::ElementIds::iana(
+                self.priority_element_id,
+                self.total_element_id,
+                self.epoch_element_id
+                    .map(|id| crate::ipfix::IeId { id, pen: self.pen }),
+            )
+        } else {
+            crate::ipfix::ElementIds::enterprise(
+                self.pen,
+                self.priority_element_id,
+                self.total_element_id,
+                self.epoch_element_id,
+            )
+        };
+        e.validate()?;
+        Ok(e)
+    }
+}
+
 /// The whole file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -599,6 +700,12 @@ pub struct Config {
     /// Monitored egress links (helper role).
     #[serde(default)]
     pub link: Vec<LinkSpec>,
+    /// PFC counting.
+    #[serde(default)]
+    pub pfc: PfcSection,
+    /// IPFIX export of the PFC counters.
+    #[serde(default)]
+    pub ipfix: Option<IpfixSection>,
 }
 
 impl Config {
@@ -704,6 +811,18 @@ impl Config {
             return Err("[[destination]] entries need at least one [[uplink]]".into());
         }
         self.controller().validate().map_err(|e| e.to_string())?;
+        if let Some(ipfix) = &self.ipfix {
+            ipfix.elements().map_err(|e| format!("[ipfix] {e}"))?;
+            if self.pfc.interfaces.is_empty() {
+                return Err("[ipfix] needs [pfc] interfaces to export".into());
+            }
+            if ipfix.interval_ms == 0 || ipfix.template_refresh_s == 0 {
+                return Err("[ipfix] interval-ms and template-refresh-s must be > 0".into());
+            }
+            if ipfix.dscp.is_some_and(|d| d > 63) {
+                return Err("[ipfix] dscp is 0..=63".into());
+            }
+        }
         if t.role.advertises() {
             if self.link.is_empty() {
                 return Err(format!(

@@ -78,6 +78,14 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
     } else {
         None
     };
+    let mut pfc = if cfg.pfc.interfaces.is_empty() {
+        None
+    } else {
+        Some(
+            crate::pfc_export::PfcService::start(&cfg, &instance.name)
+                .context("starting PFC counting")?,
+        )
+    };
     let mut events = match lb.as_mut() {
         Some(lb) => {
             let events = lb
@@ -123,7 +131,11 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
             });
         let mut step_lb = lb.is_some();
         tokio::select! {
-            _ = tokio::time::sleep(sleep), if lb.is_some() => {}
+            _ = tokio::time::sleep(sleep), if lb.is_some() || pfc.is_some() => {
+                if let Some(p) = pfc.as_mut() {
+                    p.tick(monotonic_ns());
+                }
+            }
             _ = sample_tick.tick(), if helper.is_some() => {
                 step_lb = false;
                 if let Some(h) = helper.as_mut() {

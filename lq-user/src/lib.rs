@@ -14,6 +14,7 @@ pub mod load_balancer;
 pub mod path_table;
 pub mod pcap;
 pub mod pfc;
+pub mod pfc_export;
 pub mod rtnl;
 pub mod show;
 pub mod yang_state;

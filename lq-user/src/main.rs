@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         Command::Show(args) => top(show(&args)),
         Command::CheckConfig(args) => top(check_config(&args.file)),
         Command::Monitor(args) => top(monitor(&args)),
+        Command::Ipfix(cli::IpfixCommand::Collect(args)) => top(collect(&args)),
     }
 }
 
@@ -74,6 +75,16 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
         }
         ShowWhat::State => (daemon::query(&instance.socket, "state")?, show::pretty_json),
         ShowWhat::Local => (daemon::query(&instance.socket, "local")?, show::local_table),
+        ShowWhat::Pfc => {
+            let dir = args.pin_dir.clone().unwrap_or_else(|| {
+                std::path::PathBuf::from(lq_user::path_table::DEFAULT_PIN_ROOT)
+                    .join(format!("{}-pfc", args.instance))
+            });
+            (
+                lq_user::pfc_export::show_json(&dir)?,
+                lq_user::pfc_export::show_table,
+            )
+        }
         ShowWhat::Weights => (
             daemon::query(&instance.socket, "weights")?,
             show::weights_table,
@@ -86,6 +97,19 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
         write!(out, "{}", table(&value))?;
     }
     Ok(())
+}
+
+fn collect(args: &cli::CollectArgs) -> anyhow::Result<()> {
+    let id = |i: usize| args.element_ids.get(i).copied();
+    let elements = lq_user::ipfix::ElementIds::enterprise(
+        args.pen,
+        id(0).unwrap_or(1),
+        id(1).unwrap_or(2),
+        id(2),
+    );
+    elements.validate()?;
+    eprintln!("lqd ipfix collect: listening on {} (UDP)", args.listen);
+    lq_user::pfc_export::collect(args.listen, elements, io::stdout().lock())
 }
 
 fn monitor(args: &cli::MonitorArgs) -> anyhow::Result<()> {

@@ -19,6 +19,7 @@ pub mod advertiser;
 pub mod notification;
 pub mod params;
 pub mod pipeline;
+pub mod sampler;
 
 #[cfg(test)]
 mod tests {

@@ -275,6 +275,11 @@ impl UdpExporter {
         Ok(sent)
     }
 
+    /// The socket's descriptor (for DSCP and SO_PRIORITY).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.socket)
+    }
+
     /// The encoder (sequence numbers).
     pub fn encoder(&self) -> &encode::Encoder {
         &self.encoder

@@ -570,6 +570,21 @@ gain = 1.0
     c
 }
 
+/// `lqd_bin()` builds lqd only when it is missing; rebuild it (a no-op when fresh) so the
+/// benchmark never measures a stale daemon.
+fn fresh_lqd() -> Result<()> {
+    let release = std::env::current_exe()?
+        .parent()
+        .is_some_and(|d| d.file_name().is_some_and(|n| n == "release"));
+    let mut c = Command::new(env!("CARGO"));
+    c.args(["build", "-q", "-p", "lq-user", "--bin", "lqd"]);
+    if release {
+        c.arg("--release");
+    }
+    ensure!(c.status()?.success(), "building lqd failed");
+    Ok(())
+}
+
 fn all_equal(m: &[(u32, u32)]) -> bool {
     m.len() == 4 && m.iter().all(|&(_, w)| w == 255)
 }
@@ -594,6 +609,7 @@ fn daemon_parts() -> Result<()> {
         )?;
     }
     compat_mode_off(&leaf)?;
+    fresh_lqd()?;
     let listener = Listener::start(&leaf)?;
     let spines = Spines::start(&spine_ns)?;
     let lqd = Lqd::start(&leaf, &leaf_config())?;

@@ -1,0 +1,343 @@
+//! The PFC service of the daemon (seed 000): attaches the PFC counter to `[pfc]`
+//! interfaces and, with `[ipfix]`, exports the per-priority received counts as IPFIX
+//! Options Template records every interval, through the counter model that assigns epochs
+//! (a reset starts a new epoch; a missing reading is never exported as zero).
+//!
+//! Transmitted counts are exported only from a source that confirms emission (seed 000
+//! section 5); none is configured by default, so only template 256 carries data.
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
+
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use crate::{
+    config::Config,
+    ipfix::{Direction, ExporterConfig, PfcRecord, UdpExporter},
+    load_balancer::monotonic_ns,
+    pfc::{
+        PfcCounter, PfcReader,
+        counter::{CounterTracker, RawReading, SourceInstance, unix_ms_now},
+    },
+};
+
+/// Errors of the PFC service.
+#[derive(Debug, thiserror::Error)]
+pub enum PfcServiceError {
+    /// Loading or attaching the tc program.
+    #[error(transparent)]
+    Pfc(#[from] crate::pfc::PfcError),
+    /// The exporter.
+    #[error(transparent)]
+    Export(#[from] crate::ipfix::ExportError),
+    /// Element identities.
+    #[error(transparent)]
+    Elements(#[from] crate::ipfix::ConfigError),
+}
+
+/// Counting and, optionally, exporting.
+pub struct PfcService {
+    counter: PfcCounter,
+    reader: PfcReader,
+    exporter: Option<UdpExporter>,
+    interval: Duration,
+    trackers: BTreeMap<(u32, u8), CounterTracker>,
+    first_epoch: u32,
+    next_export_ns: u64,
+    /// Messages exported and export errors.
+    pub messages: u64,
+    /// Export errors (the collector unreachable etc.); counting goes on regardless.
+    pub export_errors: u64,
+}
+
+/// The PFC pin folder of an instance.
+pub fn pin_dir(cfg: &Config, instance: &str) -> PathBuf {
+    cfg.pfc.pin_dir.clone().unwrap_or_else(|| {
+        PathBuf::from(crate::path_table::DEFAULT_PIN_ROOT).join(format!("{instance}-pfc"))
+    })
+}
+
+impl PfcService {
+    /// Loads the counter (reusing pinned maps: counts survive restarts), attaches it to the
+    /// configured interfaces, and connects the exporter.
+    pub fn start(cfg: &Config, instance: &str) -> Result<Self, PfcServiceError> {
+        let dir = pin_dir(cfg, instance);
+        let mut counter = PfcCounter::load(&dir)?;
+        for iface in &cfg.pfc.interfaces {
+            let a = counter.attach(iface, cfg.pfc.speed_mbps)?;
+            info!(%iface, ifindex = a.info.ifindex, mode = ?a.mode, "PFC counter attached");
+        }
+        let reader = counter.reader()?;
+        let (exporter, interval) = match &cfg.ipfix {
+            Some(x) => {
+                let ec = ExporterConfig {
+                    observation_domain_id: x.observation_domain_id,
+                    observation_point_id: x.observation_point_id,
+                    elements: x.elements()?,
+                    template_refresh: Duration::from_secs(u64::from(x.template_refresh_s)),
+                    ..ExporterConfig::default()
+                };
+                let e = UdpExporter::connect(x.collector, ec)?;
+                set_socket_class(&e, x.dscp, x.socket_priority);
+                info!(collector = %x.collector, interval_ms = x.interval_ms, "IPFIX export");
+                (Some(e), Duration::from_millis(u64::from(x.interval_ms)))
+            }
+            None => (None, Duration::from_secs(1)),
+        };
+        // Epochs must differ from any exported before this start: derive them from the wall
+        // clock (seconds), so a restart never reuses an epoch of the previous run.
+        let first_epoch = (unix_ms_now() / 1000) as u32;
+        Ok(Self {
+            counter,
+            reader,
+            exporter,
+            interval,
+            trackers: BTreeMap::new(),
+            first_epoch,
+            next_export_ns: 0,
+            messages: 0,
+            export_errors: 0,
+        })
+    }
+
+    /// When the next export is due (CLOCK_MONOTONIC ns), if exporting.
+    pub fn next_due(&self) -> Option<u64> {
+        self.exporter.as_ref().map(|_| self.next_export_ns)
+    }
+
+    /// Exports if due at `now_ns`.
+    pub fn tick(&mut self, now_ns: u64) {
+        if self.exporter.is_none() || now_ns < self.next_export_ns {
+            return;
+        }
+        self.next_export_ns = now_ns + self.interval.as_nanos() as u64;
+        let records = match self.records() {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(error = %e, "reading PFC counters failed; nothing exported this interval");
+                return;
+            }
+        };
+        if let Some(x) = self.exporter.as_mut() {
+            match x.export(&records) {
+                Ok(n) => self.messages += n as u64,
+                Err(e) => {
+                    self.export_errors += 1;
+                    warn!(error = %e, "IPFIX export failed; counting continues");
+                }
+            }
+        }
+    }
+
+    fn records(&mut self) -> Result<Vec<PfcRecord>, crate::pfc::PfcError> {
+        let instance = u64::from(self.reader.instance());
+        let mono = monotonic_ns();
+        let unix = unix_ms_now();
+        let mut out = Vec::new();
+        for (ifindex, cfg) in self.reader.interfaces()? {
+            let counts = self.reader.rx_priorities(ifindex)?;
+            for (prio, c) in counts.iter().enumerate() {
+                // A missing reading is never exported as zero.
+                let Some(value) = *c else { continue };
+                let first_epoch = self.first_epoch;
+                let t = self
+                    .trackers
+                    .entry((ifindex, prio as u8))
+                    .or_insert_with(|| CounterTracker::new(64, cfg.speed_mbps, first_epoch));
+                let (total, _) = t.update(RawReading {
+                    value,
+                    instance: SourceInstance {
+                        ifindex,
+                        id: instance,
+                    },
+                    mono_ns: mono,
+                    unix_ms: unix,
+                });
+                out.push(PfcRecord {
+                    direction: Direction::Received,
+                    interface: ifindex,
+                    priority: prio as u8,
+                    observed_ms: total.unix_ms,
+                    total: total.value,
+                    epoch: total.epoch,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The attached interfaces.
+    pub fn counter(&self) -> &PfcCounter {
+        &self.counter
+    }
+}
+
+fn set_socket_class(e: &UdpExporter, dscp: Option<u8>, prio: Option<u32>) {
+    let fd = e.raw_fd();
+    if let Some(d) = dscp {
+        let tos: libc::c_int = i32::from(d) << 2;
+        // SAFETY: valid fd and option value.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_IP,
+                libc::IP_TOS,
+                (&raw const tos).cast(),
+                4,
+            )
+        };
+        // SAFETY: as above (IPv6 sockets; harmless failure on IPv4).
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_TCLASS,
+                (&raw const tos).cast(),
+                4,
+            )
+        };
+    }
+    if let Some(p) = prio {
+        let p = p as libc::c_int;
+        // SAFETY: valid fd and option value.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_PRIORITY,
+                (&raw const p).cast(),
+                4,
+            )
+        };
+    }
+}
+
+/// `lqd show pfc`: per interface and priority, received PFC frames, paused time and
+/// rejected frames, read from the pins (works without a daemon).
+pub fn show_json(pin_dir: &std::path::Path) -> Result<Value, crate::pfc::PfcError> {
+    let reader = PfcReader::open(pin_dir)?;
+    let now = crate::pfc::monotonic_ns();
+    let mut ifaces = Vec::new();
+    for (ifindex, c) in reader.interfaces()? {
+        let counts = reader.rx_priorities(ifindex)?;
+        let mut prios = Vec::new();
+        for (p, v) in counts.iter().enumerate() {
+            prios.push(json!({
+                "priority": p,
+                "rx-frames": v,
+                "paused-ns": reader.paused_ns(ifindex, p as u8, now).ok(),
+            }));
+        }
+        ifaces.push(json!({
+            "ifindex": ifindex,
+            "mac": c.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
+            "speed-mbps": c.speed_mbps,
+            "priorities": prios,
+        }));
+    }
+    let rejects: serde_json::Map<String, Value> = reader
+        .rejects()?
+        .iter()
+        .map(|(r, n)| (r.name().to_string(), json!(n)))
+        .collect();
+    Ok(json!({ "interfaces": ifaces, "rejected": rejects, "counter-instance": reader.instance() }))
+}
+
+/// The table form of [`show_json`].
+pub fn show_table(v: &Value) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    for i in v["interfaces"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "ifindex {}  mac {}  speed {} Mbit/s",
+            i["ifindex"],
+            i["mac"].as_str().unwrap_or("?"),
+            i["speed-mbps"]
+        );
+        let _ = writeln!(
+            s,
+            "  {:<9} {:>14} {:>14}",
+            "PRIORITY", "RX-FRAMES", "PAUSED-MS"
+        );
+        for p in i["priorities"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                s,
+                "  {:<9} {:>14} {:>14}",
+                p["priority"],
+                p["rx-frames"]
+                    .as_u64()
+                    .map_or("missing".into(), |n| n.to_string()),
+                p["paused-ns"]
+                    .as_u64()
+                    .map_or("-".into(), |n| format!("{:.3}", n as f64 / 1e6))
+            );
+        }
+    }
+    let _ = writeln!(s, "rejected: {}", v["rejected"]);
+    s
+}
+
+/// `lqd ipfix collect`: receives IPFIX over UDP on `listen` and prints every PFC record as
+/// a JSON line, following seed 000's collector rules (records of other templates counted,
+/// priorities never summed, an interval only with a confirmed epoch, problems flagged).
+pub fn collect(
+    listen: SocketAddr,
+    elements: crate::ipfix::ElementIds,
+    mut out: impl std::io::Write,
+) -> anyhow::Result<()> {
+    let sock = std::net::UdpSocket::bind(listen)?;
+    let mut dec = crate::ipfix::decode::Decoder::new(elements);
+    let mut last: BTreeMap<crate::ipfix::decode::CounterScope, crate::ipfix::decode::PfcDecoded> =
+        BTreeMap::new();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let (n, from) = sock.recv_from(&mut buf)?;
+        let decoded = match dec.decode(&buf[..n]) {
+            Ok(d) => d,
+            Err(e) => {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"exporter": from.to_string(), "error": e.to_string()})
+                )?;
+                continue;
+            }
+        };
+        for r in decoded.pfc {
+            let interval = r
+                .scope()
+                .and_then(|s| last.get(&s))
+                .and_then(|prev| crate::ipfix::decode::interval(prev, &r));
+            let line = json!({
+                "exporter": from.to_string(),
+                "observation-domain-id": r.domain,
+                "sequence": r.sequence,
+                "template-id": r.template_id,
+                "observation-point-id": r.observation_point_id,
+                "direction": r.direction.map(|d| match d { Direction::Received => "received", Direction::Transmitted => "transmitted" }),
+                "interface": r.interface,
+                "pfc-priority": r.priority,
+                "observation-time-ms": r.observed_ms,
+                "pfc-control-frame-total-count": r.total,
+                "counter-epoch": r.epoch,
+                // Only with a confirmed epoch: otherwise the count over the interval, and
+                // any rate, is unknown (seed 000's collector rules).
+                "interval-count": interval.map_or(json!("unknown"), |n| json!(n)),
+                "problems": r.problems.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>(),
+            });
+            writeln!(out, "{line}")?;
+            if let Some(s) = r.scope() {
+                last.insert(s, r);
+            }
+        }
+        if decoded.other_records > 0 {
+            writeln!(
+                out,
+                "{}",
+                json!({"exporter": from.to_string(), "other-records": decoded.other_records})
+            )?;
+        }
+        out.flush()?;
+    }
+}

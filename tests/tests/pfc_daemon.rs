@@ -1,0 +1,148 @@
+//! PFC counting and IPFIX export run by the daemon: PFC frames injected on a veth peer,
+//! `lqd show pfc` counts them per priority, and `lqd ipfix collect` (in the same
+//! namespace, on loopback) receives the same totals with a counter epoch, so it can state
+//! the count over an interval.
+
+use std::{
+    collections::BTreeMap,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use lq_common::pfc::{PFC_MULTICAST, build_frame};
+use lq_tests::{
+    daemon::{Lqd, lqd_bin},
+    netns::{NetNs, veth_pair},
+    pfc::send_frames,
+    require_root,
+};
+
+const SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x42];
+
+fn config(port: u16) -> String {
+    format!(
+        r#"
+[lq-telemetry]
+enabled = true
+role = "load-balancer"
+
+[receiver]
+interfaces = ["a0"]
+
+[pfc]
+interfaces = ["a0"]
+speed-mbps = 10000
+
+[ipfix]
+collector = "127.0.0.1:{port}"
+interval-ms = 200
+epoch-element-id = 3
+"#
+    )
+}
+
+#[test]
+fn daemon_counts_pfc_and_exports_ipfix_records() {
+    require_root();
+    let a = NetNs::new("lqt-pfca").unwrap();
+    let b = NetNs::new("lqt-pfcb").unwrap();
+    veth_pair(&a, "a0", "10.7.0.1/24", &b, "b0", "10.7.0.2/24").unwrap();
+    let port = 4739;
+    let out = std::env::temp_dir().join(lq_tests::unique_name("lq-collect"));
+    let mut collector = a
+        .command(lqd_bin().unwrap().to_str().unwrap())
+        .args(["ipfix", "collect", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lqd = Lqd::start(&a, &config(port)).unwrap();
+    // Priority 3 five times, then 0, 3 and 7 three times with zero quanta (counted too).
+    let mut frames = vec![build_frame(PFC_MULTICAST, SRC, 1 << 3, [100; 8]).to_vec(); 5];
+    frames.extend(vec![
+        build_frame(
+            PFC_MULTICAST,
+            SRC,
+            1 | 1 << 3 | 1 << 7,
+            [0; 8]
+        )
+        .to_vec();
+        3
+    ]);
+    send_frames(&b, "b0", frames).unwrap();
+    let want: BTreeMap<u64, u64> = [
+        (0, 3),
+        (1, 0),
+        (2, 0),
+        (3, 8),
+        (4, 0),
+        (5, 0),
+        (6, 0),
+        (7, 3),
+    ]
+    .into();
+
+    let pin = format!("/sys/fs/bpf/lq/{}-pfc", lqd.instance);
+    let show = || -> BTreeMap<u64, u64> {
+        let o = Command::new(lqd_bin().unwrap())
+            .args(["show", "pfc", "--json", "--instance", &lqd.instance])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v["interfaces"][0]["priorities"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                (
+                    p["priority"].as_u64().unwrap(),
+                    p["rx-frames"].as_u64().unwrap_or(u64::MAX),
+                )
+            })
+            .collect()
+    };
+    let start = Instant::now();
+    while show() != want {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "show pfc {:?}\n{}",
+            show(),
+            lqd.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The collector's view: the newest record per priority carries the same totals, and
+    // once two records share an epoch the interval count is known (0: nothing new).
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let mut latest: BTreeMap<u64, serde_json::Value> = BTreeMap::new();
+        for l in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if let Some(p) = v["pfc-priority"].as_u64() {
+                assert_eq!(v["problems"], serde_json::json!([]), "{v}");
+                assert_eq!(v["direction"], "received");
+                latest.insert(p, v);
+            }
+        }
+        let totals: BTreeMap<u64, u64> = latest
+            .iter()
+            .map(|(p, v)| (*p, v["pfc-control-frame-total-count"].as_u64().unwrap()))
+            .collect();
+        if totals == want && latest[&3]["interval-count"] == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "collector saw {totals:?}\n{text}\n{}",
+            lqd.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = collector.kill();
+    let _ = collector.wait();
+    let _ = std::fs::remove_file(&out);
+    drop(lqd);
+    let _ = std::fs::remove_dir_all(pin);
+}
