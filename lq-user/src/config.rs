@@ -706,6 +706,17 @@ pub struct Config {
     /// IPFIX export of the PFC counters.
     #[serde(default)]
     pub ipfix: Option<IpfixSection>,
+    /// The Prometheus endpoint.
+    #[serde(default)]
+    pub metrics: Option<MetricsSection>,
+}
+
+/// `[metrics]`: an opt-in Prometheus text endpoint.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MetricsSection {
+    /// Address to serve `GET /metrics` on (e.g. "127.0.0.1:9464").
+    pub listen: std::net::SocketAddr,
 }
 
 impl Config {

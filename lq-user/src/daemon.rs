@@ -109,6 +109,16 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
     set_mode(&instance.socket, 0o600)?;
     info!(socket = %instance.socket.display(), "control socket (root only)");
     let (notify_tx, _) = tokio::sync::broadcast::channel::<String>(1024);
+    let metrics = match &cfg.metrics {
+        Some(m) => {
+            let l = tokio::net::TcpListener::bind(m.listen)
+                .await
+                .with_context(|| format!("bind the metrics endpoint {}", m.listen))?;
+            info!(listen = %m.listen, "Prometheus metrics at /metrics");
+            Some(l)
+        }
+        None => None,
+    };
 
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -161,6 +171,20 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
                 }
                 guard.clear_ready();
                 tracing::trace!(events = n, "path table changed");
+            }
+            conn = async {
+                match metrics.as_ref() {
+                    Some(l) => l.accept().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Ok((mut stream, _)) = conn {
+                    step_lb = false;
+                    let body = crate::metrics::render(lb.as_ref(), helper.as_ref(), pfc.as_ref());
+                    let mut req = [0u8; 1024];
+                    let _ = tokio::time::timeout(Duration::from_millis(100), tokio::io::AsyncReadExt::read(&mut stream, &mut req)).await;
+                    let _ = stream.write_all(crate::metrics::http_response(&body).as_bytes()).await;
+                }
             }
             conn = listener.accept() => {
                 if let Ok((stream, _)) = conn {

@@ -11,6 +11,7 @@ pub mod helper;
 pub mod helper_role;
 pub mod ipfix;
 pub mod load_balancer;
+pub mod metrics;
 pub mod path_table;
 pub mod pcap;
 pub mod pfc;

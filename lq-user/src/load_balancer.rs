@@ -401,6 +401,15 @@ impl LoadBalancer {
         })
     }
 
+    /// The receiver's counters by name, summed over CPUs.
+    pub fn counters(&self) -> Result<Vec<(&'static str, u64)>, PathTableError> {
+        let c = self.reader.counters()?;
+        Ok(lq_common::maps::Counter::ALL
+            .iter()
+            .map(|k| (k.name(), c[*k as usize]))
+            .collect())
+    }
+
     /// The YANG `neighbors` container.
     pub fn neighbors_yang(&self, now_ns: u64) -> Value {
         crate::yang_state::neighbors_json(

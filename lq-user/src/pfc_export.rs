@@ -166,6 +166,16 @@ impl PfcService {
         Ok(out)
     }
 
+    /// Received PFC frames by (ifindex, priority), summed over CPUs.
+    pub fn rx_counts(&self) -> Result<BTreeMap<(u32, u8), u64>, crate::pfc::PfcError> {
+        Ok(self
+            .reader
+            .rx_counts()?
+            .into_iter()
+            .map(|(k, v)| ((k.ifindex, k.priority as u8), v))
+            .collect())
+    }
+
     /// The attached interfaces.
     pub fn counter(&self) -> &PfcCounter {
         &self.counter

@@ -37,6 +37,9 @@ speed-mbps = 10000
 collector = "127.0.0.1:{port}"
 interval-ms = 200
 epoch-element-id = 3
+
+[metrics]
+listen = "127.0.0.1:9464"
 "#
     )
 }
@@ -140,6 +143,36 @@ fn daemon_counts_pfc_and_exports_ipfix_records() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The Prometheus endpoint, parsed by the reference Python client's parser.
+    let script = r#"
+import json, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+text = urllib.request.urlopen("http://127.0.0.1:9464/metrics", timeout=5).read().decode()
+out = {}
+for fam in text_string_to_metric_families(text):
+    for s in fam.samples:
+        out.setdefault(s.name, []).append([s.labels, s.value])
+print(json.dumps(out))
+"#;
+    let parsed = a.exec("/usr/bin/python3", &["-c", script]).unwrap();
+    let m: serde_json::Value = serde_json::from_str(&parsed).unwrap();
+    let pfc3 = m["lq_pfc_rx_frames_total"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s[0]["priority"] == "3")
+        .unwrap()[1]
+        .as_f64();
+    assert_eq!(pfc3, Some(8.0), "{m}");
+    assert!(
+        m["lq_ipfix_messages_total"][0][1].as_f64().unwrap() > 0.0,
+        "{m}"
+    );
+    assert!(
+        m["lq_receiver_events_total"].as_array().unwrap().len() >= 16,
+        "{m}"
+    );
+    assert_eq!(m["lq_up"][0][1].as_f64(), Some(1.0));
     let _ = collector.kill();
     let _ = collector.wait();
     let _ = std::fs::remove_file(&out);

@@ -33,6 +33,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "iperf3",
     "iproute2",
     "ethtool",
+    "python3-prometheus-client",
 ];
 
 /// tshark's debconf question about non-root capture, answered before installing.
