@@ -2,9 +2,11 @@
 //!
 //! * [`receiver`]: `lq_receiver` (XDP), the leaf's LQ advertisement receiver and path
 //!   table writer, and `lq_baseline_pass`, the empty baseline of its benchmarks.
+//! * [`hash_clear`]: `lq_clear_hash` (tc), clears a veth-carried socket hash (the demo).
 #![no_std]
 #![no_main]
 
+mod hash_clear;
 mod pfc;
 mod receiver;
 

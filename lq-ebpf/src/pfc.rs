@@ -40,7 +40,7 @@ static PFC_REJECTS: PerCpuArray<u64, { PFC_REJECT_COUNT as usize }> = PerCpuArra
 #[classifier]
 pub fn lq_pfc_ingress(ctx: TcContext) -> i32 {
     try_count(&ctx);
-    TC_ACT_OK as i32
+    TC_ACT_OK
 }
 
 #[inline(always)]
@@ -66,14 +66,14 @@ fn try_count(ctx: &TcContext) {
     let (ifindex, vlan_present) = unsafe { ((*ctx.skb.skb).ifindex, (*ctx.skb.skb).vlan_present) };
     let Some(h) = bytes_at::<HEAD>(ctx, 0) else {
         // Shorter than a PFC header: a MAC Control frame this short is a runt.
-        if let Some(et) = bytes_at::<2>(ctx, 12) {
-            if u16::from_be_bytes(et) == ETH_P_MAC_CONTROL {
-                reject(if vlan_present != 0 {
-                    PfcReject::VlanTagged
-                } else {
-                    PfcReject::Short
-                });
-            }
+        if let Some(et) = bytes_at::<2>(ctx, 12)
+            && u16::from_be_bytes(et) == ETH_P_MAC_CONTROL
+        {
+            reject(if vlan_present != 0 {
+                PfcReject::VlanTagged
+            } else {
+                PfcReject::Short
+            });
         }
         return;
     };
@@ -100,7 +100,7 @@ fn try_count(ctx: &TcContext) {
         return;
     }
     // SAFETY: the value is copied out at once.
-    let cfg: Option<PfcIfConfig> = unsafe { PFC_IF_CONFIG.get(&ifindex) }
+    let cfg: Option<PfcIfConfig> = unsafe { PFC_IF_CONFIG.get(ifindex) }
         .copied()
         .filter(|c| c.flags & PFC_IF_CONFIGURED != 0);
     let dst = [h[0], h[1], h[2], h[3], h[4], h[5]];
@@ -148,11 +148,10 @@ fn count(key: &PfcKey) {
     if PFC_RX_COUNTERS
         .insert(key, 1u64, BPF_NOEXIST as u64)
         .is_err()
+        && let Some(p) = PFC_RX_COUNTERS.get_ptr_mut(key)
     {
-        if let Some(p) = PFC_RX_COUNTERS.get_ptr_mut(key) {
-            // SAFETY: as above.
-            unsafe { *p += 1 };
-        }
+        // SAFETY: as above.
+        unsafe { *p += 1 };
     }
 }
 
@@ -168,5 +167,5 @@ fn pause(key: &PfcKey, now: u64, quanta: u16, speed: u32) {
     }
     let mut state = PfcPause::default();
     state.apply(now, quanta, speed);
-    let _ = PFC_PAUSE.insert(key, &state, BPF_NOEXIST as u64);
+    let _ = PFC_PAUSE.insert(key, state, BPF_NOEXIST as u64);
 }

@@ -49,9 +49,10 @@ impl Instance {
     }
 }
 
-/// The longest the loop sleeps without a reason: it bounds how late a heartbeat
-/// deadline or a damping step can be noticed (a tenth of the default T_notify).
-const MAX_SLEEP: Duration = Duration::from_millis(2);
+/// The longest the loop sleeps without a reason. Heartbeat deadlines and damping steps
+/// wake it at their own time and change events from the XDP program at once; this bounds
+/// only how late a local uplink going down (polled each step) is noticed.
+const MAX_SLEEP: Duration = Duration::from_millis(10);
 
 /// Runs the daemon until SIGTERM or SIGINT: the load-balancer role, the helper role, or
 /// both (dual, seed 003 section 9), in one event loop.
@@ -133,12 +134,16 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
     info!("lqd running");
     loop {
         let now = monotonic_ns();
-        let sleep = lb
-            .as_ref()
-            .and_then(|lb| lb.next_due(now))
-            .map_or(MAX_SLEEP, |due| {
-                Duration::from_nanos(due.saturating_sub(now)).min(MAX_SLEEP)
-            });
+        let due = [
+            lb.as_ref().and_then(|lb| lb.next_due(now)),
+            pfc.as_ref().and_then(|p| p.next_due()),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let sleep = due.map_or(MAX_SLEEP, |due| {
+            Duration::from_nanos(due.saturating_sub(now)).min(MAX_SLEEP)
+        });
         let mut step_lb = lb.is_some();
         tokio::select! {
             _ = tokio::time::sleep(sleep), if lb.is_some() || pfc.is_some() => {

@@ -28,7 +28,7 @@ use crate::{
         weights::{Application, WeightController},
     },
     path_table::{PathTableError, ReceiverSettings, TableReader, XdpReceiver},
-    rtnl::{Rtnl, RtnlError, ifindex, oper_up},
+    rtnl::{LinkProbe, Rtnl, RtnlError, ifindex},
 };
 
 /// Nexthop-group ids are `id_base + GROUP_ID_OFFSET + n`; member ids `id_base + uplink id`.
@@ -82,6 +82,7 @@ pub struct LoadBalancer {
     last_report: PathQualityReport,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
     paths: BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue>,
+    probe: LinkProbe,
     /// Group replaces done, and refused.
     pub group_replaces: u64,
     /// Group replaces the kernel refused.
@@ -119,6 +120,7 @@ impl LoadBalancer {
             last_report: PathQualityReport::default(),
             neighbors: BTreeMap::new(),
             paths: BTreeMap::new(),
+            probe: LinkProbe::open().map_err(RtnlError::Io)?,
             group_replaces: 0,
             group_errors: 0,
             cfg,
@@ -243,7 +245,7 @@ impl LoadBalancer {
         }
         for u in &self.cfg.uplink {
             self.local
-                .set_up(UplinkId::from(u.id), oper_up(&u.interface));
+                .set_up(UplinkId::from(u.id), self.probe.oper_up(&u.interface));
         }
         let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
         let snapshot =

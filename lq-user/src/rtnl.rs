@@ -339,35 +339,52 @@ pub fn ifindex(name: &str) -> Result<u32, RtnlError> {
     }
 }
 
-/// Whether the interface is up and running (IFF_UP and IFF_RUNNING, i.e. carrier), asked
-/// of the kernel in the calling thread's network namespace (sysfs would show the namespace
-/// it was mounted in, which is not ours under `lqd run --netns`).
+/// Asks the kernel whether interfaces are up and running (IFF_UP and IFF_RUNNING, i.e.
+/// carrier), in the network namespace the probe was opened in (sysfs would show the
+/// namespace it was mounted in, which is not ours under `lqd run --netns`). One socket,
+/// reused: the control loop asks every step.
+pub struct LinkProbe {
+    fd: OwnedFd,
+}
+
+impl LinkProbe {
+    /// Opens the probe's socket in the calling thread's namespace.
+    pub fn open() -> io::Result<Self> {
+        // SAFETY: a plain datagram socket, owned at once.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is fresh and valid.
+        Ok(Self {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Whether `name` is up with carrier; false when it does not exist.
+    pub fn oper_up(&self, name: &str) -> bool {
+        let b = name.as_bytes();
+        if b.is_empty() || b.len() >= libc::IFNAMSIZ || b.contains(&0) {
+            return false;
+        }
+        // SAFETY: ifreq is plain data.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, s) in req.ifr_name.iter_mut().zip(b) {
+            *d = *s as libc::c_char;
+        }
+        // SAFETY: valid fd and ifreq.
+        if unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } != 0 {
+            return false;
+        }
+        // SAFETY: SIOCGIFFLAGS fills the flags member of the union.
+        let flags = i32::from(unsafe { req.ifr_ifru.ifru_flags });
+        flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0
+    }
+}
+
+/// One-off [`LinkProbe::oper_up`].
 pub fn oper_up(name: &str) -> bool {
-    let Ok(c) = std::ffi::CString::new(name) else {
-        return false;
-    };
-    if c.as_bytes().len() >= libc::IFNAMSIZ {
-        return false;
-    }
-    // SAFETY: a plain datagram socket, closed by OwnedFd.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return false;
-    }
-    // SAFETY: fd is fresh and valid.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: ifreq is plain data.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(c.as_bytes()) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: valid fd and ifreq.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } != 0 {
-        return false;
-    }
-    // SAFETY: SIOCGIFFLAGS fills the flags member of the union.
-    let flags = i32::from(unsafe { req.ifr_ifru.ifru_flags });
-    flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0
+    LinkProbe::open().is_ok_and(|p| p.oper_up(name))
 }
 
 /// Moves the calling thread into the named network namespace (`/run/netns/NAME`, as
