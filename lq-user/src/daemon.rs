@@ -131,6 +131,8 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
         lb.step(monotonic_ns())?;
     }
     let mut config_now = cfg;
+    // Everything privileged is set up: keep only CAP_BPF and CAP_NET_ADMIN.
+    crate::privileges::drop_capabilities().context("dropping capabilities")?;
     info!("lqd running");
     loop {
         let now = monotonic_ns();

@@ -16,6 +16,7 @@ pub mod path_table;
 pub mod pcap;
 pub mod pfc;
 pub mod pfc_export;
+pub mod privileges;
 pub mod rtnl;
 pub mod show;
 pub mod yang_state;

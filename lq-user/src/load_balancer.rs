@@ -83,6 +83,7 @@ pub struct LoadBalancer {
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
     paths: BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue>,
     probe: LinkProbe,
+    started_ns: u64,
     /// Group replaces done, and refused.
     pub group_replaces: u64,
     /// Group replaces the kernel refused.
@@ -121,6 +122,7 @@ impl LoadBalancer {
             neighbors: BTreeMap::new(),
             paths: BTreeMap::new(),
             probe: LinkProbe::open().map_err(RtnlError::Io)?,
+            started_ns: monotonic_ns(),
             group_replaces: 0,
             group_errors: 0,
             cfg,
@@ -233,8 +235,18 @@ impl LoadBalancer {
 
     /// One control step at `now_ns`. Returns how many groups were replaced.
     pub fn step(&mut self, now_ns: u64) -> Result<usize, LoadBalancerError> {
-        let paths = self.reader.paths()?;
+        let mut paths = self.reader.paths()?;
         self.neighbors = self.reader.neighbors()?;
+        // While lqd was not running (a restart, a crash), no XDP program refreshed the
+        // table: silence from before this start is no evidence of failure. Every entry and
+        // neighbor gets a full detection interval from the start (seed 003 section 6.5),
+        // so a restart adopts the forwarding state instead of pruning live spines.
+        for v in paths.values_mut() {
+            v.last_update_ns = v.last_update_ns.max(self.started_ns);
+        }
+        for v in self.neighbors.values_mut() {
+            v.last_seen_ns = v.last_seen_ns.max(self.started_ns);
+        }
         let mut events = Vec::new();
         for (k, v) in &self.neighbors {
             events.extend(self.heartbeat.observe(*k, v, now_ns));

@@ -51,6 +51,8 @@ pub struct Lqd {
     pub instance: String,
     /// Its log file.
     pub log: PathBuf,
+    netns: String,
+    dir: PathBuf,
 }
 
 impl Lqd {
@@ -60,34 +62,73 @@ impl Lqd {
         let instance = crate::unique_name("lqt");
         let dir = std::env::temp_dir().join(&instance);
         std::fs::create_dir_all(&dir)?;
-        let config = dir.join("lqd.toml");
-        std::fs::write(&config, config_text)?;
-        let log = dir.join("lqd.log");
+        std::fs::write(dir.join("lqd.toml"), config_text)?;
+        let mut me = Self {
+            child: None,
+            instance,
+            log: dir.join("lqd.log"),
+            netns: ns.name().to_string(),
+            dir,
+        };
+        me.spawn()?;
+        Ok(me)
+    }
+
+    /// The config file.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("lqd.toml")
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let socket = PathBuf::from(format!("/run/lq/{}.sock", self.instance));
+        let _ = std::fs::remove_file(&socket);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
         let child = Command::new(lqd_bin()?)
             .args(["--log-level", "lq_user=debug,info", "run", "--config"])
-            .arg(&config)
-            .args(["--instance", &instance, "--netns", ns.name()])
+            .arg(self.config_path())
+            .args(["--instance", &self.instance, "--netns", &self.netns])
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
+            .stderr(log)
             .spawn()
             .context("spawn lqd")?;
-        let mut me = Self {
-            child: Some(child),
-            instance,
-            log,
-        };
-        let socket = PathBuf::from(format!("/run/lq/{}.sock", me.instance));
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while !socket.exists() {
-            if let Some(st) = me.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                bail!("lqd exited ({st}):\n{}", me.log_text());
+            if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                bail!("lqd exited ({st}):\n{}", self.log_text());
             }
             if Instant::now() > deadline {
-                bail!("lqd did not open its control socket:\n{}", me.log_text());
+                bail!("lqd did not open its control socket:\n{}", self.log_text());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(me)
+        Ok(())
+    }
+
+    /// Starts the same instance again (same config, pins and name) after a stop or crash.
+    pub fn restart(&mut self) -> Result<()> {
+        self.terminate();
+        self.spawn()
+    }
+
+    /// Sends a signal (e.g. SIGHUP).
+    pub fn signal(&self, sig: i32) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: kill on our own child's pid.
+            unsafe { libc::kill(pid as i32, sig) };
+        }
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The daemon's effective capability set (CapEff of /proc/PID/status).
+    pub fn effective_caps(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
+        u64::from_str_radix(line.trim_start_matches("CapEff:").trim(), 16).ok()
     }
 
     /// The log so far.
@@ -142,7 +183,11 @@ impl Drop for Lqd {
     fn drop(&mut self) {
         self.terminate();
         let _ = std::fs::remove_dir_all(self.pin_dir());
+        let _ = std::fs::remove_dir_all(format!("/sys/fs/bpf/lq/{}-pfc", self.instance));
         let _ = std::fs::remove_file(format!("/run/lq/{}.sock", self.instance));
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! Everything here runs only inside network namespaces it creates (and always deletes) or
 //! on BPF_PROG_TEST_RUN; nothing touches the root namespace's links, routes or sysctls.
 
+pub mod fabric;
 pub mod netns;
 pub mod packet;
 pub mod pfc;

@@ -1,0 +1,695 @@
+//! Fabrics of network namespaces for the demo (`cargo xtask demo`) and the fabric tests:
+//! veth links shaped with tbf, static routes, per-namespace sysctls, the hash-clearing tc
+//! program on the leaves' host ports, `lqd` configurations and processes.
+//!
+//! Everything lives inside namespaces created here and deleted on drop (processes inside
+//! are killed first); the root namespace's links, routes, sysctls and qdiscs are never
+//! touched.
+
+use std::{
+    fs::File,
+    net::Ipv4Addr,
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use aya::programs::{SchedClassifier, TcAttachType};
+
+use crate::netns::{NetNs, run};
+
+/// Prefix of every namespace the fabric builder creates (`lqf-...`); a later run removes
+/// leftovers of a killed run whose process is gone.
+pub const NS_PREFIX: &str = "lqf";
+
+/// First nexthop object id of lqd (its default `id-base`).
+pub const ID_BASE: u64 = 0x4c00_0000;
+
+/// Runs `f` with the calling thread inside namespace `ns`, then returns the thread to the
+/// namespace it was in.
+pub fn in_netns<T>(ns: &str, f: impl FnOnce() -> T) -> Result<T> {
+    let here = File::open("/proc/thread-self/ns/net").context("open own netns")?;
+    let there = File::open(format!("/run/netns/{ns}")).with_context(|| format!("netns {ns}"))?;
+    // SAFETY: setns on valid namespace fds, this thread only.
+    if unsafe { libc::setns(there.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!("setns {ns}: {}", std::io::Error::last_os_error());
+    }
+    let out = f();
+    // SAFETY: as above.
+    if unsafe { libc::setns(here.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        // The thread would keep working in the wrong namespace: never continue.
+        panic!("setns back: {}", std::io::Error::last_os_error());
+    }
+    Ok(out)
+}
+
+/// Moves the calling thread into namespace `ns` for good (worker threads).
+pub fn enter_netns(ns: &str) -> Result<()> {
+    let there = File::open(format!("/run/netns/{ns}")).with_context(|| format!("netns {ns}"))?;
+    // SAFETY: setns on a valid namespace fd, this thread only.
+    if unsafe { libc::setns(there.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!("setns {ns}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Deletes `lqf-<pid>-*` namespaces of fabric runs whose process no longer exists.
+pub fn remove_stale_namespaces() -> Vec<String> {
+    let mut removed = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return removed;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(&format!("{NS_PREFIX}-")) else {
+            continue;
+        };
+        // lqf-<role>-<pid>-<n>
+        let pid = rest.split('-').nth(1).and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            if let Ok(o) = Command::new("ip").args(["netns", "pids", &name]).output() {
+                for p in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", p]).status();
+                }
+            }
+            let _ = Command::new("ip").args(["netns", "del", &name]).status();
+            removed.push(name);
+        }
+    }
+    removed
+}
+
+/// Sets the per-namespace sysctls of a router (forwarding, L4 multipath hashing, nexthop
+/// objects only in dumps). Inside `ns` only.
+pub fn router_sysctls(ns: &NetNs) -> Result<()> {
+    for kv in [
+        "net.ipv4.ip_forward=1",
+        "net.ipv4.fib_multipath_hash_policy=1",
+        "net.ipv4.nexthop_compat_mode=0",
+        "net.ipv4.conf.all.rp_filter=0",
+        "net.ipv4.conf.default.rp_filter=0",
+    ] {
+        ns.exec("sysctl", &["-qw", kv])?;
+    }
+    Ok(())
+}
+
+/// tbf parameters of a shaped link: the queue holds `latency` worth of the rate.
+#[derive(Clone, Copy, Debug)]
+pub struct Shaping {
+    /// Rate in Mbit/s.
+    pub rate_mbit: u32,
+    /// Bucket size in bytes.
+    pub burst_bytes: u32,
+    /// Queue limit as latency in ms.
+    pub latency_ms: u32,
+}
+
+impl Shaping {
+    /// The demo's default shaping at `rate_mbit`.
+    pub fn at(rate_mbit: u32) -> Self {
+        Self {
+            rate_mbit,
+            burst_bytes: 32 * 1024,
+            latency_ms: 20,
+        }
+    }
+}
+
+/// `tc qdisc replace dev IFACE root tbf ...` inside `ns`.
+pub fn shape(ns: &NetNs, iface: &str, s: Shaping) -> Result<()> {
+    ns.exec(
+        "tc",
+        &[
+            "qdisc",
+            "replace",
+            "dev",
+            iface,
+            "root",
+            "tbf",
+            "rate",
+            &format!("{}mbit", s.rate_mbit),
+            "burst",
+            &s.burst_bytes.to_string(),
+            "latency",
+            &format!("{}ms", s.latency_ms),
+        ],
+    )?;
+    Ok(())
+}
+
+/// A veth link between two namespaces, addressed, up, each direction shaped when `shaping`
+/// is given.
+#[allow(clippy::too_many_arguments)]
+pub fn link(
+    a: &NetNs,
+    a_if: &str,
+    a_addr: &str,
+    b: &NetNs,
+    b_if: &str,
+    b_addr: &str,
+    shaping: Option<Shaping>,
+) -> Result<()> {
+    crate::netns::veth_pair(a, a_if, a_addr, b, b_if, b_addr)?;
+    if let Some(s) = shaping {
+        shape(a, a_if, s)?;
+        shape(b, b_if, s)?;
+    }
+    Ok(())
+}
+
+/// The tc program `lq_clear_hash` (lq-ebpf/src/hash_clear.rs) loaded once from the object
+/// embedded in lq-user and attached (tcx) at ingress of interfaces in any namespace.
+/// Detached when dropped.
+pub struct HashClear {
+    ebpf: aya::Ebpf,
+}
+
+impl HashClear {
+    /// Loads the program (the verifier runs once).
+    pub fn load() -> Result<Self> {
+        let obj = lq_user::path_table::EBPF_OBJECT;
+        if obj.is_empty() {
+            bail!("lqd was built without its eBPF object");
+        }
+        let mut ebpf = aya::EbpfLoader::new()
+            .load(obj)
+            .context("load the eBPF object")?;
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut("lq_clear_hash")
+            .context("program lq_clear_hash is missing from the object")?
+            .try_into()?;
+        prog.load().context("load lq_clear_hash (verifier)")?;
+        Ok(Self { ebpf })
+    }
+
+    /// Attaches at ingress of `iface` in namespace `ns`.
+    pub fn attach(&mut self, ns: &NetNs, iface: &str) -> Result<()> {
+        let prog: &mut SchedClassifier = self
+            .ebpf
+            .program_mut("lq_clear_hash")
+            .context("lq_clear_hash")?
+            .try_into()?;
+        in_netns(ns.name(), || prog.attach(iface, TcAttachType::Ingress))?
+            .with_context(|| format!("attach lq_clear_hash to {iface} in {}", ns.name()))?;
+        Ok(())
+    }
+}
+
+/// A running `lqd run` inside a namespace: SIGTERM on drop, pins and socket removed.
+pub struct Daemon {
+    child: Option<Child>,
+    /// Instance name.
+    pub instance: String,
+    /// Its log file.
+    pub log: PathBuf,
+    /// Its configuration file.
+    pub config: PathBuf,
+}
+
+impl Daemon {
+    /// Writes `config_text` to `dir/<instance>.toml` and starts `lqd run` in `ns` with logs
+    /// to `dir/<instance>.log`; waits until the control socket exists.
+    pub fn start(
+        lqd: &Path,
+        ns: &NetNs,
+        instance: &str,
+        config_text: &str,
+        dir: &Path,
+    ) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let config = dir.join(format!("{instance}.toml"));
+        std::fs::write(&config, config_text)?;
+        let log = dir.join(format!("{instance}.log"));
+        let _ = std::fs::remove_dir_all(Path::new("/sys/fs/bpf/lq").join(instance));
+        let child = Command::new(lqd)
+            .args(["--log-level", "info", "run", "--config"])
+            .arg(&config)
+            .args(["--instance", instance, "--netns", ns.name()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&log)?)
+            // Own process group: a Ctrl-C in the terminal reaches the demo, which stops
+            // the daemons in order.
+            .process_group(0)
+            .spawn()
+            .context("spawn lqd")?;
+        let mut me = Self {
+            child: Some(child),
+            instance: instance.into(),
+            log,
+            config,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !me.socket().exists() {
+            if let Some(st) = me.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                me.child = None;
+                bail!("lqd {instance} exited ({st}):\n{}", me.log_tail(20));
+            }
+            if Instant::now() > deadline {
+                bail!("lqd {instance} did not open its control socket");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(me)
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> PathBuf {
+        PathBuf::from(format!("/run/lq/{}.sock", self.instance))
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The last `n` lines of the log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// One control request (`weights`, `local`, `neighbors`, ...).
+    pub fn query(&self, what: &str) -> Result<serde_json::Value> {
+        lq_user::daemon::query(&self.socket(), what)
+    }
+
+    /// SIGTERM, wait up to 5 s, then SIGKILL.
+    pub fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(Path::new("/sys/fs/bpf/lq").join(&self.instance));
+        let _ = std::fs::remove_dir_all(
+            Path::new("/sys/fs/bpf/lq").join(format!("{}-pfc", self.instance)),
+        );
+        let _ = std::fs::remove_file(self.socket());
+    }
+}
+
+/// One uplink of a leaf configuration.
+#[derive(Clone, Debug)]
+pub struct UplinkCfg {
+    /// Member id.
+    pub id: u16,
+    /// The spine's Router-ID.
+    pub spine: Ipv4Addr,
+    /// Local interface.
+    pub interface: String,
+    /// The spine's address on it.
+    pub gateway: Ipv4Addr,
+}
+
+/// Options of the load-balancer configurations the builder writes.
+#[derive(Clone, Debug)]
+pub struct LbOptions {
+    /// Resilient group buckets.
+    pub buckets: u16,
+    /// Resilient idle timer.
+    pub idle_timer_ms: u32,
+    /// Resilient unbalanced timer (0: never force).
+    pub unbalanced_timer_ms: u32,
+    /// Damping gain.
+    pub gain: f64,
+}
+
+impl Default for LbOptions {
+    fn default() -> Self {
+        Self {
+            buckets: 256,
+            idle_timer_ms: 200,
+            unbalanced_timer_ms: 1000,
+            gain: 0.5,
+        }
+    }
+}
+
+/// The `[[uplink]]`, `[[destination]]`, `[damping]` and `[nexthop-group]` sections of a
+/// load-balancer (or dual) node: `destinations` are (prefix, remote Router-ID).
+pub fn lb_sections(
+    uplinks: &[UplinkCfg],
+    destinations: &[(String, Ipv4Addr)],
+    o: &LbOptions,
+) -> String {
+    let ifaces: Vec<String> = uplinks
+        .iter()
+        .map(|u| format!("\"{}\"", u.interface))
+        .collect();
+    let mut c = format!(
+        "\n[receiver]\ninterfaces = [{}]\n\n[damping]\ngain = {}\n\n[nexthop-group]\ntype = \"resilient\"\nbuckets = {}\nidle-timer-ms = {}\nunbalanced-timer-ms = {}\n",
+        ifaces.join(", "),
+        o.gain,
+        o.buckets,
+        o.idle_timer_ms,
+        o.unbalanced_timer_ms
+    );
+    for u in uplinks {
+        c.push_str(&format!(
+            "\n[[uplink]]\nid = {}\nspine = \"{}\"\ninterface = \"{}\"\ngateway = \"{}\"\n",
+            u.id, u.spine, u.interface, u.gateway
+        ));
+    }
+    for (p, r) in destinations {
+        c.push_str(&format!(
+            "\n[[destination]]\nprefix = \"{p}\"\nremote-node = \"{r}\"\n"
+        ));
+    }
+    c
+}
+
+/// `[helper]` and `[[link]]` sections: `links` are (interface, remote Router-ID).
+pub fn helper_sections(links: &[(String, Ipv4Addr)], t_sample_ms: u8) -> String {
+    let mut c = format!("\n[helper]\nt-sample-ms = {t_sample_ms}\n");
+    for (i, r) in links {
+        c.push_str(&format!(
+            "\n[[link]]\ninterface = \"{i}\"\nremote-node = [\"{r}\"]\n"
+        ));
+    }
+    c
+}
+
+/// The `[lq-telemetry]` head.
+pub fn telemetry_head(role: &str, router_id: Option<Ipv4Addr>) -> String {
+    let mut c = format!("[lq-telemetry]\nenabled = true\nrole = \"{role}\"\n");
+    if let Some(r) = router_id {
+        c.push_str(&format!("router-id = \"{r}\"\n"));
+    }
+    c
+}
+
+/// `[pfc]` and `[ipfix]` sections exporting to `collector`.
+pub fn pfc_sections(interfaces: &[String], collector: &str, interval_ms: u32) -> String {
+    let ifaces: Vec<String> = interfaces.iter().map(|i| format!("\"{i}\"")).collect();
+    format!(
+        "\n[pfc]\ninterfaces = [{}]\nspeed-mbps = 100\n\n[ipfix]\ncollector = \"{collector}\"\ninterval-ms = {interval_ms}\nepoch-element-id = 3\n",
+        ifaces.join(", ")
+    )
+}
+
+/// A nexthop group as the kernel has it: members (id - ID_BASE, weight), sorted.
+pub fn group_members(ns: &NetNs, group: u64) -> Option<Vec<(u64, u64)>> {
+    let out = ns.ip(&["-j", "nexthop", "show", "id", &group.to_string()]).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+    let g = v.as_array()?.first()?.clone();
+    let mut w: Vec<(u64, u64)> = g["group"]
+        .as_array()?
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_u64().unwrap_or(0).saturating_sub(ID_BASE),
+                m["weight"].as_u64().unwrap_or(1),
+            )
+        })
+        .collect();
+    w.sort_unstable();
+    Some(w)
+}
+
+/// The nexthop group id a route points at (`nhid`).
+pub fn route_group(ns: &NetNs, prefix: &str) -> Option<u64> {
+    let out = ns.ip(&["-j", "route", "show", prefix]).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+    v.as_array()?.first()?["nhid"].as_u64()
+}
+
+/// Replaces a resilient group's weights by hand (lqd not running on that node), keeping
+/// lqd's protocol so that a restarted lqd adopts it. `weights` are (member id offset,
+/// weight); a weight of 0 leaves the member out.
+pub fn set_group(ns: &NetNs, group: u64, weights: &[(u64, u64)], o: &LbOptions) -> Result<()> {
+    let members: Vec<String> = weights
+        .iter()
+        .filter(|(_, w)| *w > 0)
+        .map(|(id, w)| format!("{},{}", ID_BASE + id, w))
+        .collect();
+    ns.ip(&[
+        "nexthop",
+        "replace",
+        "id",
+        &group.to_string(),
+        "group",
+        &members.join("/"),
+        "type",
+        "resilient",
+        "buckets",
+        &o.buckets.to_string(),
+        "idle_timer",
+        &format!("{}", f64::from(o.idle_timer_ms) / 1000.0),
+        "unbalanced_timer",
+        &format!("{}", f64::from(o.unbalanced_timer_ms) / 1000.0),
+        "proto",
+        "76",
+    ])?;
+    Ok(())
+}
+
+/// Interface byte counters in `ns`: name -> (tx_bytes, rx_bytes).
+pub fn link_bytes(ns: &NetNs) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut m = std::collections::BTreeMap::new();
+    if let Ok(out) = ns.ip(&["-j", "-s", "link", "show"])
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&out)
+    {
+        for l in v.as_array().into_iter().flatten() {
+            let name = l["ifname"].as_str().unwrap_or_default().to_string();
+            let tx = l["stats64"]["tx"]["bytes"].as_u64().unwrap_or(0);
+            let rx = l["stats64"]["rx"]["bytes"].as_u64().unwrap_or(0);
+            m.insert(name, (tx, rx));
+        }
+    }
+    m
+}
+
+/// The 3-stage CLOS: `spines` x `leaves` shaped links, a host behind each leaf, a
+/// management bridge to a collector namespace.
+pub struct Clos3 {
+    /// Spines S1.. (index 0 is S1).
+    pub spines: Vec<NetNs>,
+    /// Leaves L1...
+    pub leaves: Vec<NetNs>,
+    /// Host behind each leaf.
+    pub hosts: Vec<NetNs>,
+    /// The collector namespace (management bridge `br0`, 10.255.0.254).
+    pub collector: NetNs,
+    /// The hash-clearing program (attached to every leaf's `h0`).
+    pub hash_clear: Option<HashClear>,
+    /// Link shaping.
+    pub shaping: Shaping,
+}
+
+impl Clos3 {
+    /// Spine i's Router-ID (1-based).
+    pub fn spine_id(i: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 0, 0, i as u8)
+    }
+    /// Leaf j's Router-ID (1-based).
+    pub fn leaf_id(j: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 0, 1, j as u8)
+    }
+    /// Spine i's address on its link to leaf j.
+    pub fn spine_addr(i: usize, j: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, i as u8, j as u8, 1)
+    }
+    /// Leaf j's address on its link to spine i.
+    pub fn leaf_addr(i: usize, j: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, i as u8, j as u8, 2)
+    }
+    /// The host prefix behind leaf j.
+    pub fn host_prefix(j: usize) -> String {
+        format!("192.168.{j}.0/24")
+    }
+    /// Host j's address.
+    pub fn host_addr(j: usize) -> Ipv4Addr {
+        Ipv4Addr::new(192, 168, j as u8, 2)
+    }
+    /// The collector's address on the management bridge.
+    pub const COLLECTOR: &str = "10.255.0.254";
+
+    /// Builds the namespaces, links, shaping, addresses, sysctls and the static routes of
+    /// the spines and hosts (the leaves' routes to other leaves are lqd's). With
+    /// `clear_hash`, loads and attaches `lq_clear_hash` on every leaf's host port.
+    pub fn build(spines: usize, leaves: usize, shaping: Shaping, clear_hash: bool) -> Result<Self> {
+        let mk = |role: String| NetNs::new(&format!("{NS_PREFIX}-{role}"));
+        let spine_ns = (1..=spines)
+            .map(|i| mk(format!("s{i}")))
+            .collect::<Result<Vec<_>>>()?;
+        let leaf_ns = (1..=leaves)
+            .map(|j| mk(format!("l{j}")))
+            .collect::<Result<Vec<_>>>()?;
+        let host_ns = (1..=leaves)
+            .map(|j| mk(format!("h{j}")))
+            .collect::<Result<Vec<_>>>()?;
+        let collector = mk("col".into())?;
+        for ns in spine_ns.iter().chain(&leaf_ns) {
+            router_sysctls(ns)?;
+        }
+        for (i, s) in spine_ns.iter().enumerate() {
+            let i = i + 1;
+            for (j, l) in leaf_ns.iter().enumerate() {
+                let j = j + 1;
+                link(
+                    s,
+                    &format!("l{j}"),
+                    &format!("{}/24", Self::spine_addr(i, j)),
+                    l,
+                    &format!("s{i}"),
+                    &format!("{}/24", Self::leaf_addr(i, j)),
+                    Some(shaping),
+                )?;
+                s.ip(&[
+                    "route",
+                    "add",
+                    &Self::host_prefix(j),
+                    "via",
+                    &Self::leaf_addr(i, j).to_string(),
+                    "dev",
+                    &format!("l{j}"),
+                ])?;
+            }
+        }
+        for (j, (l, h)) in leaf_ns.iter().zip(&host_ns).enumerate() {
+            let j = j + 1;
+            link(
+                l,
+                "h0",
+                &format!("192.168.{j}.1/24"),
+                h,
+                "eth0",
+                &format!("{}/24", Self::host_addr(j)),
+                None,
+            )?;
+            h.ip(&["route", "add", "default", "via", &format!("192.168.{j}.1")])?;
+        }
+        // Management: a bridge in the collector namespace, one port per router.
+        collector.ip(&["link", "add", "br0", "type", "bridge"])?;
+        collector.ip(&["addr", "add", &format!("{}/24", Self::COLLECTOR), "dev", "br0"])?;
+        collector.ip(&["link", "set", "br0", "up"])?;
+        let routers: Vec<(&NetNs, String, u8)> = spine_ns
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n, format!("ms{}", i + 1), 10 + i as u8 + 1))
+            .chain(
+                leaf_ns
+                    .iter()
+                    .enumerate()
+                    .map(|(j, n)| (n, format!("ml{}", j + 1), 20 + j as u8 + 1)),
+            )
+            .collect();
+        for (ns, port, host) in routers {
+            collector.ip(&[
+                "link", "add", &port, "type", "veth", "peer", "name", "m0", "netns", ns.name(),
+            ])?;
+            collector.ip(&["link", "set", &port, "master", "br0", "up"])?;
+            ns.ip(&["addr", "add", &format!("10.255.0.{host}/24"), "dev", "m0"])?;
+            ns.ip(&["link", "set", "m0", "up"])?;
+        }
+        let mut me = Self {
+            spines: spine_ns,
+            leaves: leaf_ns,
+            hosts: host_ns,
+            collector,
+            hash_clear: None,
+            shaping,
+        };
+        if clear_hash {
+            let mut hc = HashClear::load()?;
+            for l in &me.leaves {
+                hc.attach(l, "h0")?;
+            }
+            me.hash_clear = Some(hc);
+        }
+        Ok(me)
+    }
+
+    /// Leaf j's uplinks (one per spine).
+    pub fn uplinks(&self, _j: usize) -> Vec<UplinkCfg> {
+        (1..=self.spines.len())
+            .map(|i| UplinkCfg {
+                id: i as u16,
+                spine: Self::spine_id(i),
+                interface: format!("s{i}"),
+                gateway: Self::spine_addr(i, _j),
+            })
+            .collect()
+    }
+
+    /// Leaf j's load-balancer configuration: every other leaf's host prefix through the
+    /// spines. `pfc`: export PFC counters of the uplinks to the collector.
+    pub fn leaf_config(&self, j: usize, o: &LbOptions, pfc: bool) -> String {
+        let dests: Vec<(String, Ipv4Addr)> = (1..=self.leaves.len())
+            .filter(|&k| k != j)
+            .map(|k| (Self::host_prefix(k), Self::leaf_id(k)))
+            .collect();
+        let ups = self.uplinks(j);
+        let mut c = telemetry_head("load-balancer", Some(Self::leaf_id(j)));
+        c.push_str(&lb_sections(&ups, &dests, o));
+        if pfc {
+            let ifs: Vec<String> = ups.iter().map(|u| u.interface.clone()).collect();
+            c.push_str(&pfc_sections(
+                &ifs,
+                &format!("{}:4739", Self::COLLECTOR),
+                1000,
+            ));
+        }
+        c
+    }
+
+    /// Spine i's helper configuration: every downlink monitored.
+    pub fn spine_config(&self, i: usize, t_sample_ms: u8, pfc: bool) -> String {
+        let links: Vec<(String, Ipv4Addr)> = (1..=self.leaves.len())
+            .map(|j| (format!("l{j}"), Self::leaf_id(j)))
+            .collect();
+        let mut c = telemetry_head("helper", Some(Self::spine_id(i)));
+        c.push_str(&helper_sections(&links, t_sample_ms));
+        if pfc {
+            let ifs: Vec<String> = links.iter().map(|l| l.0.clone()).collect();
+            c.push_str(&pfc_sections(
+                &ifs,
+                &format!("{}:4739", Self::COLLECTOR),
+                1000,
+            ));
+        }
+        c
+    }
+
+    /// Changes the shaping rate of spine i's link towards leaf j (both 1-based).
+    pub fn set_spine_rate(&self, i: usize, j: usize, rate_mbit: u32) -> Result<()> {
+        let s = Shaping {
+            rate_mbit,
+            ..self.shaping
+        };
+        shape(&self.spines[i - 1], &format!("l{j}"), s)
+    }
+}
+
+/// Removes every process of `ns` (for callers that need it before the namespace goes).
+pub fn kill_all_in(ns: &NetNs) {
+    if let Ok(out) = run("ip", &["netns", "pids", ns.name()]) {
+        for p in out.split_whitespace() {
+            let _ = Command::new("kill").args(["-9", p]).status();
+        }
+    }
+}
