@@ -28,6 +28,12 @@ use crate::{
 pub trait CounterSource {
     /// One sample per monitored link, in the order of `[[link]]`, read at `t_ns`.
     fn sample(&mut self, t_ns: u64) -> Result<Vec<RawSample>, String>;
+
+    /// Per link, how the last sample was obtained (speed source, qdisc, caveats), for
+    /// `lqd show local`.
+    fn describe(&self) -> Vec<Value> {
+        Vec::new()
+    }
 }
 
 /// Errors of the helper role.
@@ -258,13 +264,16 @@ impl HelperRole {
 
     /// Every link's raw and smoothed metrics, LQS, CL and hysteresis state.
     pub fn local_json(&self) -> Value {
+        let described = self.source.describe();
         let links: Vec<Value> = self
             .links
             .iter()
             .zip(&self.reports)
-            .map(|(l, r)| match r {
+            .enumerate()
+            .map(|(i, (l, r))| match r {
                 None => json!({"interface": l.iface, "link-id": l.ifindex, "measured": false}),
                 Some(r) => json!({
+                    "source": described.get(i).cloned().unwrap_or(Value::Null),
                     "interface": l.iface,
                     "link-id": l.ifindex,
                     "measured": true,
@@ -334,12 +343,56 @@ fn open_socket(iface: &str, ifindex: u32, ipv6: bool) -> io::Result<Socket> {
     Ok(s)
 }
 
-/// The kernel counters of the configured `[[link]]`s (rtnetlink link and qdisc statistics,
-/// seed 003 Appendix A.1).
+/// The kernel counters of the configured `[[link]]`s (rtnetlink link and qdisc
+/// statistics, seed 003 Appendix A.1), read by [`crate::helper::sampler::Sampler`].
 pub fn kernel_source(cfg: &Config) -> Result<Box<dyn CounterSource + Send>, HelperRoleError> {
-    let _ = cfg;
-    Err(HelperRoleError::Socket {
-        iface: String::new(),
-        source: io::Error::other("the kernel counter sampler is not wired yet"),
-    })
+    use crate::helper::sampler::{LinkConfig, Sampler};
+    let links = cfg
+        .link
+        .iter()
+        .map(|l| LinkConfig {
+            name: l.interface.clone(),
+            rate_bps: l.rate_mbit.map(|m| m * 1_000_000),
+        })
+        .collect();
+    let sampler = Sampler::new(links).map_err(|e| HelperRoleError::Socket {
+        iface: "rtnetlink".into(),
+        source: io::Error::other(e.to_string()),
+    })?;
+    Ok(Box::new(KernelSource {
+        sampler,
+        last: Vec::new(),
+    }))
+}
+
+/// [`CounterSource`] over the kernel sampler. All samples of one step carry the step's
+/// time, so the pipeline and the advertiser share one clock.
+struct KernelSource {
+    sampler: crate::helper::sampler::Sampler,
+    last: Vec<Value>,
+}
+
+impl CounterSource for KernelSource {
+    fn sample(&mut self, t_ns: u64) -> Result<Vec<RawSample>, String> {
+        let samples = self.sampler.sample().map_err(|e| e.to_string())?;
+        self.last = samples
+            .iter()
+            .map(|s| {
+                json!({
+                    "speed-source": s.speed_source.as_str(),
+                    "link-speed-bps": s.raw.link_speed_bps,
+                    "qdisc": s.qdisc,
+                    "notes": s.notes,
+                })
+            })
+            .collect();
+        Ok(samples
+            .into_iter()
+            .map(|s| RawSample { t_ns, ..s.raw })
+            .collect())
+    }
+
+    fn describe(&self) -> Vec<Value> {
+        self.last.clone()
+    }
 }

@@ -82,7 +82,10 @@ impl Lqd {
     fn spawn(&mut self) -> Result<()> {
         let socket = PathBuf::from(format!("/run/lq/{}.sock", self.instance));
         let _ = std::fs::remove_file(&socket);
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
         let child = Command::new(lqd_bin()?)
             .args(["--log-level", "lq_user=debug,info", "run", "--config"])
             .arg(self.config_path())
@@ -94,7 +97,11 @@ impl Lqd {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while !socket.exists() {
-            if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 bail!("lqd exited ({st}):\n{}", self.log_text());
             }
             if Instant::now() > deadline {

@@ -184,7 +184,12 @@ fn weights_follow_remote_congestion_and_spine_failure() {
     wait_for("steady state: equal weights", &lqd, &f.leaf, &equal);
     // Least privilege: once running, lqd holds CAP_NET_ADMIN (12) and CAP_BPF (39) only,
     // and everything below still works with just those.
-    assert_eq!(lqd.effective_caps(), Some(1 << 12 | 1 << 39), "{}", lqd.log_text());
+    assert_eq!(
+        lqd.effective_caps(),
+        Some(1 << 12 | 1 << 39),
+        "{}",
+        lqd.log_text()
+    );
     // The route points at the group: one object, so weight changes are never route churn.
     let route = f.leaf.ip(&["-j", "route", "show", "10.4.0.0/24"]).unwrap();
     assert!(route.contains(&format!("\"nhid\":{GROUP_ID}")), "{route}");
@@ -295,24 +300,44 @@ fn a_crash_leaves_forwarding_in_place_and_a_restart_adopts_it() {
     wait_for("S2 congested", &lqd, &f.leaf, &congested);
 
     lqd.kill9();
-    assert_eq!(group_weights(&f.leaf).as_deref(), Some(&congested[..]), "forwarding after the crash");
+    assert_eq!(
+        group_weights(&f.leaf).as_deref(),
+        Some(&congested[..]),
+        "forwarding after the crash"
+    );
     let route = f.leaf.ip(&["-j", "route", "show", "10.4.0.0/24"]).unwrap();
     assert!(route.contains(&format!("\"nhid\":{GROUP_ID}")), "{route}");
     let paths = lqd.show("paths").unwrap();
-    assert_eq!(paths.as_array().unwrap().len(), 4, "the pinned path table without a daemon: {paths}");
+    assert_eq!(
+        paths.as_array().unwrap().len(),
+        4,
+        "the pinned path table without a daemon: {paths}"
+    );
     let accepted_before = lqd.show("counters").unwrap()["accepted"].as_u64().unwrap();
 
     lqd.restart().unwrap();
     // From the restart on, every observation of the group is the congested weighting.
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(500) {
-        assert_eq!(group_weights(&f.leaf).as_deref(), Some(&congested[..]), "weight jump after restart\n{}", lqd.log_text());
+        assert_eq!(
+            group_weights(&f.leaf).as_deref(),
+            Some(&congested[..]),
+            "weight jump after restart\n{}",
+            lqd.log_text()
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(lqd.log_text().contains("adopted existing nexthop group"), "{}", lqd.log_text());
+    assert!(
+        lqd.log_text().contains("adopted existing nexthop group"),
+        "{}",
+        lqd.log_text()
+    );
     // The counters survived the restart (pinned) and keep counting.
     let accepted_after = lqd.show("counters").unwrap()["accepted"].as_u64().unwrap();
-    assert!(accepted_after > accepted_before, "{accepted_before} -> {accepted_after}");
+    assert!(
+        accepted_after > accepted_before,
+        "{accepted_before} -> {accepted_after}"
+    );
 
     // SIGHUP: a reloaded configuration with another gain keeps forwarding as it is.
     let text = std::fs::read_to_string(lqd.config_path()).unwrap() + "\n[damping]\ngain = 1.0\n";
@@ -320,23 +345,47 @@ fn a_crash_leaves_forwarding_in_place_and_a_restart_adopts_it() {
     lqd.signal(libc::SIGHUP);
     let start = Instant::now();
     while !lqd.log_text().contains("configuration reloaded") {
-        assert!(start.elapsed() < Duration::from_secs(5), "{}", lqd.log_text());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{}",
+            lqd.log_text()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(group_weights(&f.leaf).as_deref(), Some(&congested[..]));
     // A broken file is refused with the reason in the log, and lqd keeps running.
-    std::fs::write(lqd.config_path(), "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\nmiss-count = 99\n").unwrap();
+    std::fs::write(
+        lqd.config_path(),
+        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\nmiss-count = 99\n",
+    )
+    .unwrap();
     lqd.signal(libc::SIGHUP);
     let start = Instant::now();
     while !lqd.log_text().contains("reload refused") {
-        assert!(start.elapsed() < Duration::from_secs(5), "{}", lqd.log_text());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{}",
+            lqd.log_text()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(lqd.log_text().contains("allowed 2..=10"), "{}", lqd.log_text());
+    assert!(
+        lqd.log_text().contains("allowed 2..=10"),
+        "{}",
+        lqd.log_text()
+    );
     spines.set(1, Some(237));
-    wait_for("S2 back after reload", &lqd, &f.leaf, &[(1, 255), (2, 255), (3, 255), (4, 255)]);
+    wait_for(
+        "S2 back after reload",
+        &lqd,
+        &f.leaf,
+        &[(1, 255), (2, 255), (3, 255), (4, 255)],
+    );
 
     // SIGTERM leaves forwarding in place (no flush-on-exit).
     assert!(lqd.terminate().is_some_and(|s| s.success()));
-    assert!(group_weights(&f.leaf).is_some(), "the group must survive a clean stop");
+    assert!(
+        group_weights(&f.leaf).is_some(),
+        "the group must survive a clean stop"
+    );
 }
