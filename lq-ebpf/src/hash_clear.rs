@@ -17,5 +17,5 @@ use aya_ebpf::{
 pub fn lq_clear_hash(ctx: TcContext) -> i32 {
     // SAFETY: the helper takes the skb the kernel passed in and only clears its hash.
     unsafe { bpf_set_hash_invalid(ctx.skb.skb) };
-    TC_ACT_OK as i32
+    TC_ACT_OK
 }

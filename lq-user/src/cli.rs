@@ -59,6 +59,10 @@ pub enum Command {
     /// Follow lq-threshold-crossed notifications (CL changes of this node's links) as
     /// RFC 7951 JSON lines, until interrupted.
     Monitor(MonitorArgs),
+    /// Simulate a fabric in virtual time (no kernel): the real helper pipeline and
+    /// advertiser, receiver and controller on any fabric; JSON lines of LQS, CL, targets and
+    /// weights (see docs/sim.md and scenarios/).
+    Sim(SimArgs),
     /// IPFIX tools: `lqd ipfix collect --listen ADDR` prints received PFC records as JSON
     /// lines.
     #[command(subcommand)]
@@ -149,6 +153,28 @@ pub struct ShowArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Arguments of `lqd sim`.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// The scenario (TOML), e.g. scenarios/appendix-b.toml.
+    pub scenario: PathBuf,
+    /// Stop at this virtual time (ms) instead of the scenario's duration.
+    #[arg(long, value_name = "MS")]
+    pub until_ms: Option<u64>,
+    /// Also print every value every N ms, not only on change.
+    #[arg(long, value_name = "MS")]
+    pub every_ms: Option<u64>,
+    /// Seed of the advertisement jitter.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Run a named variant of the scenario (e.g. herd.toml's "undamped").
+    #[arg(long)]
+    pub variant: Option<String>,
+    /// Print the run's summary (counts, oscillation statistics) as JSON on stderr.
+    #[arg(long)]
+    pub summary: bool,
 }
 
 /// `lqd ipfix ...`.

@@ -339,6 +339,14 @@ fn open_socket(iface: &str, ifindex: u32, ipv6: bool) -> io::Result<Socket> {
         }
         s.set_multicast_loop_v4(false)?;
     }
+    // Network control (DSCP CS6, priority 6): where the egress qdisc has priorities, an
+    // advertisement about congestion must not wait behind the congestion it reports.
+    if ipv6 {
+        s.set_tclass_v6(0xc0)?;
+    } else {
+        s.set_tos_v4(0xc0)?;
+    }
+    s.set_priority(6)?;
     s.set_nonblocking(true)?;
     Ok(s)
 }

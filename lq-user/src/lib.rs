@@ -19,4 +19,5 @@ pub mod pfc_export;
 pub mod privileges;
 pub mod rtnl;
 pub mod show;
+pub mod sim;
 pub mod yang_state;

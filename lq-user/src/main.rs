@@ -18,7 +18,12 @@ use crate::cli::{Cli, Command, DecodeArgs, LogFormat, ShowArgs, ShowWhat};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(&cli.log_level, cli.log_format);
+    // A simulation's per-node logs would drown its JSON lines: quieter unless asked.
+    let level = match (&cli.command, cli.log_level.as_str()) {
+        (Command::Sim(_), "info") => "warn",
+        (_, l) => l,
+    };
+    init_tracing(level, cli.log_format);
     match cli.command {
         Command::Decode(args) => decode(&args),
         Command::Run(args) => top(run(args)),
@@ -26,6 +31,7 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => top(check_config(&args.file)),
         Command::Monitor(args) => top(monitor(&args)),
         Command::Ipfix(cli::IpfixCommand::Collect(args)) => top(collect(&args)),
+        Command::Sim(args) => top(sim(&args)),
     }
 }
 
@@ -95,6 +101,29 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
         writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
     } else {
         write!(out, "{}", table(&value))?;
+    }
+    Ok(())
+}
+
+fn sim(args: &cli::SimArgs) -> anyhow::Result<()> {
+    let mut s = lq_user::sim::Scenario::load(&args.scenario)?;
+    if let Some(v) = &args.variant {
+        s = s.with_variant(v)?;
+    }
+    if let Some(ms) = args.until_ms {
+        s.duration_ns = ms * 1_000_000;
+    }
+    if let Some(ms) = args.every_ms {
+        s.every_ns = Some(ms * 1_000_000);
+    }
+    if let Some(seed) = args.seed {
+        s.seed = seed;
+    }
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    let summary = lq_user::sim::run(&s, &mut out)?;
+    out.flush()?;
+    if args.summary {
+        eprintln!("{}", serde_json::to_string_pretty(&summary)?);
     }
     Ok(())
 }

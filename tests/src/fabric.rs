@@ -9,7 +9,7 @@
 use std::{
     fs::File,
     net::Ipv4Addr,
-    os::fd::AsRawFd,
+    os::{fd::AsRawFd, unix::process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -342,7 +342,7 @@ impl Default for LbOptions {
     fn default() -> Self {
         Self {
             buckets: 256,
-            idle_timer_ms: 200,
+            idle_timer_ms: 1000,
             unbalanced_timer_ms: 1000,
             gain: 0.5,
         }
@@ -413,7 +413,9 @@ pub fn pfc_sections(interfaces: &[String], collector: &str, interval_ms: u32) ->
 
 /// A nexthop group as the kernel has it: members (id - ID_BASE, weight), sorted.
 pub fn group_members(ns: &NetNs, group: u64) -> Option<Vec<(u64, u64)>> {
-    let out = ns.ip(&["-j", "nexthop", "show", "id", &group.to_string()]).ok()?;
+    let out = ns
+        .ip(&["-j", "nexthop", "show", "id", &group.to_string()])
+        .ok()?;
     let v: serde_json::Value = serde_json::from_str(&out).ok()?;
     let g = v.as_array()?.first()?.clone();
     let mut w: Vec<(u64, u64)> = g["group"]
@@ -457,10 +459,58 @@ pub fn set_group(ns: &NetNs, group: u64, weights: &[(u64, u64)], o: &LbOptions) 
         "resilient",
         "buckets",
         &o.buckets.to_string(),
+        // iproute2 takes whole seconds here (lqd sends centiseconds over rtnetlink).
         "idle_timer",
-        &format!("{}", f64::from(o.idle_timer_ms) / 1000.0),
+        &o.idle_timer_ms.div_ceil(1000).to_string(),
         "unbalanced_timer",
-        &format!("{}", f64::from(o.unbalanced_timer_ms) / 1000.0),
+        &o.unbalanced_timer_ms.div_ceil(1000).to_string(),
+        "proto",
+        "76",
+    ])?;
+    Ok(())
+}
+
+/// Deletes and re-creates a resilient group and the route to `prefix` through it (lqd's
+/// protocol, so a restarted lqd adopts both): a fresh group has the same bucket layout
+/// every time, so runs with the same weights and 5-tuples hash alike.
+pub fn recreate_group(
+    ns: &NetNs,
+    group: u64,
+    prefix: &str,
+    weights: &[(u64, u64)],
+    o: &LbOptions,
+) -> Result<()> {
+    let _ = ns.ip(&["route", "del", prefix]);
+    let _ = ns.ip(&["nexthop", "del", "id", &group.to_string()]);
+    let members: Vec<String> = weights
+        .iter()
+        .filter(|(_, w)| *w > 0)
+        .map(|(id, w)| format!("{},{}", ID_BASE + id, w))
+        .collect();
+    ns.ip(&[
+        "nexthop",
+        "add",
+        "id",
+        &group.to_string(),
+        "group",
+        &members.join("/"),
+        "type",
+        "resilient",
+        "buckets",
+        &o.buckets.to_string(),
+        "idle_timer",
+        &o.idle_timer_ms.div_ceil(1000).to_string(),
+        "unbalanced_timer",
+        &o.unbalanced_timer_ms.div_ceil(1000).to_string(),
+        "proto",
+        "76",
+    ])?;
+    ns.ip(&[
+        "route",
+        "add",
+        prefix,
+        "nhid",
+        &group.to_string(),
         "proto",
         "76",
     ])?;
@@ -585,7 +635,13 @@ impl Clos3 {
         }
         // Management: a bridge in the collector namespace, one port per router.
         collector.ip(&["link", "add", "br0", "type", "bridge"])?;
-        collector.ip(&["addr", "add", &format!("{}/24", Self::COLLECTOR), "dev", "br0"])?;
+        collector.ip(&[
+            "addr",
+            "add",
+            &format!("{}/24", Self::COLLECTOR),
+            "dev",
+            "br0",
+        ])?;
         collector.ip(&["link", "set", "br0", "up"])?;
         let routers: Vec<(&NetNs, String, u8)> = spine_ns
             .iter()
@@ -600,7 +656,16 @@ impl Clos3 {
             .collect();
         for (ns, port, host) in routers {
             collector.ip(&[
-                "link", "add", &port, "type", "veth", "peer", "name", "m0", "netns", ns.name(),
+                "link",
+                "add",
+                &port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "m0",
+                "netns",
+                ns.name(),
             ])?;
             collector.ip(&["link", "set", &port, "master", "br0", "up"])?;
             ns.ip(&["addr", "add", &format!("10.255.0.{host}/24"), "dev", "m0"])?;

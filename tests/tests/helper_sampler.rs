@@ -228,6 +228,17 @@ fn sampler_reads_tbf_shaped_veth() -> Result<()> {
         ])?;
         let htb2 = one(&mut Sampler::new(vec![link("s1")])?)?;
         let missing = one(&mut Sampler::new(vec![link("nope0")])?)?;
+        // Full link dumps only every 3rd sample, RTM_GETSTATS in between: same readings.
+        let mut cheap = Sampler::new(vec![link("s1")])?;
+        cheap.set_link_dump_every(3);
+        for _ in 0..4 {
+            let r = one(&mut cheap)?;
+            ensure!(
+                r.raw.oper_up && r.raw.tx_bytes >= htb2.raw.tx_bytes,
+                "{r:?}"
+            );
+            ensure!(r.raw.link_speed_bps == 10_000_000_000, "{r:?}");
+        }
         Ok((eth, conf, htb, htb2, missing))
     })??;
     eprintln!("noqueue: {eth:?}\nhtb: {htb:?}\nhtb, two roots: {htb2:?}");

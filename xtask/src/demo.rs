@@ -1,12 +1,82 @@
-//! `cargo xtask demo`: the fabric demo of issue 7 (spines and leaves in network namespaces,
-//! lqd on every node, traffic shifting with link quality). Not built yet: this module is
-//! where it goes, behind `demo()`.
+//! `cargo xtask demo`: the fabric demo of issue 7. Builds `lqd` and the `demo` program of
+//! lq-tests (release) and runs the demo as root: a 3-stage CLOS of 4 spines and 4 leaves with
+//! a host behind each leaf, in network namespaces, lqd on every node, a job and a dynamic
+//! load under ECMP, static weights and lq. Results: `target/demo/report.json` and
+//! `target/demo/plot.svg`.
+//!
+//! The fabric builder lives in `tests/src/fabric.rs` (shared with the fabric tests), the
+//! demo itself in `tests/src/bin/demo/`: both need aya and lq-user, which xtask does not
+//! build. Ctrl-C reaches the demo, which removes its namespaces and processes; this process
+//! waits for it.
 
-use anyhow::Result;
+use std::{
+    process::Command,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
-/// Runs the demo.
-pub fn demo() -> Result<()> {
-    println!("==> demo: the fabric demo (issue 7) is not built yet; nothing to run.");
-    println!("    Try `cargo xtask test` for the privileged network-namespace tests instead.");
-    Ok(())
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+
+use crate::{
+    build::{self, BuildArgs},
+    util,
+};
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// The short version (CI): 32 flows of 2 MiB, 14 s of dynamic load.
+    #[arg(long)]
+    pub quick: bool,
+    /// Output folder (default target/demo).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Runs the demo; returns its exit code.
+pub fn demo(args: &DemoArgs) -> Result<i32> {
+    let lqd = build::build(&BuildArgs {
+        release: true,
+        target: None,
+    })?
+    .join("lqd");
+    util::step(
+        "demo",
+        "building the demo program (lq-tests, release)",
+        || {
+            let mut c = util::cargo_cmd(None);
+            c.args(["build", "--release", "-p", "lq-tests", "--bin", "demo"]);
+            util::run(&mut c)?;
+            Ok(((), "built".into()))
+        },
+    )?;
+    let root = util::workspace_root();
+    let bin = root.join("target/release/demo");
+    let out = args.out.clone().unwrap_or_else(|| root.join("target/demo"));
+    let mut cmd = if util::is_root() {
+        Command::new(&bin)
+    } else {
+        println!("==> demo: not root, running the demo through `sudo`");
+        let mut c = Command::new("sudo");
+        c.arg(&bin);
+        c
+    };
+    cmd.arg("--lqd").arg(&lqd).arg("--out").arg(&out);
+    if args.quick {
+        cmd.arg("--quick");
+    }
+    cmd.current_dir(root);
+    // Ctrl-C goes to the whole foreground group: the demo cleans up and exits; we wait.
+    ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst))
+        .context("install the Ctrl-C handler")?;
+    let st = util::status(&mut cmd)?;
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        println!("==> demo: interrupted; the demo removed its namespaces");
+        return Ok(130);
+    }
+    if !st.success() {
+        bail!("the demo failed ({st})");
+    }
+    Ok(0)
 }

@@ -217,6 +217,8 @@ fn run_target(target: &str, runs: u64) -> Result<Report> {
     util::break_line();
     println!("==> fuzz: {target} ({runs} runs)");
     let mut cmd = util::cargo_cmd(Some("nightly"));
+    // The lq-user targets need no eBPF object: skip its build (an empty object is embedded).
+    cmd.env("AYA_BUILD_SKIP", "1");
     cmd.args(["fuzz", "run", "--debug-assertions", target])
         .arg(&scratch)
         .arg(format!("fuzz/corpus/{target}"))

@@ -7,6 +7,7 @@ mod bench;
 mod build;
 mod demo;
 mod fuzz;
+mod install;
 mod run;
 mod setup;
 mod test;
@@ -39,10 +40,13 @@ enum Cmd {
     Fuzz(fuzz::FuzzArgs),
     /// Run the `bench_*` programs of lq-tests and collect their LQ-METRIC lines.
     Bench(bench::BenchArgs),
-    /// The fabric demo (issue 7; not built yet).
-    Demo,
+    /// The fabric demo: a 4x4 CLOS in network namespaces, lqd on every node, a job and a
+    /// dynamic load under ECMP, static weights and lq; target/demo/report.json and plot.svg.
+    Demo(demo::DemoArgs),
     /// Build lqd (release) and run it with the given arguments (as root).
     Run(run::RunArgs),
+    /// Install lqd, its systemd unit (lqd@.service), docs and an example configuration.
+    Install(install::InstallArgs),
 }
 
 fn main() {
@@ -68,7 +72,8 @@ fn dispatch(cmd: Cmd) -> Result<i32> {
         Cmd::Test(a) => test::test(&a),
         Cmd::Fuzz(a) => fuzz::fuzz(&a),
         Cmd::Bench(a) => bench::bench(&a).map(|()| 0),
-        Cmd::Demo => demo::demo().map(|()| 0),
+        Cmd::Demo(a) => demo::demo(&a),
         Cmd::Run(a) => run::run(&a),
+        Cmd::Install(a) => install::run(&a).map(|()| 0),
     }
 }

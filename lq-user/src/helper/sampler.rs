@@ -54,6 +54,13 @@ const RTM_GETQDISC: u16 = 38;
 /// RTM_NEWTCLASS: one class of an RTM_GETTCLASS dump.
 pub const RTM_NEWTCLASS: u16 = 40;
 const RTM_GETTCLASS: u16 = 42;
+/// RTM_NEWSTATS: one link of an RTM_GETSTATS dump.
+pub const RTM_NEWSTATS: u16 = 92;
+const RTM_GETSTATS: u16 = 94;
+/// sizeof(struct if_stats_msg).
+const IF_STATS_MSG_LEN: usize = 12;
+/// IFLA_STATS_LINK_64: struct rtnl_link_stats64 (also the filter bit 1 << (1 - 1)).
+const IFLA_STATS_LINK_64: u16 = 1;
 
 /// sizeof(struct ifinfomsg).
 const IFINFOMSG_LEN: usize = 16;
@@ -310,29 +317,46 @@ pub fn decode_link(payload: &[u8]) -> Result<LinkInfo, DecodeError> {
             IFLA_TXQLEN => l.txqlen = Some(u32_attr("link", ty, p)?),
             IFLA_OPERSTATE => l.operstate = Some(u8_attr("link", ty, p)?),
             IFLA_CARRIER => l.carrier = Some(u8_attr("link", ty, p)? != 0),
-            IFLA_STATS64 => {
-                // struct rtnl_link_stats64 starts rx_packets, tx_packets, rx_bytes,
-                // tx_bytes, rx_errors, tx_errors, rx_dropped, tx_dropped (u64 each); the
-                // kernel appends more fields over time, so only a minimum is checked.
-                let (Some(tx_packets), Some(tx_bytes), Some(tx_dropped)) =
-                    (ne_u64(p, 8), ne_u64(p, 24), ne_u64(p, 56))
-                else {
-                    return Err(DecodeError::AttrSize {
-                        what: "link",
-                        ty,
-                        len: p.len(),
-                    });
-                };
-                l.stats = Some(LinkStats {
-                    tx_packets,
-                    tx_bytes,
-                    tx_dropped,
-                });
-            }
+            IFLA_STATS64 => l.stats = Some(stats64(ty, p)?),
             _ => {}
         }
     }
     Ok(l)
+}
+
+/// Decodes the payload of an RTM_NEWSTATS message (struct if_stats_msg { u8 family, pad1;
+/// u16 pad2; u32 ifindex; u32 filter_mask; } and IFLA_STATS_LINK_64): the ifindex and
+/// its TX counters.
+pub fn decode_stats(payload: &[u8]) -> Result<(u32, Option<LinkStats>), DecodeError> {
+    let Some(ifindex) = ne_u32(payload, 4).filter(|_| payload.len() >= IF_STATS_MSG_LEN) else {
+        return Err(DecodeError::Truncated("if_stats_msg"));
+    };
+    let mut stats = None;
+    for a in attrs(&payload[IF_STATS_MSG_LEN..]) {
+        let (ty, p) = a?;
+        if ty == IFLA_STATS_LINK_64 {
+            stats = Some(stats64(ty, p)?);
+        }
+    }
+    Ok((ifindex, stats))
+}
+
+/// The TX counters of a `struct rtnl_link_stats64`: rx_packets, tx_packets, rx_bytes,
+/// tx_bytes, rx_errors, tx_errors, rx_dropped, tx_dropped (u64 each) come first; the
+/// kernel appends more fields over time, so only a minimum length is checked.
+fn stats64(ty: u16, p: &[u8]) -> Result<LinkStats, DecodeError> {
+    match (ne_u64(p, 8), ne_u64(p, 24), ne_u64(p, 56)) {
+        (Some(tx_packets), Some(tx_bytes), Some(tx_dropped)) => Ok(LinkStats {
+            tx_packets,
+            tx_bytes,
+            tx_dropped,
+        }),
+        _ => Err(DecodeError::AttrSize {
+            what: "stats64",
+            ty,
+            len: p.len(),
+        }),
+    }
 }
 
 /// `struct gnet_stats_basic`.
@@ -811,6 +835,14 @@ pub fn encode_getlink_dump(seq: u32) -> Vec<u8> {
     dump_request(RTM_GETLINK, seq, &[0; IFINFOMSG_LEN])
 }
 
+/// RTM_GETSTATS dump of every link's stats64 only (if_stats_msg with filter_mask
+/// IFLA_STATS_LINK_64): far cheaper for the kernel than an RTM_GETLINK dump.
+pub fn encode_getstats_dump(seq: u32) -> Vec<u8> {
+    let mut m = [0u8; IF_STATS_MSG_LEN];
+    m[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    dump_request(RTM_GETSTATS, seq, &m)
+}
+
 /// RTM_GETQDISC dump of every qdisc (tcmsg all zero).
 pub fn encode_getqdisc_dump(seq: u32) -> Vec<u8> {
     dump_request(RTM_GETQDISC, seq, &[0; TCMSG_LEN])
@@ -1012,6 +1044,8 @@ pub struct Sampler {
     ecn_eligible: Option<Box<dyn CounterSource>>,
     pause: Option<Box<dyn CounterSource>>,
     skipped: u64,
+    link_dump_every: u32,
+    round: u32,
 }
 
 impl Sampler {
@@ -1053,6 +1087,8 @@ impl Sampler {
             ecn_eligible: None,
             pause: None,
             skipped: 0,
+            link_dump_every: 1,
+            round: 0,
         })
     }
 
@@ -1068,6 +1104,15 @@ impl Sampler {
         self.pause = Some(source);
     }
 
+    /// Does the full RTM_GETLINK dump only every `n` samples (1, the default: every
+    /// sample) and reads the TX counters with a cheap RTM_GETSTATS (stats64 only) dump in
+    /// between; names, MTU and oper state then come from the last full dump, so an oper
+    /// state change is seen up to `n - 1` samples late. A monitored link missing from a
+    /// stats dump forces a full dump at once.
+    pub fn set_link_dump_every(&mut self, n: u32) {
+        self.link_dump_every = n.max(1);
+    }
+
     /// Dump messages that could not be decoded and were skipped, so far.
     pub fn skipped_messages(&self) -> u64 {
         self.skipped
@@ -1077,32 +1122,19 @@ impl Sampler {
     /// CLOCK_MONOTONIC.
     pub fn sample(&mut self) -> Result<Vec<LinkSample>, SamplerError> {
         for l in &mut self.links {
-            l.link = None;
             l.qdisc = None;
         }
-        // The counters are read while the link dump runs; its midpoint is the sample time
-        // (A.2 divides by the real interval, so a stable reference point matters more than
-        // the dump's length).
-        let t0 = crate::load_balancer::monotonic_ns();
-        {
-            let (links, by_name, skipped) = (&mut self.links, &self.by_name, &mut self.skipped);
-            dump(&mut self.rtnl, "link", encode_getlink_dump, |ty, p| {
-                if ty != RTM_NEWLINK {
-                    return;
-                }
-                match decode_link(p) {
-                    Ok(l) => {
-                        let slot = l.name.as_deref().and_then(|n| by_name.get(n));
-                        if let Some(&i) = slot {
-                            links[i].link = Some(l);
-                        }
-                    }
-                    Err(_) => *skipped += 1,
-                }
-            })?;
+        let full = self.round.is_multiple_of(self.link_dump_every)
+            || self.links.iter().any(|l| l.link.is_none());
+        self.round = self.round.wrapping_add(1);
+        // The counters are read while the dump runs; its midpoint is the sample time (A.2
+        // divides by the real interval, so a stable reference point matters more than the
+        // dump's length).
+        let mut t_ns = if full { None } else { self.stats_dump()? };
+        if t_ns.is_none() {
+            t_ns = Some(self.link_dump()?);
         }
-        let t1 = crate::load_balancer::monotonic_ns();
-        let t_ns = t0 + (t1.saturating_sub(t0)) / 2;
+        let t_ns = t_ns.unwrap_or_default();
         {
             let (links, skipped) = (&mut self.links, &mut self.skipped);
             dump(&mut self.rtnl, "qdisc", encode_getqdisc_dump, |ty, p| {
@@ -1135,12 +1167,65 @@ impl Sampler {
         Ok(out)
     }
 
+    /// The full RTM_GETLINK dump; returns the sample time.
+    fn link_dump(&mut self) -> Result<u64, SamplerError> {
+        for l in &mut self.links {
+            l.link = None;
+        }
+        let t0 = crate::load_balancer::monotonic_ns();
+        let (links, by_name, skipped) = (&mut self.links, &self.by_name, &mut self.skipped);
+        dump(&mut self.rtnl, "link", encode_getlink_dump, |ty, p| {
+            if ty != RTM_NEWLINK {
+                return;
+            }
+            match decode_link(p) {
+                Ok(l) => {
+                    let slot = l.name.as_deref().and_then(|n| by_name.get(n));
+                    if let Some(&i) = slot {
+                        links[i].link = Some(l);
+                    }
+                }
+                Err(_) => *skipped += 1,
+            }
+        })?;
+        let t1 = crate::load_balancer::monotonic_ns();
+        Ok(t0 + t1.saturating_sub(t0) / 2)
+    }
+
+    /// The RTM_GETSTATS dump updating the cached links' counters; the sample time, or
+    /// `None` when a monitored link was missing (a full dump must find out why).
+    fn stats_dump(&mut self) -> Result<Option<u64>, SamplerError> {
+        let t0 = crate::load_balancer::monotonic_ns();
+        let mut seen = 0usize;
+        let (links, skipped) = (&mut self.links, &mut self.skipped);
+        dump(&mut self.rtnl, "stats", encode_getstats_dump, |ty, p| {
+            if ty != RTM_NEWSTATS {
+                return;
+            }
+            match decode_stats(p) {
+                Ok((ifindex, stats)) => {
+                    if let Some(k) = links
+                        .iter_mut()
+                        .filter_map(|l| l.link.as_mut())
+                        .find(|k| k.ifindex == ifindex)
+                    {
+                        k.stats = stats;
+                        seen += 1;
+                    }
+                }
+                Err(_) => *skipped += 1,
+            }
+        })?;
+        let t1 = crate::load_balancer::monotonic_ns();
+        Ok((seen == self.links.len()).then(|| t0 + t1.saturating_sub(t0) / 2))
+    }
+
     /// Builds one link's sample from this round's link and qdisc messages.
     fn finish_link(&mut self, i: usize, t_ns: u64) -> Result<LinkSample, SamplerError> {
         let mut notes = Vec::new();
         let l = &mut self.links[i];
         let name = l.cfg.name.clone();
-        let Some(link) = l.link.take() else {
+        let Some(link) = l.link.clone() else {
             notes.push(note::NO_INTERFACE);
             l.qdisc_id = None;
             l.drops.detach();
@@ -1551,6 +1636,56 @@ mod tests {
             })
         );
         assert!(l.oper_up());
+    }
+
+    /// An RTM_NEWSTATS message of an RTM_GETSTATS dump with filter IFLA_STATS_LINK_64.
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn fixture_newstats() {
+        let msg = unhex(concat!(
+            // struct nlmsghdr
+            "60000000", // nlmsg_len 96
+            "5c00",     // RTM_NEWSTATS 92
+            "0200",     // NLM_F_MULTI
+            "08000000", // seq 8
+            "00000000", // pid
+            // struct if_stats_msg
+            "00",
+            "00",
+            "0000",     // family AF_UNSPEC, pad1, pad2
+            "07000000", // ifindex 7
+            "01000000", // filter_mask IFLA_STATS_LINK_64
+            // IFLA_STATS_LINK_64: len 68, type 1, the first 8 u64 of rtnl_link_stats64
+            "4400",
+            "0100",
+            "0000000000000000", // rx_packets
+            "0200000000000000", // tx_packets 2
+            "0000000000000000", // rx_bytes
+            "8405000000000000", // tx_bytes 1412
+            "0000000000000000", // rx_errors
+            "0000000000000000", // tx_errors
+            "0000000000000000", // rx_dropped
+            "0100000000000000", // tx_dropped 1
+        ));
+        let m: Vec<_> = messages(&msg).collect::<Result<_, _>>().unwrap();
+        assert_eq!((m.len(), m[0].ty), (1, RTM_NEWSTATS));
+        assert_eq!(
+            decode_stats(m[0].payload),
+            Ok((
+                7,
+                Some(LinkStats {
+                    tx_packets: 2,
+                    tx_bytes: 1412,
+                    tx_dropped: 1
+                })
+            ))
+        );
+        assert_eq!(
+            decode_stats(&m[0].payload[..11]),
+            Err(DecodeError::Truncated("if_stats_msg"))
+        );
+        let g = encode_getstats_dump(1);
+        assert_eq!((g.len(), g[4], g[24]), (28, RTM_GETSTATS as u8, 1));
     }
 
     #[test]
@@ -2077,6 +2212,7 @@ mod tests {
                 let _ = decode_link(m.payload);
                 let _ = decode_qdisc(m.payload);
                 let _ = decode_class(m.payload);
+                let _ = decode_stats(m.payload);
             }
             let _ = decode_link(&b);
             let _ = decode_qdisc(&b);

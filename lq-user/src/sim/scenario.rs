@@ -170,17 +170,18 @@ struct VariantFile {
 /// One selector string or a list of them.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(untagged)]
-enum Selector {
-    One(Spanned<String>),
-    Many(Vec<Spanned<String>>),
+enum SelectorValue {
+    One(String),
+    Many(Vec<String>),
 }
 
-impl Selector {
-    fn items(&self) -> Vec<&Spanned<String>> {
-        match self {
-            Self::One(s) => vec![s],
-            Self::Many(v) => v.iter().collect(),
-        }
+/// A selector with its position in the file.
+type Selector = Spanned<SelectorValue>;
+
+fn items(s: &Selector) -> Vec<&String> {
+    match s.get_ref() {
+        SelectorValue::One(x) => vec![x],
+        SelectorValue::Many(v) => v.iter().collect(),
     }
 }
 
@@ -288,7 +289,9 @@ struct File {
     every_ms: Option<Spanned<f64>>,
     #[serde(default)]
     params: ParamsFile,
+    #[serde(default)]
     nodes: Vec<NodesFile>,
+    #[serde(default)]
     links: Vec<LinksFile>,
     #[serde(default)]
     metrics: Vec<MetricsFile>,
@@ -424,7 +427,9 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 fn ms_to_ns(ms: f64) -> Option<u64> {
-    (ms.is_finite() && ms >= 0.0 && ms < 1.0e12).then(|| (ms * 1.0e6).round() as u64)
+    (0.0..1.0e12)
+        .contains(&ms)
+        .then(|| (ms * 1.0e6).round() as u64)
 }
 
 fn duration_ms(ms: f64) -> Option<Duration> {
@@ -495,11 +500,9 @@ impl Scenario {
             .ok_or_else(|| SimError::UnknownVariant(name.to_string()))?;
         let merged = self.base_params.overlay(&v.params);
         let mut s = self.clone();
-        s.params = resolve_params(&merged).map_err(|m| SimError::Params(format!("variant {name}: {m}")))?;
+        s.params = resolve_params(&merged)
+            .map_err(|m| SimError::Params(format!("variant {name}: {m}")))?;
         s.variant = Some(name.to_string());
-        let (delay, loss) = (merged.delay_ms, merged.loss);
-        // Link delay/loss defaults may be overridden too; explicit per-link values stay.
-        let _ = (delay, loss);
         Ok(s)
     }
 
@@ -553,13 +556,17 @@ fn check_unit(cx: &Ctx, at: usize, what: &str, v: f64) -> Result<(), SimError> {
 }
 
 fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
-    let params = resolve_params(&f.params).map_err(|m| SimError::Params(format!("[params]: {m}")))?;
-    let Some(duration_ns) = ms_to_ns(*f.duration_ms.get()).filter(|d| *d > 0) else {
-        return cx.err(f.duration_ms.span().start, "duration_ms must be a positive number");
+    let params =
+        resolve_params(&f.params).map_err(|m| SimError::Params(format!("[params]: {m}")))?;
+    let Some(duration_ns) = ms_to_ns(*f.duration_ms.get_ref()).filter(|d| *d > 0) else {
+        return cx.err(
+            f.duration_ms.span().start,
+            "duration_ms must be a positive number",
+        );
     };
     let every_ns = match &f.every_ms {
         None => None,
-        Some(e) => match ms_to_ns(*e.get()).filter(|d| *d > 0) {
+        Some(e) => match ms_to_ns(*e.get_ref()).filter(|d| *d > 0) {
             Some(n) => Some(n),
             None => return cx.err(e.span().start, "every_ms must be a positive number"),
         },
@@ -581,12 +588,12 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
         match (&g.names, &g.prefix, g.count) {
             (Some(list), None, None) => {
                 for n in list {
-                    names.push((n.get().clone(), n.span().start));
+                    names.push((n.get_ref().clone(), n.span().start));
                 }
             }
             (None, Some(p), Some(c)) => {
                 for i in 1..=c {
-                    names.push((format!("{}{i}", p.get()), p.span().start));
+                    names.push((format!("{}{i}", p.get_ref()), p.span().start));
                 }
             }
             _ => {
@@ -596,7 +603,10 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
                     .and_then(|l| l.first().map(|n| n.span().start))
                     .or(g.prefix.as_ref().map(|p| p.span().start))
                     .unwrap_or(0);
-                return cx.err(at, "[[nodes]] needs either `names` or both `prefix` and `count`");
+                return cx.err(
+                    at,
+                    "[[nodes]] needs either `names` or both `prefix` and `count`",
+                );
             }
         }
         for (name, at) in names {
@@ -617,34 +627,34 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
     }
     let select = |s: &Selector| -> Result<Vec<usize>, SimError> {
         let mut out = Vec::new();
-        for item in s.items() {
-            let name = item.get();
+        for item in items(s) {
+            let name = item;
             if let Some(g) = name.strip_prefix('@') {
                 match groups.get(g) {
                     Some(v) => out.extend_from_slice(v),
-                    None => return cx.err(item.span().start, format!("unknown group {name}")),
+                    None => return cx.err(s.span().start, format!("unknown group {name}")),
                 }
             } else {
                 match by_name.get(name) {
                     Some(&i) => out.push(i),
-                    None => return cx.err(item.span().start, format!("unknown node {name}")),
+                    None => return cx.err(s.span().start, format!("unknown node {name}")),
                 }
             }
         }
         Ok(out)
     };
     let one = |s: &Spanned<String>| -> Result<usize, SimError> {
-        by_name
-            .get(s.get())
-            .copied()
-            .map_or_else(|| cx.err(s.span().start, format!("unknown node {}", s.get())), Ok)
+        by_name.get(s.get_ref()).copied().map_or_else(
+            || cx.err(s.span().start, format!("unknown node {}", s.get_ref())),
+            Ok,
+        )
     };
 
     // Links.
     let mut links: Vec<LinkSpec> = Vec::new();
     let mut pair: HashMap<(usize, usize), usize> = HashMap::new();
     for l in &f.links {
-        let at = l.a.items().first().map_or(0, |s| s.span().start);
+        let at = l.a.span().start;
         let capacity_gbps = l.capacity_gbps.unwrap_or(400.0);
         if !(capacity_gbps.is_finite() && capacity_gbps > 0.0) {
             return cx.err(at, "capacity_gbps must be positive");
@@ -694,7 +704,7 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
     let mut metrics: BTreeMap<(usize, usize), Series> = BTreeMap::new();
     for m in &f.metrics {
         let at = m.segments.span().start;
-        for s in m.segments.get() {
+        for s in m.segments.get_ref() {
             if ms_to_ns(s.at_ms).is_none() {
                 return cx.err(at, format!("segment at_ms = {} is not a time", s.at_ms));
             }
@@ -705,7 +715,7 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
         for &a in &select(&m.from)? {
             for &b in &select(&m.to)? {
                 if !pair.contains_key(&(a.min(b), a.max(b))) {
-                    let at = m.from.items().first().map_or(0, |s| s.span().start);
+                    let at = m.from.span().start;
                     return cx.err(
                         at,
                         format!("no link between {} and {}", nodes[a].name, nodes[b].name),
@@ -714,7 +724,7 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
                 let series = metrics.entry((a, b)).or_insert(Series {
                     segments: Vec::new(),
                 });
-                for s in m.segments.get() {
+                for s in m.segments.get_ref() {
                     series.segments.push((m.kind, *s));
                 }
             }
@@ -732,7 +742,7 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
         let destination = one(&fb.destination)?;
         let sources = select(&fb.sources)?;
         let at = fb.offered_gbps.span().start;
-        let offered_gbps = *fb.offered_gbps.get();
+        let offered_gbps = *fb.offered_gbps.get_ref();
         if !(offered_gbps.is_finite() && offered_gbps >= 0.0) {
             return cx.err(at, "offered_gbps must be >= 0");
         }
@@ -744,7 +754,10 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
         for b in &fb.background {
             let via = one(&b.via)?;
             if !pair.contains_key(&(via.min(destination), via.max(destination))) {
-                return cx.err(b.via.span().start, "no link between `via` and the destination");
+                return cx.err(
+                    b.via.span().start,
+                    "no link between `via` and the destination",
+                );
             }
             let Some(at_ns) = ms_to_ns(b.at_ms) else {
                 return cx.err(b.via.span().start, "at_ms is not a time");
@@ -780,6 +793,12 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
         });
     }
     for v in &f.variant {
+        if v.params.delay_ms.is_some() || v.params.loss.is_some() {
+            return Err(SimError::Params(format!(
+                "variant {}: delay_ms and loss are per-link settings and cannot vary",
+                v.name
+            )));
+        }
         resolve_params(&f.params.overlay(&v.params))
             .map_err(|m| SimError::Params(format!("variant {}: {m}", v.name)))?;
     }

@@ -5,6 +5,9 @@ use std::fmt::Write as _;
 
 use crate::Sample;
 
+/// One plotted line: label, colour and (time, value) points (a gap where `None`).
+type Series<'a> = (String, &'a str, Vec<(f64, Option<f64>)>);
+
 const W: f64 = 1200.0;
 const PANEL_H: f64 = 200.0;
 const LEFT: f64 = 70.0;
@@ -64,7 +67,7 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
             if p == 0 {
                 let _ = writeln!(
                     o,
-                    r#"<text x="{:.1}" y="{:.1}" font-size="10" fill="#555">{}</text>"#,
+                    r##"<text x="{:.1}" y="{:.1}" font-size="10" fill="#555">{}</text>"##,
                     x(*a) + 2.0,
                     y0 - 4.0,
                     esc(name)
@@ -94,7 +97,7 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
                 y(v) + 4.0
             );
         }
-        let series: Vec<(String, &str, Vec<(f64, Option<f64>)>)> = match p {
+        let series: Vec<Series> = match p {
             0 => (0..4)
                 .map(|i| {
                     (
@@ -106,8 +109,7 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
                                 let total: u64 = s.weights.iter().sum();
                                 (
                                     s.t_s,
-                                    (total > 0)
-                                        .then(|| s.weights[i] as f64 * 100.0 / total as f64),
+                                    (total > 0).then(|| s.weights[i] as f64 * 100.0 / total as f64),
                                 )
                             })
                             .collect(),
@@ -141,13 +143,8 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
             for &(t, v) in pts {
                 match v {
                     Some(v) => {
-                        let _ = write!(
-                            d,
-                            "{}{:.1},{:.1} ",
-                            if pen { "L" } else { "M" },
-                            x(t),
-                            y(v)
-                        );
+                        let _ =
+                            write!(d, "{}{:.1},{:.1} ", if pen { "L" } else { "M" }, x(t), y(v));
                         pen = true;
                     }
                     None => pen = false,

@@ -69,7 +69,8 @@ impl Registry {
         s
     }
 
-    fn get(&self, run: u32, flow: u32) -> Option<Arc<FlowStat>> {
+    /// A registered flow.
+    pub fn lookup(&self, run: u32, flow: u32) -> Option<Arc<FlowStat>> {
         self.flows.lock().unwrap().get(&(run, flow)).cloned()
     }
 
@@ -139,13 +140,9 @@ impl Receiver {
 impl Drop for Receiver {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        // Wake the accept loop: the listener's namespace is reachable from the sender
-        // side only, so poke it from a thread in the same namespace is not needed: the
-        // namespace's deletion or the process's end closes it. Best effort here.
-        let _ = self.addr;
-        if let Some(t) = self.thread.take() {
-            drop(t);
-        }
+        // The accept loop ends at its next connection or with the process; the
+        // namespace's deletion does not wait for it.
+        let _ = (self.addr, self.thread.take());
     }
 }
 
@@ -157,7 +154,7 @@ fn serve(mut c: TcpStream, reg: &Registry) {
         let run = u32::from_be_bytes(head[0..4].try_into().unwrap());
         let flow = u32::from_be_bytes(head[4..8].try_into().unwrap());
         let size = u64::from_be_bytes(head[8..16].try_into().unwrap());
-        let stat = reg.get(run, flow);
+        let stat = reg.lookup(run, flow);
         let mut buf = vec![0u8; 128 * 1024];
         let mut got = 0u64;
         while got < size {
@@ -249,7 +246,10 @@ fn connect(src: SocketAddrV4, dst: SocketAddrV4, pacing_bps: Option<u64>) -> Res
             size_of::<libc::sockaddr_in>() as u32,
         ) != 0
         {
-            bail!("connect {src} -> {dst}: {}", std::io::Error::last_os_error());
+            bail!(
+                "connect {src} -> {dst}: {}",
+                std::io::Error::last_os_error()
+            );
         }
         Ok(stream)
     }
@@ -317,10 +317,11 @@ pub fn spawn_flow(
         }
         // Wait for the receiver's reset (or EOF): the flow is over.
         let mut b = [0u8; 64];
-        while ok {
-            match s.read(&mut b) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+        if ok {
+            while let Ok(n) = s.read(&mut b) {
+                if n == 0 {
+                    break;
+                }
             }
         }
         reg.untrack(fd);

@@ -1,0 +1,76 @@
+//! `cargo xtask install [--destdir DIR] [--prefix PREFIX]`: builds `lqd` (release, eBPF
+//! object embedded) and installs it with its systemd unit, the documentation and an example
+//! configuration. `--destdir` stages everything under DIR (packaging, or a dry run).
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use crate::util;
+
+#[derive(Args)]
+pub struct InstallArgs {
+    /// Stage the files under this folder instead of /.
+    #[arg(long, value_name = "DIR")]
+    pub destdir: Option<PathBuf>,
+    /// Installation prefix.
+    #[arg(long, default_value = "/usr/local")]
+    pub prefix: PathBuf,
+}
+
+fn place(dest: &Path, rel: &Path) -> PathBuf {
+    dest.join(rel.strip_prefix("/").unwrap_or(rel))
+}
+
+fn copy(from: &Path, to: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Some(parent) = to.parent() {
+        fs::create_dir_all(parent).with_context(|| format!("create {}", parent.display()))?;
+    }
+    fs::copy(from, to).with_context(|| format!("copy {} to {}", from.display(), to.display()))?;
+    fs::set_permissions(to, fs::Permissions::from_mode(mode))?;
+    println!("    installed {}", to.display());
+    Ok(())
+}
+
+pub fn run(args: &InstallArgs) -> Result<()> {
+    let root = util::workspace_root();
+    util::step("install", "build lqd (release)", || {
+        let mut c = util::cargo_cmd(None);
+        c.args(["build", "--release", "-p", "lq-user", "--bin", "lqd"]);
+        util::run(&mut c).map(|()| ((), "built".to_string()))
+    })?;
+    let dest = args.destdir.clone().unwrap_or_else(|| PathBuf::from("/"));
+    let sbin = args.prefix.join("sbin/lqd");
+    copy(
+        &root.join("target/release/lqd"),
+        &place(&dest, &sbin),
+        0o755,
+    )?;
+    copy(
+        &root.join("deploy/lqd@.service"),
+        &place(&dest, Path::new("/etc/systemd/system/lqd@.service")),
+        0o644,
+    )?;
+    let doc = args.prefix.join("share/doc/lq");
+    for f in [
+        "README.md",
+        "docs/operator-guide.md",
+        "docs/architecture.md",
+        "docs/wire.md",
+    ] {
+        let name = Path::new(f).file_name().context("file name")?;
+        copy(&root.join(f), &place(&dest, &doc.join(name)), 0o644)?;
+    }
+    let example = place(&dest, Path::new("/etc/lq/example-leaf.toml"));
+    if !example.exists() {
+        copy(&root.join("examples/leaf.toml"), &example, 0o600)?;
+    }
+    println!("==> install: done. Next: write /etc/lq/NAME.toml (see example-leaf.toml), then");
+    println!("    systemctl daemon-reload && systemctl enable --now lqd@NAME");
+    Ok(())
+}
