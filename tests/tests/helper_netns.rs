@@ -142,6 +142,12 @@ fn a_loaded_link_is_advertised_triggered_and_recovers_slowly() {
     eprintln!("congestion visible at the leaf after {t:?}");
     let local = spine.show("local").unwrap();
     assert!(local["triggered"].as_u64().unwrap() >= 1, "{local}");
+    // The helper's YANG state (`local`: what it advertises) is valid ietf-lq-telemetry data.
+    let state = spine.show("state").unwrap();
+    lq_tests::yanglint_data(&state).unwrap();
+    let adv = &state["ietf-lq-telemetry:lq-telemetry"]["local"]["link-quality"][0];
+    assert_eq!(adv["remote-node-id"], "10.0.1.1", "{state}");
+    assert!(adv["lqs"].as_u64().unwrap() <= 25, "{state}");
 
     // Recovery is slow (alpha_fall 0.1: smoothed metrics fall 90 % in ~22 samples) and the
     // CL waits for the hold-down (100 ms) before it falls.

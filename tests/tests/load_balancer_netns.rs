@@ -233,6 +233,19 @@ fn weights_follow_remote_congestion_and_spine_failure() {
 
     let paths = lqd.show("paths").unwrap();
     assert_eq!(paths.as_array().unwrap().len(), 4, "{paths}");
+    // bpftool, an independent reader, lists and dumps the pinned path table (BTF maps).
+    let pinned = lqd.pin_dir().join("LQ_PATHS");
+    let dump = lq_tests::netns::run(
+        "bpftool",
+        &["-j", "map", "dump", "pinned", pinned.to_str().unwrap()],
+    )
+    .unwrap();
+    let dump: serde_json::Value = serde_json::from_str(&dump).unwrap();
+    assert_eq!(dump.as_array().unwrap().len(), 4, "{dump}");
+    assert!(
+        dump[0]["formatted"]["value"]["lqs"].is_u64(),
+        "bpftool shows the BTF field names: {dump}"
+    );
     let c = lqd.show("counters").unwrap();
     assert!(c["accepted"].as_u64().unwrap() > 20, "{c}");
     assert_eq!(c["bad_ttl"], 0);
