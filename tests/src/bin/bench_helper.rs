@@ -1,0 +1,160 @@
+//! `cargo xtask bench helper`: `trigger_latency_us`, the time from a threshold crossing to
+//! the triggered advertisement on the wire (seed 003 section 7.2: "within one sampling
+//! interval"; goal T_sample + 100 us).
+//!
+//! A spine lqd (helper role, T_sample 2 ms) monitors two links: s1, a 100 Mbit/s
+//! tbf-shaped veth that each trial overloads from t0 on, and s2, an idle one. The same
+//! datagrams go out of every link (wire spec), so the peer receives them on p2 without
+//! waiting behind the overload in s1's classless tbf queue: that queue delay is the
+//! network's, not the helper's. The peer notes the arrival of the first triggered datagram
+//! with a lower LQS for s1 at t1 (both CLOCK_MONOTONIC). The crossing happens at the load
+//! start, so t1 - t0 includes the wait for the next sample (0 to T_sample), the pipeline,
+//! the socket and the veth.
+
+use std::{
+    net::{Ipv4Addr, SocketAddr, UdpSocket},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Result;
+use lq_common::wire::{DecodePolicy, Mode, decode};
+use lq_tests::{
+    daemon::Lqd,
+    netns::{NetNs, veth_pair},
+};
+
+fn mono_ns() -> u64 {
+    lq_user::load_balancer::monotonic_ns()
+}
+
+fn enter(name: &str) {
+    let f = std::fs::File::open(format!("/run/netns/{name}")).expect("netns");
+    // SAFETY: setns on this thread only.
+    assert_eq!(
+        unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) },
+        0
+    );
+}
+
+fn main() -> Result<()> {
+    lq_tests::require_root();
+    let s = NetNs::new("lqb-hs")?;
+    let p = NetNs::new("lqb-hp")?;
+    veth_pair(&s, "s1", "10.9.0.1/24", &p, "p1", "10.9.0.2/24")?;
+    veth_pair(&s, "s2", "10.9.1.1/24", &p, "p2", "10.9.1.2/24")?;
+    s.exec(
+        "tc",
+        &[
+            "qdisc", "add", "dev", "s1", "root", "tbf", "rate", "100mbit", "burst", "32kb",
+            "latency", "20ms",
+        ],
+    )?;
+    // Advertisements from the spine, as (arrival ns, mode, lqs), on a socket in the peer.
+    let (tx, rx) = std::sync::mpsc::channel::<(u64, Mode, u8)>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let pname = p.name().to_string();
+    let st = stop.clone();
+    let listener = std::thread::spawn(move || {
+        enter(&pname);
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)
+            .expect("socket");
+        sock.bind_device(Some(b"p2")).expect("bind to p2");
+        sock.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, 52525)).into())
+            .expect("bind");
+        let sock: UdpSocket = sock.into();
+        sock.set_read_timeout(Some(Duration::from_millis(50))).ok();
+        let mut buf = [0u8; 2048];
+        while !st.load(Ordering::Relaxed) {
+            if let Ok(n) = sock.recv(&mut buf) {
+                let t = mono_ns();
+                if let Ok(a) = decode(&buf[..n], &DecodePolicy::ANY)
+                    && let Some(e) = a.entries().find(|e| e.remote_node_id == 0x0a00_0101)
+                {
+                    let _ = tx.send((t, a.header.mode, e.lqs));
+                }
+            }
+        }
+    });
+    let spine = Lqd::start(
+        &s,
+        "[lq-telemetry]\nenabled = true\nrole = \"helper\"\nrouter-id = \"10.0.0.2\"\n[[link]]\ninterface = \"s1\"\nremote-node = [\"10.0.1.1\"]\n[[link]]\ninterface = \"s2\"\nremote-node = [\"10.0.1.2\"]\n",
+    )?;
+    let mut lat = Vec::new();
+    for trial in 0..25 {
+        // Idle: wait for an advertised LQS >= 240 (the link recovered), then drain.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, _, q) = rx.recv_timeout(Duration::from_secs(5))?;
+            if q >= 240 {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "link never recovered");
+        }
+        std::thread::sleep(Duration::from_millis(30));
+        while rx.try_recv().is_ok() {}
+        let load_stop = Arc::new(AtomicBool::new(false));
+        let ls = load_stop.clone();
+        let sname = s.name().to_string();
+        let t0 = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let t0w = t0.clone();
+        let load = std::thread::spawn(move || {
+            enter(&sname);
+            let socks: Vec<UdpSocket> = (0..8)
+                .map(|_| UdpSocket::bind("10.9.0.1:0").expect("bind"))
+                .collect();
+            for x in &socks {
+                x.set_nonblocking(true).ok();
+            }
+            let to: SocketAddr = "10.9.0.2:9".parse().expect("addr");
+            let buf = [0u8; 1400];
+            t0w.store(mono_ns(), Ordering::SeqCst);
+            while !ls.load(Ordering::Relaxed) {
+                for x in &socks {
+                    let _ = x.send_to(&buf, to);
+                }
+            }
+        });
+        let first = loop {
+            let (t, mode, q) = rx.recv_timeout(Duration::from_secs(5))?;
+            if mode == Mode::Triggered && q < 215 {
+                break t;
+            }
+        };
+        load_stop.store(true, Ordering::Relaxed);
+        load.join().ok();
+        let t0 = t0.load(Ordering::SeqCst);
+        if first > t0 {
+            lat.push((first - t0) as f64 / 1000.0);
+        }
+        eprintln!(
+            "trial {trial}: {:.0} us",
+            lat.last().copied().unwrap_or(f64::NAN)
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    drop(spine);
+    listener.join().ok();
+    lat.sort_by(f64::total_cmp);
+    let pick = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
+    eprintln!(
+        "trigger latency: min {:.0} p50 {:.0} p90 {:.0} max {:.0} us ({} trials)",
+        lat[0],
+        pick(0.5),
+        pick(0.9),
+        pick(1.0),
+        lat.len()
+    );
+    println!(
+        "LQ-METRIC {}",
+        serde_json::json!({"name": "trigger_latency_us", "value": pick(0.5).round(), "unit": "us", "goal": "<= 2100", "baseline": null})
+    );
+    println!(
+        "LQ-METRIC {}",
+        serde_json::json!({"name": "trigger_latency_p90_us", "value": pick(0.9).round(), "unit": "us", "goal": null, "baseline": null})
+    );
+    Ok(())
+}
