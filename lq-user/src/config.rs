@@ -1064,6 +1064,40 @@ remote-node = "10.0.1.4"
     }
 
     #[test]
+    fn helper_and_export_error_classes() {
+        let spine = "[lq-telemetry]\nenabled = true\nrole = \"helper\"\nrouter-id = \"10.0.0.2\"\n";
+        assert!(err(spine).contains("needs at least one [[link]]"));
+        let link = "[[link]]\ninterface = \"eth1\"\nremote-node = [\"10.0.1.1\"]\n";
+        assert!(parse(&format!("{spine}{link}")).is_ok());
+        assert!(err(&format!("{spine}{link}[helper]\nalpha-rise = 0.9\n")).contains("alpha"));
+        assert!(
+            err(&format!("{spine}{link}[helper]\nsend-to = \"unicast\"\n")).contains("needs peer")
+        );
+        assert!(
+            err(&format!(
+                "{spine}[[link]]\ninterface = \"eth1\"\nremote-node = []\n"
+            ))
+            .contains("lists no node")
+        );
+        assert!(err(&format!("{spine}[[link]]\ninterface = \"eth1\"\nremote-node = [\"10.0.1.1\"]\nremote-as = 5\n")).contains("as-qualified"));
+        let ipfix = "[pfc]\ninterfaces = [\"eth1\"]\n[ipfix]\ncollector = \"127.0.0.1:4739\"\n";
+        assert!(parse(&format!("{LEAF}{ipfix}")).is_ok());
+        assert!(err(&format!("{LEAF}{ipfix}total-element-id = 0\n")).contains("outside 1..=32767"));
+        assert!(err(&format!("{LEAF}{ipfix}iana-ids = true\n")).contains("outside 128..=32767"));
+        assert!(err(&format!("{LEAF}{ipfix}dscp = 64\n")).contains("0..=63"));
+        assert!(
+            err(&format!("{LEAF}[ipfix]\ncollector = \"127.0.0.1:4739\"\n"))
+                .contains("needs [pfc] interfaces")
+        );
+        let e = err(&format!("{LEAF}[ipfix]\ncollector = \"nowhere\"\n"));
+        assert!(
+            e.contains("leaf.toml:") && e.contains("socket address"),
+            "{e}"
+        );
+        assert!(err(&format!("{LEAF}[metrics]\nlisten = 5\n")).contains("leaf.toml:"));
+    }
+
+    #[test]
     fn prefixes_parse() {
         assert!(parse_prefix("10.4.0.0/24").is_ok());
         assert!(parse_prefix("0.0.0.0/0").is_ok());
