@@ -23,6 +23,13 @@ pub const XDP_PROGRAM: &str = "lq_receiver";
 /// An empty XDP_PASS program in the same object: the benchmarks' baseline.
 pub const XDP_BASELINE_PROGRAM: &str = "lq_baseline_pass";
 
+/// Per-CPU ECN-eligible packet counts by ifindex (helper role, Appendix A.1).
+pub const ECN_ELIGIBLE_MAP: &str = "LQ_ECN_ELIGIBLE";
+/// The tc egress program that counts them.
+pub const ECN_PROGRAM: &str = "lq_ecn_egress";
+/// How many interfaces the ECN counter tracks.
+pub const ECN_IF_CAPACITY: u32 = 256;
+
 /// Capacity of the path table: 64 spines x 512 remote leaves.
 pub const PATH_TABLE_CAPACITY: u32 = 32_768;
 /// Capacity of the neighbor table.

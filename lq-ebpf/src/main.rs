@@ -2,10 +2,14 @@
 //!
 //! * [`receiver`]: `lq_receiver` (XDP), the leaf's LQ advertisement receiver and path
 //!   table writer, and `lq_baseline_pass`, the empty baseline of its benchmarks.
+//! * [`pfc`]: `lq_pfc_ingress` (tc ingress), counts received PFC frames per priority and
+//!   keeps the pause timers.
+//! * [`ecn`]: `lq_ecn_egress` (tc egress), counts ECN-capable packets per interface.
 //! * [`hash_clear`]: `lq_clear_hash` (tc), clears a veth-carried socket hash (the demo).
 #![no_std]
 #![no_main]
 
+mod ecn;
 mod hash_clear;
 mod pfc;
 mod receiver;

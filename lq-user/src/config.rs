@@ -567,6 +567,10 @@ pub struct LinkSpec {
     /// Configured link speed in Mbit/s (else the qdisc's shaping rate, else ethtool).
     #[serde(default)]
     pub rate_mbit: Option<u64>,
+    /// The PFC priorities whose pause time counts for this link's F (with the link in
+    /// `[pfc] interfaces`); empty: all eight. The largest paused fraction wins.
+    #[serde(default)]
+    pub pfc_priorities: Vec<u8>,
 }
 
 /// `[pfc]`: PFC frame counting (seed 000) on interfaces.
@@ -851,6 +855,12 @@ impl Config {
                 if self.helper.send_to == SendTo::Unicast && l.peer.is_none() {
                     return Err(format!(
                         "[[link]] {}: send-to = \"unicast\" needs peer",
+                        l.interface
+                    ));
+                }
+                if l.pfc_priorities.iter().any(|p| *p > 7) {
+                    return Err(format!(
+                        "[[link]] {}: pfc-priorities are 0..=7",
                         l.interface
                     ));
                 }

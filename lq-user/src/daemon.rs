@@ -72,13 +72,6 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
     } else {
         None
     };
-    let mut helper = if role.advertises() {
-        let source =
-            crate::helper_role::kernel_source(&cfg).context("link counters of the helper role")?;
-        Some(HelperRole::start(&cfg, source).context("starting the helper role")?)
-    } else {
-        None
-    };
     let mut pfc = if cfg.pfc.interfaces.is_empty() {
         None
     } else {
@@ -86,6 +79,14 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
             crate::pfc_export::PfcService::start(&cfg, &instance.name)
                 .context("starting PFC counting")?,
         )
+    };
+    let mut helper = if role.advertises() {
+        let pfc_dir = pfc.as_ref().map(|p| p.counter().pin_dir().to_path_buf());
+        let source = crate::helper_role::kernel_source(&cfg, pfc_dir.as_deref())
+            .context("link counters of the helper role")?;
+        Some(HelperRole::start(&cfg, source).context("starting the helper role")?)
+    } else {
+        None
     };
     let mut events = match lb.as_mut() {
         Some(lb) => {

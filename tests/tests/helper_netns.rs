@@ -207,3 +207,91 @@ fn a_loaded_link_is_advertised_triggered_and_recovers_slowly() {
     );
     let _ = std::fs::remove_file(&pcap);
 }
+
+/// PFC pause time drives F (Appendix A.2, with IEEE pause-timer accounting) and ECN-capable
+/// packets are counted as eligible at the link's egress: a leaf pauses the spine's priority
+/// 3 with real PFC frames, the spine's advertised CL becomes 6 (F > 0.5) and its LQS 0.
+#[test]
+fn pfc_pause_raises_the_congestion_level_and_ecn_capable_packets_are_counted() {
+    require_root();
+    let s = NetNs::new("lqt-ps").unwrap();
+    let l = NetNs::new("lqt-pl").unwrap();
+    veth_pair(&s, "s1", "10.9.0.1/24", &l, "l1", "10.9.0.2/24").unwrap();
+    let spine_cfg =
+        format!("{SPINE}pfc-priorities = [3]\n[pfc]\ninterfaces = [\"s1\"]\nspeed-mbps = 100\n")
+            .replace("role = \"helper\"", "role = \"helper\"\npfc-fabric = true");
+    let leaf = Lqd::start(&l, LEAF).unwrap();
+    let spine = Lqd::start(&s, &spine_cfg).unwrap();
+    wait_until("idle link", &leaf, &spine, |(q, c)| q >= 240 && c == 0);
+
+    // ECN-capable (ECT(0)) packets leaving s1 are counted by the tc egress program.
+    s.run_in(|| {
+        let sock = UdpSocket::bind("10.9.0.1:0").unwrap();
+        sock2_tos(&sock, 0x02);
+        for _ in 0..100 {
+            sock.send_to(&[0u8; 100], "10.9.0.2:9").unwrap();
+        }
+    })
+    .unwrap();
+    let start = Instant::now();
+    loop {
+        let local = spine.show("local").unwrap();
+        if local["links"][0]["source"]["ecn-eligible-packets"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 100
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{local}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Pause priority 3 of s1 from the leaf: 65535 quanta at 100 Mbit/s = 335 ms per frame,
+    // refreshed every 50 ms, so the link is paused all the time: F -> 1.
+    let pause = lq_common::pfc::build_frame(
+        lq_common::pfc::PFC_MULTICAST,
+        [2, 0, 0, 0, 0, 9],
+        1 << 3,
+        [0xffff; 8],
+    );
+    let start = Instant::now();
+    loop {
+        lq_tests::pfc::send_frames(&l, "l1", vec![pause.to_vec()]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        if lqs_of(&leaf) == Some((0, 6)) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "leaf sees {:?}; spine local {}",
+            lqs_of(&leaf),
+            spine.show("local").unwrap()
+        );
+    }
+    eprintln!(
+        "PFC pause visible at the leaf as CL 6 after {:?}",
+        start.elapsed()
+    );
+    let local = spine.show("local").unwrap();
+    assert!(
+        local["links"][0]["smoothed"]["f"].as_f64().unwrap() > 0.5,
+        "{local}"
+    );
+    // The last pause runs out after 335 ms; then F decays and the CL falls after the hold-down.
+    wait_until("pause over", &leaf, &spine, |(q, c)| q >= 200 && c <= 1);
+}
+
+fn sock2_tos(sock: &UdpSocket, tos: i32) {
+    // SAFETY: valid fd and option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(sock),
+            libc::IPPROTO_IP,
+            libc::IP_TOS,
+            (&raw const tos).cast(),
+            4,
+        )
+    };
+    assert_eq!(rc, 0);
+}
