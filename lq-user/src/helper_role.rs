@@ -420,19 +420,27 @@ pub fn kernel_source(
     if let Some(dir) = pfc_pin_dir {
         let reader =
             crate::pfc::PfcReader::open(dir).map_err(|e| other("PFC maps", e.to_string()))?;
+        // The priorities that matter: the link's DCB configuration when the driver has one
+        // (dcbnl IEEE PFC pfc_en), else `pfc-priorities`, else all eight.
+        let mut rtnl = crate::rtnl::Rtnl::open().ok();
         let prios: std::collections::BTreeMap<String, Vec<u8>> = cfg
             .link
             .iter()
             .filter(|l| cfg.pfc.interfaces.contains(&l.interface))
             .map(|l| {
-                (
-                    l.interface.clone(),
-                    if l.pfc_priorities.is_empty() {
-                        (0..8).collect()
-                    } else {
-                        l.pfc_priorities.clone()
-                    },
-                )
+                let dcb = rtnl
+                    .as_mut()
+                    .and_then(|r| crate::pfc::dcb::pfc_enabled(r, &l.interface).ok().flatten())
+                    .filter(|en| *en != 0);
+                let p = match dcb {
+                    Some(en) => {
+                        info!(iface = %l.interface, pfc_en = en, "PFC priorities from the link's DCB configuration");
+                        crate::pfc::dcb::priorities(en)
+                    }
+                    None if !l.pfc_priorities.is_empty() => l.pfc_priorities.clone(),
+                    None => (0..8).collect(),
+                };
+                (l.interface.clone(), p)
             })
             .collect();
         sampler.set_pause_source(Box::new(move |ifindex: u32, name: &str| {

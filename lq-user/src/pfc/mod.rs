@@ -8,6 +8,7 @@
 //! NIC ethtool counters mapped by configuration, or, for a veth, the peer's receive count.
 
 pub mod counter;
+pub mod dcb;
 pub mod ethtool;
 mod netdev;
 pub mod tx;
