@@ -302,7 +302,19 @@ impl LoadBalancer {
             })
             .collect();
         let msg = NexthopMsg::group(state.id, members, &kind);
-        match rtnl.replace_nexthop(&msg) {
+        let mut result = rtnl.replace_nexthop(&msg);
+        if result.is_err() {
+            // The kernel deletes the nexthops of a device that goes down (and anyone may
+            // delete an object): re-create lqd's member nexthops and try once more.
+            for u in &self.cfg.uplink {
+                if let Ok(oif) = ifindex(&u.interface) {
+                    let id = base + u32::from(u.id);
+                    let _ = rtnl.replace_nexthop(&NexthopMsg::gateway(id, oif, u.gateway));
+                }
+            }
+            result = rtnl.replace_nexthop(&msg);
+        }
+        match result {
             Ok(()) => {
                 self.group_replaces += 1;
                 debug!(group = state.id, prefix = %format_prefix(prefix), weights = ?app.kernel, immediate = app.immediate, "group replaced");

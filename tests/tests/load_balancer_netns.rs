@@ -402,3 +402,95 @@ fn a_crash_leaves_forwarding_in_place_and_a_restart_adopts_it() {
         "the group must survive a clean stop"
     );
 }
+
+/// Faults (issue 9): a local uplink that goes down leaves the group at once and returns
+/// when it comes back; a spine that stops advertising one link but not the others has only
+/// that entry aged out (the wire spec's per-entry ageing), not the whole spine.
+#[test]
+fn link_flaps_and_per_entry_ageing() {
+    require_root();
+    let f = fabric();
+    let config =
+        leaf_config() + "\n[[destination]]\nprefix = \"10.3.0.0/24\"\nremote-node = \"10.0.1.3\"\n";
+    let lqd = Lqd::start(&f.leaf, &config).unwrap();
+    // Spines advertise entries for remote leaves L3 and L4; `drop_l4[k]` omits L4's entry.
+    let drop_l4 = Arc::new(Mutex::new([false; 4]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (d, s) = (drop_l4.clone(), stop.clone());
+    let name = f.spines.name().to_string();
+    let sender = std::thread::spawn(move || {
+        let file = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
+        // SAFETY: setns on this thread only.
+        assert_eq!(
+            unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) },
+            0
+        );
+        let mut senders: Vec<Sender> = (1..=4u8)
+            .map(|k| {
+                Sender::bind(
+                    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k, 1)), 0),
+                    255,
+                )
+                .unwrap()
+            })
+            .collect();
+        let mut seq = 1000u16;
+        while !s.load(Ordering::Relaxed) {
+            seq = seq.wrapping_add(1);
+            let drop = *d.lock().unwrap();
+            for k in 0..4 {
+                let mut entries = vec![entry(ip4(10, 0, 1, 3), 1, 237, 0)];
+                if !drop[k] {
+                    entries.push(entry(REMOTE, 2, 237, 0));
+                }
+                let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k as u8 + 1, 2)), 52525);
+                let _ = senders[k].send(to, &header(ip4(10, 0, 0, k as u8 + 1), seq), &entries);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let equal = [(1, 255), (2, 255), (3, 255), (4, 255)];
+    wait_for("steady", &lqd, &f.leaf, &equal);
+
+    // Link flap on the leaf: up3 down -> member 3 leaves at once; up -> it returns.
+    f.leaf.ip(&["link", "set", "up3", "down"]).unwrap();
+    let t = wait_for("up3 down", &lqd, &f.leaf, &[(1, 255), (2, 255), (4, 255)]);
+    eprintln!("local uplink down -> member left in {t:?}");
+    f.leaf.ip(&["link", "set", "up3", "up"]).unwrap();
+    wait_for("up3 up", &lqd, &f.leaf, &equal);
+
+    // S2 stops advertising its link to L4 but keeps the one to L3: only L4's group loses S2.
+    drop_l4.lock().unwrap()[1] = true;
+    let t = wait_for(
+        "S2's L4 entry aged out",
+        &lqd,
+        &f.leaf,
+        &[(1, 255), (3, 255), (4, 255)],
+    );
+    eprintln!("one entry silent -> aged out of its destination in {t:?}");
+    let w = lqd.show("weights").unwrap();
+    let l3 = w["destinations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["prefix"] == "10.3.0.0/24")
+        .unwrap();
+    assert_eq!(l3["members"].as_array().unwrap().len(), 4, "{l3}");
+    assert!(
+        l3["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["kernel-weight"] == 255),
+        "{l3}"
+    );
+    let n = lqd.show("neighbors").unwrap();
+    assert!(
+        n.as_array().unwrap().iter().all(|x| x["state"] == "active"),
+        "S2 itself stays active: {n}"
+    );
+    drop_l4.lock().unwrap()[1] = false;
+    wait_for("S2's L4 entry back", &lqd, &f.leaf, &equal);
+    stop.store(true, Ordering::Relaxed);
+    sender.join().unwrap();
+}
