@@ -295,3 +295,37 @@ fn sock2_tos(sock: &UdpSocket, tos: i32) {
     };
     assert_eq!(rc, 0);
 }
+
+/// A helper restart (issue 9): the restarted spine starts from a new random sequence
+/// number; the leaf sees it as a resynchronisation of a failed neighbor, not as replays,
+/// and keeps taking its advertisements.
+#[test]
+fn a_helper_restart_is_a_resynchronisation_not_a_replay() {
+    require_root();
+    let s = NetNs::new("lqt-rs").unwrap();
+    let l = NetNs::new("lqt-rl").unwrap();
+    veth_pair(&s, "s1", "10.9.0.1/24", &l, "l1", "10.9.0.2/24").unwrap();
+    let leaf = Lqd::start(&l, LEAF).unwrap();
+    let mut spine = Lqd::start(&s, SPINE).unwrap();
+    wait_until("first contact", &leaf, &spine, |(q, _)| q >= 240);
+    let before = leaf.show("counters").unwrap();
+    spine.restart().unwrap();
+    let start = Instant::now();
+    loop {
+        let c = leaf.show("counters").unwrap();
+        let accepted = c["accepted"].as_u64().unwrap() - before["accepted"].as_u64().unwrap();
+        if c["resync"].as_u64().unwrap() > before["resync"].as_u64().unwrap() && accepted > 10 {
+            eprintln!("after the restart: {c}");
+            // At most the datagrams sent within one detection time may be stale.
+            let stale = c["stale_seq"].as_u64().unwrap() - before["stale_seq"].as_u64().unwrap();
+            assert!(stale <= 4, "{stale} stale datagrams");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{c}\n{}",
+            spine.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
