@@ -25,6 +25,8 @@ pub const PFC_IF_CONFIG_MAP: &str = "PFC_IF_CONFIG";
 pub const PFC_REJECT_MAP: &str = "PFC_REJECTS";
 /// The tc classifier's name in the object.
 pub const PFC_PROGRAM: &str = "lq_pfc_ingress";
+/// The empty tc classifier (`TC_ACT_OK`) the benchmarks compare [`PFC_PROGRAM`] against.
+pub const TC_BASELINE_PROGRAM: &str = "lq_tc_baseline";
 
 /// Interfaces the counter can hold.
 pub const PFC_IF_CAPACITY: u32 = 256;

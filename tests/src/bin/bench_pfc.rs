@@ -1,0 +1,601 @@
+//! `bench_pfc`: what the PFC telemetry costs, side by side with what it is compared against.
+//!
+//! Metrics (one `LQ-METRIC` line each, see `xtask/src/bench.rs`):
+//!
+//! 1. `tc_non_pfc_ratio`: ns per non-PFC frame through `lq_pfc_ingress` / ns per the same
+//!    frame through `lq_tc_baseline` (an empty classifier returning `TC_ACT_OK`), both under
+//!    BPF_PROG_TEST_RUN (repeat 1 000 000), the two programs interleaved over several rounds
+//!    (medians) so drift cancels. Two frames (a 64-octet UDP/IPv4 frame and an ARP request
+//!    padded to 64 octets); the worse ratio is reported.
+//! 2. `tc_pfc_ns`: ns per valid PFC frame (class-enable 0x0009, non-zero quanta, to
+//!    01-80-C2-00-00-01, 64 octets) through `lq_pfc_ingress`, every run verified by the
+//!    counters: priorities 0 and 3 grow by exactly `repeat`, the others not at all. The
+//!    interface the test run presents (the loopback of this namespace) is configured in
+//!    `PFC_IF_CONFIG` with a link speed, so the whole counted path (counter, pause timer in
+//!    time units) runs.
+//! 3. `ipfix_export_cpu_pct`: thread CPU time of one export of 64 interfaces x 8 priorities
+//!    x 2 directions (building the 1024 records, encoding them with the IPFIX encoder,
+//!    sending the messages over UDP to a draining socket on 127.0.0.1), 30 exports back to
+//!    back, as a percentage of one core at one export per second.
+//!
+//! Everything it creates (a pin folder under /sys/fs/bpf, the sockets) is removed on drop,
+//! so errors and panics clean up too.
+
+use std::{
+    net::UdpSocket,
+    os::fd::AsRawFd,
+    path::PathBuf,
+    process::ExitCode,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, ensure};
+use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
+use lq_common::pfc::{
+    PFC_MULTICAST, PFC_PRIORITIES, PFC_PROGRAM, TC_BASELINE_PROGRAM, build_frame,
+};
+use lq_tests::packet::FrameSpec;
+use lq_user::{
+    ipfix::{Direction, ExporterConfig, PfcRecord, encode::Encoder},
+    pfc::{PfcCounter, PfcReader, interface_info},
+};
+use serde_json::json;
+
+/// BPF_PROG_TEST_RUN repeat.
+const REPEAT: u32 = 1_000_000;
+/// Interleaved rounds for the non-PFC comparison.
+const NON_PFC_ROUNDS: usize = 7;
+/// Rounds for the PFC frame.
+const PFC_ROUNDS: usize = 5;
+/// `TC_ACT_OK` as BPF_PROG_TEST_RUN reports it.
+const TC_ACT_OK: u32 = 0;
+/// The PFC frame's class-enable vector: priorities 0 and 3.
+const PFC_ENABLE: u16 = 0x0009;
+/// Interfaces, priorities and directions of one IPFIX export.
+const EXPORT_INTERFACES: u32 = 64;
+/// Exports measured back to back.
+const EXPORT_ITERATIONS: usize = 30;
+/// Encode-only iterations (for the ns per record).
+const ENCODE_ITERATIONS: usize = 200;
+/// The export interval the CPU percentage refers to.
+const EXPORT_INTERVAL: Duration = Duration::from_secs(1);
+/// Link speed written to the configuration of the test-run interface (100 Gb/s).
+const SPEED_MBPS: u32 = 100_000;
+/// Source address of the crafted frames.
+const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench_pfc: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    lq_tests::require_root();
+    eprintln!("bench_pfc: pid {}", std::process::id());
+    let mut summary = Vec::new();
+
+    let mut bench = TcBench::load()?;
+    let non_pfc = bench.non_pfc()?;
+    emit(
+        "tc_non_pfc_ratio",
+        non_pfc.ratio,
+        "ratio",
+        Some("<= 1.3"),
+        Some(non_pfc.baseline_ns),
+    );
+    summary.push(format!(
+        "non-PFC frames: lq_pfc_ingress {:.2} ns vs lq_tc_baseline {:.2} ns per frame: ratio {:.3} (worst frame, {})",
+        non_pfc.pfc_ns, non_pfc.baseline_ns, non_pfc.ratio, non_pfc.frame
+    ));
+
+    let pfc = bench.pfc()?;
+    emit("tc_pfc_ns", pfc.pfc_ns, "ns", None, Some(pfc.baseline_ns));
+    summary.push(format!(
+        "valid PFC frame (2 priorities): lq_pfc_ingress {:.2} ns (baseline {:.2} ns); counters verified: +{} on priorities 0 and 3 per run of {REPEAT}, ifindex {}",
+        pfc.pfc_ns, pfc.baseline_ns, REPEAT, bench.ifindex
+    ));
+    drop(bench);
+
+    let export = bench_export()?;
+    emit(
+        "ipfix_export_cpu_pct",
+        export.cpu_pct,
+        "%",
+        Some("<= 1"),
+        None,
+    );
+    summary.push(format!(
+        "IPFIX export of {} records: {:.3} ms thread CPU per export ({} messages, {} octets) = {:.3} % of a core at 1/s; encode only {:.1} ns per record",
+        export.records,
+        export.cpu_ns_per_export / 1e6,
+        export.messages,
+        export.octets,
+        export.cpu_pct,
+        export.encode_ns_per_record
+    ));
+
+    eprintln!("\nbench_pfc summary:");
+    for s in &summary {
+        eprintln!("  {s}");
+    }
+    Ok(())
+}
+
+/// Prints one metric line.
+fn emit(name: &str, value: f64, unit: &str, goal: Option<&str>, baseline: Option<f64>) {
+    let m = json!({
+        "name": name,
+        "value": round3(value),
+        "unit": unit,
+        "goal": goal,
+        "baseline": baseline.map(round3),
+    });
+    println!("LQ-METRIC {m}");
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn spread(v: &[f64]) -> String {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("min {min:.2} / median {:.2} / max {max:.2}", median(v))
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+// ---------------------------------------------------------------------------------------
+// 1 and 2. The tc programs under BPF_PROG_TEST_RUN.
+
+/// The PFC counter loaded into a private pin folder (removed on drop), with the baseline
+/// classifier loaded from the same object.
+struct TcBench {
+    counter: Option<PfcCounter>,
+    reader: PfcReader,
+    pin_dir: PathBuf,
+    /// The ifindex the test runs present (this namespace's loopback).
+    ifindex: u32,
+}
+
+impl Drop for TcBench {
+    fn drop(&mut self) {
+        self.counter = None;
+        let _ = std::fs::remove_dir_all(&self.pin_dir);
+    }
+}
+
+/// One program's per-run cost: (verdict, kernel's mean ns per run).
+type Run = (u32, f64);
+
+struct NonPfc {
+    ratio: f64,
+    pfc_ns: f64,
+    baseline_ns: f64,
+    frame: &'static str,
+}
+
+struct Pfc {
+    pfc_ns: f64,
+    baseline_ns: f64,
+}
+
+impl TcBench {
+    fn load() -> Result<Self> {
+        let pin_dir = PathBuf::from("/sys/fs/bpf").join(lq_tests::unique_name("lq-pfc-bench"));
+        let counter = match PfcCounter::load(&pin_dir) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&pin_dir);
+                return Err(e).context("load the PFC counter");
+            }
+        };
+        let reader = match counter.reader() {
+            Ok(r) => r,
+            Err(e) => {
+                drop(counter);
+                let _ = std::fs::remove_dir_all(&pin_dir);
+                return Err(e).context("open the pinned maps");
+            }
+        };
+        // From here on the guard removes the pin folder.
+        let mut this = Self {
+            counter: Some(counter),
+            reader,
+            pin_dir,
+            ifindex: 0,
+        };
+        // BPF_PROG_TEST_RUN for tc hands the program an skb on this namespace's loopback:
+        // configure it like an attached interface so the counted path is the real one.
+        let mut info = interface_info("lo").context("loopback interface")?;
+        info.speed_mbps = SPEED_MBPS;
+        this.ifindex = info.ifindex;
+        let counter = this.counter.as_mut().context("counter")?;
+        counter.configure(&info).context("configure loopback")?;
+        let base: &mut SchedClassifier = counter
+            .ebpf_mut()
+            .program_mut(TC_BASELINE_PROGRAM)
+            .context("lq_tc_baseline missing from the object")?
+            .try_into()?;
+        base.load().context("load lq_tc_baseline")?;
+        Ok(this)
+    }
+
+    fn run(&mut self, program: &'static str, frame: &[u8], repeat: u32) -> Result<Run> {
+        let prog: &mut SchedClassifier = self
+            .counter
+            .as_mut()
+            .context("counter")?
+            .ebpf_mut()
+            .program_mut(program)
+            .with_context(|| format!("{program} missing"))?
+            .try_into()?;
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(frame);
+        opts.repeat = repeat;
+        let r = prog
+            .test_run(opts)
+            .with_context(|| format!("BPF_PROG_TEST_RUN ({program})"))?;
+        Ok((r.return_value, r.duration.as_nanos() as f64))
+    }
+
+    /// Counts of this interface's eight priorities (0 for a missing counter).
+    fn counts(&self) -> Result<[u64; PFC_PRIORITIES as usize]> {
+        Ok(self
+            .reader
+            .rx_priorities(self.ifindex)?
+            .map(|c| c.unwrap_or(0)))
+    }
+
+    fn rejects(&self) -> Result<u64> {
+        Ok(self.reader.rejects()?.iter().map(|(_, n)| n).sum())
+    }
+
+    /// Runs `frame` through both programs in alternating order for `rounds` rounds:
+    /// (lq_pfc_ingress ns, baseline ns) per round, plus the wall clock per run (context).
+    fn interleave(
+        &mut self,
+        name: &str,
+        frame: &[u8],
+        rounds: usize,
+        mut after_pfc: impl FnMut(&Self) -> Result<()>,
+    ) -> Result<(f64, f64)> {
+        let (mut pfc, mut base) = (Vec::new(), Vec::new());
+        let (mut pfc_wall, mut base_wall) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            // Alternate which program goes first, so neither always runs on a warmer cache.
+            for first in [round % 2 == 0, round % 2 != 0] {
+                let t = Instant::now();
+                if first {
+                    let (v, ns) = self.run(PFC_PROGRAM, frame, REPEAT)?;
+                    pfc_wall.push(t.elapsed().as_nanos() as f64 / f64::from(REPEAT));
+                    ensure!(v == TC_ACT_OK, "lq_pfc_ingress returned {v} for {name}");
+                    pfc.push(ns);
+                    after_pfc(self)?;
+                } else {
+                    let (v, ns) = self.run(TC_BASELINE_PROGRAM, frame, REPEAT)?;
+                    base_wall.push(t.elapsed().as_nanos() as f64 / f64::from(REPEAT));
+                    ensure!(v == TC_ACT_OK, "lq_tc_baseline returned {v} for {name}");
+                    base.push(ns);
+                }
+            }
+        }
+        let (p, b) = (median(&pfc), median(&base));
+        eprintln!(
+            "{name}: lq_pfc_ingress ns {}; lq_tc_baseline ns {}; ratio of medians {:.3}",
+            spread(&pfc),
+            spread(&base),
+            p / b
+        );
+        eprintln!(
+            "{name} (wall clock per run incl. syscall, context): lq_pfc_ingress {}; lq_tc_baseline {}; ratio {:.3}",
+            spread(&pfc_wall),
+            spread(&base_wall),
+            median(&pfc_wall) / median(&base_wall)
+        );
+        Ok((p, b))
+    }
+
+    fn non_pfc(&mut self) -> Result<NonPfc> {
+        let udp = FrameSpec {
+            dst_port: 53,
+            payload: vec![0xab; 22],
+            pad_to: 64,
+            ..FrameSpec::lq(Vec::new())
+        }
+        .build();
+        let arp = arp_frame();
+        ensure!(
+            udp.len() == 64 && arp.len() == 64,
+            "frames are not 64 octets"
+        );
+        ensure!(
+            udp[12..14] == [0x08, 0x00] && arp[12..14] == [0x08, 0x06],
+            "unexpected EtherTypes"
+        );
+        let frames: [(&'static str, &[u8]); 2] = [("udp/ipv4", &udp), ("arp", &arp)];
+
+        // Warm-up, and a check that non-PFC frames touch no counter.
+        let (counts, rejects) = (self.counts()?, self.rejects()?);
+        for (_, f) in &frames {
+            self.run(PFC_PROGRAM, f, 10_000)?;
+            self.run(TC_BASELINE_PROGRAM, f, 10_000)?;
+        }
+        let mut worst: Option<NonPfc> = None;
+        for (name, f) in frames {
+            let (p, b) =
+                self.interleave(&format!("non-PFC {name}"), f, NON_PFC_ROUNDS, |_| Ok(()))?;
+            if worst.as_ref().is_none_or(|w| p / b > w.ratio) {
+                worst = Some(NonPfc {
+                    ratio: p / b,
+                    pfc_ns: p,
+                    baseline_ns: b,
+                    frame: name,
+                });
+            }
+        }
+        ensure!(
+            self.counts()? == counts && self.rejects()? == rejects,
+            "non-PFC frames changed the PFC counters or rejects"
+        );
+        eprintln!("non-PFC frames: PFC counters and rejects unchanged (checked)");
+        worst.context("no frames")
+    }
+
+    fn pfc(&mut self) -> Result<Pfc> {
+        let mut frame = build_frame(
+            PFC_MULTICAST,
+            SRC_MAC,
+            PFC_ENABLE,
+            [0xffff, 7, 0, 0x1234, 0, 0, 0, 0],
+        )
+        .to_vec();
+        frame.resize(64, 0);
+        let expected = |before: &[u64; 8], after: &[u64; 8], n: u64| -> Result<()> {
+            for p in 0..PFC_PRIORITIES as usize {
+                let want = if PFC_ENABLE & (1 << p) != 0 { n } else { 0 };
+                ensure!(
+                    after[p] - before[p] == want,
+                    "priority {p}: +{} after {n} PFC frames, expected +{want} (counts before {before:?}, after {after:?})",
+                    after[p] - before[p]
+                );
+            }
+            Ok(())
+        };
+        // Warm-up (creates the pause entries) and a first check.
+        let (before, rejects) = (self.counts()?, self.rejects()?);
+        self.run(PFC_PROGRAM, &frame, 10_000)?;
+        expected(&before, &self.counts()?, 10_000)?;
+        let mut last = self.counts()?;
+        let mut checked = 0usize;
+        let (p, b) = self.interleave("PFC 0x0009", &frame, PFC_ROUNDS, |s| {
+            let now = s.counts()?;
+            expected(&last, &now, u64::from(REPEAT))?;
+            last = now;
+            checked += 1;
+            Ok(())
+        })?;
+        ensure!(checked == PFC_ROUNDS, "checked {checked} runs");
+        ensure!(self.rejects()? == rejects, "PFC frames were rejected");
+        let pause = self
+            .reader
+            .pause(self.ifindex, 3)?
+            .context("no pause state for priority 3")?;
+        ensure!(
+            pause.end_ns > pause.start_ns && pause.unknown_speed_frames == 0,
+            "the pause timer did not run in time units: {pause:?}"
+        );
+        eprintln!(
+            "PFC frames: every run of {REPEAT} added exactly {REPEAT} to priorities 0 and 3 of ifindex {} and nothing elsewhere (checked {checked} runs); totals {:?}; pause timer running (priority 3 ends {} ns after its start)",
+            self.ifindex,
+            last,
+            pause.end_ns - pause.start_ns
+        );
+        Ok(Pfc {
+            pfc_ns: p,
+            baseline_ns: b,
+        })
+    }
+}
+
+/// An ARP request, padded to 64 octets.
+fn arp_frame() -> Vec<u8> {
+    let mut f = Vec::with_capacity(64);
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&SRC_MAC);
+    f.extend_from_slice(&[0x08, 0x06]); // ARP
+    f.extend_from_slice(&[0x00, 0x01, 0x08, 0x00, 6, 4, 0x00, 0x01]); // Ethernet/IPv4, request
+    f.extend_from_slice(&SRC_MAC);
+    f.extend_from_slice(&[10, 0, 0, 1]);
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&[10, 0, 0, 2]);
+    f.resize(64, 0);
+    f
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. The IPFIX export.
+
+struct Export {
+    records: usize,
+    messages: usize,
+    octets: usize,
+    cpu_ns_per_export: f64,
+    cpu_pct: f64,
+    encode_ns_per_record: f64,
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The records of one export: every (interface, priority), received then transmitted.
+fn build_records(iteration: u64) -> Vec<PfcRecord> {
+    let observed_ms = unix_ms();
+    let mut out = Vec::with_capacity((EXPORT_INTERFACES * PFC_PRIORITIES * 2) as usize);
+    for direction in [Direction::Received, Direction::Transmitted] {
+        for interface in 1..=EXPORT_INTERFACES {
+            for priority in 0..PFC_PRIORITIES as u8 {
+                out.push(PfcRecord {
+                    direction,
+                    interface,
+                    priority,
+                    observed_ms,
+                    total: iteration * 1000 + u64::from(interface) * 8 + u64::from(priority),
+                    epoch: 1,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn bench_export() -> Result<Export> {
+    let receiver = UdpSocket::bind("127.0.0.1:0").context("bind the receiver")?;
+    let rcvbuf: libc::c_int = 16 << 20;
+    // SAFETY: valid fd and option value.
+    unsafe {
+        libc::setsockopt(
+            receiver.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&raw const rcvbuf).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    receiver.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let addr = receiver.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let drain = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 65536];
+            let (mut n, mut octets) = (0u64, 0u64);
+            loop {
+                match receiver.recv(&mut buf) {
+                    Ok(len) => {
+                        n += 1;
+                        octets += len as u64;
+                    }
+                    Err(_) if stop.load(Ordering::Relaxed) => break,
+                    Err(_) => {}
+                }
+            }
+            (n, octets)
+        })
+    };
+
+    let sender = UdpSocket::bind("127.0.0.1:0").context("bind the sender")?;
+    sender.connect(addr)?;
+    let mut encoder = Encoder::new(ExporterConfig::default())?;
+    let t0 = lq_user::ipfix::encode::unix_seconds();
+    let mut sent = 0u64;
+    for m in encoder.template_messages(t0) {
+        sender.send(&m)?;
+        sent += 1;
+    }
+
+    // Warm-up export (not counted).
+    for m in encoder.data_messages(&build_records(0), t0) {
+        sender.send(&m)?;
+        sent += 1;
+    }
+
+    let (mut messages, mut octets, mut records) = (0, 0, 0);
+    let mut per_export = Vec::with_capacity(EXPORT_ITERATIONS);
+    let cpu_start = thread_cpu_ns();
+    for i in 0..EXPORT_ITERATIONS {
+        let c = thread_cpu_ns();
+        let recs = build_records(i as u64 + 1);
+        let msgs = encoder.data_messages(&recs, lq_user::ipfix::encode::unix_seconds());
+        for m in &msgs {
+            sender.send(m)?;
+        }
+        per_export.push((thread_cpu_ns() - c) as f64);
+        records = recs.len();
+        messages = msgs.len();
+        octets = msgs.iter().map(Vec::len).sum();
+        sent += msgs.len() as u64;
+    }
+    let cpu_total = (thread_cpu_ns() - cpu_start) as f64;
+    ensure!(
+        records == (EXPORT_INTERFACES * PFC_PRIORITIES * 2) as usize,
+        "built {records} records"
+    );
+
+    // Encode only: the same records each time, wall clock of data_messages.
+    let recs = build_records(1);
+    let mut encode = Vec::with_capacity(ENCODE_ITERATIONS);
+    let mut sink = 0usize;
+    for _ in 0..ENCODE_ITERATIONS {
+        let t = Instant::now();
+        let msgs = encoder.data_messages(&recs, t0);
+        encode.push(t.elapsed().as_nanos() as f64 / recs.len() as f64);
+        sink += msgs.len();
+    }
+    std::hint::black_box(sink);
+
+    std::thread::sleep(Duration::from_millis(50));
+    stop.store(true, Ordering::Relaxed);
+    let (received, received_octets) = drain
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver panicked"))?;
+
+    let cpu_ns_per_export = cpu_total / EXPORT_ITERATIONS as f64;
+    let cpu_pct = cpu_ns_per_export / EXPORT_INTERVAL.as_nanos() as f64 * 100.0;
+    eprintln!(
+        "IPFIX export: {records} records -> {messages} messages, {octets} octets per export; thread CPU per export {} ns (mean {cpu_ns_per_export:.0} ns over {EXPORT_ITERATIONS} exports) -> {cpu_pct:.4} % of one core at one export per {EXPORT_INTERVAL:?}",
+        spread(&per_export)
+    );
+    eprintln!(
+        "IPFIX export: receiver drained {received} of {sent} messages sent ({received_octets} octets)"
+    );
+    eprintln!(
+        "IPFIX encode only (data_messages, {ENCODE_ITERATIONS} x {} records): ns per record {}",
+        recs.len(),
+        spread(&encode)
+    );
+    ensure!(received > 0, "the receiver got nothing");
+    Ok(Export {
+        records,
+        messages,
+        octets,
+        cpu_ns_per_export,
+        cpu_pct,
+        encode_ns_per_record: median(&encode),
+    })
+}
