@@ -52,8 +52,8 @@ pub enum Command {
     /// Run the daemon with a configuration file (see examples/ and docs/operator-guide.md).
     #[command(long_about = RUN_LONG_ABOUT)]
     Run(RunArgs),
-    /// Show the path table, counters, neighbors or weights of a running (or crashed)
-    /// instance.
+    /// Show what an instance knows: paths, counters, neighbors, weights, local, pfc, state
+    /// (paths, counters and pfc also after a stop or crash).
     #[command(long_about = SHOW_LONG_ABOUT)]
     Show(ShowArgs),
     /// Follow lq-threshold-crossed notifications (CL changes of this node's links) as
@@ -74,15 +74,23 @@ pub enum Command {
 
 const RUN_LONG_ABOUT: &str = "\
 Run lqd with a configuration file (TOML; keys of [lq-telemetry] are the YANG leaves of
-ietf-lq-telemetry). The load-balancer role loads the XDP receiver on [receiver] interfaces,
-keeps the path quality table in maps pinned under /sys/fs/bpf/lq/INSTANCE (a restart keeps
-it), computes weighted-ECMP weights with damping (seed 003 section 6) and programs one
-nexthop group per [[destination]] (protocol id 76, `lq`). It never touches nexthop objects
-or routes it did not create. On SIGTERM it leaves forwarding in place unless
-[nexthop-group] flush-on-exit = true; SIGHUP reloads the file.
+ietf-lq-telemetry; `lqd check-config FILE` checks one). The role decides what runs:
+  load-balancer  (a leaf) the XDP receiver on [receiver] interfaces keeps the path quality
+                 table in maps pinned under /sys/fs/bpf/lq/INSTANCE (a restart keeps it);
+                 weighted-ECMP weights with damping (seed 003 section 6) go into one
+                 nexthop group per [[destination]] (protocol id 76, `lq`).
+  helper         (a spine) every T_sample the Appendix A pipeline turns each [[link]]'s
+                 counters into LQS and CL, advertised every notify-interval-ms and at once
+                 on a change, with TTL 255, out of every link.
+  dual           both (a 5-stage spine, section 9).
+[pfc] counts received PFC frames per priority and [ipfix] exports them; [metrics] serves
+Prometheus text. lqd never touches nexthop objects or routes it did not create. SIGHUP
+reloads the file; SIGTERM leaves forwarding in place unless [nexthop-group]
+flush-on-exit = true. Once running it keeps only CAP_BPF and CAP_NET_ADMIN.
 
 Example:
   $ lqd run --config examples/leaf.toml --instance leaf1
+  $ lqd run --config leaf.toml --instance leaf1 --netns leaf1   # inside a netns
   $ lqd show weights --instance leaf1
   $ ip -j nexthop show protocol 76";
 
