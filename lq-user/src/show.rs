@@ -5,21 +5,13 @@
 use std::{fmt::Write as _, net::Ipv4Addr, path::Path};
 
 use anyhow::Result;
-use lq_common::{
-    maps::{COUNTER_COUNT, Counter, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC},
-    wire::Decimal64Milli,
-};
+use lq_common::maps::{COUNTER_COUNT, Counter, PATH_FLAG_PFC_FABRIC};
 use serde_json::{Value, json};
 
 use crate::{load_balancer::monotonic_ns, path_table::TableReader};
 
 fn ip(v: u32) -> String {
     Ipv4Addr::from(v).to_string()
-}
-
-fn bw(bits: u32) -> String {
-    Decimal64Milli::from_f32(f32::from_bits(bits))
-        .map_or_else(|| "invalid".into(), |d| d.to_string())
 }
 
 /// The path quality table as JSON (one object per entry).
@@ -30,28 +22,14 @@ pub fn paths_json(pin_dir: &Path) -> Result<Value> {
         .paths()?
         .iter()
         .map(|(k, v)| {
-            let mut o = json!({
-                "spine-as": k.spine_as,
-                "spine-node-id": ip(k.spine_id),
-                "remote-as": k.remote_as,
-                "remote-node-id": ip(k.remote_id),
-                "link-id": k.link_id,
-                "lqs": v.lqs,
-                "cl": v.cl,
-                "available-bandwidth": bw(v.available_bandwidth_bits),
-                "sequence-number": v.sequence,
-                "age-ms": now.saturating_sub(v.last_update_ns) as f64 / 1e6,
-                "pfc-fabric": v.flags & PATH_FLAG_PFC_FABRIC != 0,
-            });
-            if v.flags & PATH_FLAG_DIAGNOSTICS != 0 {
-                o["diagnostics"] = json!({
-                    "link-capacity": bw(v.link_capacity_bits),
-                    "queue-depth": v.queue_depth,
-                    "ecn-marking-rate": v.ecn_marking_rate,
-                    "pfc-pause-fraction": v.pfc_pause_fraction,
-                    "drops-active": v.flags & PATH_FLAG_DROPS != 0,
-                });
-            }
+            // The YANG link-quality entry (one rendering for `show paths` and `show
+            // state`), plus the spine and what only the table knows.
+            let mut o = crate::yang_state::path_entry_json(k, v);
+            o["spine-as"] = json!(k.spine_as);
+            o["spine-node-id"] = json!(ip(k.spine_id));
+            o["sequence-number"] = json!(v.sequence);
+            o["age-ms"] = json!(now.saturating_sub(v.last_update_ns) as f64 / 1e6);
+            o["pfc-fabric"] = json!(v.flags & PATH_FLAG_PFC_FABRIC != 0);
             o
         })
         .collect();

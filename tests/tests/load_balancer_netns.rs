@@ -137,24 +137,7 @@ impl Drop for Spines {
 
 /// The group's members as (member id - id base, weight), sorted.
 fn group_weights(leaf: &NetNs) -> Option<Vec<(u64, u64)>> {
-    let out = leaf.ip(&["-j", "nexthop", "show"]).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&out).ok()?;
-    let g = v
-        .as_array()?
-        .iter()
-        .find(|n| n["id"].as_u64() == Some(GROUP_ID))?;
-    let mut w: Vec<(u64, u64)> = g["group"]
-        .as_array()?
-        .iter()
-        .map(|m| {
-            (
-                m["id"].as_u64().unwrap_or(0) - 0x4c00_0000,
-                m["weight"].as_u64().unwrap_or(1),
-            )
-        })
-        .collect();
-    w.sort_unstable();
-    Some(w)
+    lq_tests::fabric::group_members(leaf, GROUP_ID)
 }
 
 fn wait_for(what: &str, lqd: &Lqd, leaf: &NetNs, want: &[(u64, u64)]) -> Duration {

@@ -33,24 +33,7 @@ fn enter(name: &str) {
 }
 
 fn group(leaf: &NetNs) -> Option<Vec<(u64, u64)>> {
-    let v: serde_json::Value =
-        serde_json::from_str(&leaf.ip(&["-j", "nexthop", "show"]).ok()?).ok()?;
-    let g = v
-        .as_array()?
-        .iter()
-        .find(|n| n["id"].as_u64() == Some(GROUP))?;
-    let mut w: Vec<(u64, u64)> = g["group"]
-        .as_array()?
-        .iter()
-        .map(|m| {
-            (
-                m["id"].as_u64().unwrap_or(0) - 0x4c00_0000,
-                m["weight"].as_u64().unwrap_or(1),
-            )
-        })
-        .collect();
-    w.sort_unstable();
-    Some(w)
+    lq_tests::fabric::group_members(leaf, GROUP)
 }
 
 /// AF_PACKET flood out of `iface` for `dur`; returns frames sent.
