@@ -192,7 +192,8 @@ pub enum IpfixCommand {
     /// 000): prints each PFC record as a JSON line with the count over the interval when
     /// the counter epoch confirms no reset happened ("unknown" otherwise), and flags
     /// malformed records. UDP only (SCTP, which RFC 7011 makes mandatory, is not in this
-    /// kernel).
+    /// kernel). `--tcp` accepts TCP, `--tls-cert/--tls-key/--tls-client-ca` TLS 1.3 with
+    /// mutual authentication.
     Collect(CollectArgs),
 }
 
@@ -208,6 +209,19 @@ pub struct CollectArgs {
     /// Element IDs of pfcPriority, pfcControlFrameTotalCount and the counter epoch.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub element_ids: Vec<u16>,
+    /// Accept IPFIX over TCP instead of UDP (one session per exporter; templates per
+    /// session).
+    #[arg(long)]
+    pub tcp: bool,
+    /// TLS 1.3 with mutual authentication (implies --tcp): this collector's certificate.
+    #[arg(long, value_name = "PEM", requires_all = ["tls_key", "tls_client_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: this collector's private key.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// TLS: the CA exporters' client certificates must chain to.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// Arguments of `lqd monitor`.

@@ -627,6 +627,36 @@ pub struct IpfixSection {
     /// SO_PRIORITY of the export socket.
     #[serde(default)]
     pub socket_priority: Option<u32>,
+    /// `udp` (default; templates refreshed), `tcp` (reconnect with backoff, templates per
+    /// session, unacknowledged records resent) or `tls` (TLS 1.3, mutual authentication).
+    #[serde(default)]
+    pub transport: IpfixTransport,
+    /// TLS: the CA that signs the collector's certificate (PEM).
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+    /// TLS: this exporter's certificate (PEM).
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: this exporter's private key (PEM).
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// TLS: the name the collector's certificate must carry (default: its address).
+    #[serde(default)]
+    pub tls_server_name: Option<String>,
+}
+
+/// IPFIX transport (RFC 7011 section 10; SCTP, which it makes mandatory, is not in this
+/// kernel).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IpfixTransport {
+    /// UDP.
+    #[default]
+    Udp,
+    /// TCP.
+    Tcp,
+    /// TLS 1.3 over TCP with mutual authentication (RFC 9325).
+    Tls,
 }
 
 fn default_export_ms() -> u32 {
@@ -836,6 +866,11 @@ impl Config {
             }
             if ipfix.dscp.is_some_and(|d| d > 63) {
                 return Err("[ipfix] dscp is 0..=63".into());
+            }
+            if ipfix.transport == IpfixTransport::Tls
+                && (ipfix.tls_ca.is_none() || ipfix.tls_cert.is_none() || ipfix.tls_key.is_none())
+            {
+                return Err("[ipfix] transport = \"tls\" needs tls-ca, tls-cert and tls-key (mutual authentication)".into());
             }
         }
         if t.role.advertises() {

@@ -137,6 +137,19 @@ fn collect(args: &cli::CollectArgs) -> anyhow::Result<()> {
         id(2),
     );
     elements.validate()?;
+    if let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_client_ca)
+    {
+        let tls = lq_user::ipfix::TlsServerConfig::from_files(cert, key, ca)?;
+        eprintln!(
+            "lqd ipfix collect: listening on {} (TLS 1.3, client certificates required)",
+            args.listen
+        );
+        return lq_user::pfc_export::collect_tcp(args.listen, Some(tls), elements, io::stdout());
+    }
+    if args.tcp {
+        eprintln!("lqd ipfix collect: listening on {} (TCP)", args.listen);
+        return lq_user::pfc_export::collect_tcp(args.listen, None, elements, io::stdout());
+    }
     eprintln!("lqd ipfix collect: listening on {} (UDP)", args.listen);
     lq_user::pfc_export::collect(args.listen, elements, io::stdout().lock())
 }

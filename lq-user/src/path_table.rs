@@ -97,6 +97,34 @@ fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> PathTableEr
     move |source| PathTableError::Map { map, source }
 }
 
+/// Why [`load_pinned`] failed.
+#[derive(Debug)]
+pub enum LoadPinnedError {
+    /// lqd was built without its object (AYA_BUILD_SKIP=1).
+    NoObject,
+    /// The pin folder cannot be created.
+    PinFolder(std::io::Error),
+    /// aya refused the object.
+    Load(aya::EbpfError),
+}
+
+/// Loads a fresh instance of the embedded object with the maps named in `maps` pinned
+/// under `pin_dir`: an existing pin is reused (so a restart keeps tables and counters), a
+/// missing one is created. Every service that owns pinned maps (the receiver, the PFC
+/// counter) loads its instance this way.
+pub fn load_pinned(pin_dir: &Path, maps: &[&'static str]) -> Result<Ebpf, LoadPinnedError> {
+    if EBPF_OBJECT.is_empty() {
+        return Err(LoadPinnedError::NoObject);
+    }
+    std::fs::create_dir_all(pin_dir).map_err(LoadPinnedError::PinFolder)?;
+    let paths: Vec<PathBuf> = maps.iter().map(|m| pin_dir.join(m)).collect();
+    let mut loader = EbpfLoader::new();
+    for (name, path) in maps.iter().zip(&paths) {
+        loader.map_pin_path(name, path.as_path());
+    }
+    loader.load(EBPF_OBJECT).map_err(LoadPinnedError::Load)
+}
+
 /// BPF_FS_MAGIC from statfs(2).
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
@@ -176,19 +204,17 @@ impl XdpReceiver {
     /// Loads the receiver, reusing maps already pinned under `pin_dir` (a restart keeps the
     /// table and the counters), and writes `settings`. Does not attach.
     pub fn load(pin_dir: &Path, settings: &ReceiverSettings) -> Result<Self, PathTableError> {
-        if EBPF_OBJECT.is_empty() {
-            return Err(PathTableError::NoObject);
-        }
-        std::fs::create_dir_all(pin_dir).map_err(|source| PathTableError::PinFolder {
-            path: pin_dir.into(),
-            source,
-        })?;
-        let paths: Vec<PathBuf> = PINNED_MAPS.iter().map(|m| pin_dir.join(m)).collect();
-        let mut loader = EbpfLoader::new();
-        for (name, path) in PINNED_MAPS.iter().zip(&paths) {
-            loader.map_pin_path(name, path.as_path());
-        }
-        let ebpf = loader.load(EBPF_OBJECT)?;
+        let ebpf = match load_pinned(pin_dir, &PINNED_MAPS) {
+            Ok(e) => e,
+            Err(LoadPinnedError::NoObject) => return Err(PathTableError::NoObject),
+            Err(LoadPinnedError::PinFolder(source)) => {
+                return Err(PathTableError::PinFolder {
+                    path: pin_dir.into(),
+                    source,
+                });
+            }
+            Err(LoadPinnedError::Load(e)) => return Err(e.into()),
+        };
         let mut this = Self {
             ebpf,
             pin_dir: pin_dir.into(),

@@ -179,3 +179,91 @@ print(json.dumps(out))
     drop(lqd);
     let _ = std::fs::remove_dir_all(pin);
 }
+
+/// The daemon exporting over TCP (issue 6): the collector sees the same totals; when the
+/// collector goes away and comes back, lqd reconnects, resends the templates and goes on
+/// exporting (counting never stopped).
+#[test]
+fn daemon_exports_over_tcp_and_reconnects_after_a_collector_restart() {
+    require_root();
+    let a = NetNs::new("lqt-tcpa").unwrap();
+    let b = NetNs::new("lqt-tcpb").unwrap();
+    veth_pair(&a, "a0", "10.7.0.1/24", &b, "b0", "10.7.0.2/24").unwrap();
+    let out = std::env::temp_dir().join(lq_tests::unique_name("lq-collect-tcp"));
+    let start_collector = |out: &std::path::Path| {
+        a.command(lqd_bin().unwrap().to_str().unwrap())
+            .args(["ipfix", "collect", "--tcp", "--listen", "127.0.0.1:4739"])
+            .stdout(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(out)
+                    .unwrap(),
+            )
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut collector = start_collector(&out);
+    std::thread::sleep(Duration::from_millis(300));
+    let cfg = config(4739)
+        .replace(
+            "epoch-element-id = 3",
+            "epoch-element-id = 3\ntransport = \"tcp\"",
+        )
+        .replace("[metrics]\nlisten = \"127.0.0.1:9464\"\n", "");
+    let lqd = Lqd::start(&a, &cfg).unwrap();
+    send_frames(
+        &b,
+        "b0",
+        vec![build_frame(PFC_MULTICAST, SRC, 1 << 5, [7; 8]).to_vec(); 4],
+    )
+    .unwrap();
+    let total_for = |text: &str, prio: u64| -> Option<u64> {
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["pfc-priority"].as_u64() == Some(prio))
+            .filter_map(|v| v["pfc-control-frame-total-count"].as_u64())
+            .last()
+    };
+    let wait_total = |want: u64, what: &str| {
+        let start = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            if total_for(&text, 5) == Some(want) {
+                return text;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "{what}: {text}\n{}",
+                lqd.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_total(4, "first session");
+    // The collector goes away; frames keep being counted meanwhile.
+    let _ = collector.kill();
+    let _ = collector.wait();
+    let before = std::fs::read_to_string(&out)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    send_frames(
+        &b,
+        "b0",
+        vec![build_frame(PFC_MULTICAST, SRC, 1 << 5, [7; 8]).to_vec(); 3],
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let mut collector = start_collector(&out);
+    let text = wait_total(7, "after the collector restart");
+    let new: Vec<&str> = text.lines().skip(before).collect();
+    assert!(
+        new.iter().any(|l| l.contains("\"templates\"")),
+        "templates resent on the new session: {new:?}"
+    );
+    let _ = collector.kill();
+    let _ = collector.wait();
+    let _ = std::fs::remove_file(&out);
+}

@@ -9,6 +9,11 @@
 
 pub mod decode;
 pub mod encode;
+pub mod tcp;
+pub mod tls;
+
+pub use tcp::{CollectorStop, SessionEvent, TcpCollector, TcpConfig, TcpExporter, TransportStats};
+pub use tls::{IPFIX_TLS_PORT, TlsClientConfig, TlsConfigError, TlsExporter, TlsServerConfig};
 
 use std::{
     net::{SocketAddr, UdpSocket},

@@ -19,7 +19,7 @@ use std::{
 };
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
     programs::{
         LinkOrder, ProgramError, SchedClassifier, TcAttachType,
@@ -32,8 +32,6 @@ use lq_common::pfc::{
 };
 
 pub use netdev::{InterfaceInfo, interface_info, monotonic_ns};
-
-use crate::path_table::EBPF_OBJECT;
 
 /// Maps the PFC counter pins under its instance folder, so a daemon restart keeps them.
 pub const PINNED_MAPS: [&str; 4] = [
@@ -138,19 +136,18 @@ impl PfcCounter {
     /// Loads the counter, reusing maps already pinned under `pin_dir` (a restart keeps the
     /// counts). Does not attach.
     pub fn load(pin_dir: &Path) -> Result<Self, PfcError> {
-        if EBPF_OBJECT.is_empty() {
-            return Err(PfcError::NoObject);
-        }
-        std::fs::create_dir_all(pin_dir).map_err(|source| PfcError::PinFolder {
-            path: pin_dir.into(),
-            source,
-        })?;
-        let paths: Vec<PathBuf> = PINNED_MAPS.iter().map(|m| pin_dir.join(m)).collect();
-        let mut loader = EbpfLoader::new();
-        for (name, path) in PINNED_MAPS.iter().zip(&paths) {
-            loader.map_pin_path(name, path.as_path());
-        }
-        let ebpf = loader.load(EBPF_OBJECT)?;
+        use crate::path_table::{LoadPinnedError, load_pinned};
+        let ebpf = match load_pinned(pin_dir, &PINNED_MAPS) {
+            Ok(e) => e,
+            Err(LoadPinnedError::NoObject) => return Err(PfcError::NoObject),
+            Err(LoadPinnedError::PinFolder(source)) => {
+                return Err(PfcError::PinFolder {
+                    path: pin_dir.into(),
+                    source,
+                });
+            }
+            Err(LoadPinnedError::Load(e)) => return Err(e.into()),
+        };
         let mut this = Self {
             ebpf,
             pin_dir: pin_dir.into(),
