@@ -221,10 +221,11 @@ fn daemon_exports_over_tcp_and_reconnects_after_a_collector_restart() {
     .unwrap();
     let total_for = |text: &str, prio: u64| -> Option<u64> {
         text.lines()
+            .rev()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|v| v["pfc-priority"].as_u64() == Some(prio))
             .filter_map(|v| v["pfc-control-frame-total-count"].as_u64())
-            .last()
+            .next()
     };
     let wait_total = |want: u64, what: &str| {
         let start = Instant::now();
