@@ -586,6 +586,71 @@ pub struct PfcSection {
     /// Link speed for pause-duration accounting when the driver reports none (Mbit/s).
     #[serde(default)]
     pub speed_mbps: Option<u32>,
+    /// NIC per-priority PFC counters read with `ethtool -S` (hardware consumes PFC frames
+    /// before any tc hook sees them; and transmitted frames only a NIC can confirm).
+    #[serde(default)]
+    pub ethtool: Vec<EthtoolSource>,
+}
+
+/// `[[pfc.ethtool]]`: one interface's eight per-priority PFC counters from ethtool
+/// statistics (never per-queue, per-traffic-class or 802.1p counters).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EthtoolSource {
+    /// The interface (a bond's member, never the bond).
+    pub interface: String,
+    /// `received` or `transmitted`.
+    pub direction: PfcDirection,
+    /// The driver's statistic name with `{n}` for the priority, e.g. "tx_prio{n}_pause";
+    /// or use `preset`.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// A known driver's names: "mlx5".
+    #[serde(default)]
+    pub preset: Option<String>,
+    /// The counters' width in bits (wrap accounting for narrower ones).
+    #[serde(default = "default_width")]
+    pub width_bits: u32,
+}
+
+fn default_width() -> u32 {
+    64
+}
+
+/// Direction of PFC frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PfcDirection {
+    /// Frames received on the interface.
+    Received,
+    /// Frames the interface sent.
+    Transmitted,
+}
+
+impl EthtoolSource {
+    /// The statistic names of the eight priorities.
+    pub fn stat_map(&self) -> Result<crate::pfc::ethtool::StatMap, String> {
+        use crate::pfc::ethtool::StatMap;
+        match (&self.template, self.preset.as_deref()) {
+            (Some(t), None) if t.contains("{n}") => Ok(StatMap::template(t, self.width_bits)),
+            (Some(_), None) => Err(format!(
+                "[[pfc.ethtool]] {}: template needs {{n}} for the priority",
+                self.interface
+            )),
+            (None, Some("mlx5")) => Ok(match self.direction {
+                PfcDirection::Received => StatMap::mlx5_rx(),
+                PfcDirection::Transmitted => StatMap::mlx5_tx(),
+            }),
+            (None, Some(p)) => Err(format!(
+                "[[pfc.ethtool]] {}: unknown preset {p:?} (known: mlx5)",
+                self.interface
+            )),
+            _ => Err(format!(
+                "[[pfc.ethtool]] {}: give exactly one of template and preset",
+                self.interface
+            )),
+        }
+    }
 }
 
 /// `[ipfix]`: export of PFC counters as IPFIX Options Template records (seed 000 section 6).
@@ -856,10 +921,27 @@ impl Config {
             return Err("[[destination]] entries need at least one [[uplink]]".into());
         }
         self.controller().validate().map_err(|e| e.to_string())?;
+        for e in &self.pfc.ethtool {
+            e.stat_map()?;
+            if !(8..=64).contains(&e.width_bits) {
+                return Err(format!(
+                    "[[pfc.ethtool]] {}: width-bits is 8..=64",
+                    e.interface
+                ));
+            }
+            if e.direction == PfcDirection::Received && self.pfc.interfaces.contains(&e.interface) {
+                return Err(format!(
+                    "[[pfc.ethtool]] {}: received frames are already counted by the tc program ([pfc] interfaces): one source per counter",
+                    e.interface
+                ));
+            }
+        }
         if let Some(ipfix) = &self.ipfix {
             ipfix.elements().map_err(|e| format!("[ipfix] {e}"))?;
-            if self.pfc.interfaces.is_empty() {
-                return Err("[ipfix] needs [pfc] interfaces to export".into());
+            if self.pfc.interfaces.is_empty() && self.pfc.ethtool.is_empty() {
+                return Err(
+                    "[ipfix] needs [pfc] interfaces or [[pfc.ethtool]] sources to export".into(),
+                );
             }
             if ipfix.interval_ms == 0 || ipfix.template_refresh_s == 0 {
                 return Err("[ipfix] interval-ms and template-refresh-s must be > 0".into());
@@ -1140,6 +1222,13 @@ remote-node = "10.0.1.4"
             "{e}"
         );
         assert!(err(&format!("{LEAF}[metrics]\nlisten = 5\n")).contains("leaf.toml:"));
+        let eth = "[[pfc.ethtool]]\ninterface = \"eth1\"\ndirection = \"transmitted\"\n";
+        assert!(parse(&format!("{LEAF}{eth}preset = \"mlx5\"\n")).is_ok());
+        assert!(err(&format!("{LEAF}{eth}preset = \"acme\"\n")).contains("unknown preset"));
+        assert!(err(&format!("{LEAF}{eth}template = \"tx_pause\"\n")).contains("{n}"));
+        assert!(err(&format!("{LEAF}{eth}\n")).contains("exactly one of template and preset"));
+        let rx = "[pfc]\ninterfaces = [\"eth1\"]\n[[pfc.ethtool]]\ninterface = \"eth1\"\ndirection = \"received\"\npreset = \"mlx5\"\n";
+        assert!(err(&format!("{LEAF}{rx}")).contains("one source per counter"));
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
     } else {
         None
     };
-    let mut pfc = if cfg.pfc.interfaces.is_empty() {
+    let mut pfc = if cfg.pfc.interfaces.is_empty() && cfg.pfc.ethtool.is_empty() {
         None
     } else {
         Some(

@@ -33,6 +33,9 @@ pub enum PfcServiceError {
     /// Element identities.
     #[error(transparent)]
     Elements(#[from] crate::ipfix::ConfigError),
+    /// An ethtool source's statistic names (configuration validation refuses this first).
+    #[error("{0}")]
+    Ethtool(String),
     /// TLS without its files (configuration validation refuses this first).
     #[error("[ipfix] transport = \"tls\" needs tls-ca, tls-cert and tls-key")]
     TlsFiles,
@@ -66,7 +69,8 @@ pub struct PfcService {
     reader: PfcReader,
     exporter: Option<Exporter>,
     interval: Duration,
-    trackers: BTreeMap<(u32, u8), CounterTracker>,
+    trackers: BTreeMap<(u32, u8, Direction), CounterTracker>,
+    ethtool: Vec<(Direction, crate::pfc::tx::TxSource)>,
     first_epoch: u32,
     next_export_ns: u64,
     /// Messages exported and export errors.
@@ -142,9 +146,26 @@ impl PfcService {
         // Epochs must differ from any exported before this start: derive them from the wall
         // clock (seconds), so a restart never reuses an epoch of the previous run.
         let first_epoch = (unix_ms_now() / 1000) as u32;
+        let mut ethtool = Vec::new();
+        for e in &cfg.pfc.ethtool {
+            let map = e.stat_map().map_err(PfcServiceError::Ethtool)?;
+            let dir = match e.direction {
+                crate::config::PfcDirection::Received => Direction::Received,
+                crate::config::PfcDirection::Transmitted => Direction::Transmitted,
+            };
+            info!(iface = %e.interface, direction = ?dir, "PFC counters from ethtool statistics");
+            ethtool.push((
+                dir,
+                crate::pfc::tx::TxSource::Ethtool {
+                    iface: e.interface.clone(),
+                    map,
+                },
+            ));
+        }
         Ok(Self {
             counter,
             reader,
+            ethtool,
             exporter,
             interval,
             trackers: BTreeMap::new(),
@@ -197,7 +218,7 @@ impl PfcService {
                 let first_epoch = self.first_epoch;
                 let t = self
                     .trackers
-                    .entry((ifindex, prio as u8))
+                    .entry((ifindex, prio as u8, Direction::Received))
                     .or_insert_with(|| CounterTracker::new(64, cfg.speed_mbps, first_epoch));
                 let (total, _) = t.update(RawReading {
                     value,
@@ -211,6 +232,48 @@ impl PfcService {
                 out.push(PfcRecord {
                     direction: Direction::Received,
                     interface: ifindex,
+                    priority: prio as u8,
+                    observed_ms: total.unix_ms,
+                    total: total.value,
+                    epoch: total.epoch,
+                });
+            }
+        }
+        // NIC counters: wrap accounting for narrow counters and reset detection (a new
+        // device identity or a decrease beyond a wrap) start a new epoch; a source that
+        // cannot be read exports nothing this interval, never zeros.
+        for (dir, src) in &self.ethtool {
+            let r = match src.read() {
+                Ok(r) => r,
+                Err(e) => {
+                    warn!(error = %e, "ethtool PFC counters unreadable; not exported this interval");
+                    continue;
+                }
+            };
+            for (prio, c) in r.counts.iter().enumerate() {
+                let Some(value) = *c else { continue };
+                let first_epoch = self.first_epoch;
+                // The link speed bounds how many frames can have passed: what tells a wrap
+                // of a narrow counter from a reset.
+                let speed = match src {
+                    crate::pfc::tx::TxSource::Ethtool { iface, .. } => {
+                        crate::pfc::interface_info(iface).map_or(0, |i| i.speed_mbps)
+                    }
+                    crate::pfc::tx::TxSource::VethPeer { .. } => 0,
+                };
+                let t = self
+                    .trackers
+                    .entry((r.instance.ifindex, prio as u8, *dir))
+                    .or_insert_with(|| CounterTracker::new(r.width_bits, speed, first_epoch));
+                let (total, _) = t.update(RawReading {
+                    value,
+                    instance: r.instance,
+                    mono_ns: mono,
+                    unix_ms: unix,
+                });
+                out.push(PfcRecord {
+                    direction: *dir,
+                    interface: r.instance.ifindex,
                     priority: prio as u8,
                     observed_ms: total.unix_ms,
                     total: total.value,
