@@ -39,7 +39,10 @@ impl Write for Sink {
 
 impl Sink {
     fn lines(&self) -> Vec<Value> {
-        let b = self.0.lock().unwrap().clone();
+        let mut b = self.0.lock().unwrap().clone();
+        // The collector writes a line in several pieces: parse only complete lines.
+        let complete = b.iter().rposition(|c| *c == b'\n').map_or(0, |i| i + 1);
+        b.truncate(complete);
         String::from_utf8(b)
             .unwrap()
             .lines()

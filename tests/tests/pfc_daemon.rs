@@ -129,7 +129,9 @@ fn daemon_counts_pfc_and_exports_ipfix_records() {
         let text = std::fs::read_to_string(&out).unwrap_or_default();
         let mut latest: BTreeMap<u64, serde_json::Value> = BTreeMap::new();
         let mut transmitted = 0;
-        for l in text.lines() {
+        // The collector may be writing a line right now: only complete lines count.
+        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        for l in complete.lines() {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
             if v["direction"] == "transmitted" {
                 assert_eq!(v["pfc-priority"], 0, "a missing counter was exported: {v}");
