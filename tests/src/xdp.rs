@@ -27,7 +27,14 @@ impl TestReceiver {
     pub fn load(settings: &ReceiverSettings) -> Result<Self> {
         crate::require_root();
         let pin_dir = PathBuf::from("/sys/fs/bpf").join(crate::unique_name("lq-test"));
-        let receiver = XdpReceiver::load(&pin_dir, settings).context("load receiver")?;
+        let receiver = match XdpReceiver::load(&pin_dir, settings) {
+            Ok(r) => r,
+            Err(e) => {
+                // Load may fail after the pin folder was made: leave nothing behind.
+                let _ = std::fs::remove_dir_all(&pin_dir);
+                return Err(anyhow::Error::new(e).context("load receiver"));
+            }
+        };
         let reader = receiver.reader()?;
         Ok(Self {
             receiver,
