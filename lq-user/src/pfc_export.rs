@@ -437,23 +437,7 @@ pub fn collect(
                 .scope()
                 .and_then(|s| last.get(&s))
                 .and_then(|prev| crate::ipfix::decode::interval(prev, &r));
-            let line = json!({
-                "exporter": from.to_string(),
-                "observation-domain-id": r.domain,
-                "sequence": r.sequence,
-                "template-id": r.template_id,
-                "observation-point-id": r.observation_point_id,
-                "direction": r.direction.map(|d| match d { Direction::Received => "received", Direction::Transmitted => "transmitted" }),
-                "interface": r.interface,
-                "pfc-priority": r.priority,
-                "observation-time-ms": r.observed_ms,
-                "pfc-control-frame-total-count": r.total,
-                "counter-epoch": r.epoch,
-                // Only with a confirmed epoch: otherwise the count over the interval, and
-                // any rate, is unknown (seed 000's collector rules).
-                "interval-count": interval.map_or(json!("unknown"), |n| json!(n)),
-                "problems": r.problems.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>(),
-            });
+            let line = collected_line(&from.to_string(), "udp", &r, interval);
             writeln!(out, "{line}")?;
             if let Some(s) = r.scope() {
                 last.insert(s, r);
