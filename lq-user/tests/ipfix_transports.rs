@@ -512,3 +512,99 @@ fn rustls_pki_types_certs(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'s
         .collect::<Result<_, _>>()
         .unwrap()
 }
+
+#[test]
+fn tcp_slow_collector_loses_nothing_and_never_blocks_the_exporter() {
+    println!("TCP: a collector that reads 64 octets every 5 ms for its first second");
+    // A small receive buffer, so the slowness reaches back to the exporter.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    sock.listen(1).unwrap();
+    let listener: TcpListener = sock.into();
+    let addr = listener.local_addr().unwrap();
+    let reader = thread::spawn(move || {
+        use std::io::Read as _;
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(1500)))
+            .unwrap();
+        let mut stream = Vec::new();
+        let start = Instant::now();
+        let mut buf = [0u8; 65536];
+        loop {
+            let want = if start.elapsed() < Duration::from_secs(1) {
+                64
+            } else {
+                buf.len()
+            };
+            match s.read(&mut buf[..want]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => stream.extend_from_slice(&buf[..n]),
+            }
+            if start.elapsed() < Duration::from_secs(1) {
+                thread::sleep(Duration::from_millis(5));
+            }
+        }
+        stream
+    });
+    let mut exp = TcpExporter::connect(addr, TcpConfig::default()).unwrap();
+    let mut sent = Vec::new();
+    let mut slowest = Duration::ZERO;
+    let mut backlog = 0;
+    for b in 1..=200 {
+        let t = Instant::now();
+        exp.export(&batch(b)).unwrap();
+        slowest = slowest.max(t.elapsed());
+        sent.extend(batch(b));
+        let st = exp.stats();
+        backlog = backlog.max(st.queued + st.unacknowledged);
+        thread::sleep(Duration::from_millis(5));
+    }
+    println!("  largest backlog while the collector was slow: {backlog} records");
+    assert!(
+        backlog > 100,
+        "the slow collector should have held records back"
+    );
+    assert!(
+        exp.flush(Duration::from_secs(10)),
+        "everything acknowledged: {:?}",
+        exp.stats()
+    );
+    let s = exp.stats();
+    drop(exp);
+    let stream = reader.join().unwrap();
+    // Cut the byte stream into IPFIX messages by their Length field and decode them.
+    let mut dec = lq_user::ipfix::decode::Decoder::new(ElementIds::default());
+    let mut got = BTreeSet::new();
+    let mut rest = &stream[..];
+    while rest.len() >= 4 {
+        let len = usize::from(u16::from_be_bytes([rest[2], rest[3]]));
+        if len < 16 || len > rest.len() {
+            break;
+        }
+        for r in dec.decode(&rest[..len]).unwrap().pfc {
+            got.insert((
+                u64::from(r.interface.unwrap()),
+                u64::from(r.priority.unwrap()),
+                r.total.unwrap(),
+            ));
+        }
+        rest = &rest[len..];
+    }
+    println!("  {s:?}; slowest export call {slowest:?}");
+    assert!(
+        slowest < Duration::from_millis(50),
+        "export blocked for {slowest:?}"
+    );
+    assert_eq!(s.records_dropped, 0);
+    assert_eq!(
+        got,
+        keys(&sent),
+        "every record delivered once the collector catches up"
+    );
+    println!(
+        "  ok: {} records delivered, none dropped, export never blocked",
+        got.len()
+    );
+}
