@@ -276,10 +276,13 @@ impl Rtnl {
     /// Creates or replaces a nexthop object.
     pub fn replace_nexthop(&mut self, msg: &NexthopMsg) -> Result<(), RtnlError> {
         let what = format!("nexthop {}", msg.id.unwrap_or(0));
-        let encoded = |seq| nexthop::encode_new(msg, seq);
-        // Encode once up front to report codec errors as such.
-        encoded(0).map_err(|e| RtnlError::Codec(e.to_string()))?;
-        self.request(&what, |seq| encoded(seq).unwrap_or_default())
+        // Encode once (codec errors reported as such), then stamp the request's sequence
+        // number into the netlink header (octets 8-11).
+        let mut bytes = nexthop::encode_new(msg, 0).map_err(|e| RtnlError::Codec(e.to_string()))?;
+        self.request(&what, move |seq| {
+            bytes[8..12].copy_from_slice(&seq.to_ne_bytes());
+            bytes
+        })
     }
 
     /// Deletes a nexthop object.
