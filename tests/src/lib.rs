@@ -4,6 +4,8 @@
 //! Everything here runs only inside network namespaces it creates (and always deletes) or
 //! on BPF_PROG_TEST_RUN; nothing touches the root namespace's links, routes or sysctls.
 
+pub mod bench;
+pub mod daemon;
 pub mod fabric;
 pub mod netns;
 pub mod packet;
@@ -30,8 +32,6 @@ pub fn unique_name(prefix: &str) -> String {
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
-
-pub mod daemon;
 
 /// Validates RFC 7951 JSON instance data against the module in `yang/` with yanglint, the
 /// independent judge (libyang). Returns yanglint's complaint on failure.

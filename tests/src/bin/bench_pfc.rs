@@ -21,6 +21,7 @@
 //! Everything it creates (a pin folder under /sys/fs/bpf, the sockets) is removed on drop,
 //! so errors and panics clean up too.
 
+use lq_tests::bench::{emit, median, spread};
 use std::{
     net::UdpSocket,
     os::fd::AsRawFd,
@@ -43,7 +44,6 @@ use lq_user::{
     ipfix::{Direction, ExporterConfig, PfcRecord, encode::Encoder},
     pfc::{PfcCounter, PfcReader, interface_info},
 };
-use serde_json::json;
 
 /// BPF_PROG_TEST_RUN repeat.
 const REPEAT: u32 = 1_000_000;
@@ -128,39 +128,6 @@ fn run() -> Result<()> {
         eprintln!("  {s}");
     }
     Ok(())
-}
-
-/// Prints one metric line.
-fn emit(name: &str, value: f64, unit: &str, goal: Option<&str>, baseline: Option<f64>) {
-    let m = json!({
-        "name": name,
-        "value": round3(value),
-        "unit": unit,
-        "goal": goal,
-        "baseline": baseline.map(round3),
-    });
-    println!("LQ-METRIC {m}");
-}
-
-fn round3(v: f64) -> f64 {
-    (v * 1000.0).round() / 1000.0
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-fn spread(v: &[f64]) -> String {
-    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("min {min:.2} / median {:.2} / max {max:.2}", median(v))
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {

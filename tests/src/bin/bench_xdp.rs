@@ -17,6 +17,7 @@
 //! Everything it creates (pin folders under /sys/fs/bpf, network namespaces and the veths in
 //! them) is owned by guards that remove it on drop, so errors and panics clean up too.
 
+use lq_tests::bench::{emit, median, spread};
 use std::{
     collections::HashMap,
     net::UdpSocket,
@@ -44,7 +45,6 @@ use lq_tests::{
     packet::{FrameSpec, entry, header, ip4, payload},
     xdp::{TestReceiver, XDP_DROP, XDP_PASS, settings},
 };
-use serde_json::json;
 
 /// BPF_PROG_TEST_RUN repeat for the non-LQ frames.
 const NON_LQ_REPEAT: u32 = 1_000_000;
@@ -171,39 +171,6 @@ fn run() -> Result<()> {
         eprintln!("  {s}");
     }
     Ok(())
-}
-
-/// Prints one metric line.
-fn emit(name: &str, value: f64, unit: &str, goal: Option<&str>, baseline: Option<f64>) {
-    let m = json!({
-        "name": name,
-        "value": round3(value),
-        "unit": unit,
-        "goal": goal,
-        "baseline": baseline.map(round3),
-    });
-    println!("LQ-METRIC {m}");
-}
-
-fn round3(v: f64) -> f64 {
-    (v * 1000.0).round() / 1000.0
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-fn spread(v: &[f64]) -> String {
-    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("min {min:.2} / median {:.2} / max {max:.2}", median(v))
 }
 
 // ---------------------------------------------------------------------------------------
