@@ -41,21 +41,9 @@ pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/lq";
 /// Errors of the path table edge.
 #[derive(Debug, thiserror::Error)]
 pub enum PathTableError {
-    /// bpffs is not mounted or the folder cannot be created.
-    #[error(
-        "cannot create the pin folder {path}: {source} (is bpffs mounted on /sys/fs/bpf? `mount -t bpf bpf /sys/fs/bpf`)"
-    )]
-    PinFolder {
-        /// The folder.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The object did not load (verifier, permissions, kernel too old).
-    #[error(
-        "loading the eBPF object failed: {0} (lqd needs root or CAP_BPF + CAP_NET_ADMIN, and a kernel with BTF)"
-    )]
-    Load(#[from] aya::EbpfError),
+    /// The object, its pin folder or its maps could not be set up.
+    #[error(transparent)]
+    Pinned(#[from] LoadPinnedError),
     /// A program operation failed.
     #[error("XDP program {what}: {source}")]
     Program {
@@ -83,11 +71,6 @@ pub enum PathTableError {
         "{0} is not on a bpf filesystem: mount one (`mount -t bpf bpf /sys/fs/bpf`); under `ip netns exec`, /sys is remounted without it: use `lqd run --netns NAME` instead"
     )]
     NotBpffs(PathBuf),
-    /// lqd was built with AYA_BUILD_SKIP=1: it has no eBPF object.
-    #[error(
-        "this lqd was built without its eBPF object (AYA_BUILD_SKIP=1); build it with `cargo xtask build`"
-    )]
-    NoObject,
     /// No pinned maps: no receiver has run with this pin folder.
     #[error("no pinned path table at {0}: is lqd running as a load-balancer with this --pin-dir?")]
     NotPinned(PathBuf),
@@ -98,14 +81,28 @@ fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> PathTableEr
 }
 
 /// Why [`load_pinned`] failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum LoadPinnedError {
-    /// lqd was built without its object (AYA_BUILD_SKIP=1).
+    /// lqd was built with AYA_BUILD_SKIP=1: it has no eBPF object.
+    #[error(
+        "this lqd was built without its eBPF object (AYA_BUILD_SKIP=1); build it with `cargo xtask build`"
+    )]
     NoObject,
-    /// The pin folder cannot be created.
-    PinFolder(std::io::Error),
-    /// aya refused the object.
-    Load(aya::EbpfError),
+    /// bpffs is not mounted or the folder cannot be created.
+    #[error(
+        "cannot create the pin folder {path}: {source} (is bpffs mounted on /sys/fs/bpf? `mount -t bpf bpf /sys/fs/bpf`)"
+    )]
+    PinFolder {
+        /// The folder.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The object did not load (verifier, permissions, kernel too old).
+    #[error(
+        "loading the eBPF object failed: {0} (lqd needs root or CAP_BPF + CAP_NET_ADMIN, and a kernel with BTF)"
+    )]
+    Load(#[from] aya::EbpfError),
 }
 
 /// Loads a fresh instance of the embedded object with the maps named in `maps` pinned
@@ -116,13 +113,16 @@ pub fn load_pinned(pin_dir: &Path, maps: &[&'static str]) -> Result<Ebpf, LoadPi
     if EBPF_OBJECT.is_empty() {
         return Err(LoadPinnedError::NoObject);
     }
-    std::fs::create_dir_all(pin_dir).map_err(LoadPinnedError::PinFolder)?;
+    std::fs::create_dir_all(pin_dir).map_err(|source| LoadPinnedError::PinFolder {
+        path: pin_dir.into(),
+        source,
+    })?;
     let paths: Vec<PathBuf> = maps.iter().map(|m| pin_dir.join(m)).collect();
     let mut loader = EbpfLoader::new();
     for (name, path) in maps.iter().zip(&paths) {
         loader.map_pin_path(name, path.as_path());
     }
-    loader.load(EBPF_OBJECT).map_err(LoadPinnedError::Load)
+    Ok(loader.load(EBPF_OBJECT)?)
 }
 
 /// BPF_FS_MAGIC from statfs(2).
@@ -204,17 +204,7 @@ impl XdpReceiver {
     /// Loads the receiver, reusing maps already pinned under `pin_dir` (a restart keeps the
     /// table and the counters), and writes `settings`. Does not attach.
     pub fn load(pin_dir: &Path, settings: &ReceiverSettings) -> Result<Self, PathTableError> {
-        let ebpf = match load_pinned(pin_dir, &PINNED_MAPS) {
-            Ok(e) => e,
-            Err(LoadPinnedError::NoObject) => return Err(PathTableError::NoObject),
-            Err(LoadPinnedError::PinFolder(source)) => {
-                return Err(PathTableError::PinFolder {
-                    path: pin_dir.into(),
-                    source,
-                });
-            }
-            Err(LoadPinnedError::Load(e)) => return Err(e.into()),
-        };
+        let ebpf = load_pinned(pin_dir, &PINNED_MAPS)?;
         let mut this = Self {
             ebpf,
             pin_dir: pin_dir.into(),

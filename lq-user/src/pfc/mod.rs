@@ -47,17 +47,9 @@ pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/lq/pfc";
 /// Errors of the PFC edge.
 #[derive(Debug, thiserror::Error)]
 pub enum PfcError {
-    /// bpffs is not mounted or the folder cannot be created.
-    #[error("cannot create the pin folder {path}: {source} (is bpffs mounted on /sys/fs/bpf?)")]
-    PinFolder {
-        /// The folder.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The object did not load.
-    #[error("loading the eBPF object failed: {0} (needs root or CAP_BPF + CAP_NET_ADMIN)")]
-    Load(#[from] aya::EbpfError),
+    /// The object, its pin folder or its maps could not be set up.
+    #[error(transparent)]
+    Pinned(#[from] crate::path_table::LoadPinnedError),
     /// A program operation failed.
     #[error("tc program {what}: {source}")]
     Program {
@@ -77,9 +69,6 @@ pub enum PfcError {
     /// The program or a map is missing from the object.
     #[error("{0} not found in the eBPF object")]
     Missing(&'static str),
-    /// lqd was built without its eBPF object.
-    #[error("this lqd was built without its eBPF object (AYA_BUILD_SKIP=1)")]
-    NoObject,
     /// No pinned maps under the folder.
     #[error(
         "no pinned PFC counters at {0}: is lqd running with PFC telemetry and this pin folder?"
@@ -136,18 +125,7 @@ impl PfcCounter {
     /// Loads the counter, reusing maps already pinned under `pin_dir` (a restart keeps the
     /// counts). Does not attach.
     pub fn load(pin_dir: &Path) -> Result<Self, PfcError> {
-        use crate::path_table::{LoadPinnedError, load_pinned};
-        let ebpf = match load_pinned(pin_dir, &PINNED_MAPS) {
-            Ok(e) => e,
-            Err(LoadPinnedError::NoObject) => return Err(PfcError::NoObject),
-            Err(LoadPinnedError::PinFolder(source)) => {
-                return Err(PfcError::PinFolder {
-                    path: pin_dir.into(),
-                    source,
-                });
-            }
-            Err(LoadPinnedError::Load(e)) => return Err(e.into()),
-        };
+        let ebpf = crate::path_table::load_pinned(pin_dir, &PINNED_MAPS)?;
         let mut this = Self {
             ebpf,
             pin_dir: pin_dir.into(),
