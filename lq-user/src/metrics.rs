@@ -140,39 +140,32 @@ pub fn render(
     }
     if let Some(h) = helper {
         let l = h.local_json();
-        o.family(
-            "lq_local_lqs",
-            "gauge",
-            "LQS this node computes for its egress link (Appendix A.4).",
-        );
-        for x in l["links"]
+        let measured: Vec<&Value> = l["links"]
             .as_array()
             .into_iter()
             .flatten()
             .filter(|x| x["measured"] == true)
-        {
-            o.sample(
+            .collect();
+        for (name, help, key) in [
+            (
                 "lq_local_lqs",
-                &[("interface", s(&x["interface"]))],
-                x["lqs"].as_f64().unwrap_or(0.0),
-            );
-        }
-        o.family(
-            "lq_local_cl",
-            "gauge",
-            "Advertised CL of the egress link (after A.6 hysteresis).",
-        );
-        for x in l["links"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|x| x["measured"] == true)
-        {
-            o.sample(
+                "LQS this node computes for its egress link (Appendix A.4).",
+                "lqs",
+            ),
+            (
                 "lq_local_cl",
-                &[("interface", s(&x["interface"]))],
-                x["cl"].as_f64().unwrap_or(0.0),
-            );
+                "Advertised CL of the egress link (after A.6 hysteresis).",
+                "cl",
+            ),
+        ] {
+            o.family(name, "gauge", help);
+            for x in &measured {
+                o.sample(
+                    name,
+                    &[("interface", s(&x["interface"]))],
+                    x[key].as_f64().unwrap_or(0.0),
+                );
+            }
         }
         o.family(
             "lq_advertisements_total",
