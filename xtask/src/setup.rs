@@ -259,7 +259,7 @@ fn ensure_debian_packages() -> Result<((), String)> {
         return Ok(((), format!("{} present, skipped", DEBIAN_PACKAGES.len())));
     }
     let apt = format!(
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q {}",
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends {}",
         missing.join(" ")
     );
     if !util::is_root() {
@@ -273,7 +273,12 @@ fn ensure_debian_packages() -> Result<((), String)> {
     }
     util::run(apt_get().arg("update"))
         .context("`apt-get update` failed: check the Debian mirror")?;
-    util::run(apt_get().args(["install", "-y", "-q"]).args(&missing)).with_context(|| {
+    util::run(
+        apt_get()
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing),
+    )
+    .with_context(|| {
         format!(
             "installing {} failed: try `{apt}` by hand",
             missing.join(" ")
