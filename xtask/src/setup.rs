@@ -34,6 +34,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "ethtool",
     "python3-prometheus-client",
+    // Runs the aarch64 build of lqd in the tests (SmartNIC Arm cores).
+    "qemu-user",
 ];
 
 /// tshark's debconf question about non-root capture, answered before installing.

@@ -52,6 +52,9 @@ struct Stage {
     /// `None`: the stage could not run (reason in `skip`).
     cmd: Option<Command>,
     skip: Option<String>,
+    /// Work to do before the command exists (e.g. a cross build); a failure fails the
+    /// stage with its reason.
+    prepare: Option<fn() -> Result<Command>>,
 }
 
 #[derive(Default)]
@@ -110,6 +113,7 @@ fn stages(args: &TestArgs) -> Vec<Stage> {
             layer: Layer::Lint,
             cmd: cargo(None, &["fmt", "--all", "--", "--check"]),
             skip: None,
+            prepare: None,
         },
         Stage {
             name: "clippy (user crates)",
@@ -128,12 +132,14 @@ fn stages(args: &TestArgs) -> Vec<Stage> {
                 ],
             ),
             skip: None,
+            prepare: None,
         },
         Stage {
             name: "clippy (eBPF crate)",
             layer: Layer::Lint,
             cmd: Some(ebpf_clippy()),
             skip: None,
+            prepare: None,
         },
         Stage {
             name: "host unit tests",
@@ -151,10 +157,43 @@ fn stages(args: &TestArgs) -> Vec<Stage> {
                 ],
             ),
             skip: None,
+            prepare: None,
+        },
+        Stage {
+            name: "aarch64 lqd under qemu-user",
+            layer: Layer::HostUnit,
+            cmd: None,
+            skip: None,
+            prepare: Some(cross_arch_test),
         },
     ];
     list.extend(privileged_stages(args));
     list
+}
+
+/// The Arm build (SmartNIC cores) is run, not only built: `lqd` for aarch64 under qemu-user
+/// must print what the host build prints (lq-user/tests/cross_arch.rs).
+fn cross_arch_test() -> Result<Command> {
+    const TRIPLE: &str = "aarch64-unknown-linux-gnu";
+    let dir = crate::build::build(&crate::build::BuildArgs {
+        release: false,
+        target: Some(TRIPLE.into()),
+    })?;
+    let mut c = util::cargo_cmd(None);
+    c.args([
+        "test",
+        "-p",
+        "lq-user",
+        "--test",
+        "cross_arch",
+        "--",
+        "--ignored",
+    ])
+    .env("LQ_CROSS_LQD", dir.join("lqd"))
+    // qemu-user from setup's Debian packages; the Arm loader and libc come with the cross
+    // linker's package (libc6-arm64-cross).
+    .env("LQ_CROSS_RUNNER", "qemu-aarch64 -L /usr/aarch64-linux-gnu");
+    Ok(c)
 }
 
 /// clippy for `lq-ebpf` on the BPF target. aya-ebpf's build script derives
@@ -198,6 +237,7 @@ fn privileged_stages(args: &TestArgs) -> Vec<Stage> {
             layer,
             cmd: None,
             skip: Some(skip),
+            prepare: None,
         }];
     }
     // The lq-tests crate, plus the real-kernel tests that live beside the code they test
@@ -232,12 +272,14 @@ fn privileged_stages(args: &TestArgs) -> Vec<Stage> {
             layer,
             cmd: Some(tests),
             skip: None,
+            prepare: None,
         },
         Stage {
             name: "privileged tests in lq-user (#[ignore]d: need root)",
             layer,
             cmd: Some(ignored),
             skip: None,
+            prepare: None,
         },
     ]
 }
@@ -248,10 +290,17 @@ fn run_stage(stage: Stage) -> (&'static str, Layer, Outcome) {
         layer,
         cmd,
         skip,
+        prepare,
     } = stage;
     util::break_line();
     println!("==> test: {name}");
     let start = Instant::now();
+    let prepared = prepare.map(|f| f());
+    let (cmd, skip) = match prepared {
+        Some(Ok(c)) => (Some(c), skip),
+        Some(Err(e)) => (None, Some(format!("{e:#}"))),
+        None => (cmd, skip),
+    };
     let mut out = match (cmd, skip) {
         (Some(mut cmd), _) => run_counted(&mut cmd),
         (None, Some(reason)) if reason == "--host-only" => Outcome {
