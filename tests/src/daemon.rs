@@ -13,8 +13,19 @@ use lq_common::wire::{Entry, Header};
 
 use crate::netns::NetNs;
 
-/// The `lqd` binary next to the test executable (target/debug/lqd), built on demand.
+/// The `lqd` binary next to the test executable (target/debug/lqd), brought up to date once
+/// per test process: `cargo test -p lq-tests` builds lq-user's library but not its binary,
+/// and a test must never run a stale daemon against new test code.
 pub fn lqd_bin() -> Result<PathBuf> {
+    static BUILT: std::sync::OnceLock<std::result::Result<PathBuf, String>> =
+        std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| build_lqd().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+fn build_lqd() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     // Test executables live in target/<profile>/deps, binaries (benchmarks) in
     // target/<profile>.
@@ -29,17 +40,16 @@ pub fn lqd_bin() -> Result<PathBuf> {
         })
         .context("target dir")?;
     let bin = dir.join("lqd");
-    if !bin.exists() {
-        let profile = dir.file_name().and_then(|s| s.to_str()).unwrap_or("debug");
-        let mut c = Command::new(env!("CARGO"));
-        c.args(["build", "-p", "lq-user", "--bin", "lqd"]);
-        if profile == "release" {
-            c.arg("--release");
-        }
-        let st = c.status().context("cargo build lqd")?;
-        if !st.success() {
-            bail!("building lqd failed");
-        }
+    let profile = dir.file_name().and_then(|s| s.to_str()).unwrap_or("debug");
+    // Cargo's own freshness check: a no-op when lqd is current.
+    let mut c = Command::new(env!("CARGO"));
+    c.args(["build", "-q", "-p", "lq-user", "--bin", "lqd"]);
+    if profile == "release" {
+        c.arg("--release");
+    }
+    let st = c.status().context("cargo build lqd")?;
+    if !st.success() {
+        bail!("building lqd failed");
     }
     Ok(bin)
 }

@@ -36,13 +36,23 @@ pub fn unique_name(prefix: &str) -> String {
 /// Validates RFC 7951 JSON instance data against the module in `yang/` with yanglint, the
 /// independent judge (libyang). Returns yanglint's complaint on failure.
 pub fn yanglint_data(json: &serde_json::Value) -> anyhow::Result<()> {
+    yanglint("data", json)
+}
+
+/// Validates an RFC 7951 JSON notification (`lq-threshold-crossed`) with yanglint.
+pub fn yanglint_notification(json: &serde_json::Value) -> anyhow::Result<()> {
+    yanglint("notif", json)
+}
+
+/// yanglint `-t KIND` on `json` against the ietf-lq-telemetry module in `yang/`.
+fn yanglint(kind: &str, json: &serde_json::Value) -> anyhow::Result<()> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../yang");
     let file = std::env::temp_dir().join(format!("{}.json", unique_name("lq-yang")));
     std::fs::write(&file, serde_json::to_string_pretty(json)?)?;
     let out = std::process::Command::new("yanglint")
         .arg("-p")
         .arg(&dir)
-        .args(["-t", "data"])
+        .args(["-t", kind])
         .arg(dir.join("ietf-lq-telemetry@2026-07-07.yang"))
         .arg(&file)
         .output()

@@ -69,6 +69,44 @@ impl NetNs {
     }
 }
 
+impl NetNs {
+    /// Overloads a link from inside this namespace until `stop` is set: eight non-blocking
+    /// UDP sockets bound to `from` send 1 400-octet datagrams to `to` as fast as they can,
+    /// so their send buffers together exceed a shaping qdisc's limit, its queue fills and
+    /// it drops (Appendix A: U -> 1, D -> 1, X active).
+    pub fn udp_flood(
+        &self,
+        from: std::net::Ipv4Addr,
+        to: std::net::SocketAddr,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<Result<()>> {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let file = File::open(&path).with_context(|| format!("open {path}"))?;
+            // SAFETY: setns on a valid namespace fd affects only this new thread.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                bail!("setns {path}: {}", std::io::Error::last_os_error());
+            }
+            let socks = (0..8)
+                .map(|_| {
+                    let s = std::net::UdpSocket::bind((from, 0))?;
+                    s.set_nonblocking(true)?;
+                    Ok(s)
+                })
+                .collect::<std::io::Result<Vec<_>>>()
+                .context("bind the flood sockets")?;
+            let buf = [0u8; 1400];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in &socks {
+                    // A full send buffer (EAGAIN) is the point: keep offering.
+                    let _ = s.send_to(&buf, to);
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
 impl Drop for NetNs {
     fn drop(&mut self) {
         // Kill anything still running inside, then delete the namespace (its veths go too).

@@ -64,11 +64,11 @@ impl ThresholdCrossed {
         json!({ JSON_MEMBER: body })
     }
 
-    /// [`Self::to_json`] pretty-printed.
+    /// [`Self::to_json`] on one line.
     pub fn to_json_string(&self) -> String {
-        // Serializing a `Value` built from strings and integers cannot fail; fall back to
-        // the compact form rather than panic.
-        serde_json::to_string_pretty(&self.to_json()).unwrap_or_else(|_| self.to_json().to_string())
+        // One line: `lqd monitor` and the log carry notifications as JSON lines, one
+        // notification per line (a pretty-printed body would split it over nine).
+        self.to_json().to_string()
     }
 }
 
