@@ -408,78 +408,25 @@ pub fn show_table(v: &Value) -> String {
 
 /// `lqd ipfix collect`: receives IPFIX over UDP on `listen` and prints every PFC record as
 /// a JSON line, following seed 000's collector rules (records of other templates counted,
-/// priorities never summed, an interval only with a confirmed epoch, problems flagged).
+/// priorities never summed, an interval only with a confirmed epoch of the same exporter,
+/// problems flagged, refused templates reported with the reason). Each exporter (source
+/// address and port) is its own Transport Session: templates, last readings and interval
+/// counts never mix between exporters ([`crate::ipfix::collect`]).
 pub fn collect(
     listen: SocketAddr,
     elements: crate::ipfix::ElementIds,
     mut out: impl std::io::Write,
 ) -> anyhow::Result<()> {
     let sock = std::net::UdpSocket::bind(listen)?;
-    let mut dec = crate::ipfix::decode::Decoder::new(elements);
-    let mut last: BTreeMap<crate::ipfix::decode::CounterScope, crate::ipfix::decode::PfcDecoded> =
-        BTreeMap::new();
+    let mut sessions = crate::ipfix::collect::UdpSessions::new(elements);
     let mut buf = vec![0u8; 65536];
     loop {
         let (n, from) = sock.recv_from(&mut buf)?;
-        let decoded = match dec.decode(&buf[..n]) {
-            Ok(d) => d,
-            Err(e) => {
-                writeln!(
-                    out,
-                    "{}",
-                    json!({"exporter": from.to_string(), "error": e.to_string()})
-                )?;
-                continue;
-            }
-        };
-        for r in decoded.pfc {
-            let interval = r
-                .scope()
-                .and_then(|s| last.get(&s))
-                .and_then(|prev| crate::ipfix::decode::interval(prev, &r));
-            let line = collected_line(&from.to_string(), "udp", &r, interval);
+        for line in sessions.datagram(from, &buf[..n]) {
             writeln!(out, "{line}")?;
-            if let Some(s) = r.scope() {
-                last.insert(s, r);
-            }
-        }
-        if decoded.other_records > 0 {
-            writeln!(
-                out,
-                "{}",
-                json!({"exporter": from.to_string(), "other-records": decoded.other_records})
-            )?;
         }
         out.flush()?;
     }
-}
-
-/// One PFC record as the JSON line of `lqd ipfix collect` (the fields of [`collect`]'s
-/// lines, plus the transport).
-fn collected_line(
-    from: &str,
-    transport: &str,
-    r: &crate::ipfix::decode::PfcDecoded,
-    interval: Option<u64>,
-) -> Value {
-    json!({
-        "exporter": from,
-        "transport": transport,
-        "observation-domain-id": r.domain,
-        "sequence": r.sequence,
-        "template-id": r.template_id,
-        "observation-point-id": r.observation_point_id,
-        "direction": r.direction.map(|d| match d { Direction::Received => "received", Direction::Transmitted => "transmitted" }),
-        "interface": r.interface,
-        "pfc-priority": r.priority,
-        "observation-time-ms": r.observed_ms,
-        "pfc-control-frame-total-count": r.total,
-        "counter-epoch": r.epoch,
-        // Only with a confirmed epoch: otherwise the count over the interval, and any rate,
-        // is unknown (seed 000's collector rules).
-        "interval-count": interval.map_or(json!("unknown"), |n| json!(n)),
-        "problems": r.problems.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>(),
-    })
 }
 
 /// `lqd ipfix collect --tcp` (and `--tls-*`): receives IPFIX over TCP, or TLS 1.3 with
@@ -508,58 +455,29 @@ pub fn collect_tcp_on(
 ) -> anyhow::Result<()> {
     use std::sync::{Arc, Mutex};
 
-    use crate::ipfix::{SessionEvent, decode};
+    use crate::ipfix::{SessionEvent, collect::Session};
 
     let transport = if collector.is_tls() { "tls" } else { "tcp" };
     let out = Arc::new(Mutex::new(out));
-    // Interval counts compare readings of one scoped counter, whichever session carried them.
-    let last: Arc<Mutex<BTreeMap<decode::CounterScope, decode::PfcDecoded>>> = Arc::default();
     collector.run(move |peer| {
         let out = out.clone();
-        let last = last.clone();
         let from = peer.to_string();
-        // Templates belong to one Transport Session (RFC 7011 section 8): one decoder each.
-        let mut dec = decode::Decoder::new(elements);
+        // Templates and last readings belong to one Transport Session (RFC 7011 section 8,
+        // seed 000 section 7): a reading is never compared with another connection's.
+        let mut session = Session::new(from.clone(), transport, elements);
         move |ev: SessionEvent<'_>| {
-            let mut lines = Vec::new();
-            match ev {
+            let lines = match ev {
                 SessionEvent::Open => {
-                    lines.push(json!({"exporter": from, "transport": transport, "session": "open"}));
+                    vec![json!({"exporter": from, "transport": transport, "session": "open"})]
                 }
-                SessionEvent::Refused(e) => lines.push(
+                SessionEvent::Refused(e) => vec![
                     json!({"exporter": from, "transport": transport, "session": "refused", "error": e}),
-                ),
-                SessionEvent::Closed(e) => lines.push(
+                ],
+                SessionEvent::Closed(e) => vec![
                     json!({"exporter": from, "transport": transport, "session": "closed", "error": e}),
-                ),
-                SessionEvent::Message(m) => match dec.decode(m) {
-                    Err(e) => lines.push(
-                        json!({"exporter": from, "transport": transport, "error": e.to_string()}),
-                    ),
-                    Ok(d) => {
-                        if d.templates > 0 {
-                            lines.push(json!({"exporter": from, "transport": transport, "templates": d.templates}));
-                        }
-                        if d.unknown_sets > 0 {
-                            lines.push(json!({"exporter": from, "transport": transport, "unknown-sets": d.unknown_sets}));
-                        }
-                        let mut last = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        for r in d.pfc {
-                            let interval = r
-                                .scope()
-                                .and_then(|s| last.get(&s))
-                                .and_then(|prev| decode::interval(prev, &r));
-                            lines.push(collected_line(&from, transport, &r, interval));
-                            if let Some(s) = r.scope() {
-                                last.insert(s, r);
-                            }
-                        }
-                        if d.other_records > 0 {
-                            lines.push(json!({"exporter": from, "transport": transport, "other-records": d.other_records}));
-                        }
-                    }
-                },
-            }
+                ],
+                SessionEvent::Message(m) => session.message(m),
+            };
             let mut o = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for l in lines {
                 // A closed output (e.g. a pipe) cannot be reported anywhere better.
