@@ -79,7 +79,10 @@ impl Collector {
                 assert_eq!(v["error"], "truncated message", "{v}");
                 break;
             }
-            assert!(start.elapsed() < Duration::from_secs(10), "collector silent");
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "collector silent"
+            );
         }
         c
     }
@@ -103,8 +106,17 @@ fn a_zero_length_field_template_is_refused_promptly_not_spun_on() {
     // Header (42 octets, domain 1); Options Template 256 with one field,
     // observationPointId of length 0; a Data Set of 8 octets for template 256.
     let datagram = hex::decode(concat!(
-        "000a002a", "00000000", "00000000", "00000001", "0003000e", "0100", "0001", "0001",
-        "008a0000", "0100000c", "0102030405060708",
+        "000a002a",
+        "00000000",
+        "00000000",
+        "00000001",
+        "0003000e",
+        "0100",
+        "0001",
+        "0001",
+        "008a0000",
+        "0100000c",
+        "0102030405060708",
     ))
     .unwrap();
     assert_eq!(datagram.len(), 42);
@@ -122,7 +134,10 @@ fn a_zero_length_field_template_is_refused_promptly_not_spun_on() {
         at.duration_since(sent)
     );
     assert_eq!(refused["template-refused"], 256, "{refused}");
-    assert_eq!(refused["exporter"], exporter.local_addr().unwrap().to_string());
+    assert_eq!(
+        refused["exporter"],
+        exporter.local_addr().unwrap().to_string()
+    );
     assert!(
         refused["reason"].as_str().unwrap().contains("length 0"),
         "{refused}"

@@ -100,7 +100,9 @@ impl Session {
             }
         }
         if d.other_records > 0 {
-            lines.push(json!({"exporter": from, "transport": transport, "other-records": d.other_records}));
+            lines.push(
+                json!({"exporter": from, "transport": transport, "other-records": d.other_records}),
+            );
         }
         lines
     }
@@ -155,12 +157,7 @@ fn problem_text(p: &Problem) -> String {
 }
 
 /// One PFC record as a JSON line.
-pub fn collected_line(
-    from: &str,
-    transport: &str,
-    r: &PfcDecoded,
-    interval: Option<u64>,
-) -> Value {
+pub fn collected_line(from: &str, transport: &str, r: &PfcDecoded, interval: Option<u64>) -> Value {
     json!({
         "exporter": from,
         "transport": transport,
@@ -256,7 +253,10 @@ mod tests {
             "127.0.0.1:2".parse().unwrap(),
             &a.data_messages(&[reading(1, 0)], now)[0],
         );
-        assert_eq!(lines, [json!({"exporter": "127.0.0.1:2", "transport": "udp", "unknown-sets": 1})]);
+        assert_eq!(
+            lines,
+            [json!({"exporter": "127.0.0.1:2", "transport": "udp", "unknown-sets": 1})]
+        );
     }
 
     #[test]

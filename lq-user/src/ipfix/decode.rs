@@ -91,10 +91,17 @@ impl std::fmt::Display for TemplateRefusal {
                 f,
                 "field {index} (element {}{}) has length 0; a fixed-length field needs at least one octet (RFC 7011 section 3.2)",
                 ie.id,
-                if ie.pen == 0 { String::new() } else { format!(", PEN {}", ie.pen) }
+                if ie.pen == 0 {
+                    String::new()
+                } else {
+                    format!(", PEN {}", ie.pen)
+                }
             ),
             Self::NoScope => {
-                write!(f, "an Options Template needs at least one scope field (RFC 7011 section 3.4.2.2)")
+                write!(
+                    f,
+                    "an Options Template needs at least one scope field (RFC 7011 section 3.4.2.2)"
+                )
             }
             Self::ScopeBeyondFields { scope, fields } => write!(
                 f,

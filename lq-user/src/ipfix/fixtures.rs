@@ -329,9 +329,17 @@ fn collector_rules() {
 /// whose only field has length 0, then a Data Set for it. The template is refused with a
 /// reason and the set is an unknown set.
 pub(crate) const ZERO_LENGTH_FIELD_DATAGRAM: &str = concat!(
-    "000a002a", "00000000", "00000000", "00000001", // header, 42 octets, domain 1
-    "0003000e", "0100", "0001", "0001", "008a0000", // template 256: observationPointId, length 0
-    "0100000c", "0102030405060708", // a Data Set for it
+    "000a002a",
+    "00000000",
+    "00000000",
+    "00000001", // header, 42 octets, domain 1
+    "0003000e",
+    "0100",
+    "0001",
+    "0001",
+    "008a0000", // template 256: observationPointId, length 0
+    "0100000c",
+    "0102030405060708", // a Data Set for it
 );
 
 #[test]
@@ -410,7 +418,11 @@ fn with_field_length(ie: IeId, len: u16) -> (Vec<u8>, Vec<u8>) {
 fn a_field_longer_than_its_type_is_flagged_not_folded() {
     let e = ElementIds::default();
     let cases = [
-        (e.pfc_total, 9, Problem::FieldLength("pfcControlFrameTotalCount", 9)),
+        (
+            e.pfc_total,
+            9,
+            Problem::FieldLength("pfcControlFrameTotalCount", 9),
+        ),
         (
             IeId::iana(ie::INGRESS_PHYSICAL_INTERFACE),
             5,
@@ -476,7 +488,12 @@ fn pfc_fields_out_of_their_scope_role_are_flagged() {
         let mut t = pfc_template(Direction::Received, &config);
         t.scope_count = scope;
         let mut dec = Decoder::new(config.elements);
-        assert_eq!(dec.decode(&message(&[(set, t.record())])).unwrap().templates, 1);
+        assert_eq!(
+            dec.decode(&message(&[(set, t.record())]))
+                .unwrap()
+                .templates,
+            1
+        );
         let r = dec.decode(&message(&[(256, data.clone())])).unwrap().pfc;
         assert_eq!(r[0].problems, want);
         assert_eq!(r[0].scope(), None);
