@@ -42,6 +42,16 @@ pub enum PfcServiceError {
     /// TLS certificates and keys.
     #[error(transparent)]
     Tls(#[from] crate::ipfix::TlsConfigError),
+    /// A bond or team device where a physical interface belongs (seed 000: never an
+    /// aggregate LAG counter).
+    #[error("{section} names an aggregate interface")]
+    Aggregate {
+        /// `[pfc] interfaces` or `[[pfc.ethtool]]`.
+        section: &'static str,
+        /// The aggregate and its members.
+        #[source]
+        source: crate::pfc::lag::Aggregate,
+    },
 }
 
 /// The export transport.
@@ -77,6 +87,11 @@ pub struct PfcService {
     pub messages: u64,
     /// Export errors (the collector unreachable etc.); counting goes on regardless.
     pub export_errors: u64,
+    /// Readings of narrow counters not exported because their wraps could not be proven
+    /// (unknown link speed, or a read gap long enough for a full wrap).
+    pub withheld_readings: u64,
+    /// The counters whose last reading was withheld (to log each change once).
+    withholding: std::collections::BTreeSet<(u32, u8, Direction)>,
 }
 
 /// The PFC pin folder of an instance.
@@ -90,6 +105,24 @@ impl PfcService {
     /// Loads the counter (reusing pinned maps: counts survive restarts), attaches it to the
     /// configured interfaces, and connects the exporter.
     pub fn start(cfg: &Config, instance: &str) -> Result<Self, PfcServiceError> {
+        // Seed 000: a record identifies a LAG's member interface, never the aggregate. Checked
+        // before anything is loaded or attached, with the members named.
+        for iface in &cfg.pfc.interfaces {
+            crate::pfc::lag::refuse_aggregate(iface).map_err(|source| {
+                PfcServiceError::Aggregate {
+                    section: "[pfc] interfaces",
+                    source,
+                }
+            })?;
+        }
+        for e in &cfg.pfc.ethtool {
+            crate::pfc::lag::refuse_aggregate(&e.interface).map_err(|source| {
+                PfcServiceError::Aggregate {
+                    section: "[[pfc.ethtool]] interface",
+                    source,
+                }
+            })?;
+        }
         let dir = pin_dir(cfg, instance);
         let mut counter = PfcCounter::load(&dir)?;
         for iface in &cfg.pfc.interfaces {
@@ -173,6 +206,8 @@ impl PfcService {
             next_export_ns: 0,
             messages: 0,
             export_errors: 0,
+            withheld_readings: 0,
+            withholding: std::collections::BTreeSet::new(),
         })
     }
 
@@ -261,16 +296,37 @@ impl PfcService {
                     }
                     crate::pfc::tx::TxSource::VethPeer { .. } => 0,
                 };
+                let key = (r.instance.ifindex, prio as u8, *dir);
                 let t = self
                     .trackers
-                    .entry((r.instance.ifindex, prio as u8, *dir))
+                    .entry(key)
                     .or_insert_with(|| CounterTracker::new(r.width_bits, speed, first_epoch));
-                let (total, _) = t.update(RawReading {
+                let (total, how) = t.update(RawReading {
                     value,
                     instance: r.instance,
                     mono_ns: mono,
                     unix_ms: unix,
                 });
+                // Seed 000: a narrow source whose wraps cannot be accounted for is not
+                // exported as pfcControlFrameTotalCount; the tracker began a new epoch.
+                if !how.exportable() {
+                    self.withheld_readings += 1;
+                    if self.withholding.insert(key) {
+                        warn!(
+                            ifindex = key.0,
+                            priority = key.1,
+                            direction = ?dir,
+                            width_bits = r.width_bits,
+                            speed_mbps = speed,
+                            interval_ms = self.interval.as_millis() as u64,
+                            "narrow PFC counter: wraps unprovable (unknown link speed, or a read gap long enough for a full wrap); reading not exported"
+                        );
+                    }
+                    continue;
+                }
+                if self.withholding.remove(&key) {
+                    info!(ifindex = key.0, priority = key.1, direction = ?dir, epoch = total.epoch, "narrow PFC counter: wraps provable again; exporting in a new epoch");
+                }
                 out.push(PfcRecord {
                     direction: *dir,
                     interface: r.instance.ifindex,
