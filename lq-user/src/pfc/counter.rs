@@ -144,7 +144,6 @@ impl CounterTracker {
             // Unknown speed: the wraps of a narrow counter are never provable.
             None if self.width_bits < 64 && self.speed_mbps == 0 => (value, Continuity::Unprovable),
             None => (value, Continuity::First),
-            Some((prev, _)) if prev.instance != raw.instance => (value, Continuity::Reset),
             Some((prev, total)) => {
                 let delta = value.wrapping_sub(prev.value) & mask;
                 let elapsed = raw.mono_ns.saturating_sub(prev.mono_ns);
@@ -156,8 +155,12 @@ impl CounterTracker {
                     // one could have wrapped any number of times.
                     None => self.width_bits < 64,
                 };
+                // Checked first: a narrow counter of a new instance can also have wrapped
+                // since it started, if the gap allows a full wrap.
                 if full_wrap_possible {
                     (value, Continuity::Unprovable)
+                } else if prev.instance != raw.instance {
+                    (value, Continuity::Reset)
                 } else if wrapped && self.width_bits == 64 {
                     // 2^64 increments between two readings are impossible: a reset.
                     (value, Continuity::Reset)
@@ -289,6 +292,12 @@ mod tests {
         assert_eq!(feed(1_000, 75), (Some((1_000, 2)), Continuity::Continued));
         // 44 ms allow 65 477 increments: no full wrap, continuity is proven.
         assert_eq!(feed(1_100, 119), (Some((1_100, 2)), Continuity::Continued));
+        // Another instance (the NIC replaced) after a long gap: it may have wrapped since
+        // it started, so not a provable reset; after a short one it is.
+        let mut t = CounterTracker::new(16, 1000, 1);
+        t.update(raw(10, 0, 3));
+        assert_eq!(t.update(raw(20, 100, 4)).1, Continuity::Unprovable);
+        assert_eq!(t.update(raw(30, 110, 5)).1, Continuity::Reset);
         // Unknown speed: no reading of a narrow counter is exported, the first included;
         // a 64-bit counter needs no speed.
         let mut t = CounterTracker::new(32, 0, 0);
