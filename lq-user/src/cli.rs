@@ -191,7 +191,10 @@ pub enum IpfixCommand {
     /// A collector for lq's PFC Options Template records (and any exporter following seed
     /// 000): prints each PFC record as a JSON line with the count over the interval when
     /// the counter epoch confirms no reset happened ("unknown" otherwise), and flags
-    /// malformed records. UDP only (SCTP, which RFC 7011 makes mandatory, is not in this
+    /// malformed records (fields longer than their type, PFC fields outside their scope
+    /// role). Templates and readings are kept per exporter (UDP: source address and port;
+    /// TCP/TLS: the connection): exporters never mix. A template with a zero-length field
+    /// is refused ("template-refused" with a "reason"). UDP only (SCTP, which RFC 7011 makes mandatory, is not in this
     /// kernel). `--tcp` accepts TCP, `--tls-cert/--tls-key/--tls-client-ca` TLS 1.3 with
     /// mutual authentication.
     Collect(CollectArgs),

@@ -42,6 +42,16 @@ pub enum PfcServiceError {
     /// TLS certificates and keys.
     #[error(transparent)]
     Tls(#[from] crate::ipfix::TlsConfigError),
+    /// A bond or team device where a physical interface belongs (seed 000: never an
+    /// aggregate LAG counter).
+    #[error("{section} names an aggregate interface")]
+    Aggregate {
+        /// `[pfc] interfaces` or `[[pfc.ethtool]]`.
+        section: &'static str,
+        /// The aggregate and its members.
+        #[source]
+        source: crate::pfc::lag::Aggregate,
+    },
 }
 
 /// The export transport.
@@ -77,6 +87,11 @@ pub struct PfcService {
     pub messages: u64,
     /// Export errors (the collector unreachable etc.); counting goes on regardless.
     pub export_errors: u64,
+    /// Readings of narrow counters not exported because their wraps could not be proven
+    /// (unknown link speed, or a read gap long enough for a full wrap).
+    pub withheld_readings: u64,
+    /// The counters whose last reading was withheld (to log each change once).
+    withholding: std::collections::BTreeSet<(u32, u8, Direction)>,
 }
 
 /// The PFC pin folder of an instance.
@@ -90,6 +105,24 @@ impl PfcService {
     /// Loads the counter (reusing pinned maps: counts survive restarts), attaches it to the
     /// configured interfaces, and connects the exporter.
     pub fn start(cfg: &Config, instance: &str) -> Result<Self, PfcServiceError> {
+        // Seed 000: a record identifies a LAG's member interface, never the aggregate. Checked
+        // before anything is loaded or attached, with the members named.
+        for iface in &cfg.pfc.interfaces {
+            crate::pfc::lag::refuse_aggregate(iface).map_err(|source| {
+                PfcServiceError::Aggregate {
+                    section: "[pfc] interfaces",
+                    source,
+                }
+            })?;
+        }
+        for e in &cfg.pfc.ethtool {
+            crate::pfc::lag::refuse_aggregate(&e.interface).map_err(|source| {
+                PfcServiceError::Aggregate {
+                    section: "[[pfc.ethtool]] interface",
+                    source,
+                }
+            })?;
+        }
         let dir = pin_dir(cfg, instance);
         let mut counter = PfcCounter::load(&dir)?;
         for iface in &cfg.pfc.interfaces {
@@ -173,6 +206,8 @@ impl PfcService {
             next_export_ns: 0,
             messages: 0,
             export_errors: 0,
+            withheld_readings: 0,
+            withholding: std::collections::BTreeSet::new(),
         })
     }
 
@@ -261,16 +296,37 @@ impl PfcService {
                     }
                     crate::pfc::tx::TxSource::VethPeer { .. } => 0,
                 };
+                let key = (r.instance.ifindex, prio as u8, *dir);
                 let t = self
                     .trackers
-                    .entry((r.instance.ifindex, prio as u8, *dir))
+                    .entry(key)
                     .or_insert_with(|| CounterTracker::new(r.width_bits, speed, first_epoch));
-                let (total, _) = t.update(RawReading {
+                let (total, how) = t.update(RawReading {
                     value,
                     instance: r.instance,
                     mono_ns: mono,
                     unix_ms: unix,
                 });
+                // Seed 000: a narrow source whose wraps cannot be accounted for is not
+                // exported as pfcControlFrameTotalCount; the tracker began a new epoch.
+                if !how.exportable() {
+                    self.withheld_readings += 1;
+                    if self.withholding.insert(key) {
+                        warn!(
+                            ifindex = key.0,
+                            priority = key.1,
+                            direction = ?dir,
+                            width_bits = r.width_bits,
+                            speed_mbps = speed,
+                            interval_ms = self.interval.as_millis() as u64,
+                            "narrow PFC counter: wraps unprovable (unknown link speed, or a read gap long enough for a full wrap); reading not exported"
+                        );
+                    }
+                    continue;
+                }
+                if self.withholding.remove(&key) {
+                    info!(ifindex = key.0, priority = key.1, direction = ?dir, epoch = total.epoch, "narrow PFC counter: wraps provable again; exporting in a new epoch");
+                }
                 out.push(PfcRecord {
                     direction: *dir,
                     interface: r.instance.ifindex,
@@ -408,78 +464,25 @@ pub fn show_table(v: &Value) -> String {
 
 /// `lqd ipfix collect`: receives IPFIX over UDP on `listen` and prints every PFC record as
 /// a JSON line, following seed 000's collector rules (records of other templates counted,
-/// priorities never summed, an interval only with a confirmed epoch, problems flagged).
+/// priorities never summed, an interval only with a confirmed epoch of the same exporter,
+/// problems flagged, refused templates reported with the reason). Each exporter (source
+/// address and port) is its own Transport Session: templates, last readings and interval
+/// counts never mix between exporters ([`crate::ipfix::collect`]).
 pub fn collect(
     listen: SocketAddr,
     elements: crate::ipfix::ElementIds,
     mut out: impl std::io::Write,
 ) -> anyhow::Result<()> {
     let sock = std::net::UdpSocket::bind(listen)?;
-    let mut dec = crate::ipfix::decode::Decoder::new(elements);
-    let mut last: BTreeMap<crate::ipfix::decode::CounterScope, crate::ipfix::decode::PfcDecoded> =
-        BTreeMap::new();
+    let mut sessions = crate::ipfix::collect::UdpSessions::new(elements);
     let mut buf = vec![0u8; 65536];
     loop {
         let (n, from) = sock.recv_from(&mut buf)?;
-        let decoded = match dec.decode(&buf[..n]) {
-            Ok(d) => d,
-            Err(e) => {
-                writeln!(
-                    out,
-                    "{}",
-                    json!({"exporter": from.to_string(), "error": e.to_string()})
-                )?;
-                continue;
-            }
-        };
-        for r in decoded.pfc {
-            let interval = r
-                .scope()
-                .and_then(|s| last.get(&s))
-                .and_then(|prev| crate::ipfix::decode::interval(prev, &r));
-            let line = collected_line(&from.to_string(), "udp", &r, interval);
+        for line in sessions.datagram(from, &buf[..n]) {
             writeln!(out, "{line}")?;
-            if let Some(s) = r.scope() {
-                last.insert(s, r);
-            }
-        }
-        if decoded.other_records > 0 {
-            writeln!(
-                out,
-                "{}",
-                json!({"exporter": from.to_string(), "other-records": decoded.other_records})
-            )?;
         }
         out.flush()?;
     }
-}
-
-/// One PFC record as the JSON line of `lqd ipfix collect` (the fields of [`collect`]'s
-/// lines, plus the transport).
-fn collected_line(
-    from: &str,
-    transport: &str,
-    r: &crate::ipfix::decode::PfcDecoded,
-    interval: Option<u64>,
-) -> Value {
-    json!({
-        "exporter": from,
-        "transport": transport,
-        "observation-domain-id": r.domain,
-        "sequence": r.sequence,
-        "template-id": r.template_id,
-        "observation-point-id": r.observation_point_id,
-        "direction": r.direction.map(|d| match d { Direction::Received => "received", Direction::Transmitted => "transmitted" }),
-        "interface": r.interface,
-        "pfc-priority": r.priority,
-        "observation-time-ms": r.observed_ms,
-        "pfc-control-frame-total-count": r.total,
-        "counter-epoch": r.epoch,
-        // Only with a confirmed epoch: otherwise the count over the interval, and any rate,
-        // is unknown (seed 000's collector rules).
-        "interval-count": interval.map_or(json!("unknown"), |n| json!(n)),
-        "problems": r.problems.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>(),
-    })
 }
 
 /// `lqd ipfix collect --tcp` (and `--tls-*`): receives IPFIX over TCP, or TLS 1.3 with
@@ -508,58 +511,29 @@ pub fn collect_tcp_on(
 ) -> anyhow::Result<()> {
     use std::sync::{Arc, Mutex};
 
-    use crate::ipfix::{SessionEvent, decode};
+    use crate::ipfix::{SessionEvent, collect::Session};
 
     let transport = if collector.is_tls() { "tls" } else { "tcp" };
     let out = Arc::new(Mutex::new(out));
-    // Interval counts compare readings of one scoped counter, whichever session carried them.
-    let last: Arc<Mutex<BTreeMap<decode::CounterScope, decode::PfcDecoded>>> = Arc::default();
     collector.run(move |peer| {
         let out = out.clone();
-        let last = last.clone();
         let from = peer.to_string();
-        // Templates belong to one Transport Session (RFC 7011 section 8): one decoder each.
-        let mut dec = decode::Decoder::new(elements);
+        // Templates and last readings belong to one Transport Session (RFC 7011 section 8,
+        // seed 000 section 7): a reading is never compared with another connection's.
+        let mut session = Session::new(from.clone(), transport, elements);
         move |ev: SessionEvent<'_>| {
-            let mut lines = Vec::new();
-            match ev {
+            let lines = match ev {
                 SessionEvent::Open => {
-                    lines.push(json!({"exporter": from, "transport": transport, "session": "open"}));
+                    vec![json!({"exporter": from, "transport": transport, "session": "open"})]
                 }
-                SessionEvent::Refused(e) => lines.push(
+                SessionEvent::Refused(e) => vec![
                     json!({"exporter": from, "transport": transport, "session": "refused", "error": e}),
-                ),
-                SessionEvent::Closed(e) => lines.push(
+                ],
+                SessionEvent::Closed(e) => vec![
                     json!({"exporter": from, "transport": transport, "session": "closed", "error": e}),
-                ),
-                SessionEvent::Message(m) => match dec.decode(m) {
-                    Err(e) => lines.push(
-                        json!({"exporter": from, "transport": transport, "error": e.to_string()}),
-                    ),
-                    Ok(d) => {
-                        if d.templates > 0 {
-                            lines.push(json!({"exporter": from, "transport": transport, "templates": d.templates}));
-                        }
-                        if d.unknown_sets > 0 {
-                            lines.push(json!({"exporter": from, "transport": transport, "unknown-sets": d.unknown_sets}));
-                        }
-                        let mut last = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        for r in d.pfc {
-                            let interval = r
-                                .scope()
-                                .and_then(|s| last.get(&s))
-                                .and_then(|prev| decode::interval(prev, &r));
-                            lines.push(collected_line(&from, transport, &r, interval));
-                            if let Some(s) = r.scope() {
-                                last.insert(s, r);
-                            }
-                        }
-                        if d.other_records > 0 {
-                            lines.push(json!({"exporter": from, "transport": transport, "other-records": d.other_records}));
-                        }
-                    }
-                },
-            }
+                ],
+                SessionEvent::Message(m) => session.message(m),
+            };
             let mut o = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for l in lines {
                 // A closed output (e.g. a pipe) cannot be reported anywhere better.

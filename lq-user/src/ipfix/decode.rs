@@ -7,8 +7,18 @@
 //!   a required field twice, is flagged, not silently used.
 //! * Priorities are never summed: every record stays one (interface, priority) counter.
 //! * An interval count is known only with a confirmed epoch ([`interval`]).
+//! * A field longer than its type (RFC 7011 section 6.2 allows only shorter, reduced-size
+//!   encodings of integers) or encoded with variable length is flagged, never folded into
+//!   a number; a PFC field outside its role (scope or not, seed 000 section 6) is flagged.
+//! * A template that cannot describe records is refused with a reason
+//!   ([`RefusedTemplate`]): a fixed-length field of length 0 (RFC 7011 section 3.2: 65535
+//!   is the only length without octets of its own; a record of 0 octets would never end a
+//!   set), or an Options Template whose scope field count is 0 or exceeds its field count
+//!   (RFC 7011 section 3.4.2.2).
 //!
-//! One [`Decoder`] holds the templates of one Transport Session.
+//! One [`Decoder`] holds the templates of one Transport Session (RFC 7011 section 8:
+//! templates are scoped by Transport Session and Observation Domain): a collector keeps
+//! one per exporter ([`super::collect`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -43,6 +53,73 @@ pub enum Problem {
     Duplicate(&'static str),
     /// pfcPriority outside 0..=7.
     PriorityRange(u8),
+    /// A field encoded longer than its type allows, or with variable length, or with a
+    /// reduced size its type does not allow (the element, the encoded length in octets).
+    /// Its value is not used.
+    FieldLength(&'static str, usize),
+    /// A field outside its role: observationPointId, the physical interface and
+    /// pfcPriority must be scope fields, observationTimeMilliseconds and
+    /// pfcControlFrameTotalCount must not (seed 000 section 6).
+    Role(&'static str),
+}
+
+/// Why a template was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemplateRefusal {
+    /// A fixed-length field of length 0 (the field's index and element).
+    ZeroLengthField {
+        /// Position in the template, from 0.
+        index: usize,
+        /// The element.
+        ie: IeId,
+    },
+    /// An Options Template whose scope field count is 0.
+    NoScope,
+    /// An Options Template with more scope fields than fields.
+    ScopeBeyondFields {
+        /// Scope field count.
+        scope: usize,
+        /// Field count.
+        fields: usize,
+    },
+}
+
+impl std::fmt::Display for TemplateRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ZeroLengthField { index, ie } => write!(
+                f,
+                "field {index} (element {}{}) has length 0; a fixed-length field needs at least one octet (RFC 7011 section 3.2)",
+                ie.id,
+                if ie.pen == 0 {
+                    String::new()
+                } else {
+                    format!(", PEN {}", ie.pen)
+                }
+            ),
+            Self::NoScope => {
+                write!(
+                    f,
+                    "an Options Template needs at least one scope field (RFC 7011 section 3.4.2.2)"
+                )
+            }
+            Self::ScopeBeyondFields { scope, fields } => write!(
+                f,
+                "scope field count {scope} exceeds the field count {fields}"
+            ),
+        }
+    }
+}
+
+/// A template the decoder refused: data sets for its ID are then unknown sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefusedTemplate {
+    /// Observation Domain of the message.
+    pub domain: u32,
+    /// The template ID.
+    pub template_id: u16,
+    /// Why.
+    pub reason: TemplateRefusal,
 }
 
 /// One decoded PFC Counter Record.
@@ -109,6 +186,8 @@ pub struct Decoded {
     pub other_records: usize,
     /// Data Sets whose template is unknown (skipped).
     pub unknown_sets: usize,
+    /// Templates refused (their Data Sets are then unknown sets).
+    pub refused: Vec<RefusedTemplate>,
 }
 
 #[derive(Clone, Debug)]
@@ -120,6 +199,17 @@ struct Field {
 #[derive(Clone, Debug)]
 struct Tmpl {
     fields: Vec<Field>,
+    /// How many leading fields are scope fields (0: a plain Template).
+    scope_count: usize,
+}
+
+/// One field of a data record: the element, its template length, whether it is a scope
+/// field, and its octets.
+struct Value<'a> {
+    ie: IeId,
+    declared_len: u16,
+    scope: bool,
+    bytes: &'a [u8],
 }
 
 /// A decoder for one Transport Session.
@@ -169,7 +259,7 @@ impl Decoder {
             let body = &msg[at + 4..at + set_len];
             match set_id {
                 SET_TEMPLATE | SET_OPTIONS_TEMPLATE => {
-                    out.templates += self.templates_in(domain, set_id, body)?;
+                    out.templates += self.templates_in(domain, set_id, body, &mut out.refused)?;
                 }
                 id if id >= 256 => {
                     let Some(t) = self.templates.get(&(domain, id)).cloned() else {
@@ -191,6 +281,7 @@ impl Decoder {
         domain: u32,
         set_id: u16,
         body: &[u8],
+        refused: &mut Vec<RefusedTemplate>,
     ) -> Result<usize, DecodeError> {
         let mut at = 0;
         let mut n = 0;
@@ -199,6 +290,11 @@ impl Decoder {
         while at + hdr <= body.len() {
             let id = be(&body[at..at + 2]) as u16;
             let count = be(&body[at + 2..at + 4]) as usize;
+            let scope_count = if set_id == SET_OPTIONS_TEMPLATE {
+                be(&body[at + 4..at + 6]) as usize
+            } else {
+                0
+            };
             at += hdr;
             if count == 0 {
                 // Template withdrawal.
@@ -231,7 +327,39 @@ impl Decoder {
                     len,
                 });
             }
-            self.templates.insert((domain, id), Tmpl { fields });
+            let refusal = if let Some(index) = fields.iter().position(|f| f.len == 0) {
+                Some(TemplateRefusal::ZeroLengthField {
+                    index,
+                    ie: fields[index].ie,
+                })
+            } else if set_id == SET_OPTIONS_TEMPLATE && scope_count == 0 {
+                Some(TemplateRefusal::NoScope)
+            } else if scope_count > count {
+                Some(TemplateRefusal::ScopeBeyondFields {
+                    scope: scope_count,
+                    fields: count,
+                })
+            } else {
+                None
+            };
+            if let Some(reason) = refusal {
+                // The previous definition of this ID is gone too: a Data Set following the
+                // refused template must not be read with an older one.
+                self.templates.remove(&(domain, id));
+                refused.push(RefusedTemplate {
+                    domain,
+                    template_id: id,
+                    reason,
+                });
+                continue;
+            }
+            self.templates.insert(
+                (domain, id),
+                Tmpl {
+                    fields,
+                    scope_count,
+                },
+            );
             n += 1;
         }
         Ok(n)
@@ -262,9 +390,10 @@ impl Decoder {
             .sum();
         let mut at = 0;
         while at + min_len.max(1) <= body.len() {
-            let mut values: Vec<(IeId, &[u8])> = Vec::with_capacity(t.fields.len());
+            let record_start = at;
+            let mut values: Vec<Value<'_>> = Vec::with_capacity(t.fields.len());
             let mut ok = true;
-            for f in &t.fields {
+            for (index, f) in t.fields.iter().enumerate() {
                 let len = if f.len == VARLEN {
                     let Some(&l) = body.get(at) else {
                         ok = false;
@@ -289,10 +418,17 @@ impl Decoder {
                     ok = false;
                     break;
                 }
-                values.push((f.ie, &body[at..at + len]));
+                values.push(Value {
+                    ie: f.ie,
+                    declared_len: f.len,
+                    scope: index < t.scope_count,
+                    bytes: &body[at..at + len],
+                });
                 at += len;
             }
-            if !ok {
+            // A record must consume octets, or the set never ends (refused templates make
+            // this unreachable; kept so no template can ever spin the loop).
+            if !ok || at == record_start {
                 break;
             }
             if is_pfc {
@@ -302,8 +438,10 @@ impl Decoder {
                 let get = |id: u16| {
                     values
                         .iter()
-                        .find(|(i, _)| *i == IeId::iana(id))
-                        .map(|v| v.1)
+                        .find(|v| v.ie == IeId::iana(id))
+                        .map(|v| v.bytes)
+                        // An integer longer than 8 octets cannot be one of these types.
+                        .filter(|b| b.len() <= 8 || id == ie::INFORMATION_ELEMENT_NAME)
                 };
                 out.types.push(TypeInfo {
                     ie: IeId {
@@ -324,7 +462,7 @@ impl Decoder {
 
     fn pfc_record(
         &self,
-        values: &[(IeId, &[u8])],
+        values: &[Value<'_>],
         template_id: u16,
         domain: u32,
         export_time: u32,
@@ -332,41 +470,86 @@ impl Decoder {
     ) -> PfcDecoded {
         let e = &self.elements;
         let mut problems = Vec::new();
-        let mut one = |ie: IeId, name: &'static str, required: bool| -> Option<u64> {
-            let mut it = values.iter().filter(|(i, _)| *i == ie);
+        // One field of the seed's table: at most once, in its role, no longer than its
+        // type (reduced-size encoding, RFC 7011 section 6.2, only where the type allows
+        // it). A field failing these is flagged and its value not used.
+        let mut one = |ie: IeId, rule: FieldRule| -> Option<u64> {
+            let mut it = values.iter().filter(|v| v.ie == ie);
             let first = it.next();
             if it.next().is_some() {
-                problems.push(Problem::Duplicate(name));
+                problems.push(Problem::Duplicate(rule.name));
             }
-            if first.is_none() && required {
-                problems.push(Problem::Missing(name));
+            let Some(v) = first else {
+                if rule.required {
+                    problems.push(Problem::Missing(rule.name));
+                }
+                return None;
+            };
+            if let Some(scope) = rule.scope
+                && v.scope != scope
+            {
+                problems.push(Problem::Role(rule.name));
             }
-            first.map(|(_, v)| be(v))
+            let len = v.bytes.len();
+            let len_ok = v.declared_len != VARLEN
+                && if rule.reduced_size {
+                    (1..=rule.octets).contains(&len)
+                } else {
+                    len == rule.octets
+                };
+            if !len_ok {
+                problems.push(Problem::FieldLength(
+                    rule.name,
+                    if v.declared_len == VARLEN {
+                        usize::from(VARLEN)
+                    } else {
+                        len
+                    },
+                ));
+                return None;
+            }
+            Some(be(v.bytes))
         };
         let observation_point_id = one(
             IeId::iana(ie::OBSERVATION_POINT_ID),
-            "observationPointId",
-            true,
+            FieldRule::scope("observationPointId", 8, true),
         );
         let ingress = one(
             IeId::iana(ie::INGRESS_PHYSICAL_INTERFACE),
-            "ingressPhysicalInterface",
-            false,
+            FieldRule {
+                required: false,
+                ..FieldRule::scope("ingressPhysicalInterface", 4, true)
+            },
         );
         let egress = one(
             IeId::iana(ie::EGRESS_PHYSICAL_INTERFACE),
-            "egressPhysicalInterface",
-            false,
+            FieldRule {
+                required: false,
+                ..FieldRule::scope("egressPhysicalInterface", 4, true)
+            },
         );
-        let priority = one(e.pfc_priority, "pfcPriority", true);
+        let priority = one(e.pfc_priority, FieldRule::scope("pfcPriority", 1, false));
+        // dateTimeMilliseconds has no reduced-size encoding (RFC 7011 section 6.2).
         let observed_ms = one(
             IeId::iana(ie::OBSERVATION_TIME_MILLISECONDS),
-            "observationTimeMilliseconds",
-            true,
+            FieldRule::data("observationTimeMilliseconds", 8, false),
         );
-        let total = one(e.pfc_total, "pfcControlFrameTotalCount", true);
-        let epoch = e.epoch.and_then(|ie| one(ie, "counterEpoch", false));
+        let total = one(
+            e.pfc_total,
+            FieldRule::data("pfcControlFrameTotalCount", 8, true),
+        );
+        let epoch = e.epoch.and_then(|ie| {
+            one(
+                ie,
+                FieldRule {
+                    required: false,
+                    scope: None,
+                    ..FieldRule::data("counterEpoch", 4, true)
+                },
+            )
+        });
         let (direction, interface) = match (ingress, egress) {
+            // An interface field flagged above (length) leaves the record invalid already.
             (Some(i), None) => (Some(Direction::Received), Some(i as u32)),
             (None, Some(o)) => (Some(Direction::Transmitted), Some(o as u32)),
             (Some(_), Some(_)) => {
@@ -395,6 +578,41 @@ impl Decoder {
             total,
             epoch: epoch.map(|v| v as u32),
             problems,
+        }
+    }
+}
+
+/// How one PFC field must be encoded.
+#[derive(Clone, Copy)]
+struct FieldRule {
+    name: &'static str,
+    required: bool,
+    /// Must be a scope field (`Some(true)`), must not (`Some(false)`), either (`None`).
+    scope: Option<bool>,
+    /// The type's size.
+    octets: usize,
+    /// Whether shorter (reduced-size) encodings are allowed.
+    reduced_size: bool,
+}
+
+impl FieldRule {
+    const fn scope(name: &'static str, octets: usize, reduced_size: bool) -> Self {
+        Self {
+            name,
+            required: true,
+            scope: Some(true),
+            octets,
+            reduced_size,
+        }
+    }
+
+    const fn data(name: &'static str, octets: usize, reduced_size: bool) -> Self {
+        Self {
+            name,
+            required: true,
+            scope: Some(false),
+            octets,
+            reduced_size,
         }
     }
 }

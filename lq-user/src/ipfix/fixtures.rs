@@ -1,8 +1,8 @@
 //! Byte fixtures of the encoder and round trips through the decoder.
 
 use super::{
-    decode::{Decoder, Problem, interval},
-    encode::{Encoder, FieldSpec, Template, pfc_template},
+    decode::{Decoder, Problem, TemplateRefusal, interval},
+    encode::{Encoder, FieldSpec, Template, pfc_record, pfc_template},
     *,
 };
 
@@ -245,7 +245,8 @@ fn collector_rules() {
             ie: IeId::iana(82),
             len: 0xffff,
         },
-    ); // interfaceName
+    ); // interfaceName, one more scope field
+    t.scope_count += 1;
     t.fields.push(FieldSpec {
         ie: IeId { id: 99, pen: 9 },
         len: 2,
@@ -260,10 +261,15 @@ fn collector_rules() {
     };
     let mut both = pfc_template(Direction::Received, &config);
     both.id = 302;
-    both.fields.push(FieldSpec {
-        ie: IeId::iana(ie::EGRESS_PHYSICAL_INTERFACE),
-        len: 4,
-    });
+    // A scope field, like the other interface: the record's only problem is having both.
+    both.fields.insert(
+        2,
+        FieldSpec {
+            ie: IeId::iana(ie::EGRESS_PHYSICAL_INTERFACE),
+            len: 4,
+        },
+    );
+    both.scope_count += 1;
     let mut missing = pfc_template(Direction::Received, &config);
     missing.id = 303;
     missing
@@ -286,10 +292,10 @@ fn collector_rules() {
     r300.extend([0xab, 0xcd]);
     let mut r302 = 9u64.to_be_bytes().to_vec();
     r302.extend(3u32.to_be_bytes());
+    r302.extend(4u32.to_be_bytes());
     r302.push(1);
     r302.extend(1000u64.to_be_bytes());
     r302.extend(5u64.to_be_bytes());
-    r302.extend(4u32.to_be_bytes());
     let mut r303 = 9u64.to_be_bytes().to_vec();
     r303.extend(3u32.to_be_bytes());
     r303.push(1);
@@ -317,4 +323,179 @@ fn collector_rules() {
         d.pfc[2].problems,
         [Problem::Missing("observationTimeMilliseconds")]
     );
+}
+
+/// Issue 14: the 42-octet datagram that spun the old decoder forever: an Options Template
+/// whose only field has length 0, then a Data Set for it. The template is refused with a
+/// reason and the set is an unknown set.
+pub(crate) const ZERO_LENGTH_FIELD_DATAGRAM: &str = concat!(
+    "000a002a",
+    "00000000",
+    "00000000",
+    "00000001", // header, 42 octets, domain 1
+    "0003000e",
+    "0100",
+    "0001",
+    "0001",
+    "008a0000", // template 256: observationPointId, length 0
+    "0100000c",
+    "0102030405060708", // a Data Set for it
+);
+
+#[test]
+fn a_zero_length_fixed_field_refuses_the_template() {
+    let msg = hex::decode(ZERO_LENGTH_FIELD_DATAGRAM).unwrap();
+    assert_eq!(msg.len(), 42);
+    let mut dec = Decoder::new(ElementIds::default());
+    let d = dec.decode(&msg).unwrap();
+    assert_eq!(d.templates, 0);
+    assert_eq!(d.unknown_sets, 1);
+    assert_eq!(d.pfc, []);
+    assert_eq!(d.refused.len(), 1);
+    assert_eq!(d.refused[0].template_id, 256);
+    assert_eq!(
+        d.refused[0].reason,
+        TemplateRefusal::ZeroLengthField {
+            index: 0,
+            ie: IeId::iana(ie::OBSERVATION_POINT_ID)
+        }
+    );
+    assert!(d.refused[0].reason.to_string().contains("length 0"));
+    // A valid template 256 learnt before is withdrawn by the refused one: its data is not
+    // read with the old definition.
+    let config = ExporterConfig::default();
+    let mut enc = Encoder::new(config.clone()).unwrap();
+    let mut dec = Decoder::new(config.elements);
+    dec.decode(&enc.template_messages(1)[0]).unwrap();
+    dec.decode(&msg).unwrap();
+    let d = dec
+        .decode(&enc.data_messages(&[rec(Direction::Received, 3, 2, 10)], 1)[0])
+        .unwrap();
+    assert_eq!((d.pfc.len(), d.unknown_sets), (0, 1));
+}
+
+#[test]
+fn options_templates_without_scope_or_with_too_much_are_refused() {
+    // 2 fields, scope count 0; then 1 field, scope count 2.
+    let body = hex::decode(concat!("0100", "0002", "0000", "008a0008", "01430008")).unwrap();
+    let mut dec = Decoder::new(ElementIds::default());
+    let d = dec.decode(&message(&[(3, body)])).unwrap();
+    assert_eq!(d.refused[0].reason, TemplateRefusal::NoScope);
+    let body = hex::decode(concat!("0101", "0001", "0002", "008a0008")).unwrap();
+    let d = dec.decode(&message(&[(3, body)])).unwrap();
+    assert_eq!(
+        d.refused[0].reason,
+        TemplateRefusal::ScopeBeyondFields {
+            scope: 2,
+            fields: 1
+        }
+    );
+}
+
+/// One PFC template with the field of `ie` given length `len`, and one record for it
+/// (that field's value `len` octets of 0x01).
+fn with_field_length(ie: IeId, len: u16) -> (Vec<u8>, Vec<u8>) {
+    let config = ExporterConfig::default();
+    let mut t = pfc_template(Direction::Received, &config);
+    t.id = 400;
+    let mut data = Vec::new();
+    for f in &mut t.fields {
+        if f.ie == ie {
+            f.len = len;
+            if len == 0xffff {
+                data.push(4);
+                data.extend([0, 0, 0, 1]);
+                continue;
+            }
+        }
+        // Every octet 0x01: pfcPriority 1, the other values small but non-zero.
+        data.extend(std::iter::repeat_n(1u8, usize::from(f.len)));
+    }
+    (message(&[(3, t.record())]), message(&[(400, data)]))
+}
+
+#[test]
+fn a_field_longer_than_its_type_is_flagged_not_folded() {
+    let e = ElementIds::default();
+    let cases = [
+        (
+            e.pfc_total,
+            9,
+            Problem::FieldLength("pfcControlFrameTotalCount", 9),
+        ),
+        (
+            IeId::iana(ie::INGRESS_PHYSICAL_INTERFACE),
+            5,
+            Problem::FieldLength("ingressPhysicalInterface", 5),
+        ),
+        (
+            IeId::iana(ie::OBSERVATION_POINT_ID),
+            16,
+            Problem::FieldLength("observationPointId", 16),
+        ),
+        (e.pfc_priority, 2, Problem::FieldLength("pfcPriority", 2)),
+        // dateTimeMilliseconds has no reduced-size encoding.
+        (
+            IeId::iana(ie::OBSERVATION_TIME_MILLISECONDS),
+            4,
+            Problem::FieldLength("observationTimeMilliseconds", 4),
+        ),
+        // A fixed-size type sent as variable-length.
+        (
+            e.pfc_total,
+            0xffff,
+            Problem::FieldLength("pfcControlFrameTotalCount", 0xffff),
+        ),
+    ];
+    for (ie, len, problem) in cases {
+        let (t, d) = with_field_length(ie, len);
+        let mut dec = Decoder::new(e);
+        assert_eq!(dec.decode(&t).unwrap().templates, 1);
+        let r = dec.decode(&d).unwrap().pfc;
+        assert_eq!(r.len(), 1, "{problem:?}");
+        assert!(r[0].problems.contains(&problem), "{:?}", r[0].problems);
+        assert_eq!(r[0].scope(), None);
+    }
+    // Reduced-size encodings of unsigned integers are legal (RFC 7011 section 6.2).
+    for (ie, len) in [(e.pfc_total, 4), (IeId::iana(ie::OBSERVATION_POINT_ID), 4)] {
+        let (t, d) = with_field_length(ie, len);
+        let mut dec = Decoder::new(e);
+        dec.decode(&t).unwrap();
+        let r = dec.decode(&d).unwrap().pfc;
+        assert!(r[0].is_valid(), "{:?}", r[0].problems);
+    }
+}
+
+#[test]
+fn pfc_fields_out_of_their_scope_role_are_flagged() {
+    let config = ExporterConfig::default();
+    let data = pfc_record(&rec(Direction::Received, 3, 2, 10), &config);
+    // Scope count 2: pfcPriority is a non-scope field; 4: observationTimeMilliseconds is a
+    // scope field; a plain Template (set 2): no scope fields at all.
+    for (set, scope, want) in [
+        (3u16, 2u16, vec![Problem::Role("pfcPriority")]),
+        (3, 4, vec![Problem::Role("observationTimeMilliseconds")]),
+        (
+            2,
+            0,
+            vec![
+                Problem::Role("observationPointId"),
+                Problem::Role("ingressPhysicalInterface"),
+                Problem::Role("pfcPriority"),
+            ],
+        ),
+    ] {
+        let mut t = pfc_template(Direction::Received, &config);
+        t.scope_count = scope;
+        let mut dec = Decoder::new(config.elements);
+        assert_eq!(
+            dec.decode(&message(&[(set, t.record())]))
+                .unwrap()
+                .templates,
+            1
+        );
+        let r = dec.decode(&message(&[(256, data.clone())])).unwrap().pfc;
+        assert_eq!(r[0].problems, want);
+        assert_eq!(r[0].scope(), None);
+    }
 }

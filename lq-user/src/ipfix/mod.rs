@@ -6,7 +6,10 @@
 //!   per Set, message headers with export time and per-domain sequence numbers.
 //! * [`UdpExporter`]: UDP transport, templates first and refreshed periodically.
 //! * [`decode`]: a Collecting Process's decoder following the seed's collector rules.
+//! * [`collect`]: the collector's sessions, one per exporter (templates, last readings and
+//!   interval counts never mix between exporters).
 
+pub mod collect;
 pub mod decode;
 pub mod encode;
 pub mod tcp;

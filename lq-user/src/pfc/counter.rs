@@ -10,6 +10,12 @@
 //!   previous reading allows a full wrap, continuity cannot be proven: a new epoch starts.
 //! * Every reset or lost continuity starts a new epoch whose total restarts at the raw
 //!   value (the source counts from its own initialisation).
+//! * A reading of a narrow counter whose wraps cannot be proven ([`Continuity::Unprovable`]:
+//!   the link speed is unknown, or the read gap was long enough for a full wrap) is not
+//!   exported as pfcControlFrameTotalCount (seed 000: "If the exporter cannot meet these
+//!   requirements [account for wraps], it MUST NOT export that source as
+//!   pfcControlFrameTotalCount"): [`Continuity::exportable`]. The
+//!   next reading after a short enough gap continues the new epoch and is exported again.
 //! * A missing reading is [`None`] and is never exported as zero.
 
 /// Which counter instance a reading comes from: any change means a reset.
@@ -56,8 +62,18 @@ pub enum Continuity {
     Wrapped,
     /// The source reset (decrease beyond a wrap, or another instance): a new epoch.
     Reset,
-    /// Too long since the last reading to exclude a full wrap: a new epoch.
+    /// A narrow counter whose wraps cannot be accounted for: too long since the last
+    /// reading to exclude a full wrap, or the link speed is unknown (then no reading of it,
+    /// the first included, can be proven). A new epoch; the reading is not exportable.
     Unprovable,
+}
+
+impl Continuity {
+    /// Whether the reading may be exported as pfcControlFrameTotalCount (seed 000: not when
+    /// the wraps of a narrow source cannot be accounted for).
+    pub fn exportable(self) -> bool {
+        !matches!(self, Self::Unprovable)
+    }
 }
 
 /// The most increments one PFC priority counter can gain in `elapsed_ns` on a link of
@@ -125,8 +141,9 @@ impl CounterTracker {
         let mask = self.modulus_mask();
         let value = raw.value & mask;
         let (total, how) = match self.last {
+            // Unknown speed: the wraps of a narrow counter are never provable.
+            None if self.width_bits < 64 && self.speed_mbps == 0 => (value, Continuity::Unprovable),
             None => (value, Continuity::First),
-            Some((prev, _)) if prev.instance != raw.instance => (value, Continuity::Reset),
             Some((prev, total)) => {
                 let delta = value.wrapping_sub(prev.value) & mask;
                 let elapsed = raw.mono_ns.saturating_sub(prev.mono_ns);
@@ -138,8 +155,12 @@ impl CounterTracker {
                     // one could have wrapped any number of times.
                     None => self.width_bits < 64,
                 };
+                // Checked first: a narrow counter of a new instance can also have wrapped
+                // since it started, if the gap allows a full wrap.
                 if full_wrap_possible {
                     (value, Continuity::Unprovable)
+                } else if prev.instance != raw.instance {
+                    (value, Continuity::Reset)
                 } else if wrapped && self.width_bits == 64 {
                     // 2^64 increments between two readings are impossible: a reset.
                     (value, Continuity::Reset)
@@ -249,5 +270,42 @@ mod tests {
         let mut t = CounterTracker::new(32, 0, 0);
         t.update(raw(10, 0, 3));
         assert_eq!(t.update(raw(20, 1, 3)).1, Continuity::Unprovable);
+    }
+
+    /// Issue 14 item 4, in virtual time: a 16-bit counter on a 1 Gb/s link (at most
+    /// 1 488 096 PFC frames/s: 2^16 of them take 44 ms) read every 10 ms is exported, wraps
+    /// included; a 50 ms gap could hide a full wrap, so that reading is withheld and a new
+    /// epoch starts; the next reading 10 ms later is exported again, in the new epoch.
+    #[test]
+    fn narrow_counter_readings_whose_wraps_are_unprovable_are_not_exported() {
+        let mut t = CounterTracker::new(16, 1000, 1);
+        let mut feed = |value, ms| {
+            let (total, how) = t.update(raw(value, ms, 3));
+            (how.exportable().then_some((total.value, total.epoch)), how)
+        };
+        assert_eq!(feed(60_000, 0), (Some((60_000, 1)), Continuity::First));
+        assert_eq!(feed(65_000, 10), (Some((65_000, 1)), Continuity::Continued));
+        // 65 000 -> 500 in 10 ms: a wrap (+1 036 <= 14 881 possible increments).
+        assert_eq!(feed(500, 20), (Some((66_036, 1)), Continuity::Wrapped));
+        // 45 ms allow 66 965 > 2^16 - 1 increments: the wrap count is unknown.
+        assert_eq!(feed(900, 65), (None, Continuity::Unprovable));
+        assert_eq!(feed(1_000, 75), (Some((1_000, 2)), Continuity::Continued));
+        // 44 ms allow 65 477 increments: no full wrap, continuity is proven.
+        assert_eq!(feed(1_100, 119), (Some((1_100, 2)), Continuity::Continued));
+        // Another instance (the NIC replaced) after a long gap: it may have wrapped since
+        // it started, so not a provable reset; after a short one it is.
+        let mut t = CounterTracker::new(16, 1000, 1);
+        t.update(raw(10, 0, 3));
+        assert_eq!(t.update(raw(20, 100, 4)).1, Continuity::Unprovable);
+        assert_eq!(t.update(raw(30, 110, 5)).1, Continuity::Reset);
+        // Unknown speed: no reading of a narrow counter is exported, the first included;
+        // a 64-bit counter needs no speed.
+        let mut t = CounterTracker::new(32, 0, 0);
+        for ms in [0, 1, 2] {
+            assert!(!t.update(raw(10 + ms, ms, 3)).1.exportable());
+        }
+        let mut t = CounterTracker::new(64, 0, 0);
+        assert!(t.update(raw(10, 0, 3)).1.exportable());
+        assert!(t.update(raw(11, 1_000_000, 3)).1.exportable());
     }
 }

@@ -10,6 +10,7 @@
 pub mod counter;
 pub mod dcb;
 pub mod ethtool;
+pub mod lag;
 mod netdev;
 pub mod tx;
 
@@ -31,7 +32,7 @@ use lq_common::pfc::{
     PFC_REJECT_COUNT, PFC_REJECT_MAP, PFC_RX_COUNTER_MAP, PfcIfConfig, PfcKey, PfcPause, PfcReject,
 };
 
-pub use netdev::{InterfaceInfo, interface_info, monotonic_ns};
+pub use netdev::{InterfaceInfo, driver_name, interface_info, monotonic_ns};
 
 /// Maps the PFC counter pins under its instance folder, so a daemon restart keeps them.
 pub const PINNED_MAPS: [&str; 4] = [
@@ -88,6 +89,9 @@ pub enum PfcError {
         "interface {0} has rx-all on: frames with FCS errors would be counted; turn it off (`ethtool -K {0} rx-all off`)"
     )]
     RxAll(String),
+    /// A bond or team device: its counter mixes the member links (seed 000).
+    #[error(transparent)]
+    Aggregate(#[from] lag::Aggregate),
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> PfcError {
@@ -154,6 +158,8 @@ impl PfcCounter {
     /// creates its eight counters at zero if they do not exist yet, and attaches at
     /// ingress: tcx first, a clsact filter where tcx is unavailable.
     pub fn attach(&mut self, iface: &str, speed_mbps: Option<u32>) -> Result<Attached, PfcError> {
+        // Seed 000: never an aggregate LAG counter; the members are what to attach to.
+        lag::refuse_aggregate(iface)?;
         let mut info = interface_info(iface).map_err(|source| PfcError::Interface {
             iface: iface.into(),
             source,

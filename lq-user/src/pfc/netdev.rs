@@ -43,6 +43,26 @@ struct EthtoolCmd {
 }
 const _: () = assert!(std::mem::size_of::<EthtoolCmd>() == 44);
 
+const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
+
+/// `struct ethtool_drvinfo`.
+#[repr(C)]
+struct EthtoolDrvinfo {
+    cmd: u32,
+    driver: [u8; 32],
+    version: [u8; 32],
+    fw_version: [u8; 32],
+    bus_info: [u8; 32],
+    erom_version: [u8; 32],
+    reserved2: [u8; 12],
+    n_priv_flags: u32,
+    n_stats: u32,
+    testinfo_len: u32,
+    eedump_len: u32,
+    regdump_len: u32,
+}
+const _: () = assert!(std::mem::size_of::<EthtoolDrvinfo>() == 196);
+
 struct Sock(libc::c_int);
 impl Drop for Sock {
     fn drop(&mut self) {
@@ -110,6 +130,29 @@ pub fn interface_info(iface: &str) -> io::Result<InterfaceInfo> {
         mac,
         speed_mbps,
     })
+}
+
+/// The driver of `iface` (`ETHTOOL_GDRVINFO`, what `ethtool -i` prints as `driver:`), in
+/// the calling thread's namespace.
+pub fn driver_name(iface: &str) -> io::Result<String> {
+    // SAFETY: plain socket call.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let sock = Sock(fd);
+    // SAFETY: plain data; all-zero is valid.
+    let mut info: EthtoolDrvinfo = unsafe { std::mem::zeroed() };
+    info.cmd = ETHTOOL_GDRVINFO;
+    let mut req = ifreq(iface)?;
+    req.ifr_ifru.ifru_data = (&mut info as *mut EthtoolDrvinfo).cast();
+    // SAFETY: SIOCETHTOOL with ETHTOOL_GDRVINFO writes one ethtool_drvinfo through
+    // ifru_data.
+    if unsafe { libc::ioctl(sock.0, SIOCETHTOOL, &mut req) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let end = info.driver.iter().position(|b| *b == 0).unwrap_or(32);
+    Ok(String::from_utf8_lossy(&info.driver[..end]).into_owned())
 }
 
 /// Whether `iface` has `rx-all` on (frames with FCS errors delivered), from `ethtool -k`;
