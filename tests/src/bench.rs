@@ -31,6 +31,75 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// Nearest-rank percentile (`p` in 0..=100) of sorted samples; NaN when there are none.
+///
+/// Benchmarks pass every trial: a trial that timed out is a sample equal to the timeout
+/// ([`Trials`]), so a tail never looks better by losing its worst trials.
+pub fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Latency samples of a benchmark where every trial counts: a trial that saw no result
+/// within its timeout is recorded as the timeout itself.
+#[derive(Debug, Default)]
+pub struct Trials {
+    samples: Vec<f64>,
+    timeouts: usize,
+}
+
+impl Trials {
+    /// A trial that produced `value`.
+    pub fn done(&mut self, value: f64) {
+        self.samples.push(value);
+    }
+
+    /// A trial that timed out after `timeout` (same unit as the values).
+    pub fn timed_out(&mut self, timeout: f64) {
+        self.samples.push(timeout);
+        self.timeouts += 1;
+    }
+
+    /// How many trials timed out.
+    pub fn timeouts(&self) -> usize {
+        self.timeouts
+    }
+
+    /// Every trial, timeouts included.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// No trial yet.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// Nearest-rank percentile over every trial.
+    pub fn percentile(&self, p: f64) -> f64 {
+        let mut s = self.samples.clone();
+        s.sort_by(f64::total_cmp);
+        nearest_rank(&s, p)
+    }
+
+    /// `n=.. timeouts=.. min p50 p90 p99 max` for the human summary.
+    pub fn summary(&self) -> String {
+        format!(
+            "n={} timeouts={} min={:.1} p50={:.1} p90={:.1} p99={:.1} max={:.1}",
+            self.len(),
+            self.timeouts,
+            self.percentile(0.0),
+            self.percentile(50.0),
+            self.percentile(90.0),
+            self.percentile(99.0),
+            self.percentile(100.0)
+        )
+    }
+}
+
 /// `min / median / max` for the human summary.
 pub fn spread(v: &[f64]) -> String {
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);

@@ -29,6 +29,7 @@
 //! Everything runs inside network namespaces this program creates; `NetNs` deletes them
 //! (and every veth inside) on drop, and `Lqd` stops the daemon and removes its pins.
 
+use lq_tests::bench::{Trials, nearest_rank as pct};
 use std::{
     collections::BTreeMap,
     io,
@@ -129,15 +130,6 @@ fn metric(name: &str, value: f64, unit: &str, goal: Option<&str>, baseline: Opti
         "LQ-METRIC {}",
         json!({"name": name, "value": v(value), "unit": unit, "goal": goal, "baseline": baseline.map(v)})
     );
-}
-
-/// Nearest-rank percentile of sorted samples.
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
@@ -644,9 +636,10 @@ fn daemon_parts() -> Result<()> {
 }
 
 fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd) -> Result<()> {
+    /// How long a trial waits for the replace; a trial without one counts as this.
+    const WAIT: Duration = Duration::from_secs(1);
     let mut rng = SmallRng::seed_from_u64(1);
-    let mut lat_us = Vec::with_capacity(LOOP_TRIALS);
-    let mut missed = 0usize;
+    let mut lat_us = Trials::default();
     for i in 0..LOOP_TRIALS {
         // > T_reweight (20 ms) since the last application, random phase against the
         // senders' and the daemon's timers.
@@ -655,7 +648,7 @@ fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd) -> Result<()> {
         let congested = i % 2 == 0;
         let lqs = if congested { 30 } else { 237 };
         let t_send = spines.cmd(Cmd::Trigger { spine: S2, lqs })?;
-        let ev = listener.wait(GROUP_ID, Duration::from_secs(1), |m| {
+        let ev = listener.wait(GROUP_ID, WAIT, |m| {
             m.len() == 4
                 && if congested {
                     s2_weight(m).is_some_and(|w| w < 255)
@@ -664,56 +657,62 @@ fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd) -> Result<()> {
                 }
         });
         match ev {
-            Some(ev) => lat_us.push(ev.t_ns.saturating_sub(t_send) as f64 / 1e3),
-            None => missed += 1,
-        }
-        if missed > 10 {
-            bail!(
-                "{missed} trials without the expected replace; lqd log tail:\n{}",
-                tail(&lqd.log_text(), 40)
-            );
+            Some(ev) => lat_us.done(ev.t_ns.saturating_sub(t_send) as f64 / 1e3),
+            None => lat_us.timed_out(WAIT.as_secs_f64() * 1e6),
         }
     }
-    let s = sorted(lat_us.clone());
     eprintln!(
-        "control loop (datagram sent -> RTM_NEWNEXTHOP received), us: {} (missed {missed})",
-        summary(&lat_us)
+        "control loop (datagram sent -> RTM_NEWNEXTHOP received), us: {}",
+        lat_us.summary()
     );
+    if lat_us.timeouts() > 0 {
+        eprintln!(
+            "{} trials saw no replace within {WAIT:?} (counted as {WAIT:?}); lqd log tail:\n{}",
+            lat_us.timeouts(),
+            tail(&lqd.log_text(), 20)
+        );
+    }
     metric(
         "control_loop_p50_us",
-        pct(&s, 50.0),
+        lat_us.percentile(50.0),
         "us",
         Some("<= 100"),
         None,
     );
     metric(
         "control_loop_p99_us",
-        pct(&s, 99.0),
+        lat_us.percentile(99.0),
         "us",
         Some("<= 300"),
+        None,
+    );
+    metric(
+        "control_loop_timeouts",
+        lat_us.timeouts() as f64,
+        "trials",
+        Some("<= 0"),
         None,
     );
     Ok(())
 }
 
 fn failure_detection(listener: &Listener, spines: &Spines, lqd: &Lqd) -> Result<()> {
+    /// How long a trial waits for S2 to leave; a trial without it counts as this.
+    const WAIT: Duration = Duration::from_secs(2);
     let mut rng = SmallRng::seed_from_u64(5);
-    let mut det_ms = Vec::with_capacity(FAIL_TRIALS);
+    let mut det_ms = Trials::default();
     let s2_id = ID_BASE + 1 + S2 as u32;
     for _ in 0..FAIL_TRIALS {
         std::thread::sleep(Duration::from_micros(rng.random_range(30_000..60_000)));
         listener.drain();
         let t_last = spines.cmd(Cmd::Silence { spine: S2 })?;
-        let ev = listener.wait(GROUP_ID, Duration::from_secs(2), |m| {
+        let ev = listener.wait(GROUP_ID, WAIT, |m| {
             m.len() == 3 && m.iter().all(|&(id, _)| id != s2_id)
         });
-        let Some(ev) = ev else {
-            bail!(
-                "S2 did not leave the group within 2 s; lqd log tail:\n{}",
-                tail(&lqd.log_text(), 40)
-            );
-        };
-        det_ms.push(ev.t_ns.saturating_sub(t_last) as f64 / 1e6);
+        match ev {
+            Some(ev) => det_ms.done(ev.t_ns.saturating_sub(t_last) as f64 / 1e6),
+            None => det_ms.timed_out(WAIT.as_secs_f64() * 1e3),
+        }
         spines.cmd(Cmd::Resume {
             spine: S2,
             lqs: 237,
@@ -728,14 +727,13 @@ fn failure_detection(listener: &Listener, spines: &Spines, lqd: &Lqd) -> Result<
             );
         }
     }
-    let s = sorted(det_ms.clone());
     eprintln!(
         "failure detection (S2's last datagram -> group without S2), ms: {} (dead interval 60 ms)",
-        summary(&det_ms)
+        det_ms.summary()
     );
     metric(
         "failure_detection_ms",
-        pct(&s, 99.0),
+        det_ms.percentile(99.0),
         "ms",
         Some("<= 70"),
         None,
