@@ -498,9 +498,10 @@ pub struct HelperSection {
     /// A.6 T_hold_down in ms (50..=200, default 100).
     #[serde(default = "default_hold_down")]
     pub hold_down_ms: u16,
-    /// IP MTU of the links (entries per datagram follow from it).
-    #[serde(default = "default_mtu")]
-    pub mtu: u32,
+    /// An upper bound on the links' IP MTU. Datagrams are split for the smallest real
+    /// MTU of the `[[link]]`s (IFLA_MTU, followed at run time); this only lowers it.
+    #[serde(default)]
+    pub mtu: Option<u32>,
     /// `multicast` (224.0.0.1 / ff02::1, the default) or `unicast` (each link's `peer`).
     #[serde(default)]
     pub send_to: SendTo,
@@ -516,7 +517,7 @@ impl Default for HelperSection {
             alpha_rise: default_alpha_rise(),
             alpha_fall: default_alpha_fall(),
             hold_down_ms: default_hold_down(),
-            mtu: default_mtu(),
+            mtu: None,
             send_to: SendTo::Multicast,
             ipv6: false,
         }
@@ -534,9 +535,6 @@ fn default_alpha_fall() -> f64 {
 }
 fn default_hold_down() -> u16 {
     100
-}
-fn default_mtu() -> u32 {
-    1500
 }
 
 /// Where advertisements go.
