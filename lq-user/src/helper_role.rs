@@ -37,8 +37,8 @@ pub trait CounterSource {
 
     /// Per link, in the order of `[[link]]`, its MTU as of the last sample (`None`:
     /// unknown). Empty when the source does not know: the MTUs read at start stay.
-    fn link_mtus(&self) -> Vec<Option<u32>> {
-        Vec::new()
+    fn link_mtus(&self) -> &[Option<u32>] {
+        &[]
     }
 }
 
@@ -250,9 +250,8 @@ impl HelperRole {
     /// Takes the links' MTUs from the source's last link dump (IFLA_MTU) and re-splits
     /// the advertisements when the smallest changed (an operator changed a link's MTU).
     fn follow_link_mtus(&mut self, now_ns: u64) {
-        let mtus = self.source.link_mtus();
         let mut changed = false;
-        for (link, mtu) in self.links.iter_mut().zip(mtus) {
+        for (link, mtu) in self.links.iter_mut().zip(self.source.link_mtus()) {
             if let Some(m) = mtu.filter(|m| *m != link.mtu) {
                 info!(iface = %link.iface, old = link.mtu, new = m, "link MTU changed");
                 link.mtu = m;
@@ -563,7 +562,8 @@ impl CounterSource for KernelSource {
                 })
             })
             .collect();
-        self.mtus = samples.iter().map(|s| s.mtu).collect();
+        self.mtus.clear();
+        self.mtus.extend(samples.iter().map(|s| s.mtu));
         Ok(samples
             .into_iter()
             .map(|s| RawSample { t_ns, ..s.raw })
@@ -574,7 +574,7 @@ impl CounterSource for KernelSource {
         self.last.clone()
     }
 
-    fn link_mtus(&self) -> Vec<Option<u32>> {
-        self.mtus.clone()
+    fn link_mtus(&self) -> &[Option<u32>] {
+        &self.mtus
     }
 }
