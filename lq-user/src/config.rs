@@ -498,9 +498,10 @@ pub struct HelperSection {
     /// A.6 T_hold_down in ms (50..=200, default 100).
     #[serde(default = "default_hold_down")]
     pub hold_down_ms: u16,
-    /// IP MTU of the links (entries per datagram follow from it).
-    #[serde(default = "default_mtu")]
-    pub mtu: u32,
+    /// An upper bound on the links' IP MTU. Datagrams are split for the smallest real
+    /// MTU of the `[[link]]`s (IFLA_MTU, followed at run time); this only lowers it.
+    #[serde(default)]
+    pub mtu: Option<u32>,
     /// `multicast` (224.0.0.1 / ff02::1, the default) or `unicast` (each link's `peer`).
     #[serde(default)]
     pub send_to: SendTo,
@@ -516,7 +517,7 @@ impl Default for HelperSection {
             alpha_rise: default_alpha_rise(),
             alpha_fall: default_alpha_fall(),
             hold_down_ms: default_hold_down(),
-            mtu: default_mtu(),
+            mtu: None,
             send_to: SendTo::Multicast,
             ipv6: false,
         }
@@ -534,9 +535,6 @@ fn default_alpha_fall() -> f64 {
 }
 fn default_hold_down() -> u16 {
     100
-}
-fn default_mtu() -> u32 {
-    1500
 }
 
 /// Where advertisements go.
@@ -843,7 +841,114 @@ impl Config {
             path: path.into(),
             message,
         })?;
+        cfg.validate_located().map_err(|(at, message)| {
+            // The first of the candidate keys that is written in the file.
+            match at
+                .iter()
+                .find_map(|a| a.span(text))
+                .map(|s| line_col(text, s.start))
+            {
+                Some((line, column)) => ConfigFileError::Parse {
+                    path: path.into(),
+                    line,
+                    column,
+                    message,
+                },
+                None => ConfigFileError::Invalid {
+                    path: path.into(),
+                    message,
+                },
+            }
+        })?;
         Ok(cfg)
+    }
+
+    /// Rules on one key of a `[[uplink]]`, `[[link]]`, `[[destination]]` or
+    /// `[nexthop-group]` that depend on other keys, reported at the offending value.
+    ///
+    /// * AS fields follow `as-qualified` (seed 003 sections 5.6 and 6.2): unqualified, every
+    ///   AS component is 0 on the wire and in the path table, so a non-zero `spine-as` or
+    ///   `remote-as` would key entries that can never match; qualified, every node of the
+    ///   fabric sends its non-zero local AS ("MUST be configured consistently on all
+    ///   nodes"), so an AS of 0 can never match either. Either mistake would silently leave
+    ///   every member unconfirmed.
+    /// * Nexthop object ids `id-base + uplink id` and `id-base + 0x10000 + n` must fit in
+    ///   the kernel's 32-bit id: an overflow would wrap onto other objects.
+    fn validate_located(&self) -> Result<(), (Vec<Locator>, String)> {
+        let q = self.lq_telemetry.as_qualified;
+        let as_rule = |asn: u32, what: &str| -> Option<String> {
+            match (q, asn) {
+                (false, a) if a != 0 => Some(format!(
+                    "{what} = {a} needs as-qualified = true (unqualified, every AS component is 0; seed 003 section 6.2)"
+                )),
+                (true, 0) => Some(format!(
+                    "{what} = 0 with as-qualified = true: every node of an AS-qualified fabric advertises its non-zero local AS, so AS 0 never matches"
+                )),
+                _ => None,
+            }
+        };
+        for (i, u) in self.uplink.iter().enumerate() {
+            if let Some(m) = as_rule(u.spine_as, "spine-as") {
+                return Err((
+                    vec![Locator::Uplink(i, "spine-as")],
+                    format!("[[uplink]] id = {}: {m}", u.id),
+                ));
+            }
+        }
+        for (i, l) in self.link.iter().enumerate() {
+            if let Some(m) = as_rule(l.remote_as, "remote-as") {
+                return Err((
+                    vec![Locator::Link(i, "remote-as")],
+                    format!("[[link]] {}: {m}", l.interface),
+                ));
+            }
+        }
+        for (i, d) in self.destination.iter().enumerate() {
+            if d.remote_node.is_none() {
+                continue;
+            }
+            if let Some(m) = as_rule(d.remote_as, "remote-as") {
+                return Err((
+                    vec![Locator::Destination(i, "remote-as")],
+                    format!(
+                        "[[destination]] {}/{}: {m}",
+                        d.prefix.0.addr, d.prefix.0.len
+                    ),
+                ));
+            }
+        }
+        let base = u64::from(self.nexthop_group.id_base);
+        let top = |n: u64| base + n > u64::from(u32::MAX);
+        let max_uplink = self.uplink.iter().map(|u| u.id).max();
+        let groups = self.destination.len() as u64;
+        if let Some((i, u)) = self
+            .uplink
+            .iter()
+            .enumerate()
+            .find(|(_, u)| top(u64::from(u.id)))
+        {
+            return Err((
+                // The id-base when it is written (the usual culprit), else the id.
+                vec![Locator::NexthopGroup("id-base"), Locator::Uplink(i, "id")],
+                format!(
+                    "id-base = {base} + [[uplink]] id = {} overflows the 32-bit nexthop id: id-base is at most {}",
+                    u.id,
+                    u64::from(u32::MAX) - u64::from(max_uplink.unwrap_or(0))
+                ),
+            ));
+        }
+        if groups > 0 && top(u64::from(crate::load_balancer::GROUP_ID_OFFSET) + groups - 1) {
+            return Err((
+                vec![Locator::NexthopGroup("id-base")],
+                format!(
+                    "id-base = {base}: group ids id-base + 0x10000 + n for {groups} [[destination]] entries overflow the 32-bit nexthop id: id-base is at most {}",
+                    u64::from(u32::MAX)
+                        - u64::from(crate::load_balancer::GROUP_ID_OFFSET)
+                        - (groups - 1)
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -981,12 +1086,6 @@ impl Config {
                         l.interface
                     ));
                 }
-                if !t.as_qualified && l.remote_as != 0 {
-                    return Err(format!(
-                        "[[link]] {}: remote-as needs as-qualified = true",
-                        l.interface
-                    ));
-                }
             }
             self.helper_params()
                 .validate()
@@ -1077,6 +1176,48 @@ impl Config {
     /// The AS plan.
     pub fn as_plan(&self) -> Vec<AsRange> {
         self.receiver.as_plan.iter().map(|r| r.0).collect()
+    }
+}
+
+/// Where a rule of [`Config::validate_located`] points: a key of `[nexthop-group]` or of
+/// the n-th table of an array of tables.
+#[derive(Clone, Copy, Debug)]
+enum Locator {
+    Uplink(usize, &'static str),
+    Link(usize, &'static str),
+    Destination(usize, &'static str),
+    NexthopGroup(&'static str),
+}
+
+/// Byte spans of the values of one table.
+type ValueSpans = std::collections::BTreeMap<String, toml::Spanned<toml::Value>>;
+
+/// A second, lenient reading of the file that keeps only positions: no need to thread
+/// spans through the typed sections, and it runs only when there is an error to report.
+#[derive(Default, Deserialize)]
+struct Positions {
+    #[serde(default)]
+    uplink: Vec<ValueSpans>,
+    #[serde(default)]
+    link: Vec<ValueSpans>,
+    #[serde(default)]
+    destination: Vec<ValueSpans>,
+    #[serde(default, rename = "nexthop-group")]
+    nexthop_group: ValueSpans,
+}
+
+impl Locator {
+    /// The byte span of the key's value in `text`; `None` when the key is not written
+    /// there (it took its default).
+    fn span(&self, text: &str) -> Option<std::ops::Range<usize>> {
+        let p: Positions = toml::from_str(text).ok()?;
+        let (table, key) = match *self {
+            Self::Uplink(i, k) => (p.uplink.get(i)?, k),
+            Self::Link(i, k) => (p.link.get(i)?, k),
+            Self::Destination(i, k) => (p.destination.get(i)?, k),
+            Self::NexthopGroup(k) => (&p.nexthop_group, k),
+        };
+        table.get(key).map(toml::Spanned::span)
     }
 }
 
@@ -1188,6 +1329,106 @@ remote-node = "10.0.1.4"
             err(&LEAF.replace("spine = \"10.0.0.1\"", "spine = \"10.0.0\""))
                 .contains("dotted-quad")
         );
+    }
+
+    /// AS fields follow `as-qualified` (seed 003 sections 5.6, 6.2), reported at the value.
+    #[test]
+    fn as_fields_are_checked_against_as_qualified() {
+        // Unqualified: a spine AS would key entries that never match (line 18, column 12).
+        let e = err(&LEAF.replace(
+            "spine = \"10.0.0.2\"",
+            "spine = \"10.0.0.2\"\nspine-as = 65002",
+        ));
+        assert!(
+            e.starts_with(
+                "leaf.toml:18:12: [[uplink]] id = 2: spine-as = 65002 needs as-qualified = true"
+            ),
+            "{e}"
+        );
+        let e = err(&LEAF.replace(
+            "remote-node = \"10.0.1.4\"",
+            "remote-node = \"10.0.1.4\"\nremote-as = 65104",
+        ));
+        assert!(
+            e.starts_with("leaf.toml:24:13: [[destination]] 10.4.0.0/24: remote-as"),
+            "{e}"
+        );
+
+        // Qualified: AS 0 never matches. Unwritten keys have no position to name.
+        let q = LEAF.replace(
+            "enabled = true",
+            "enabled = true\nas-qualified = true\nlocal-as = 65000",
+        );
+        let e = err(&q);
+        assert!(
+            e.starts_with("leaf.toml: [[uplink]] id = 1: spine-as = 0 with as-qualified = true"),
+            "{e}"
+        );
+        let q = q
+            .replace(
+                "spine = \"10.0.0.1\"",
+                "spine = \"10.0.0.1\"\nspine-as = 65001",
+            )
+            .replace("spine = \"10.0.0.2\"", "spine = \"10.0.0.2\"\nspine-as = 0");
+        let e = err(&q);
+        assert!(
+            e.starts_with("leaf.toml:21:12: [[uplink]] id = 2: spine-as = 0"),
+            "{e}"
+        );
+        let q = q.replace("spine-as = 0", "spine-as = 65002");
+        assert!(err(&q).contains("[[destination]] 10.4.0.0/24: remote-as = 0"));
+        let q = q.replace(
+            "remote-node = \"10.0.1.4\"",
+            "remote-node = \"10.0.1.4\"\nremote-as = 65104",
+        );
+        assert!(parse(&q).is_ok());
+
+        // The helper's [[link]] remote-as, both ways.
+        let spine = "[lq-telemetry]\nenabled = true\nrole = \"helper\"\nrouter-id = \"10.0.0.2\"\n";
+        let link = "[[link]]\ninterface = \"eth1\"\nremote-node = [\"10.0.1.1\"]\n";
+        let e = err(&format!("{spine}{link}remote-as = 5\n"));
+        assert!(
+            e.starts_with("leaf.toml:8:13: [[link]] eth1: remote-as = 5 needs as-qualified"),
+            "{e}"
+        );
+        let qspine = spine.replace(
+            "enabled = true",
+            "enabled = true\nas-qualified = true\nlocal-as = 65000",
+        );
+        let e = err(&format!("{qspine}{link}"));
+        assert!(
+            e.contains("[[link]] eth1: remote-as = 0 with as-qualified = true"),
+            "{e}"
+        );
+        assert!(parse(&format!("{qspine}{link}remote-as = 65101\n")).is_ok());
+    }
+
+    /// Nexthop ids are id-base + uplink id and id-base + 0x10000 + n: they must fit in
+    /// 32 bits, or they would wrap onto other objects.
+    #[test]
+    fn id_base_plus_ids_cannot_overflow() {
+        let with_base = |b: u64| format!("{LEAF}[nexthop-group]\nid-base = {b}\n");
+        // LEAF: uplinks 1 and 2, one destination (group id-base + 0x10000). The group is
+        // the larger id: id-base may be at most u32::MAX - 0x10000.
+        let max = u64::from(u32::MAX) - 0x1_0000;
+        assert!(parse(&with_base(max)).is_ok());
+        let e = err(&with_base(max + 1));
+        assert!(
+            e.starts_with("leaf.toml:25:11: id-base = 4294901760: group ids"),
+            "{e}"
+        );
+        assert!(e.contains("at most 4294901759"), "{e}");
+        let e = err(&with_base(u64::from(u32::MAX)));
+        assert!(
+            e.starts_with("leaf.toml:25:11: id-base = 4294967295 + [[uplink]] id = 1 overflows"),
+            "{e}"
+        );
+        // More destinations need more room.
+        let two = format!(
+            "{}[[destination]]\nprefix = \"10.5.0.0/24\"\n",
+            with_base(max)
+        );
+        assert!(err(&two).contains("for 2 [[destination]] entries overflow"));
     }
 
     #[test]

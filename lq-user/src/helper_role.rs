@@ -34,6 +34,12 @@ pub trait CounterSource {
     fn describe(&self) -> Vec<Value> {
         Vec::new()
     }
+
+    /// Per link, in the order of `[[link]]`, its MTU as of the last sample (`None`:
+    /// unknown). Empty when the source does not know: the MTUs read at start stay.
+    fn link_mtus(&self) -> &[Option<u32>] {
+        &[]
+    }
 }
 
 /// Errors of the helper role.
@@ -61,6 +67,8 @@ struct Link {
     pipeline: LinkPipeline,
     socket: Socket,
     to: SockAddr,
+    /// The link's MTU: the datagrams sent out of every link must fit the smallest.
+    mtu: u32,
 }
 
 /// 64 random bits from the kernel (getrandom), for the first sequence number and the
@@ -92,6 +100,8 @@ pub struct HelperRole {
     links: Vec<Link>,
     advertiser: Advertiser<SmallRng>,
     source: Box<dyn CounterSource + Send>,
+    /// `[helper] mtu`: an upper bound on the links' MTUs, if configured.
+    mtu_cap: Option<u32>,
     reports: Vec<Option<LinkReport>>,
     notifications: Vec<ThresholdCrossed>,
     /// Datagrams sent, and send errors (counted, logged once a second at most).
@@ -141,14 +151,20 @@ impl HelperRole {
                     })
                     .collect(),
             });
+            let mtu =
+                link_mtu(&socket, &l.interface).map_err(|source| HelperRoleError::Socket {
+                    iface: l.interface.clone(),
+                    source,
+                })?;
             links.push(Link {
                 iface: l.interface.clone(),
                 ifindex: idx,
                 pipeline: LinkPipeline::new(idx, &params),
                 socket,
                 to,
+                mtu,
             });
-            info!(iface = %l.interface, link_id = idx, to = %ip, "monitoring link");
+            info!(iface = %l.interface, link_id = idx, to = %ip, mtu, "monitoring link");
         }
         let identity = Identity {
             node_id: t.router_id.map_or(0, |r| r.0),
@@ -162,15 +178,18 @@ impl HelperRole {
             params,
             identity,
             monitored,
-            PathMtu {
-                mtu: cfg.helper.mtu,
-                ipv6: cfg.helper.ipv6,
-            },
+            PathMtu::smallest(links.iter().map(|l| l.mtu), cfg.helper.mtu, cfg.helper.ipv6),
             first_sequence,
             SmallRng::seed_from_u64(seed_rng.next_u64()),
         )?;
+        info!(
+            path_mtu = advertiser.path_mtu().mtu,
+            entries_per_datagram = advertiser.entries_per_datagram(),
+            "advertisements split for the smallest link MTU"
+        );
         let n = links.len();
         Ok(Self {
+            mtu_cap: cfg.helper.mtu,
             links,
             advertiser,
             source,
@@ -191,6 +210,7 @@ impl HelperRole {
                 return 0;
             }
         };
+        self.follow_link_mtus(now_ns);
         let mut fresh = Vec::with_capacity(samples.len());
         for (i, (link, s)) in self.links.iter_mut().zip(&samples).enumerate() {
             if let Some(r) = link.pipeline.on_sample(s) {
@@ -225,6 +245,31 @@ impl HelperRole {
         }
         debug!(mode = ?out.mode, datagrams = out.datagrams.len(), first_sequence = out.first_sequence, "advertised");
         n
+    }
+
+    /// Takes the links' MTUs from the source's last link dump (IFLA_MTU) and re-splits
+    /// the advertisements when the smallest changed (an operator changed a link's MTU).
+    fn follow_link_mtus(&mut self, now_ns: u64) {
+        let mut changed = false;
+        for (link, mtu) in self.links.iter_mut().zip(self.source.link_mtus()) {
+            if let Some(m) = mtu.filter(|m| *m != link.mtu) {
+                info!(iface = %link.iface, old = link.mtu, new = m, "link MTU changed");
+                link.mtu = m;
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+        let old = self.advertiser.path_mtu();
+        let path = PathMtu::smallest(self.links.iter().map(|l| l.mtu), self.mtu_cap, old.ipv6);
+        if let Err(e) = self.advertiser.set_path_mtu(path) {
+            self.send_errors += 1;
+            self.log_error(
+                now_ns,
+                &format!("link MTU change refused, keeping MTU {}: {e}", old.mtu),
+            );
+        }
     }
 
     fn log_error(&mut self, now_ns: u64, msg: &str) {
@@ -299,8 +344,40 @@ impl HelperRole {
             "triggered": st.triggered,
             "datagrams-sent": self.sent,
             "send-errors": self.send_errors,
+            "path-mtu": self.advertiser.path_mtu().mtu,
+            "entries-per-datagram": self.advertiser.entries_per_datagram(),
         })
     }
+}
+
+/// The current MTU of `iface` (SIOCGIFMTU on the link's socket).
+fn link_mtu(socket: &Socket, iface: &str) -> io::Result<u32> {
+    // SAFETY: ifreq is plain data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let name = iface.as_bytes();
+    if name.len() >= req.ifr_name.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name too long",
+        ));
+    }
+    for (d, c) in req.ifr_name.iter_mut().zip(name) {
+        *d = *c as libc::c_char;
+    }
+    // SAFETY: valid fd and a NUL-terminated name in a valid ifreq.
+    let rc = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(socket),
+            libc::SIOCGIFMTU,
+            &raw mut req,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFMTU fills ifru_mtu.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    u32::try_from(mtu).map_err(|_| io::Error::other(format!("negative MTU {mtu}")))
 }
 
 /// A UDP socket bound to `iface` with TTL / Hop Limit 255 (GTSM, seed 003 section 7.3),
@@ -454,6 +531,7 @@ pub fn kernel_source(
     Ok(Box::new(KernelSource {
         sampler,
         last: Vec::new(),
+        mtus: Vec::new(),
         _ecn: ebpf,
     }))
 }
@@ -463,6 +541,7 @@ pub fn kernel_source(
 struct KernelSource {
     sampler: crate::helper::sampler::Sampler,
     last: Vec<Value>,
+    mtus: Vec<Option<u32>>,
     _ecn: aya::Ebpf,
 }
 
@@ -483,6 +562,8 @@ impl CounterSource for KernelSource {
                 })
             })
             .collect();
+        self.mtus.clear();
+        self.mtus.extend(samples.iter().map(|s| s.mtu));
         Ok(samples
             .into_iter()
             .map(|s| RawSample { t_ns, ..s.raw })
@@ -491,5 +572,9 @@ impl CounterSource for KernelSource {
 
     fn describe(&self) -> Vec<Value> {
         self.last.clone()
+    }
+
+    fn link_mtus(&self) -> &[Option<u32>] {
+        &self.mtus
     }
 }

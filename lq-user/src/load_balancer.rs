@@ -27,7 +27,7 @@ use crate::{
         },
         weights::{Application, WeightController},
     },
-    path_table::{PathTableError, ReceiverSettings, TableReader, XdpReceiver},
+    path_table::{PathTableError, ReceiverSettings, TableReader, XdpReceiver, effective_paths},
     rtnl::{LinkProbe, Rtnl, RtnlError, ifindex},
 };
 
@@ -436,11 +436,22 @@ impl LoadBalancer {
             .collect())
     }
 
-    /// The YANG `neighbors` container.
+    /// The YANG `neighbors` container, with the effective LQS / CL of every entry: 0 / 7
+    /// for a failed neighbor's and for aged entries (seed 003 section 6.5).
     pub fn neighbors_yang(&self, now_ns: u64) -> Value {
+        let failed = self.heartbeat.failed_neighbors();
+        let effective: BTreeMap<_, _> = effective_paths(
+            &self.paths,
+            |s| failed.contains(s),
+            now_ns,
+            self.controller.dead_interval_ns(),
+        )
+        .into_iter()
+        .map(|(k, e)| (k, e.effective))
+        .collect();
         crate::yang_state::neighbors_json(
             &self.neighbors,
-            &self.paths,
+            &effective,
             |k, _| match self.heartbeat.state(*k) {
                 Some(NeighborState::Active) => crate::yang_state::NeighborStateName::Active,
                 Some(NeighborState::Stale) => crate::yang_state::NeighborStateName::Stale,

@@ -19,12 +19,15 @@ pub fn paths_json(pin_dir: &Path) -> Result<Value> {
     let reader = TableReader::open(pin_dir)?;
     let now = monotonic_ns();
     let list: Vec<Value> = reader
-        .paths()?
+        .effective_paths(now)?
         .iter()
-        .map(|(k, v)| {
+        .map(|(k, e)| {
             // The YANG link-quality entry (one rendering for `show paths` and `show
-            // state`), plus the spine and what only the table knows.
-            let mut o = crate::yang_state::path_entry_json(k, v);
+            // state`) with the effective LQS / CL (seed 003 section 6.5), plus the spine
+            // and what only the table knows, including the received LQS / CL.
+            let v = &e.received;
+            let mut o = crate::yang_state::path_entry_json(k, &e.effective);
+            e.annotate(&mut o);
             o["spine-as"] = json!(k.spine_as);
             o["spine-node-id"] = json!(ip(k.spine_id));
             o["sequence-number"] = json!(v.sequence);
@@ -53,6 +56,9 @@ pub fn paths_table(v: &Value) -> String {
             }
         };
         let mut flags = Vec::new();
+        if let Some(state) = e["entry-state"].as_str().filter(|s| *s != "fresh") {
+            flags.push(state);
+        }
         if e["pfc-fabric"] == json!(true) {
             flags.push("pfc");
         }

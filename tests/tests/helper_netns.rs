@@ -329,3 +329,161 @@ fn a_helper_restart_is_a_resynchronisation_not_a_replay() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The wire spec: at most 91 entries per datagram, "and fewer when the link's MTU requires
+/// it". The same datagrams go out of every link, so the helper splits them for its
+/// smallest real link MTU (IFLA_MTU), not a configured 1500, and follows an MTU change at
+/// run time. 41 entries (40 leaves on a shared 576-octet link, one on a 9000-octet link):
+/// (576 - 20 - 8 - 16) / 16 = 33 entries per datagram, so 2 datagrams of 572 and 172
+/// octets; after the link goes to 1280, one datagram of 700. tshark judges the sizes and
+/// that nothing was fragmented; the leaf accepts every datagram captured.
+#[test]
+fn advertisements_are_split_for_the_smallest_real_link_mtu() {
+    require_root();
+    let s = NetNs::new("lqt-ms").unwrap();
+    let l = NetNs::new("lqt-ml").unwrap();
+    veth_pair(&s, "s1", "10.9.0.1/24", &l, "l1", "10.9.0.2/24").unwrap();
+    veth_pair(&s, "s2", "10.9.1.1/24", &l, "l2", "10.9.1.2/24").unwrap();
+    for (ns, dev, mtu) in [
+        (&s, "s1", "576"),
+        (&l, "l1", "576"),
+        (&s, "s2", "9000"),
+        (&l, "l2", "9000"),
+    ] {
+        ns.ip(&["link", "set", dev, "mtu", mtu]).unwrap();
+    }
+    let remotes: Vec<String> = (1..=40).map(|i| format!("\"10.0.1.{i}\"")).collect();
+    let spine_cfg = format!(
+        "[lq-telemetry]\nenabled = true\nrole = \"helper\"\nrouter-id = \"10.0.0.2\"\n\n\
+         [[link]]\ninterface = \"s1\"\nremote-node = [{}]\n\n\
+         [[link]]\ninterface = \"s2\"\nremote-node = [\"10.0.2.1\"]\n",
+        remotes.join(", ")
+    );
+    let pcap = std::env::temp_dir().join(format!("{}.pcap", lq_tests::unique_name("lq-mtu")));
+    // Every UDP packet, fragments included (a port filter would miss the later fragments).
+    let mut dump = l
+        .command("tshark")
+        .args(["-q", "-i", "l1", "-f", "ip proto 17", "-w"])
+        .arg(&pcap)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let leaf = Lqd::start(&l, LEAF).unwrap();
+    let mut spine = Lqd::start(&s, &spine_cfg).unwrap();
+
+    let wait_for_entries = |what: &str| {
+        let start = Instant::now();
+        loop {
+            let n = leaf
+                .show("paths")
+                .ok()
+                .and_then(|p| p.as_array().map(Vec::len))
+                .unwrap_or(0);
+            if n == 41 {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{what}: the leaf has {n} entries\nspine local: {:?}\nspine log:\n{}",
+                spine.show("local").ok(),
+                spine.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for_entries("576-octet link");
+    let local = spine.show("local").unwrap();
+    assert_eq!(
+        (
+            local["path-mtu"].as_u64(),
+            local["entries-per-datagram"].as_u64()
+        ),
+        (Some(576), Some(33)),
+        "{local}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+
+    // The operator raises the link's MTU (the receiving end first): the helper follows.
+    l.ip(&["link", "set", "l1", "mtu", "1280"]).unwrap();
+    s.ip(&["link", "set", "s1", "mtu", "1280"]).unwrap();
+    let start = Instant::now();
+    loop {
+        let local = spine.show("local").unwrap();
+        if local["path-mtu"] == 1280 && local["entries-per-datagram"] == 77 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{local}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    wait_for_entries("1280-octet link");
+
+    // Stop the spine, let the last datagrams land, then compare with the capture.
+    assert!(spine.terminate().is_some_and(|st| st.success()));
+    std::thread::sleep(Duration::from_millis(300));
+    let counters = leaf.show("counters").unwrap();
+    let _ = Command::new("kill")
+        .args(["-INT", &dump.id().to_string()])
+        .status();
+    let _ = dump.wait();
+    let out = Command::new("tshark")
+        .args(["-r"])
+        .arg(&pcap)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "ip.len",
+            "-e",
+            "ip.flags.mf",
+            "-e",
+            "ip.frag_offset",
+            "-e",
+            "udp.dstport",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut sizes = std::collections::BTreeMap::<u64, u64>::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let (len, mf, off, port) = (f[0], f.get(1), f.get(2), f.get(3));
+        let fragment = mf.is_some_and(|m| *m == "1" || *m == "True")
+            || off.is_some_and(|o| !o.is_empty() && *o != "0");
+        assert!(!fragment, "a fragment was sent: {line}\n{text}");
+        if port != Some(&"52525") {
+            continue;
+        }
+        *sizes.entry(len.parse().unwrap()).or_default() += 1;
+    }
+    eprintln!("captured LQ datagrams by IP length: {sizes:?}; leaf counters {counters}");
+    // 33 + 8 entries at MTU 576, then all 41 in one at MTU 1280.
+    assert!(
+        sizes.keys().all(|k| [572, 172, 700].contains(k)),
+        "{sizes:?}"
+    );
+    assert!(sizes.get(&572).copied().unwrap_or(0) >= 2, "{sizes:?}");
+    assert_eq!(sizes.get(&572), sizes.get(&172), "{sizes:?}");
+    assert!(sizes.get(&700).copied().unwrap_or(0) >= 2, "{sizes:?}");
+    let captured: u64 = sizes.values().sum();
+    assert_eq!(counters["accepted"].as_u64(), Some(captured), "{counters}");
+    for bad in [
+        "truncated",
+        "bad_version",
+        "bad_mode",
+        "bad_length",
+        "bad_value",
+        "stale_seq",
+        "bad_ttl",
+    ] {
+        assert_eq!(counters[bad], 0, "{bad}: {counters}");
+    }
+    let _ = std::fs::remove_file(&pcap);
+}

@@ -477,3 +477,191 @@ fn link_flaps_and_per_entry_ageing() {
     stop.store(true, Ordering::Relaxed);
     sender.join().unwrap();
 }
+
+/// Seed 003 section 4.1: a path is eligible only if confirmed healthy by the fast plane. A
+/// spine that is alive but has not (yet) advertised the destination's remote node gets no
+/// weight while the others have advertised it (it used to get local-only quality 255, more
+/// than the confirmed spines). Section 6.5: once a spine has failed, `show paths` (pins) and
+/// `show state` (YANG, validated by yanglint) show its entries as LQS 0 / CL 7, and `show
+/// paths` keeps the last received values beside them.
+#[test]
+fn an_unconfirmed_spine_gets_no_weight_and_a_failed_spine_shows_lqs_0_cl_7() {
+    require_root();
+    let f = fabric();
+    let lqd = Lqd::start(&f.leaf, &leaf_config()).unwrap();
+    // Per spine: (advertises REMOTE, silent).
+    let plan = Arc::new(Mutex::new([
+        (true, false),
+        (true, false),
+        (true, false),
+        (false, false),
+    ]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (p, s) = (plan.clone(), stop.clone());
+    let name = f.spines.name().to_string();
+    let sender = std::thread::spawn(move || {
+        let file = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
+        // SAFETY: setns on this thread only.
+        assert_eq!(
+            unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) },
+            0
+        );
+        let mut senders: Vec<Sender> = (1..=4u8)
+            .map(|k| {
+                Sender::bind(
+                    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k, 1)), 0),
+                    255,
+                )
+                .unwrap()
+            })
+            .collect();
+        let mut seq = 2000u16;
+        while !s.load(Ordering::Relaxed) {
+            seq = seq.wrapping_add(1);
+            let now = *p.lock().unwrap();
+            for (k, &(advertise, silent)) in now.iter().enumerate() {
+                if silent {
+                    continue;
+                }
+                // Every spine is alive: it always advertises some other remote leaf.
+                let mut entries = vec![entry(ip4(10, 0, 1, 3), 1, 250, 0)];
+                if advertise {
+                    entries.push(entry(REMOTE, 2, 200, 1));
+                }
+                let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k as u8 + 1, 2)), 52525);
+                let _ = senders[k].send(to, &header(ip4(10, 0, 0, k as u8 + 1), seq), &entries);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+
+    // Spine 4 is alive but has not advertised 10.0.1.4: not a member.
+    wait_for(
+        "spine 4 unconfirmed",
+        &lqd,
+        &f.leaf,
+        &[(1, 255), (2, 255), (3, 255)],
+    );
+    // It stays out (not a transient of the first steps).
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        group_weights(&f.leaf).as_deref(),
+        Some(&[(1, 255), (2, 255), (3, 255)][..])
+    );
+    let w = lqd.show("weights").unwrap();
+    let s4 = &w["destinations"][0]["members"][3];
+    assert_eq!(
+        (s4["uplink"].as_u64(), s4["path-quality"].as_u64()),
+        (Some(4), Some(0)),
+        "{w}"
+    );
+    // Once it advertises 10.0.1.4 it is confirmed and joins on equal terms.
+    plan.lock().unwrap()[3].0 = true;
+    let equal = [(1, 255), (2, 255), (3, 255), (4, 255)];
+    wait_for("spine 4 confirmed", &lqd, &f.leaf, &equal);
+
+    // Spine 2 falls silent: after miss_count x T_notify it is failed.
+    plan.lock().unwrap()[1].1 = true;
+    wait_for(
+        "spine 2 failed",
+        &lqd,
+        &f.leaf,
+        &[(1, 255), (3, 255), (4, 255)],
+    );
+    let start = Instant::now();
+    let s2_entries = loop {
+        let paths = lqd.show("paths").unwrap();
+        let s2: Vec<serde_json::Value> = paths
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["spine-node-id"] == "10.0.0.2")
+            .cloned()
+            .collect();
+        if s2.len() == 2 && s2.iter().all(|e| e["entry-state"] != "fresh") {
+            break s2;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{paths}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for e in &s2_entries {
+        assert_eq!(
+            (e["lqs"].as_u64(), e["cl"].as_u64()),
+            (Some(0), Some(7)),
+            "{e}"
+        );
+        assert_eq!(e["entry-state"], "neighbor-failed", "{e}");
+    }
+    let to_r4 = s2_entries
+        .iter()
+        .find(|e| e["remote-node-id"] == "10.0.1.4")
+        .unwrap();
+    assert_eq!(
+        (
+            to_r4["received-lqs"].as_u64(),
+            to_r4["received-cl"].as_u64()
+        ),
+        (Some(200), Some(1)),
+        "{to_r4}"
+    );
+    // The healthy spines' entries are shown as received.
+    let paths = lqd.show("paths").unwrap();
+    let s1 = paths
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["spine-node-id"] == "10.0.0.1" && e["remote-node-id"] == "10.0.1.4")
+        .unwrap();
+    assert_eq!(
+        (s1["lqs"].as_u64(), s1["cl"].as_u64()),
+        (Some(200), Some(1)),
+        "{s1}"
+    );
+    assert_eq!(s1["entry-state"], "fresh");
+    // The human table flags them.
+    let out = std::process::Command::new(lq_tests::daemon::lqd_bin().unwrap())
+        .args(["show", "paths", "--pin-dir"])
+        .arg(lqd.pin_dir())
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(table.matches("neighbor-failed").count(), 2, "{table}");
+
+    // The YANG view agrees, and is still valid ietf-lq-telemetry data.
+    let state = lqd.show("state").unwrap();
+    lq_tests::yanglint_data(&state).unwrap();
+    let neighbors = state["ietf-lq-telemetry:lq-telemetry"]["neighbors"]["neighbor"]
+        .as_array()
+        .unwrap();
+    let n2 = neighbors
+        .iter()
+        .find(|n| n["node-id"] == "10.0.0.2")
+        .unwrap();
+    assert_eq!(n2["state"], "failed", "{n2}");
+    for e in n2["link-quality"].as_array().unwrap() {
+        assert_eq!(
+            (e["lqs"].as_u64(), e["cl"].as_u64()),
+            (Some(0), Some(7)),
+            "{n2}"
+        );
+    }
+    let n1 = neighbors
+        .iter()
+        .find(|n| n["node-id"] == "10.0.0.1")
+        .unwrap();
+    assert!(
+        n1["link-quality"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["lqs"] == 200 && e["cl"] == 1),
+        "{n1}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    sender.join().unwrap();
+}

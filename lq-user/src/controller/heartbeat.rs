@@ -5,9 +5,15 @@
 //! (spine) the state is:
 //! * `Active`: heard from within 1.1 x T_notify (the longest jittered periodic interval,
 //!   section 7.2);
-//! * `Stale`: silent for longer than that. Display only: one late or lost datagram must
+//! * `Stale`: silent for more than that. Display only: one late or lost datagram must
 //!   not move traffic, so forwarding ignores it;
-//! * `Failed`: silent for miss_count x T_notify. All of its entries count as LQS 0 / CL 7.
+//! * `Failed`: silent for more than miss_count x T_notify. All of its entries count as
+//!   LQS 0 / CL 7.
+//!
+//! "For more than" is the YANG module's wording for both states (`neighbor/state`), so
+//! every comparison is strict: [`silent_for_more_than`] is the one test used here, for
+//! entry ageing, and (as `lq_common::receive::neighbor_failed`) by the XDP receiver's
+//! resynchronisation and by `lqd show`.
 //!
 //! Time is an input (`u64` nanoseconds of the same clock as the BPF maps, CLOCK_MONOTONIC),
 //! so the module is deterministic and testable in virtual time.
@@ -39,11 +45,19 @@ pub const MISMATCH_FACTOR: f64 = 1.2;
 /// borderline neighbor does not flap the warning).
 pub const MATCH_FACTOR: f64 = 1.1;
 
-/// An entry not refreshed for `dead_interval_ns` (miss_count x T_notify) is treated as
-/// failed, LQS 0 / CL 7 (wire spec, "entry ageing"; section 6.5). A timestamp in the
-/// future (clock skew between map writer and reader) is treated as fresh.
+/// Whether something last heard of at `last_ns` has been silent "for more than"
+/// `interval_ns` at `now_ns` (the YANG `stale` / `failed` wording: strictly more). The
+/// same function the XDP receiver uses to resynchronise a failed neighbor, so the daemon,
+/// the receiver and the views never disagree at the boundary. A timestamp in the future
+/// (clock skew between map writer and reader) counts as just heard.
+pub const fn silent_for_more_than(last_ns: u64, now_ns: u64, interval_ns: u64) -> bool {
+    lq_common::receive::neighbor_failed(last_ns, now_ns, interval_ns)
+}
+
+/// An entry not refreshed for more than `dead_interval_ns` (miss_count x T_notify) is
+/// treated as failed, LQS 0 / CL 7 (wire spec, "entry ageing"; section 6.5).
 pub fn entry_expired(last_update_ns: u64, now_ns: u64, dead_interval_ns: u64) -> bool {
-    now_ns.saturating_sub(last_update_ns) >= dead_interval_ns
+    silent_for_more_than(last_update_ns, now_ns, dead_interval_ns)
 }
 
 /// Receive state of a neighbor.
@@ -240,9 +254,9 @@ impl Heartbeat {
         let mut events = Vec::new();
         for (&neighbor, t) in &mut self.neighbors {
             let silent = now_ns.saturating_sub(t.last_seen_ns);
-            let new = if silent >= self.dead_ns {
+            let new = if silent_for_more_than(t.last_seen_ns, now_ns, self.dead_ns) {
                 NeighborState::Failed
-            } else if silent > self.stale_ns {
+            } else if silent_for_more_than(t.last_seen_ns, now_ns, self.stale_ns) {
                 NeighborState::Stale
             } else {
                 NeighborState::Active
@@ -287,7 +301,7 @@ impl Heartbeat {
             .values()
             .filter_map(|t| match t.state {
                 NeighborState::Active => Some(t.last_seen_ns.saturating_add(self.stale_ns + 1)),
-                NeighborState::Stale => Some(t.last_seen_ns.saturating_add(self.dead_ns)),
+                NeighborState::Stale => Some(t.last_seen_ns.saturating_add(self.dead_ns + 1)),
                 NeighborState::Failed => None,
             })
             .min()
@@ -378,13 +392,13 @@ mod tests {
         );
         assert_eq!(h.state(n), Some(NeighborState::Stale));
         assert!(h.failed_neighbors().is_empty());
-        assert_eq!(h.next_deadline(), Some(60 * MS));
-        assert_eq!(h.tick(60 * MS - 1), []);
+        assert_eq!(h.next_deadline(), Some(60 * MS + 1));
+        assert_eq!(h.tick(60 * MS), []);
         assert_eq!(
-            h.tick(60 * MS),
+            h.tick(60 * MS + 1),
             [HeartbeatEvent::NeighborFailed {
                 neighbor: n,
-                silent_ns: 60 * MS
+                silent_ns: 60 * MS + 1
             }]
         );
         assert_eq!(h.failed_neighbors(), BTreeSet::from([n]));
@@ -419,14 +433,44 @@ mod tests {
             let mut h = hb(t, miss);
             h.on_datagram(n, Mode::Periodic, 5);
             let dead = t * MS * u64::from(miss);
-            h.tick(5 + dead - 1);
-            assert_ne!(h.state(n), Some(NeighborState::Failed), "{t} {miss}");
             h.tick(5 + dead);
+            assert_ne!(h.state(n), Some(NeighborState::Failed), "{t} {miss}");
+            h.tick(5 + dead + 1);
             assert_eq!(h.state(n), Some(NeighborState::Failed), "{t} {miss}");
-            assert!(!entry_expired(5, 5 + dead - 1, dead));
-            assert!(entry_expired(5, 5 + dead, dead));
+            assert!(!entry_expired(5, 5 + dead, dead));
+            assert!(entry_expired(5, 5 + dead + 1, dead));
         }
         assert!(!entry_expired(100, 50, 10)); // future timestamp: fresh
+    }
+
+    /// The YANG module defines `stale` and `failed` as silent "for more than" T_notify
+    /// (here its jittered 1.1 x) and miss_count x T_notify. At exactly the boundary the
+    /// neighbor is not yet in the next state, and the controller, the entry ageing and the
+    /// XDP receiver's resynchronisation test (lq-common) all agree on that.
+    #[test]
+    fn stale_and_failed_mean_silent_for_more_than_the_interval() {
+        let n = node(0, 1);
+        let mut h = hb(20, 3);
+        h.on_datagram(n, Mode::Periodic, 1_000);
+        let (stale, dead) = (22 * MS, 60 * MS);
+        assert_eq!(h.tick(1_000 + stale), []);
+        assert_eq!(h.state(n), Some(NeighborState::Active));
+        h.tick(1_000 + stale + 1);
+        assert_eq!(h.state(n), Some(NeighborState::Stale));
+        assert_eq!(h.tick(1_000 + dead), []);
+        assert_eq!(h.state(n), Some(NeighborState::Stale));
+        assert!(h.failed_neighbors().is_empty());
+        h.tick(1_000 + dead + 1);
+        assert_eq!(h.state(n), Some(NeighborState::Failed));
+        for (silent, failed) in [(dead - 1, false), (dead, false), (dead + 1, true)] {
+            let now = 1_000 + silent;
+            assert_eq!(entry_expired(1_000, now, dead), failed, "{silent}");
+            assert_eq!(
+                lq_common::receive::neighbor_failed(1_000, now, dead),
+                failed,
+                "{silent}"
+            );
+        }
     }
 
     #[test]
@@ -439,6 +483,8 @@ mod tests {
         h.tick(59 * MS);
         assert_eq!(h.state(n), Some(NeighborState::Active));
         h.tick(119 * MS);
+        assert_eq!(h.state(n), Some(NeighborState::Stale));
+        h.tick(119 * MS + 1);
         assert_eq!(h.state(n), Some(NeighborState::Failed));
     }
 
@@ -545,7 +591,7 @@ mod tests {
         v.last_seen_ns += 40 * MS;
         h.observe(k, &v, v.last_seen_ns);
         assert_eq!(h.observed_interval_ns(k), Some(30 * MS));
-        h.tick(v.last_seen_ns + 60 * MS);
+        h.tick(v.last_seen_ns + 60 * MS + 1);
         assert_eq!(h.state(k), Some(NeighborState::Failed));
     }
 }

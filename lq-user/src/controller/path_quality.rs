@@ -111,7 +111,9 @@ pub struct MemberQuality {
     pub local: u8,
     /// Aggregated remote LQS through that spine, `None` when there is no entry.
     pub remote: Option<u8>,
-    /// `min(local, remote)`, or `local` when `remote` is `None`.
+    /// `min(local, remote)`. When `remote` is `None`: `local` if no member's spine has
+    /// an entry for the destination's remote node (local-only fallback, 6.1), else 0 (a
+    /// spine that has not advertised R is not confirmed healthy, 4.1).
     pub quality: u8,
 }
 
@@ -281,10 +283,18 @@ pub fn compute(
                 capacity_gbps: u.capacity_gbps,
                 local: local_q,
                 remote: remote_q,
-                // A member whose spine has no entry for R is constrained by local quality
-                // only: absence of data is not evidence of congestion.
                 quality: remote_q.map_or(local_q, |r| r.min(local_q)),
             });
+        }
+        if any_remote {
+            // Some spine has advertised R, so R's entries are what confirms a path. A spine
+            // that has not (yet) advertised R is not confirmed healthy by the fast plane
+            // and is not eligible (section 4.1: LQS > 0 required); giving it local-only
+            // quality would rank an unconfirmed spine above every confirmed one. Only when
+            // no spine has any entry for R does the local-only fallback apply (6.1).
+            for m in members.iter_mut().filter(|m| m.remote.is_none()) {
+                m.quality = 0;
+            }
         }
         let source = match remote {
             None => QualitySource::LocalOnlyNoMapping,
@@ -412,10 +422,51 @@ pub(crate) mod tests {
             r.destinations[&prefix(6)].source,
             QualitySource::LocalOnlyNoEntries
         );
-        // Spines 2-4 have no entry for 104: their members keep local quality.
-        assert_eq!(qualities(&r, prefix(4)), [50, 0, 255, 255]);
+        // Spines 2-4 have no entry for 104 while spine 1 has: they are not confirmed
+        // healthy (4.1) and get nothing, whatever their local quality.
+        assert_eq!(qualities(&r, prefix(4)), [50, 0, 0, 0]);
         assert_eq!(r.unknown_remote_entries, 2);
         assert_eq!(r.unknown_spine_entries, 1);
+    }
+
+    /// Seed 003 section 4.1: a path is eligible only if confirmed healthy by the fast
+    /// plane. A spine that has not (yet) advertised the destination's remote node must not
+    /// get local-only quality 255, more than the spines that did advertise it.
+    #[test]
+    fn a_spine_that_has_not_advertised_the_remote_is_not_confirmed() {
+        let cfg = ControllerConfig::default();
+        let (m, l) = fabric();
+        let mut t = BTreeMap::new();
+        for s in 1..=3 {
+            t.insert(key(s, 104, 7), value(200, 0));
+        }
+        // Spine 4 has advertised another remote only (it is alive, just not for 104).
+        t.insert(key(4, 105, 7), value(250, 0));
+        let r = run(&cfg, &m, &l, &t, 0);
+        let d = &r.destinations[&prefix(4)];
+        assert_eq!(d.source, QualitySource::Remote);
+        assert_eq!(qualities(&r, prefix(4)), [200, 200, 200, 0]);
+        assert_eq!(d.members[3].remote, None);
+        // And so no weight (6.3): the first application goes straight to the target.
+        let mut c = crate::controller::weights::WeightController::new(cfg).unwrap();
+        let apps = c.update(&r, 0);
+        let kernel: Vec<UplinkId> = apps[0].1.kernel.iter().map(|&(u, _)| u).collect();
+        assert_eq!(kernel, [11, 12, 13]);
+
+        // Once spine 4 advertises 104 it takes part like the others.
+        t.insert(key(4, 104, 7), value(200, 0));
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(4)), [200, 200, 200, 200]);
+
+        // No spine has advertised 104 at all: local-only fallback (6.1), all usable.
+        let mut t = BTreeMap::new();
+        t.insert(key(4, 105, 7), value(250, 0));
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(
+            r.destinations[&prefix(4)].source,
+            QualitySource::LocalOnlyNoEntries
+        );
+        assert_eq!(qualities(&r, prefix(4)), [255, 255, 255, 255]);
     }
 
     #[test]
@@ -495,9 +546,10 @@ pub(crate) mod tests {
         t.insert(key(2, 104, 7), value(200, 10_000_000));
         t.insert(key(3, 104, 7), value(200, 10_000_000));
         t.insert(key(4, 104, 7), value(200, 10_000_000));
-        // Spine 1's entry is 60 ms old at T = 60 ms: expired (miss_count x T_notify).
+        // Spine 1's entry is 60 ms + 1 ns old: not refreshed for more than miss_count x
+        // T_notify, so expired.
         let failed = BTreeSet::from([node(0, 4)]);
-        let snap = PathSnapshot::from_map(&t, 60_000_000, cfg.dead_interval_ns(), &failed);
+        let snap = PathSnapshot::from_map(&t, 60_000_001, cfg.dead_interval_ns(), &failed);
         let r = compute(&cfg, &m, &l, &snap);
         assert_eq!(qualities(&r, prefix(4)), [0, 200, 200, 0]);
         assert_eq!(r.failed_entries, 2);

@@ -9,7 +9,9 @@
 //!   "within one sampling interval"); a triggered send restarts the periodic timer.
 //! * Every advertisement carries every monitored link's entries, one per (link, remote
 //!   node), split over as many datagrams as needed, at most min(91, what the MTU allows)
-//!   entries each, every datagram with its own sequence number (wire spec).
+//!   entries each, every datagram with its own sequence number (wire spec). The same
+//!   datagrams go out of every link, so the MTU that bounds them is the smallest real MTU
+//!   of the links ([`PathMtu`]); the I/O shell updates it when a link's MTU changes.
 //!
 //! Time is an input (`now_ns`, nanoseconds since boot on a monotonic clock such as
 //! CLOCK_BOOTTIME, which also gives the wire timestamp); nothing here does I/O.
@@ -66,7 +68,8 @@ pub struct Identity {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PathMtu {
     /// The smallest MTU of the links the datagrams go out of (the same datagrams go out of
-    /// every link, wire spec).
+    /// every link, wire spec), so that no datagram exceeds any link's MTU: a larger one
+    /// would be fragmented, and receivers pass fragments by as not theirs.
     pub mtu: u32,
     /// IPv6 (40-octet header) rather than IPv4 (20).
     pub ipv6: bool,
@@ -82,6 +85,17 @@ impl Default for PathMtu {
 }
 
 impl PathMtu {
+    /// The path MTU of datagrams sent out of links with these MTUs: the smallest of them
+    /// and of `cap` (a configured upper bound), 1500 when there is neither.
+    pub fn smallest(
+        link_mtus: impl IntoIterator<Item = u32>,
+        cap: Option<u32>,
+        ipv6: bool,
+    ) -> Self {
+        let mtu = link_mtus.into_iter().chain(cap).min().unwrap_or(1500);
+        Self { mtu, ipv6 }
+    }
+
     /// How many entries fit in one datagram: min(91, (mtu - IP - UDP - header) /
     /// entry_len); 0 when not even one fits.
     pub fn entries_per_datagram(&self, as_qualified: bool, diagnostics: bool) -> usize {
@@ -183,6 +197,7 @@ pub struct Advertiser<R> {
     slots: Vec<Slot>,
     index: HashMap<u32, usize>,
     rng: R,
+    path: PathMtu,
     per_datagram: usize,
     next_sequence: u16,
     last_sequence: Option<u16>,
@@ -248,6 +263,7 @@ impl<R: RngCore> Advertiser<R> {
             slots,
             index,
             rng,
+            path,
             per_datagram,
             next_sequence: first_sequence,
             last_sequence: None,
@@ -340,6 +356,29 @@ impl<R: RngCore> Advertiser<R> {
     /// How many entries go in one datagram.
     pub fn entries_per_datagram(&self) -> usize {
         self.per_datagram
+    }
+
+    /// The path MTU the datagrams are split for.
+    pub fn path_mtu(&self) -> PathMtu {
+        self.path
+    }
+
+    /// A link's MTU changed (or a link was measured for the first time): split the next
+    /// advertisements for `path`. An MTU too small for one entry is refused and the
+    /// previous one kept. Returns whether the split changed.
+    pub fn set_path_mtu(&mut self, path: PathMtu) -> Result<bool, AdvertiserError> {
+        let q = self.identity.node_as.is_some();
+        let per_datagram = path.entries_per_datagram(q, self.params.diagnostics);
+        if per_datagram == 0 {
+            return Err(AdvertiserError::MtuTooSmall {
+                mtu: path.mtu,
+                entry_len: wire::entry_len(q, self.params.diagnostics),
+            });
+        }
+        let changed = per_datagram != self.per_datagram;
+        self.path = path;
+        self.per_datagram = per_datagram;
+        Ok(changed)
     }
 
     /// Counters.
@@ -665,6 +704,40 @@ mod tests {
         // The next advertisement continues the numbering.
         let out = a.on_sample(a.next_due_at().unwrap(), &[]).unwrap();
         assert_eq!(out.first_sequence, 1003);
+    }
+
+    /// The same datagrams go out of every link, so they are split for the smallest real
+    /// MTU of the links; a link MTU change re-splits the next advertisement.
+    #[test]
+    fn links_with_different_mtus_split_for_the_smallest() {
+        let p = PathMtu::smallest([1500, 576, 9000], None, false);
+        assert_eq!(p.mtu, 576);
+        // (576 - 20 - 8 - 16) / 16 = 33.
+        assert_eq!(p.entries_per_datagram(false, false), 33);
+        assert_eq!(PathMtu::smallest([9000], Some(1400), false).mtu, 1400);
+        assert_eq!(PathMtu::smallest([], None, true).mtu, 1500);
+
+        let mut a = adv(100, 1, 3);
+        let out = a.on_sample(0, &all(100, 237, 0)).unwrap();
+        assert_eq!(decoded(&out).len(), 2);
+        assert_eq!(a.set_path_mtu(p), Ok(true));
+        assert_eq!(a.path_mtu(), p);
+        let out = a.on_sample(a.next_due_at().unwrap(), &[]).unwrap();
+        let counts: Vec<usize> = decoded(&out).iter().map(|(_, e)| e.len()).collect();
+        assert_eq!(counts, [33, 33, 33, 1]);
+        for d in &out.datagrams {
+            assert!(d.len() + 28 <= 576, "{}", d.len());
+        }
+        // Too small: refused, the previous split stays.
+        assert!(matches!(
+            a.set_path_mtu(PathMtu {
+                mtu: 59,
+                ipv6: false
+            }),
+            Err(AdvertiserError::MtuTooSmall { mtu: 59, .. })
+        ));
+        assert_eq!(a.entries_per_datagram(), 33);
+        assert_eq!(a.set_path_mtu(p), Ok(false));
     }
 
     #[test]

@@ -978,6 +978,9 @@ pub struct LinkSample {
     pub ecn: EcnMarking,
     /// Explanations (constants of [`note`]).
     pub notes: Vec<&'static str>,
+    /// IFLA_MTU of the last full link dump: the advertiser splits its datagrams for the
+    /// smallest link MTU (wire spec). `None` when the interface is missing.
+    pub mtu: Option<u32>,
 }
 
 /// A kernel u32 counter extended to a free-running u64 (A.2 works on deltas of
@@ -1241,6 +1244,7 @@ impl Sampler {
                 qdisc: None,
                 ecn: EcnMarking::CannotMark,
                 notes,
+                mtu: None,
             });
         };
         let qdisc = l.qdisc.take();
@@ -1354,6 +1358,7 @@ impl Sampler {
             qdisc: qdisc.map(|q| q.kind),
             ecn,
             notes,
+            mtu: link.mtu,
         })
     }
 
