@@ -374,9 +374,12 @@ pub struct Damping {
     /// Integral function: additive recovery of m per T_reweight.
     #[serde(default)]
     pub integral_increase: Option<f64>,
-    /// Integral function: smallest m.
+    /// Integral function: smallest m with a measured (diagnostics) remote capacity.
     #[serde(default)]
     pub integral_floor: Option<f64>,
+    /// Integral function: smallest m with an estimated or unknown remote capacity.
+    #[serde(default)]
+    pub integral_floor_estimated: Option<f64>,
     /// Integral function: smallest fraction change that reprograms the group.
     #[serde(default)]
     pub integral_hysteresis: Option<f64>,
@@ -408,6 +411,7 @@ impl Damping {
                     decrease: self.integral_decrease.unwrap_or(d.decrease),
                     increase: self.integral_increase.unwrap_or(d.increase),
                     floor: self.integral_floor.unwrap_or(d.floor),
+                    floor_estimated: self.integral_floor_estimated.unwrap_or(d.floor_estimated),
                     hysteresis: self.integral_hysteresis.unwrap_or(d.hysteresis),
                     capacity_half_life: self
                         .integral_capacity_half_life_ms

@@ -95,8 +95,12 @@ pub struct IntegralParams {
     pub decrease: f64,
     /// Additive recovery of `m` per T_reweight otherwise.
     pub increase: f64,
-    /// Smallest `m`: how far congestion alone may push a member below its capacity share.
+    /// Smallest `m` of a member whose remote capacity is measured (diagnostics link
+    /// capacity, 5.5): how far congestion alone may push it below its capacity share.
     pub floor: f64,
+    /// Smallest `m` of a member whose remote capacity is only estimated (peak-held
+    /// available bandwidth, which misses a capacity cut under load) or unknown.
+    pub floor_estimated: f64,
     /// Programme new kernel weights only when a member's fraction moved by at least this
     /// much since the last application (eligibility changes are applied at once).
     pub hysteresis: f64,
@@ -112,6 +116,7 @@ impl Default for IntegralParams {
             decrease: 0.05,
             increase: 0.01,
             floor: 0.5,
+            floor_estimated: 0.25,
             hysteresis: 0.02,
             capacity_half_life: Duration::from_secs(30),
         }
@@ -127,6 +132,8 @@ impl IntegralParams {
             && unit(self.increase)
             && self.floor > 0.0
             && self.floor <= 1.0
+            && self.floor_estimated > 0.0
+            && self.floor_estimated <= 1.0
             && (0.0..0.5).contains(&self.hysteresis)
             && !self.capacity_half_life.is_zero();
         if ok {

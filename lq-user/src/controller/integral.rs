@@ -6,14 +6,17 @@
 //! and carries no information, while a path that is idle for a moment reads 255 and takes
 //! nearly all new weight: a bang-bang loop that g = 0.5 does not calm. Here:
 //!
-//! * eligibility: a member is used only while its path quality (6.3) is above 0, so
-//!   failures (LQS 0 by heartbeat, link down) stay immediate;
+//! * eligibility: a member is used only while its local uplink is up and its path is not
+//!   failed (heartbeat or entry ageing, 6.5), so failures stay immediate. Not `quality > 0`:
+//!   with elastic load every loaded path reads LQS ~0 although it forwards;
 //! * base share: the path capacity of section 4.1 (`f(FARE capacity, LQ quality)`),
 //!   `min(local uplink capacity, remote link capacity)`, the remote capacity being the
 //!   diagnostics link capacity (5.5) when the helper sends it, else the peak-held available
 //!   bandwidth (5.4: an idle link advertises its whole capacity), else unknown (the local
 //!   capacity alone);
-//! * modulation: `m` in `[floor, 1]` falls by a factor `1 - decrease` every T_reweight while
+//! * modulation: `m` in `[floor, 1]` (`floor` when the remote capacity is measured,
+//!   `floor_estimated`, lower, when it is only estimated: a capacity cut under load is
+//!   seen only as congestion then) falls by a factor `1 - decrease` every T_reweight while
 //!   the member's signal `max(CL / 7, queue depth)` exceeds the group's traffic-weighted
 //!   mean by more than `deadband`, and recovers by `increase` otherwise. CL (A.5) does not
 //!   clamp like the LQS: an all-loaded fabric reads CL 1 everywhere and keeps its capacity
@@ -86,8 +89,10 @@ pub fn path_capacity(local_gbps: f64, s: &MemberSignal, st: &MemberState) -> f64
 /// targets (fractions summing to 1 over the eligible members, 0 elsewhere), or `None` when
 /// no member is eligible. `current` are the fractions in force (the traffic weighting of
 /// the group mean); `changed` reports whether any `m` moved.
+#[allow(clippy::too_many_arguments)]
 pub fn step(
     p: &IntegralParams,
+    floors: &[f64],
     eligible: &[bool],
     capacity: &[f64],
     signals: &[f64],
@@ -123,7 +128,7 @@ pub fn step(
         }
         let old = state[i].m;
         let new = if signals[i] > mean + p.deadband {
-            (old * (1.0 - p.decrease)).max(p.floor)
+            (old * (1.0 - p.decrease)).max(floors[i])
         } else {
             (old + p.increase).min(1.0)
         };
@@ -173,7 +178,17 @@ mod tests {
         let mut changed = false;
         let mut cur = vec![0.25; 4];
         for _ in 0..100 {
-            cur = step(&p, &[true; 4], &cap, &s, &cur, &mut st, &mut changed).unwrap();
+            cur = step(
+                &p,
+                &[p.floor; 4],
+                &[true; 4],
+                &cap,
+                &s,
+                &cur,
+                &mut st,
+                &mut changed,
+            )
+            .unwrap();
         }
         assert!((cur[1] - 25.0 / 325.0).abs() < 1e-12, "{cur:?}");
         assert!(!changed);
@@ -189,7 +204,17 @@ mod tests {
         let mut cur = vec![0.25; 4];
         let mut prev = cur[1];
         for _ in 0..200 {
-            cur = step(&p, &[true; 4], &cap, &hot, &cur, &mut st, &mut changed).unwrap();
+            cur = step(
+                &p,
+                &[p.floor; 4],
+                &[true; 4],
+                &cap,
+                &hot,
+                &cur,
+                &mut st,
+                &mut changed,
+            )
+            .unwrap();
             // Monotone, no oscillation.
             assert!(cur[1] <= prev + 1e-12);
             prev = cur[1];
@@ -198,7 +223,17 @@ mod tests {
         assert!((cur[1] - 0.5 / 3.5).abs() < 1e-12);
         let calm = [sig(1); 4].map(|x| congestion(&x));
         for _ in 0..200 {
-            cur = step(&p, &[true; 4], &cap, &calm, &cur, &mut st, &mut changed).unwrap();
+            cur = step(
+                &p,
+                &[p.floor; 4],
+                &[true; 4],
+                &cap,
+                &calm,
+                &cur,
+                &mut st,
+                &mut changed,
+            )
+            .unwrap();
         }
         assert_eq!(st[1].m, 1.0);
         assert!((cur[1] - 0.25).abs() < 1e-12);
@@ -211,6 +246,7 @@ mod tests {
         let mut changed = false;
         let t = step(
             &p,
+            &[p.floor; 3],
             &[true, false, true],
             &[10.0, 10.0, 30.0],
             &[0.0; 3],
@@ -223,6 +259,7 @@ mod tests {
         assert!(
             step(
                 &p,
+                &[p.floor; 3],
                 &[false; 3],
                 &[1.0; 3],
                 &[0.0; 3],

@@ -160,6 +160,8 @@ pub struct PathSnapshot {
 /// capacity and queue depth (5.5). A failed or aged entry reads CL 7, no bandwidth.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkSignal {
+    /// The entry is live: fresh and its spine not failed (6.5).
+    pub live: bool,
     /// CL 0..=7.
     pub cl: u8,
     /// Available bandwidth, binary32 bits (Gbps).
@@ -176,6 +178,8 @@ pub struct LinkSignal {
 pub struct MemberSignal {
     /// The member.
     pub uplink: UplinkId,
+    /// Some spine -> remote link entry is live (not aged, spine not failed, 6.5).
+    pub live: bool,
     /// Worst CL of the spine -> remote links; `None` without an entry.
     pub cl: Option<u8>,
     /// Worst queue depth (fraction of the buffer), when diagnostics are present.
@@ -233,6 +237,7 @@ impl PathSnapshot {
                 }
             } else {
                 LinkSignal {
+                    live: true,
                     cl: v.cl.min(7),
                     available_bits: v.available_bandwidth_bits,
                     capacity_bits: diag.then_some(v.link_capacity_bits),
@@ -402,6 +407,7 @@ fn member_signal(uplink: UplinkId, links: &[(u32, LinkSignal)]) -> MemberSignal 
     }
     MemberSignal {
         uplink,
+        live: links.iter().any(|(_, l)| l.live),
         cl: links.iter().map(|(_, l)| l.cl).max(),
         queue: links
             .iter()

@@ -264,13 +264,17 @@ impl DestinationWeights {
         let up: Vec<bool> = sorted.iter().map(|m| m.local_up).collect();
         let first = self.last_apply_ns.is_none();
         let membership_changed = ids != self.members;
-        // Eligibility (quality > 0) changes are failures or recoveries: at once (6.4).
+        // Eligibility changes are failures or recoveries: at once (6.4).
+        let live = |sg: &[MemberSignal], id: UplinkId| {
+            sg.iter()
+                .find(|s| s.uplink == id)
+                .is_none_or(|s| s.cl.is_none() || s.live)
+        };
         let zero_transition = membership_changed
-            || qualities
+            || up != self.up
+            || ids
                 .iter()
-                .zip(&self.qualities)
-                .any(|(a, b)| (*a == 0) != (*b == 0))
-            || up != self.up;
+                .any(|id| live(signals, *id) != live(&self.signals, *id));
         if membership_changed || self.integral.len() != ids.len() {
             let old: BTreeMap<UplinkId, (f64, MemberState)> = self
                 .members
@@ -328,7 +332,12 @@ impl DestinationWeights {
 
     /// Targets from the current state; with `step`, one controller step first.
     fn integral_targets(&mut self, p: &IntegralParams, step: bool) -> bool {
-        let eligible: Vec<bool> = self.qualities.iter().map(|q| *q > 0).collect();
+        // Eligible: the local uplink is up and the path is not failed (heartbeat, ageing,
+        // 6.5). Not `quality > 0`: on an all-loaded fabric every LQS is ~0 (A.4 clamps at
+        // U ~ 1) although every path forwards.
+        let eligible: Vec<bool> = (0..self.members.len())
+            .map(|i| self.up[i] && (self.signals[i].cl.is_none() || self.signals[i].live))
+            .collect();
         let capacity: Vec<f64> = (0..self.members.len())
             .map(|i| {
                 integral::path_capacity(self.capacity_of(i), &self.signals[i], &self.integral[i])
@@ -342,8 +351,20 @@ impl DestinationWeights {
         } else {
             &mut frozen
         };
+        let floors: Vec<f64> = self
+            .signals
+            .iter()
+            .map(|s| {
+                if s.link_capacity_gbps.is_some() {
+                    p.floor
+                } else {
+                    p.floor_estimated
+                }
+            })
+            .collect();
         let t = integral::step(
             p,
+            &floors,
             &eligible,
             &capacity,
             &congestion,

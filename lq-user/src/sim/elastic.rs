@@ -157,6 +157,8 @@ pub struct JobStats {
     pub weight_swing: f64,
     /// Largest such change.
     pub weight_swing_max: f64,
+    /// The weight swing over samples 500 ms apart (the netns demo's timeline period).
+    pub weight_swing_500ms: f64,
     /// Mean share of the degraded spine.
     pub degraded_share: f64,
 }
@@ -180,6 +182,8 @@ pub struct PoissonStats {
     pub weight_swing: f64,
     /// Largest change within the window.
     pub weight_swing_max: f64,
+    /// The weight swing over samples 500 ms apart within the window.
+    pub weight_swing_500ms: f64,
     /// Mean share of the degraded spine within the window.
     pub degraded_share: f64,
 }
@@ -576,7 +580,9 @@ impl ElasticModel {
                 }
             }
             let cap = f.pacing.unwrap_or(f64::INFINITY).min(1.25e9);
-            f.rate = f.rate.clamp(mss / rtt.max(1e-6) * 0.5, cap.max(mss));
+            // At least half a segment per RTT (a TCP never stops), at most the pacing rate;
+            // max then min, so that a pacing rate below the floor wins without a panic.
+            f.rate = f.rate.max(mss / rtt.max(1e-6) * 0.5).min(cap.max(mss));
             if f.delivered >= f.size * (1.0 - 1e-9) && f.unsent <= 1e-6 {
                 f.done_ns = Some(now);
             }
@@ -611,16 +617,26 @@ impl ElasticModel {
                     .iter()
                     .position(|&m| m == self.spec.degraded)
             });
-        let window = |from: u64, to: u64| -> (f64, f64, f64) {
+        // The netns demo's timeline samples every 500 ms: the same statistic on every
+        // k-th sample, for the calibration (docs/sim.md).
+        let k500 = (500_000_000 / self.spec.sample_ns).max(1) as usize;
+        let window = |from: u64, to: u64| -> (f64, f64, f64, f64) {
             let v: Vec<&(u64, Vec<f64>)> = self
                 .samples
                 .iter()
                 .filter(|(t, _)| *t >= from && *t <= to)
                 .collect();
+            let change = |a: &[f64], b: &[f64]| {
+                a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f64>() / 2.0
+            };
             let mut sw = Vec::new();
             for w in v.windows(2) {
-                let d: f64 = w[0].1.iter().zip(&w[1].1).map(|(a, b)| (a - b).abs()).sum();
-                sw.push(d / 2.0);
+                sw.push(change(&w[0].1, &w[1].1));
+            }
+            let v500: Vec<&&(u64, Vec<f64>)> = v.iter().step_by(k500).collect();
+            let mut sw500 = Vec::new();
+            for w in v500.windows(2) {
+                sw500.push(change(&w[0].1, &w[1].1));
             }
             let mean = |x: &[f64]| {
                 if x.is_empty() {
@@ -637,6 +653,7 @@ impl ElasticModel {
                 mean(&sw),
                 sw.iter().copied().fold(0.0, f64::max),
                 mean(&share),
+                mean(&sw500),
             )
         };
         let mut jobs = Vec::new();
@@ -648,7 +665,7 @@ impl ElasticModel {
                 .then(|| last.map(|l| (l - j.at_ns) as f64 / 1e9))
                 .flatten();
             let end = last.unwrap_or(u64::MAX);
-            let (sw, swmax, share) = window(j.at_ns, end);
+            let (sw, swmax, share, sw500) = window(j.at_ns, end);
             jobs.push(JobStats {
                 name: j.name.clone(),
                 completed: done.len(),
@@ -656,6 +673,7 @@ impl ElasticModel {
                 jct_s: jct,
                 weight_swing: sw,
                 weight_swing_max: swmax,
+                weight_swing_500ms: sw500,
                 degraded_share: share,
             });
         }
@@ -677,7 +695,7 @@ impl ElasticModel {
             };
             let size: f64 = fl.iter().map(|f| f.size).sum();
             let del: f64 = fl.iter().map(|f| f.delivered.min(f.size)).sum();
-            let (sw, swmax, share) = window(p.window.0, p.window.1);
+            let (sw, swmax, share, sw500) = window(p.window.0, p.window.1);
             poisson.push(PoissonStats {
                 name: p.name.clone(),
                 completed: fct.len(),
@@ -687,6 +705,7 @@ impl ElasticModel {
                 p99_fct_s: pct(0.99),
                 weight_swing: sw,
                 weight_swing_max: swmax,
+                weight_swing_500ms: sw500,
                 degraded_share: share,
             });
         }

@@ -144,6 +144,7 @@ struct ParamsFile {
     integral_decrease: Option<f64>,
     integral_increase: Option<f64>,
     integral_floor: Option<f64>,
+    integral_floor_estimated: Option<f64>,
     integral_hysteresis: Option<f64>,
     balancing: Option<String>,
 }
@@ -169,6 +170,7 @@ impl ParamsFile {
             integral_decrease: o.integral_decrease.or(self.integral_decrease),
             integral_increase: o.integral_increase.or(self.integral_increase),
             integral_floor: o.integral_floor.or(self.integral_floor),
+            integral_floor_estimated: o.integral_floor_estimated.or(self.integral_floor_estimated),
             integral_hysteresis: o.integral_hysteresis.or(self.integral_hysteresis),
             balancing: o.balancing.clone().or(self.balancing.clone()),
         }
@@ -730,6 +732,7 @@ fn resolve_params(p: &ParamsFile) -> Result<SimParams, String> {
                 decrease: p.integral_decrease.unwrap_or(d.decrease),
                 increase: p.integral_increase.unwrap_or(d.increase),
                 floor: p.integral_floor.unwrap_or(d.floor),
+                floor_estimated: p.integral_floor_estimated.unwrap_or(d.floor_estimated),
                 hysteresis: p.integral_hysteresis.unwrap_or(d.hysteresis),
                 capacity_half_life: d.capacity_half_life,
             })
