@@ -1230,6 +1230,37 @@ remote-node = "10.0.1.4"
     }
 
     #[test]
+    fn weight_function_keys() {
+        assert_eq!(
+            parse(LEAF).unwrap().controller().weight_function,
+            WeightFunction::Seed
+        );
+        let c = parse(&LEAF.replace(
+            "[receiver]",
+            "[damping]\nweight-function = \"integral\"\nintegral-floor = 0.4\n[receiver]",
+        ))
+        .unwrap();
+        let WeightFunction::Integral(p) = c.controller().weight_function else {
+            panic!("not integral");
+        };
+        assert_eq!(p.floor, 0.4);
+        assert_eq!(p.deadband, IntegralParams::default().deadband);
+        let e = err(&LEAF.replace(
+            "[receiver]",
+            "[damping]\nweight-function = \"integral\"\nintegral-floor = 2\n[receiver]",
+        ));
+        assert!(e.contains("integral weight function"), "{e}");
+        let e = err(&LEAF.replace(
+            "[receiver]",
+            "[damping]\nweight-function = \"x\"\n[receiver]",
+        ));
+        assert!(
+            e.contains("weight-function") || e.contains("unknown variant"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn cross_key_rules() {
         assert!(err(&LEAF.replace("enabled = true", "enabled = false")).contains("enabled = true"));
         assert!(

@@ -56,6 +56,10 @@ weight_function = "seed"
 [[variant]]
 name = "integral"
 weight_function = "integral"
+[[variant]]
+name = "integral-diag"
+weight_function = "integral"
+diagnostics = true
 "#;
 
 fn job(variant: &str) -> JobStats {
@@ -75,7 +79,8 @@ fn sim_elastic_integral_converges_where_seed_sloshes() {
     let stat = job("static");
     let seed = job("seed");
     let integral = job("integral");
-    for j in [&ecmp, &stat, &seed, &integral] {
+    let diag = job("integral-diag");
+    for j in [&ecmp, &stat, &seed, &integral, &diag] {
         assert_eq!(j.completed, 32, "{j:?}");
     }
     let jct = |j: &JobStats| j.jct_s.unwrap();
@@ -88,14 +93,16 @@ fn sim_elastic_integral_converges_where_seed_sloshes() {
     );
     // The seed's function: LQS ~0 on every loaded path, 255 on a momentarily idle one.
     assert!(seed.weight_swing > 0.1, "{seed:?}");
-    // The integral function: capacity shares, calm.
-    assert!(integral.weight_swing <= 0.05, "{integral:?}");
-    assert!(
-        (0.04..=0.12).contains(&integral.degraded_share),
-        "{integral:?}"
-    );
-    assert!(jct(&integral) <= 1.05 * jct(&stat), "{integral:?} {stat:?}");
-    assert!(jct(&ecmp) / jct(&integral) >= 2.0, "{ecmp:?} {integral:?}");
+    // The integral function: capacity shares, calm. With diagnostics the remote capacity is
+    // measured (floor 0.5): issue 12's range for the degraded share. Without, it is
+    // estimated (floor 0.25, so that a cut under load can still be followed) and the share
+    // sits near the floor's 2 %-4 % in this short job (docs/weights.md).
+    for (j, lo) in [(&diag, 0.04), (&integral, 0.03)] {
+        assert!(j.weight_swing <= 0.05, "{j:?}");
+        assert!((lo..=0.12).contains(&j.degraded_share), "{j:?}");
+        assert!(jct(j) <= 1.05 * jct(&stat), "{j:?} {stat:?}");
+        assert!(jct(&ecmp) / jct(j) >= 2.0, "{ecmp:?} {j:?}");
+    }
 }
 
 #[test]
