@@ -118,4 +118,9 @@ fn sim_elastic_bad_input_is_refused() {
     }
     let text = DEMO_SMALL.replace("weight_function = \"integral\"", "weight_function = \"x\"");
     assert!(Scenario::parse(&text, "bad").is_err());
+    // A spine as a source: a clear setup error, not a panic.
+    let text = DEMO_SMALL.replacen("sources = \"L1\"", "sources = \"S1\"", 1);
+    let s = Scenario::parse(&text, "bad").unwrap();
+    let e = run(&s, &mut std::io::sink()).unwrap_err().to_string();
+    assert!(e.contains("not a load-balancer"), "{e}");
 }

@@ -281,7 +281,7 @@ impl ElasticModel {
                     .push((at, g, p.size_bytes, p.pacing_bps, spec.jobs.len() + pi));
             }
         }
-        m.pending.sort_by(|a, b| b.0.cmp(&a.0));
+        m.pending.sort_by_key(|p| std::cmp::Reverse(p.0));
         m
     }
 
@@ -333,6 +333,15 @@ impl ElasticModel {
         };
         self.groups.push(g);
         self.group_of.insert((s, d), self.groups.len() - 1);
+    }
+
+    /// A (source, destination) pair whose source has no uplink towards a helper: its
+    /// flows could go nowhere (the scenario names a node that is not a load-balancer).
+    pub fn memberless_group(&self) -> Option<(usize, usize)> {
+        self.groups
+            .iter()
+            .find(|g| g.members.is_empty())
+            .map(|g| (g.source, g.destination))
     }
 
     /// The queue of a directed link, if the model loads it.

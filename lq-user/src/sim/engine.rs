@@ -492,6 +492,15 @@ impl<'a> Engine<'a> {
             };
             ElasticModel::new(spec, sc.params.balancing, sc.seed, &uplinks, &capacity)
         });
+        if let Some((s, d)) = elastic.as_ref().and_then(|m| m.memberless_group()) {
+            return Err(SimError::Setup {
+                node: sc.nodes[s].name.clone(),
+                message: format!(
+                    "[elastic] source for {} is not a load-balancer (no uplink to a helper)",
+                    sc.nodes[d].name
+                ),
+            });
+        }
         if let Some(m) = &elastic {
             // The helper links the model loads read its queues.
             for (i, nd) in nodes.iter_mut().enumerate() {

@@ -1069,7 +1069,8 @@ fn build_elastic(
     let dt_ns = ns(pos(e.dt_ms, 0.5, "dt_ms")?, "dt_ms")?.max(1);
     let beta = e.beta.unwrap_or(0.7);
     let goodput = e.goodput.unwrap_or(1448.0 / 1514.0);
-    if !(0.0..1.0).contains(&beta) || !(goodput > 0.0 && goodput <= 1.0) {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !((0.0..1.0).contains(&beta) && positive(goodput) && goodput <= 1.0) {
         return cx.err(at, "[elastic] beta must be in [0, 1) and goodput in (0, 1]");
     }
     let buckets = e.buckets.unwrap_or(256);
@@ -1080,7 +1081,7 @@ fn build_elastic(
     for (k, j) in e.job.iter().enumerate() {
         let sources = select(&j.sources)?;
         let destination = one(&j.destination)?;
-        if sources.is_empty() || j.flows == 0 || !(j.size_mib > 0.0) {
+        if sources.is_empty() || j.flows == 0 || !positive(j.size_mib) {
             return cx.err(
                 j.destination.span().start,
                 "[[elastic.job]] needs sources, flows and size_mib > 0",
@@ -1101,8 +1102,8 @@ fn build_elastic(
         let destination = one(&p.destination)?;
         let bad = sources.is_empty()
             || !(p.rate_per_s.is_finite() && p.rate_per_s > 0.0)
-            || !(p.size_mib > 0.0)
-            || p.pacing_mbps.is_some_and(|x| !(x > 0.0));
+            || !positive(p.size_mib)
+            || p.pacing_mbps.is_some_and(|x| !positive(x));
         if bad {
             return cx.err(
                 p.destination.span().start,
@@ -1137,7 +1138,7 @@ fn build_elastic(
     let mut capacity = Vec::new();
     for c in &e.capacity {
         let (from, to) = (one(&c.from)?, one(&c.to)?);
-        if !pair.contains_key(&(from.min(to), from.max(to))) || !(c.gbps > 0.0) {
+        if !pair.contains_key(&(from.min(to), from.max(to))) || !positive(c.gbps) {
             return cx.err(
                 c.from.span().start,
                 "[[elastic.capacity]] needs an existing link and gbps > 0",
