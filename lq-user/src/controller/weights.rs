@@ -280,12 +280,10 @@ impl DestinationWeights {
                 .members
                 .iter()
                 .copied()
-                .zip(
-                    self.applied
-                        .iter()
-                        .copied()
-                        .zip(self.integral.iter().copied()),
-                )
+                .zip(self.applied.iter().copied().enumerate().map(|(k, w)| {
+                    // After `seed` (weights adopted from the kernel) there is no state yet.
+                    (w, self.integral.get(k).copied().unwrap_or_default())
+                }))
                 .collect();
             let carried: Vec<(f64, MemberState)> = ids
                 .iter()
@@ -986,6 +984,101 @@ mod tests {
         // The destination disappears from the mapping: forgotten.
         c.update(&PathQualityReport::default(), 105 * MS);
         assert!(c.destination(&prefix(4)).is_none());
+    }
+
+    #[test]
+    fn integral_keeps_capacity_shares_when_every_lqs_is_zero() {
+        // Elastic load: every path at U ~ 1, LQS 0 everywhere, CL 1 on all: the seed's
+        // function falls back to equal weights; the integral one keeps capacity shares.
+        let cfg = ControllerConfig {
+            weight_function: WeightFunction::Integral(IntegralParams::default()),
+            ..Default::default()
+        };
+        let p = prefix(4);
+        let m = members(&[0, 0, 0, 0]);
+        let sig = |cl: u8, live: bool, cap: f64| MemberSignal {
+            live,
+            cl: Some(cl),
+            link_capacity_gbps: Some(cap),
+            available_gbps: Some(0.0),
+            ..MemberSignal::default()
+        };
+        let caps = [400.0, 100.0, 400.0, 400.0];
+        let signals = |live2: bool| -> Vec<MemberSignal> {
+            m.iter()
+                .zip(caps)
+                .enumerate()
+                .map(|(k, (x, c))| MemberSignal {
+                    uplink: x.uplink,
+                    ..sig(1, k != 1 || live2, c)
+                })
+                .collect()
+        };
+        let mut c = WeightController::new(cfg).unwrap();
+        let a = c.update_one_with(p, &m, &signals(true), 0).unwrap();
+        assert!(a.immediate);
+        assert_eq!(pct(&a, 12), format!("{:.2}", 100.0 / 13.0 * 100.0 / 100.0));
+        // Nothing moves: no further application, the controller rests.
+        for k in 1..20 {
+            assert!(
+                c.update_one_with(p, &m, &signals(true), k * 20 * MS)
+                    .is_none()
+            );
+        }
+        assert_eq!(c.next_due(400 * MS), None);
+        // The spine of member 12 fails (heartbeat): removed at once.
+        let a = c.update_one_with(p, &m, &signals(false), 401 * MS).unwrap();
+        assert!(a.immediate);
+        assert_eq!(pct(&a, 12), "0.00");
+        assert_eq!(pct(&a, 11), "33.33");
+        // The seed's function on the same inputs: all-zero fallback, equal weights.
+        let mut seed = WeightController::new(ControllerConfig::default()).unwrap();
+        let a = seed.update_one_with(p, &m, &signals(true), 0).unwrap();
+        assert_eq!(pct(&a, 12), "25.00");
+    }
+
+    #[test]
+    fn integral_throttles_a_dropping_path_slowly_with_hysteresis() {
+        let cfg = ControllerConfig {
+            weight_function: WeightFunction::Integral(IntegralParams::default()),
+            ..Default::default()
+        };
+        let p = prefix(4);
+        let m = members(&[0, 0, 0, 0]);
+        let signals: Vec<MemberSignal> = m
+            .iter()
+            .enumerate()
+            .map(|(k, x)| MemberSignal {
+                uplink: x.uplink,
+                live: true,
+                cl: Some(if k == 1 { 7 } else { 1 }),
+                ..MemberSignal::default()
+            })
+            .collect();
+        let mut c = WeightController::new(cfg).unwrap();
+        c.update_one_with(p, &m, &signals, 0).unwrap();
+        let mut apps = Vec::new();
+        let mut t = 0;
+        while let Some(due) = c.next_due(t) {
+            t = due;
+            apps.extend(c.tick(t));
+            assert!(t < 10_000 * MS, "never rests");
+        }
+        // Down to the estimated-capacity floor 0.25, 0.25 / 3.25 of the group, within the
+        // hysteresis (a last step smaller than 0.02 is not programmed).
+        let last = &apps.last().unwrap().1;
+        let f = last.fractions.iter().find(|x| x.0 == 12).unwrap().1;
+        assert!((f - 0.25 / 3.25).abs() < 0.02, "{f}");
+        assert!(f > 0.25 / 3.25);
+        // Monotone, and each application moved the share by at least the hysteresis.
+        let s: Vec<f64> = apps
+            .iter()
+            .map(|(_, a)| a.fractions.iter().find(|x| x.0 == 12).unwrap().1)
+            .collect();
+        for w in s.windows(2) {
+            assert!(w[1] < w[0]);
+        }
+        assert!(apps.len() < 12, "{}", apps.len());
     }
 
     #[test]
