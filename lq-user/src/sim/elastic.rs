@@ -59,8 +59,8 @@ struct Group {
     weights: Vec<u32>,
     /// Member index of every bucket.
     buckets: Vec<usize>,
-    /// Last time a bucket carried traffic.
-    last_active: Vec<u64>,
+    /// Last time a bucket carried traffic; `None`: never (idle since the group exists).
+    last_active: Vec<Option<u64>>,
     unbalanced_since: Option<u64>,
     /// (first queue, second queue) per member.
     queues: Vec<(usize, usize)>,
@@ -102,7 +102,7 @@ impl Group {
                 continue;
             }
             let removed = self.weights[m] == 0;
-            let idle = t.saturating_sub(self.last_active[b]) >= idle_ns;
+            let idle = self.last_active[b].is_none_or(|a| t.saturating_sub(a) >= idle_ns);
             if !(removed || idle || force) {
                 continue;
             }
@@ -326,7 +326,7 @@ impl ElasticModel {
             destination: d,
             weights: vec![1; members.len()],
             buckets: (0..n).map(|b| b * k / n).collect(),
-            last_active: vec![0; n],
+            last_active: vec![None; n],
             unbalanced_since: None,
             members,
             queues,
@@ -449,7 +449,7 @@ impl ElasticModel {
             let f = &mut self.flows[fi];
             let g = &mut self.groups[f.group];
             let m = g.buckets[f.bucket];
-            g.last_active[f.bucket] = t;
+            g.last_active[f.bucket] = Some(t);
             // A moved bucket takes its flow, backlog and all, to the new member's queues
             // (the fluid limit of in-flight data re-routed).
             f.q = g.queues[m];
