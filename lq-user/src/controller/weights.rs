@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 
 use tracing::{debug, trace};
 
-use super::config::{ConfigError, ControllerConfig};
-use super::path_quality::{MemberQuality, PathQualityReport, Prefix, UplinkId};
+use super::config::{ConfigError, ControllerConfig, IntegralParams, WeightFunction};
+use super::integral::{self, MemberState};
+use super::path_quality::{MemberQuality, MemberSignal, PathQualityReport, Prefix, UplinkId};
 
 /// The input of the target computation for one member.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -100,6 +101,13 @@ pub struct DestinationWeights {
     target: Vec<f64>,
     applied: Vec<f64>,
     last_apply_ns: Option<u64>,
+    /// Integral weight function only: per-member state, signals, last step, and whether a
+    /// step is pending (`None` in seed mode).
+    integral: Vec<MemberState>,
+    signals: Vec<MemberSignal>,
+    capacities: Vec<f64>,
+    last_step_ns: Option<u64>,
+    at_rest: Option<bool>,
 }
 
 impl DestinationWeights {
@@ -111,6 +119,21 @@ impl DestinationWeights {
         members: &[MemberInput],
         now_ns: u64,
     ) -> Option<Application> {
+        self.update_with(config, members, &[], now_ns)
+    }
+
+    /// [`Self::update`] with the members' congestion and capacity signals, which only the
+    /// integral weight function reads (members without a signal: no entry).
+    pub fn update_with(
+        &mut self,
+        config: &ControllerConfig,
+        members: &[MemberInput],
+        signals: &[MemberSignal],
+        now_ns: u64,
+    ) -> Option<Application> {
+        if let WeightFunction::Integral(p) = config.weight_function {
+            return self.update_integral(config, &p, members, signals, now_ns);
+        }
         let mut sorted: Vec<MemberInput> = members.to_vec();
         sorted.sort_by_key(|m| m.uplink);
         sorted.dedup_by_key(|m| m.uplink);
@@ -181,6 +204,9 @@ impl DestinationWeights {
 
     /// Apply a damped step if one is due at `now_ns`.
     pub fn tick(&mut self, config: &ControllerConfig, now_ns: u64) -> Option<Application> {
+        if let WeightFunction::Integral(p) = config.weight_function {
+            return self.tick_integral(config, &p, now_ns);
+        }
         let due = self.next_due(config, now_ns)?;
         if now_ns < due {
             trace!(
@@ -195,6 +221,15 @@ impl DestinationWeights {
 
     /// When the next damped step is due (at or after `now_ns`), `None` when converged.
     pub fn next_due(&self, config: &ControllerConfig, now_ns: u64) -> Option<u64> {
+        if let Some(rest) = self.at_rest {
+            if rest {
+                return None;
+            }
+            let boundary = self
+                .last_step_ns
+                .map_or(now_ns, |t| t.saturating_add(config.t_reweight_ns()));
+            return Some(boundary.max(now_ns));
+        }
         if self.converged() {
             return None;
         }
@@ -204,9 +239,186 @@ impl DestinationWeights {
         Some(boundary.max(now_ns))
     }
 
-    /// Are the applied fractions at the targets?
+    /// Are the applied fractions at the targets (integral: is the controller at rest)?
     pub fn converged(&self) -> bool {
-        self.applied == self.target
+        match self.at_rest {
+            Some(rest) => rest && self.applied == self.target,
+            None => self.applied == self.target,
+        }
+    }
+
+    /// Integral weight function: new inputs (see [`integral`]).
+    fn update_integral(
+        &mut self,
+        config: &ControllerConfig,
+        p: &IntegralParams,
+        members: &[MemberInput],
+        signals: &[MemberSignal],
+        now_ns: u64,
+    ) -> Option<Application> {
+        let mut sorted: Vec<MemberInput> = members.to_vec();
+        sorted.sort_by_key(|m| m.uplink);
+        sorted.dedup_by_key(|m| m.uplink);
+        let ids: Vec<UplinkId> = sorted.iter().map(|m| m.uplink).collect();
+        let qualities: Vec<u8> = sorted.iter().map(|m| m.quality).collect();
+        let up: Vec<bool> = sorted.iter().map(|m| m.local_up).collect();
+        let first = self.last_apply_ns.is_none();
+        let membership_changed = ids != self.members;
+        // Eligibility changes are failures or recoveries: at once (6.4).
+        let live = |sg: &[MemberSignal], id: UplinkId| {
+            sg.iter()
+                .find(|s| s.uplink == id)
+                .is_none_or(|s| s.cl.is_none() || s.live)
+        };
+        let zero_transition = membership_changed
+            || up != self.up
+            || ids
+                .iter()
+                .any(|id| live(signals, *id) != live(&self.signals, *id));
+        if membership_changed || self.integral.len() != ids.len() {
+            let old: BTreeMap<UplinkId, (f64, MemberState)> = self
+                .members
+                .iter()
+                .copied()
+                .zip(self.applied.iter().copied().enumerate().map(|(k, w)| {
+                    // After `seed` (weights adopted from the kernel) there is no state yet.
+                    (w, self.integral.get(k).copied().unwrap_or_default())
+                }))
+                .collect();
+            let carried: Vec<(f64, MemberState)> = ids
+                .iter()
+                .map(|id| {
+                    old.get(id)
+                        .copied()
+                        .unwrap_or((0.0, MemberState::default()))
+                })
+                .collect();
+            self.applied = carried.iter().map(|x| x.0).collect();
+            self.integral = carried.iter().map(|x| x.1).collect();
+            normalise(&mut self.applied);
+        }
+        self.signals = ids
+            .iter()
+            .map(|id| {
+                signals
+                    .iter()
+                    .find(|s| s.uplink == *id)
+                    .copied()
+                    .unwrap_or(MemberSignal {
+                        uplink: *id,
+                        ..MemberSignal::default()
+                    })
+            })
+            .collect();
+        for (st, sg) in self.integral.iter_mut().zip(&self.signals) {
+            st.observe(p, sg.available_gbps, now_ns);
+        }
+        self.capacities = sorted.iter().map(|m| m.capacity_gbps).collect();
+        self.members = ids;
+        self.qualities = qualities;
+        self.up = up;
+        self.target.resize(self.members.len(), 0.0);
+        self.at_rest = Some(false);
+        if first || zero_transition {
+            self.integral_targets(p, false);
+            self.applied = self.target.clone();
+            self.last_step_ns = Some(now_ns);
+            return Some(self.finish(config, now_ns, true));
+        }
+        self.tick_integral(config, p, now_ns)
+    }
+
+    /// Targets from the current state; with `step`, one controller step first.
+    fn integral_targets(&mut self, p: &IntegralParams, step: bool) -> bool {
+        // Eligible: the local uplink is up and the path is not failed (heartbeat, ageing,
+        // 6.5). Not `quality > 0`: on an all-loaded fabric every LQS is ~0 (A.4 clamps at
+        // U ~ 1) although every path forwards.
+        let eligible: Vec<bool> = (0..self.members.len())
+            .map(|i| self.up[i] && (self.signals[i].cl.is_none() || self.signals[i].live))
+            .collect();
+        let capacity: Vec<f64> = (0..self.members.len())
+            .map(|i| {
+                integral::path_capacity(self.capacity_of(i), &self.signals[i], &self.integral[i])
+            })
+            .collect();
+        let congestion: Vec<f64> = self.signals.iter().map(integral::congestion).collect();
+        let mut changed = false;
+        let mut frozen = self.integral.clone();
+        let state = if step {
+            &mut self.integral
+        } else {
+            &mut frozen
+        };
+        let floors: Vec<f64> = self
+            .signals
+            .iter()
+            .map(|s| {
+                if s.link_capacity_gbps.is_some() {
+                    p.floor
+                } else {
+                    p.floor_estimated
+                }
+            })
+            .collect();
+        let t = integral::step(
+            p,
+            &floors,
+            &eligible,
+            &capacity,
+            &congestion,
+            &self.applied,
+            state,
+            &mut changed,
+        );
+        self.target = match t {
+            Some(t) => t,
+            None => {
+                // Nothing eligible: the all-zero fallback of 6.3 over the up uplinks.
+                let n = self.up.iter().filter(|u| **u).count();
+                self.up
+                    .iter()
+                    .map(|u| if *u && n > 0 { 1.0 / n as f64 } else { 0.0 })
+                    .collect()
+            }
+        };
+        step && changed
+    }
+
+    /// Integral weight function: one step if due; an application when a fraction moved by
+    /// at least the hysteresis.
+    fn tick_integral(
+        &mut self,
+        config: &ControllerConfig,
+        p: &IntegralParams,
+        now_ns: u64,
+    ) -> Option<Application> {
+        let due = self.next_due(config, now_ns)?;
+        if now_ns < due {
+            return None;
+        }
+        let changed = self.integral_targets(p, true);
+        self.last_step_ns = Some(now_ns);
+        self.at_rest = Some(!changed);
+        let moved = self
+            .applied
+            .iter()
+            .zip(&self.target)
+            .map(|(a, t)| (a - t).abs())
+            .fold(0.0f64, f64::max);
+        if moved >= p.hysteresis.max(1e-12) {
+            self.applied = self.target.clone();
+            return Some(self.finish(config, now_ns, false));
+        }
+        if !changed {
+            // At rest within the hysteresis: what is programmed stays; the target shown is
+            // what is applied, so that the schedule ends.
+            self.target = self.applied.clone();
+        }
+        None
+    }
+
+    fn capacity_of(&self, i: usize) -> f64 {
+        self.capacities.get(i).copied().unwrap_or(1.0)
     }
 
     /// Applied fractions by uplink id.
@@ -387,7 +599,8 @@ impl WeightController {
         let mut out = Vec::new();
         for (p, d) in &report.destinations {
             let inputs: Vec<MemberInput> = d.members.iter().map(MemberInput::from).collect();
-            if let Some(a) = self.update_one(*p, &inputs, now_ns) {
+            let signals = report.signals.get(p).map_or(&[][..], Vec::as_slice);
+            if let Some(a) = self.update_one_with(*p, &inputs, signals, now_ns) {
                 out.push((*p, a));
             }
         }
@@ -401,10 +614,23 @@ impl WeightController {
         members: &[MemberInput],
         now_ns: u64,
     ) -> Option<Application> {
-        self.destinations
-            .entry(prefix)
-            .or_default()
-            .update(&self.config, members, now_ns)
+        self.update_one_with(prefix, members, &[], now_ns)
+    }
+
+    /// New inputs for one destination, with the members' signals (integral function).
+    pub fn update_one_with(
+        &mut self,
+        prefix: Prefix,
+        members: &[MemberInput],
+        signals: &[MemberSignal],
+        now_ns: u64,
+    ) -> Option<Application> {
+        self.destinations.entry(prefix).or_default().update_with(
+            &self.config,
+            members,
+            signals,
+            now_ns,
+        )
     }
 
     /// Apply every damped step due at `now_ns`.
@@ -758,6 +984,101 @@ mod tests {
         // The destination disappears from the mapping: forgotten.
         c.update(&PathQualityReport::default(), 105 * MS);
         assert!(c.destination(&prefix(4)).is_none());
+    }
+
+    #[test]
+    fn integral_keeps_capacity_shares_when_every_lqs_is_zero() {
+        // Elastic load: every path at U ~ 1, LQS 0 everywhere, CL 1 on all: the seed's
+        // function falls back to equal weights; the integral one keeps capacity shares.
+        let cfg = ControllerConfig {
+            weight_function: WeightFunction::Integral(IntegralParams::default()),
+            ..Default::default()
+        };
+        let p = prefix(4);
+        let m = members(&[0, 0, 0, 0]);
+        let sig = |cl: u8, live: bool, cap: f64| MemberSignal {
+            live,
+            cl: Some(cl),
+            link_capacity_gbps: Some(cap),
+            available_gbps: Some(0.0),
+            ..MemberSignal::default()
+        };
+        let caps = [400.0, 100.0, 400.0, 400.0];
+        let signals = |live2: bool| -> Vec<MemberSignal> {
+            m.iter()
+                .zip(caps)
+                .enumerate()
+                .map(|(k, (x, c))| MemberSignal {
+                    uplink: x.uplink,
+                    ..sig(1, k != 1 || live2, c)
+                })
+                .collect()
+        };
+        let mut c = WeightController::new(cfg).unwrap();
+        let a = c.update_one_with(p, &m, &signals(true), 0).unwrap();
+        assert!(a.immediate);
+        assert_eq!(pct(&a, 12), format!("{:.2}", 100.0 / 13.0 * 100.0 / 100.0));
+        // Nothing moves: no further application, the controller rests.
+        for k in 1..20 {
+            assert!(
+                c.update_one_with(p, &m, &signals(true), k * 20 * MS)
+                    .is_none()
+            );
+        }
+        assert_eq!(c.next_due(400 * MS), None);
+        // The spine of member 12 fails (heartbeat): removed at once.
+        let a = c.update_one_with(p, &m, &signals(false), 401 * MS).unwrap();
+        assert!(a.immediate);
+        assert_eq!(pct(&a, 12), "0.00");
+        assert_eq!(pct(&a, 11), "33.33");
+        // The seed's function on the same inputs: all-zero fallback, equal weights.
+        let mut seed = WeightController::new(ControllerConfig::default()).unwrap();
+        let a = seed.update_one_with(p, &m, &signals(true), 0).unwrap();
+        assert_eq!(pct(&a, 12), "25.00");
+    }
+
+    #[test]
+    fn integral_throttles_a_dropping_path_slowly_with_hysteresis() {
+        let cfg = ControllerConfig {
+            weight_function: WeightFunction::Integral(IntegralParams::default()),
+            ..Default::default()
+        };
+        let p = prefix(4);
+        let m = members(&[0, 0, 0, 0]);
+        let signals: Vec<MemberSignal> = m
+            .iter()
+            .enumerate()
+            .map(|(k, x)| MemberSignal {
+                uplink: x.uplink,
+                live: true,
+                cl: Some(if k == 1 { 7 } else { 1 }),
+                ..MemberSignal::default()
+            })
+            .collect();
+        let mut c = WeightController::new(cfg).unwrap();
+        c.update_one_with(p, &m, &signals, 0).unwrap();
+        let mut apps = Vec::new();
+        let mut t = 0;
+        while let Some(due) = c.next_due(t) {
+            t = due;
+            apps.extend(c.tick(t));
+            assert!(t < 10_000 * MS, "never rests");
+        }
+        // Down to the estimated-capacity floor 0.25, 0.25 / 3.25 of the group, within the
+        // hysteresis (a last step smaller than 0.02 is not programmed).
+        let last = &apps.last().unwrap().1;
+        let f = last.fractions.iter().find(|x| x.0 == 12).unwrap().1;
+        assert!((f - 0.25 / 3.25).abs() < 0.02, "{f}");
+        assert!(f > 0.25 / 3.25);
+        // Monotone, and each application moved the share by at least the hysteresis.
+        let s: Vec<f64> = apps
+            .iter()
+            .map(|(_, a)| a.fractions.iter().find(|x| x.0 == 12).unwrap().1)
+            .collect();
+        for w in s.windows(2) {
+            assert!(w[1] < w[0]);
+        }
+        assert!(apps.len() < 12, "{}", apps.len());
     }
 
     #[test]
