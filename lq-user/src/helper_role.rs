@@ -16,7 +16,9 @@ use tracing::{debug, info, warn};
 use crate::{
     config::{Config, SendTo},
     helper::{
-        advertiser::{Advertiser, AdvertiserError, Identity, MonitoredLink, PathMtu, RemoteNode},
+        advertiser::{
+            Advertiser, AdvertiserError, Identity, MonitoredLink, Outgoing, PathMtu, RemoteNode,
+        },
         notification::ThresholdCrossed,
         pipeline::{LinkPipeline, LinkReport, RawSample},
     },
@@ -198,13 +200,26 @@ impl HelperRole {
                 fresh.push(r);
             }
         }
-        let Some(out) = self.advertiser.on_sample(now_ns, &fresh) else {
-            self.notifications
-                .extend(self.advertiser.take_notifications());
-            return 0;
-        };
+        let out = self.advertiser.on_sample(now_ns, &fresh);
+        self.transmit(now_ns, out)
+    }
+
+    /// The periodic timer fired at `now_ns` (CLOCK_BOOTTIME) between samples: sends the
+    /// periodic advertisement with the last reports, so the jittered period of seed 003
+    /// section 7.2 is kept to the timer's precision rather than rounded up to the next
+    /// T_sample tick. Returns the datagrams sent.
+    pub fn advertise_due(&mut self, now_ns: u64) -> usize {
+        let out = self.advertiser.on_sample(now_ns, &[]);
+        self.transmit(now_ns, out)
+    }
+
+    /// Sends the advertiser's datagrams (if any) out of every link.
+    fn transmit(&mut self, now_ns: u64, out: Option<Outgoing>) -> usize {
         self.notifications
             .extend(self.advertiser.take_notifications());
+        let Some(out) = out else {
+            return 0;
+        };
         let mut n = 0;
         let mut errors = Vec::new();
         for d in &out.datagrams {
@@ -260,6 +275,30 @@ impl HelperRole {
             o["link-quality"] = Value::Array(entries);
         }
         o
+    }
+
+    /// The typed state the daemon publishes to its clients (see [`crate::snapshot`]).
+    pub fn snapshot(&self) -> crate::snapshot::HelperSnapshot {
+        let st = self.advertiser.stats();
+        crate::snapshot::HelperSnapshot {
+            local: self.local_json(),
+            local_yang: self.local_yang(),
+            periodic: st.periodic,
+            triggered: st.triggered,
+            send_errors: self.send_errors,
+            links: self
+                .links
+                .iter()
+                .zip(&self.reports)
+                .filter_map(|(l, r)| {
+                    r.map(|r| crate::snapshot::LocalLinkView {
+                        interface: l.iface.clone(),
+                        lqs: r.lqs,
+                        cl: r.cl,
+                    })
+                })
+                .collect(),
+        }
     }
 
     /// Every link's raw and smoothed metrics, LQS, CL and hysteresis state.

@@ -13,8 +13,13 @@ use lq_common::wire::{Entry, Header};
 
 use crate::netns::NetNs;
 
-/// The `lqd` binary next to the test executable (target/debug/lqd), built on demand.
+/// The `lqd` binary next to the test executable (target/debug/lqd), built on demand, or
+/// the one `LQ_TEST_LQD` names (to run a test against another build, e.g. an older
+/// commit's, and check that it fails there).
 pub fn lqd_bin() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("LQ_TEST_LQD") {
+        return Ok(PathBuf::from(p));
+    }
     let exe = std::env::current_exe()?;
     // Test executables live in target/<profile>/deps, binaries (benchmarks) in
     // target/<profile>.
@@ -72,6 +77,11 @@ impl Lqd {
         };
         me.spawn()?;
         Ok(me)
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> PathBuf {
+        PathBuf::from(format!("/run/lq/{}.sock", self.instance))
     }
 
     /// The config file.
