@@ -6,9 +6,10 @@ use std::{fmt::Write as _, net::Ipv4Addr, path::Path};
 
 use anyhow::Result;
 use lq_common::maps::{COUNTER_COUNT, Counter, PATH_FLAG_PFC_FABRIC};
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 
-use crate::{load_balancer::monotonic_ns, path_table::TableReader};
+use crate::{load_balancer::monotonic_ns, path_table::TableReader, snapshot::WeightsView};
 
 fn ip(v: u32) -> String {
     Ipv4Addr::from(v).to_string()
@@ -123,22 +124,42 @@ pub fn neighbors_from_pins(pin_dir: &Path) -> Result<Value> {
     Ok(Value::Array(list))
 }
 
+/// One row of `lqd show neighbors`, from the daemon's answer or from the pins.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct NeighborRow {
+    /// Node AS.
+    pub node_as: u32,
+    /// Router-ID.
+    pub node_id: String,
+    /// active, stale or failed.
+    pub state: String,
+    /// Last accepted sequence number.
+    pub last_sequence: u16,
+    /// Datagrams accepted.
+    pub accepted: u64,
+    /// Silence so far.
+    pub last_seen_ms_ago: f64,
+    /// Observed advertisement interval (daemon answers only).
+    #[serde(default)]
+    pub observed_interval_ms: Option<f64>,
+}
+
 /// Neighbors as a table.
 pub fn neighbors_table(v: &Value) -> String {
+    let rows: Vec<NeighborRow> = match Vec::deserialize(v) {
+        Ok(r) => r,
+        Err(e) => return format!("unexpected neighbors answer: {e}\n"),
+    };
     let mut s = format!(
         "{:<12} {:<16} {:<8} {:>8} {:>10} {:>12}\n",
         "AS", "NODE-ID", "STATE", "SEQ", "ACCEPTED", "LAST-SEEN-MS"
     );
-    for n in v.as_array().into_iter().flatten() {
+    for n in &rows {
         let _ = writeln!(
             s,
             "{:<12} {:<16} {:<8} {:>8} {:>10} {:>12.1}",
-            n["node-as"],
-            n["node-id"].as_str().unwrap_or("?"),
-            n["state"].as_str().unwrap_or("?"),
-            n["last-sequence"],
-            n["accepted"],
-            n["last-seen-ms-ago"].as_f64().unwrap_or(0.0)
+            n.node_as, n.node_id, n.state, n.last_sequence, n.accepted, n.last_seen_ms_ago
         );
     }
     s
@@ -146,43 +167,49 @@ pub fn neighbors_table(v: &Value) -> String {
 
 /// Weights per destination as a table: target, applied and kernel weight per member.
 pub fn weights_table(v: &Value) -> String {
+    match WeightsView::deserialize(v) {
+        Ok(w) => weights_view_table(&w),
+        Err(e) => format!("unexpected weights answer: {e}\n"),
+    }
+}
+
+/// [`weights_table`] from the typed view.
+pub fn weights_view_table(w: &WeightsView) -> String {
     let mut s = String::new();
-    for d in v["destinations"].as_array().into_iter().flatten() {
+    for d in &w.destinations {
         let _ = writeln!(
             s,
             "{}  group {}  ({})",
-            d["prefix"].as_str().unwrap_or("?"),
-            d["group-id"],
-            d["quality-source"].as_str().unwrap_or("?")
+            d.prefix,
+            d.group_id.map_or_else(|| "-".into(), |g| g.to_string()),
+            d.quality_source
         );
         let _ = writeln!(
             s,
             "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>8} {:>8} {:>7}",
             "UPLINK", "IFACE", "SPINE", "LOCAL", "REMOTE", "PATH-Q", "TARGET", "APPLIED", "KERNEL"
         );
-        for m in d["members"].as_array().into_iter().flatten() {
-            let pct = |k: &str| format!("{:.2}%", m[k].as_f64().unwrap_or(0.0) * 100.0);
+        for m in &d.members {
+            let pct = |x: f64| format!("{:.2}%", x * 100.0);
             let _ = writeln!(
                 s,
                 "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>8} {:>8} {:>7}",
-                m["uplink"],
-                m["interface"].as_str().unwrap_or("-"),
-                m["spine"].as_str().unwrap_or("?"),
-                m["local-quality"],
-                m["remote-lqs"]
-                    .as_u64()
-                    .map_or("-".into(), |r| r.to_string()),
-                m["path-quality"],
-                pct("target"),
-                pct("applied"),
-                m["kernel-weight"]
+                m.uplink,
+                m.interface.as_deref().unwrap_or("-"),
+                m.spine,
+                m.local_quality,
+                m.remote_lqs.map_or_else(|| "-".into(), |r| r.to_string()),
+                m.path_quality,
+                pct(m.target),
+                pct(m.applied),
+                m.kernel_weight
             );
         }
     }
     let _ = writeln!(
         s,
         "group replaces: {}  refused: {}",
-        v["group-replaces"], v["group-errors"]
+        w.group_replaces, w.group_errors
     );
     s
 }
@@ -264,4 +291,66 @@ pub fn local_table(v: &Value) -> String {
         v["send-errors"]
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{DestinationWeights, MemberWeights};
+
+    /// The table renders the typed view the daemon serialises: a round trip through the
+    /// control socket's JSON gives the same table, aligned.
+    #[test]
+    fn weights_table_from_the_typed_view() {
+        let w = WeightsView {
+            destinations: vec![DestinationWeights {
+                prefix: "10.4.0.0/24".into(),
+                quality_source: "Remote".into(),
+                group_id: Some(7),
+                members: vec![MemberWeights {
+                    uplink: 1,
+                    interface: Some("up1".into()),
+                    spine: "10.0.0.1".into(),
+                    spine_as: 0,
+                    local_quality: 255,
+                    remote_lqs: Some(72),
+                    path_quality: 72,
+                    target: 0.25,
+                    applied: 0.5,
+                    kernel_weight: 128,
+                    nexthop_id: 9,
+                }],
+            }],
+            group_replaces: 3,
+            ..WeightsView::default()
+        };
+        let json = serde_json::to_value(&w).unwrap();
+        assert_eq!(json["destinations"][0]["members"][0]["remote-lqs"], 72);
+        let t = weights_table(&json);
+        assert_eq!(t, weights_view_table(&w));
+        assert!(
+            t.contains("  1        up1        10.0.0.1           255     72      72   25.00%   50.00%     128\n"),
+            "{t}"
+        );
+        assert!(t.ends_with("group replaces: 3  refused: 0\n"), "{t}");
+        assert!(weights_table(&json!([])).starts_with("unexpected weights answer"));
+    }
+
+    #[test]
+    fn neighbors_table_reads_daemon_and_pin_rows() {
+        let v = json!([{"node-as": 0, "node-id": "10.0.0.1", "state": "active",
+            "last-sequence": 5, "accepted": 9, "last-seen-ms-ago": 3.25}]);
+        let t = neighbors_table(&v);
+        assert!(
+            t.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("0            10.0.0.1         active"),
+            "{t}"
+        );
+        assert!(
+            t.ends_with("         3.2\n") || t.ends_with("         3.3\n"),
+            "{t}"
+        );
+    }
 }
