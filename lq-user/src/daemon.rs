@@ -89,7 +89,8 @@ const BACKLOG: i32 = 1024;
 pub enum Scheduling {
     /// SCHED_RR priority 1 (with reset-on-fork): when a timer fires, the loop preempts
     /// ordinary processes at once instead of waiting out their time slice (several ms
-    /// under EEVDF), which would stretch the advertisement period a leaf watches.
+    /// under EEVDF), which would stretch the advertisement period a leaf watches; and the
+    /// pages mapped at start locked in memory (no major faults on the loop's code).
     Realtime,
     /// The default policy of the process.
     Normal,
@@ -194,6 +195,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     // is still held.
     if scheduling == Scheduling::Realtime {
         set_realtime();
+        lock_memory();
     }
     // Everything privileged is set up: keep only CAP_BPF and CAP_NET_ADMIN.
     crate::privileges::drop_capabilities().context("dropping capabilities")?;
@@ -389,6 +391,22 @@ fn set_realtime() {
             error = %std::io::Error::last_os_error(),
             "could not schedule the event loop SCHED_RR (needs CAP_SYS_NICE); under CPU load its timers may fire late"
         );
+    }
+}
+
+/// Locks the pages mapped now (the binary's code, libraries, the heap so far) in memory:
+/// under memory pressure the kernel evicts file-backed pages, and a major fault on the
+/// loop's code stalls it for a disk read, real-time policy or not. Only the current
+/// mappings: later allocations are anonymous memory (kept unless swapped), and locking
+/// them too could fail allocations once capabilities are dropped.
+fn lock_memory() {
+    use rustix::mm::{MlockAllFlags, mlockall};
+    match mlockall(MlockAllFlags::CURRENT) {
+        Ok(()) => info!("memory locked (mlockall MCL_CURRENT)"),
+        Err(e) => warn!(
+            error = %e,
+            "could not lock memory (needs CAP_IPC_LOCK); under memory pressure the loop may stall on page faults"
+        ),
     }
 }
 
@@ -766,7 +784,10 @@ fn answer(request: &str, snap: &Snapshot) -> Value {
             |lb| serde_json::to_value(&lb.weights).unwrap_or(Value::Null),
         ),
         "neighbors" => lb.map_or_else(|| no("load-balancer"), |lb| lb.neighbors_json(now)),
-        "local" => helper.map_or_else(|| no("helper"), |h| h.local.clone()),
+        "local" => helper.map_or_else(
+            || no("helper"),
+            |h| serde_json::to_value(&h.local).unwrap_or(Value::Null),
+        ),
         "state" => {
             let neighbors = lb.map(|lb| lb.neighbors_yang(now));
             let local = helper.map(|h| h.local_yang.clone());

@@ -279,66 +279,71 @@ impl HelperRole {
 
     /// The typed state the daemon publishes to its clients (see [`crate::snapshot`]).
     pub fn snapshot(&self) -> crate::snapshot::HelperSnapshot {
-        let st = self.advertiser.stats();
         crate::snapshot::HelperSnapshot {
-            local: self.local_json(),
+            local: self.local_view(),
             local_yang: self.local_yang(),
-            periodic: st.periodic,
-            triggered: st.triggered,
-            send_errors: self.send_errors,
-            links: self
-                .links
-                .iter()
-                .zip(&self.reports)
-                .filter_map(|(l, r)| {
-                    r.map(|r| crate::snapshot::LocalLinkView {
-                        interface: l.iface.clone(),
-                        lqs: r.lqs,
-                        cl: r.cl,
-                    })
-                })
-                .collect(),
         }
     }
 
-    /// Every link's raw and smoothed metrics, LQS, CL and hysteresis state.
-    pub fn local_json(&self) -> Value {
+    /// Every link's raw and smoothed metrics, LQS, CL and hysteresis state (`lqd show
+    /// local`).
+    pub fn local_view(&self) -> crate::snapshot::LocalView {
+        use crate::snapshot::{
+            LinkReportView, LocalLinkView, LocalView, MetricsView, RawMetricsView,
+        };
         let described = self.source.describe();
-        let links: Vec<Value> = self
+        let links = self
             .links
             .iter()
             .zip(&self.reports)
             .enumerate()
-            .map(|(i, (l, r))| match r {
-                None => json!({"interface": l.iface, "link-id": l.ifindex, "measured": false}),
-                Some(r) => json!({
-                    "source": described.get(i).cloned().unwrap_or(Value::Null),
-                    "interface": l.iface,
-                    "link-id": l.ifindex,
-                    "measured": true,
-                    "oper-up": r.oper_up,
-                    "raw": {"u": r.raw.m.u, "e": r.raw.m.e, "f": r.raw.m.f, "d": r.raw.m.d, "x": r.raw.x},
-                    "smoothed": {"u": r.smooth.u, "e": r.smooth.e, "f": r.smooth.f, "d": r.smooth.d},
-                    "lqs": r.lqs,
-                    "lqs-last-sent": self.advertiser.lqs_last_sent(l.ifindex),
-                    "computed-cl": r.computed_cl,
-                    "cl": r.cl,
-                    "state": r.band.as_str(),
-                    "hold-down": r.hold_down_since_ns.is_some(),
-                    "capacity-gbps": r.capacity.to_string(),
-                    "available-bandwidth-gbps": r.available_bandwidth.to_string(),
+            .map(|(i, (l, r))| LocalLinkView {
+                source: r
+                    .as_ref()
+                    .map(|_| described.get(i).cloned().unwrap_or(Value::Null)),
+                interface: l.iface.clone(),
+                link_id: l.ifindex,
+                measured: r.is_some(),
+                report: r.as_ref().map(|r| LinkReportView {
+                    oper_up: r.oper_up,
+                    raw: RawMetricsView {
+                        u: r.raw.m.u,
+                        e: r.raw.m.e,
+                        f: r.raw.m.f,
+                        d: r.raw.m.d,
+                        x: r.raw.x,
+                    },
+                    smoothed: MetricsView {
+                        u: r.smooth.u,
+                        e: r.smooth.e,
+                        f: r.smooth.f,
+                        d: r.smooth.d,
+                    },
+                    lqs: r.lqs,
+                    lqs_last_sent: self.advertiser.lqs_last_sent(l.ifindex),
+                    computed_cl: r.computed_cl,
+                    cl: r.cl,
+                    state: r.band.as_str().to_string(),
+                    hold_down: r.hold_down_since_ns.is_some(),
+                    capacity_gbps: r.capacity.to_string(),
+                    available_bandwidth_gbps: r.available_bandwidth.to_string(),
                 }),
             })
             .collect();
         let st = self.advertiser.stats();
-        json!({
-            "links": links,
-            "last-sequence-number": self.advertiser.last_sequence(),
-            "periodic": st.periodic,
-            "triggered": st.triggered,
-            "datagrams-sent": self.sent,
-            "send-errors": self.send_errors,
-        })
+        LocalView {
+            links,
+            last_sequence_number: self.advertiser.last_sequence(),
+            periodic: st.periodic,
+            triggered: st.triggered,
+            datagrams_sent: self.sent,
+            send_errors: self.send_errors,
+        }
+    }
+
+    /// [`Self::local_view`] as JSON.
+    pub fn local_json(&self) -> Value {
+        serde_json::to_value(self.local_view()).unwrap_or(Value::Null)
     }
 }
 

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use std::net::Ipv4Addr;
 
-use crate::snapshot::{ClientStats, LocalLinkView, Snapshot};
+use crate::snapshot::{ClientStats, LinkReportView, Snapshot};
 
 /// Escapes a label value (backslash, double quote, newline).
 fn esc(s: &str) -> String {
@@ -119,24 +119,30 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
         o.sample("lq_group_replace_errors_total", &[], w.group_errors as f64);
     }
     if let Some(h) = &snap.helper {
+        let h = &h.local;
+        let measured: Vec<(&str, &LinkReportView)> = h
+            .links
+            .iter()
+            .filter_map(|l| l.report.as_ref().map(|r| (l.interface.as_str(), r)))
+            .collect();
         for (name, help, value) in [
             (
                 "lq_local_lqs",
                 "LQS this node computes for its egress link (Appendix A.4).",
-                (|l: &LocalLinkView| l.lqs) as fn(&LocalLinkView) -> u8,
+                (|r: &LinkReportView| r.lqs) as fn(&LinkReportView) -> u8,
             ),
             (
                 "lq_local_cl",
                 "Advertised CL of the egress link (after A.6 hysteresis).",
-                |l: &LocalLinkView| l.cl,
+                |r: &LinkReportView| r.cl,
             ),
         ] {
             o.family(name, "gauge", help);
-            for l in &h.links {
+            for (iface, r) in &measured {
                 o.sample(
                     name,
-                    &[("interface", l.interface.clone())],
-                    f64::from(value(l)),
+                    &[("interface", (*iface).to_string())],
+                    f64::from(value(r)),
                 );
             }
         }

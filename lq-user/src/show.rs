@@ -9,7 +9,11 @@ use lq_common::maps::{COUNTER_COUNT, Counter, PATH_FLAG_PFC_FABRIC};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
-use crate::{load_balancer::monotonic_ns, path_table::TableReader, snapshot::WeightsView};
+use crate::{
+    load_balancer::monotonic_ns,
+    path_table::TableReader,
+    snapshot::{LocalView, WeightsView},
+};
 
 fn ip(v: u32) -> String {
     Ipv4Addr::from(v).to_string()
@@ -221,6 +225,14 @@ pub fn pretty_json(v: &Value) -> String {
 
 /// The helper role's links as a table.
 pub fn local_table(v: &Value) -> String {
+    match LocalView::deserialize(v) {
+        Ok(l) => local_view_table(&l),
+        Err(e) => format!("unexpected local answer: {e}\n"),
+    }
+}
+
+/// [`local_table`] from the typed view.
+pub fn local_view_table(v: &LocalView) -> String {
     let mut s = format!(
         "{:<10} {:>5} {:>5} {:>5} {:>5} {:>5} {:>2}  {:>5} {:>5} {:>5} {:>5}  {:>4} {:>3} {:>3}  {:<10} {:>10}\n",
         "IFACE",
@@ -240,55 +252,47 @@ pub fn local_table(v: &Value) -> String {
         "STATE",
         "AVAIL-GBPS"
     );
-    let f = |x: &Value| format!("{:.2}", x.as_f64().unwrap_or(0.0));
-    for l in v["links"].as_array().into_iter().flatten() {
-        if l["measured"] != json!(true) {
+    let f = |x: f64| format!("{x:.2}");
+    for l in &v.links {
+        let Some(r) = l.report.as_ref().filter(|_| l.measured) else {
             let _ = writeln!(
                 s,
                 "{:<10} {:>5}  (not measured yet)",
-                l["interface"].as_str().unwrap_or("?"),
-                l["link-id"]
+                l.interface, l.link_id
             );
             continue;
-        }
-        let (r, m) = (&l["raw"], &l["smoothed"]);
+        };
+        let (raw, m) = (&r.raw, &r.smoothed);
         let _ = writeln!(
             s,
             "{:<10} {:>5} {:>5} {:>5} {:>5} {:>5} {:>2}  {:>5} {:>5} {:>5} {:>5}  {:>4} {:>3} {:>3}  {:<10} {:>10}",
-            l["interface"].as_str().unwrap_or("?"),
-            l["link-id"],
-            f(&r["u"]),
-            f(&r["e"]),
-            f(&r["f"]),
-            f(&r["d"]),
-            if r["x"] == json!(true) { 1 } else { 0 },
-            f(&m["u"]),
-            f(&m["e"]),
-            f(&m["f"]),
-            f(&m["d"]),
-            l["lqs"],
-            l["computed-cl"],
-            l["cl"],
-            format!(
-                "{}{}",
-                l["state"].as_str().unwrap_or("?"),
-                if l["hold-down"] == json!(true) {
-                    "*"
-                } else {
-                    ""
-                }
-            ),
-            l["available-bandwidth-gbps"].as_str().unwrap_or("?")
+            l.interface,
+            l.link_id,
+            f(raw.u),
+            f(raw.e),
+            f(raw.f),
+            f(raw.d),
+            u8::from(raw.x),
+            f(m.u),
+            f(m.e),
+            f(m.f),
+            f(m.d),
+            r.lqs,
+            r.computed_cl,
+            r.cl,
+            format!("{}{}", r.state, if r.hold_down { "*" } else { "" }),
+            r.available_bandwidth_gbps
         );
     }
     let _ = writeln!(
         s,
         "sequence {}  periodic {}  triggered {}  datagrams sent {}  send errors {}   (~ smoothed, * hold-down running)",
-        v["last-sequence-number"],
-        v["periodic"],
-        v["triggered"],
-        v["datagrams-sent"],
-        v["send-errors"]
+        v.last_sequence_number
+            .map_or_else(|| "-".into(), |n| n.to_string()),
+        v.periodic,
+        v.triggered,
+        v.datagrams_sent,
+        v.send_errors
     );
     s
 }
@@ -334,6 +338,66 @@ mod tests {
         );
         assert!(t.ends_with("group replaces: 3  refused: 0\n"), "{t}");
         assert!(weights_table(&json!([])).starts_with("unexpected weights answer"));
+    }
+
+    /// `show local`'s JSON keeps its keys (measured and unmeasured links) and the table
+    /// reads it back.
+    #[test]
+    fn local_view_round_trip() {
+        use crate::snapshot::{LinkReportView, LocalLinkView};
+        let v = LocalView {
+            links: vec![
+                LocalLinkView {
+                    source: Some(json!({"qdisc": "tbf"})),
+                    interface: "s1".into(),
+                    link_id: 4,
+                    measured: true,
+                    report: Some(LinkReportView {
+                        lqs: 237,
+                        cl: 1,
+                        state: "normal".into(),
+                        hold_down: true,
+                        available_bandwidth_gbps: "100.000".into(),
+                        ..LinkReportView::default()
+                    }),
+                },
+                LocalLinkView {
+                    interface: "s2".into(),
+                    link_id: 5,
+                    ..LocalLinkView::default()
+                },
+            ],
+            last_sequence_number: Some(9),
+            periodic: 3,
+            ..LocalView::default()
+        };
+        let j = serde_json::to_value(&v).unwrap();
+        let keys: Vec<&str> = j["links"][0]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys[..6],
+            [
+                "source",
+                "interface",
+                "link-id",
+                "measured",
+                "oper-up",
+                "raw"
+            ]
+        );
+        assert_eq!(
+            j["links"][1],
+            json!({"interface": "s2", "link-id": 5, "measured": false})
+        );
+        assert_eq!(LocalView::deserialize(&j).unwrap(), v);
+        let t = local_table(&j);
+        assert!(t.contains(" 237   0   1  normal*"), "{t}");
+        assert!(t.contains("s2             5  (not measured yet)"), "{t}");
+        assert!(t.contains("sequence 9  periodic 3"), "{t}");
     }
 
     #[test]

@@ -173,33 +173,106 @@ impl LoadBalancerSnapshot {
     }
 }
 
-/// What the helper role advertises: `lqd show local` (its JSON form) and the YANG `local`
-/// container.
+/// What the helper role advertises: `lqd show local` and the YANG `local` container.
 #[derive(Clone, Debug, Default)]
 pub struct HelperSnapshot {
-    /// `lqd show local`.
-    pub local: Value,
+    /// `lqd show local` (also the metrics' LQS, CL and advertisement counters).
+    pub local: LocalView,
     /// The YANG `local` container.
     pub local_yang: Value,
+}
+
+/// `lqd show local`: every monitored link's metrics, LQS, CL and hysteresis state, and
+/// the advertiser's counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LocalView {
+    /// One per `[[link]]`, in configuration order.
+    pub links: Vec<LocalLinkView>,
+    /// Sequence number of the last datagram built.
+    pub last_sequence_number: Option<u16>,
     /// Advertisements built in periodic mode.
     pub periodic: u64,
     /// Advertisements built in triggered mode.
     pub triggered: u64,
+    /// Datagrams sent (all links).
+    pub datagrams_sent: u64,
     /// Datagrams that could not be sent.
     pub send_errors: u64,
-    /// Measured links: (interface, LQS, advertised CL).
-    pub links: Vec<LocalLinkView>,
 }
 
-/// One measured egress link of the helper.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One monitored egress link of the helper.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct LocalLinkView {
+    /// How the counters were read (speed source, qdisc, caveats), once measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Value>,
     /// Interface name.
     pub interface: String,
-    /// LQS computed for it (A.4).
+    /// Its ifindex, the advertised link-id.
+    pub link_id: u32,
+    /// Whether the pipeline has reported it yet (from its second sample).
+    pub measured: bool,
+    /// The pipeline's last report.
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub report: Option<LinkReportView>,
+}
+
+/// The pipeline's report of one link (Appendix A).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LinkReportView {
+    /// Operational state.
+    pub oper_up: bool,
+    /// Raw U, E, F, D of the last sample and X (drops).
+    pub raw: RawMetricsView,
+    /// Smoothed U, E, F, D (A.3).
+    pub smoothed: MetricsView,
+    /// LQS (A.4).
     pub lqs: u8,
-    /// CL advertised for it (after A.6 hysteresis).
+    /// LQS_last_sent (7.2).
+    pub lqs_last_sent: Option<u8>,
+    /// CL before hysteresis.
+    pub computed_cl: u8,
+    /// Advertised CL (A.6).
     pub cl: u8,
+    /// Hysteresis band.
+    pub state: String,
+    /// Hold-down running.
+    pub hold_down: bool,
+    /// Link capacity, Gbps.
+    pub capacity_gbps: String,
+    /// Available bandwidth, Gbps.
+    pub available_bandwidth_gbps: String,
+}
+
+/// U, E, F, D.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetricsView {
+    /// Utilisation.
+    pub u: f64,
+    /// ECN marking fraction.
+    pub e: f64,
+    /// PFC paused fraction.
+    pub f: f64,
+    /// Queue depth fraction.
+    pub d: f64,
+}
+
+/// Raw U, E, F, D and the drop flag X.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RawMetricsView {
+    /// Utilisation.
+    pub u: f64,
+    /// ECN marking fraction.
+    pub e: f64,
+    /// PFC paused fraction.
+    pub f: f64,
+    /// Queue depth fraction.
+    pub d: f64,
+    /// Drops in the sample.
+    pub x: bool,
 }
 
 /// PFC counting and IPFIX export.
