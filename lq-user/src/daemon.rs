@@ -837,3 +837,99 @@ pub fn query(socket: &Path, request: &str) -> Result<Value> {
     }
     Ok(v)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    fn clients() -> (Arc<Clients>, watch::Sender<Arc<Snapshot>>) {
+        let cfg = Config::parse(
+            "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n[receiver]\ninterfaces = [\"eth1\"]\n",
+            Path::new("test.toml"),
+        )
+        .expect("a minimal configuration");
+        let (tx, rx) = watch::channel(Arc::new(Snapshot::empty(Arc::new(cfg))));
+        let (notify, _) = broadcast::channel(1024);
+        let ctx = Arc::new(Clients {
+            snapshots: rx,
+            notify,
+            stats: Arc::new(ClientStats::default()),
+        });
+        (ctx, tx)
+    }
+
+    async fn ask(ctx: &Arc<Clients>, request: &[u8]) -> String {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let c = ctx.clone();
+        let task = tokio::spawn(async move { serve_control(theirs, &c).await });
+        let (r, mut w) = ours.into_split();
+        w.write_all(request).await.unwrap();
+        let mut line = String::new();
+        BufReader::new(r).read_line(&mut line).await.unwrap();
+        task.await.unwrap();
+        line
+    }
+
+    #[tokio::test]
+    async fn control_requests_are_answered_from_the_snapshot() {
+        let (ctx, _tx) = clients();
+        let state: Value = serde_json::from_str(&ask(&ctx, b"state\n").await).unwrap();
+        assert_eq!(
+            state["ietf-lq-telemetry:lq-telemetry"]["role"], "load-balancer",
+            "{state}"
+        );
+        let w = ask(&ctx, b"weights\n").await;
+        assert!(w.contains("does not run the load-balancer role"), "{w}");
+        let long = vec![b'x'; MAX_CONTROL_REQUEST + 10];
+        let e = ask(&ctx, &long).await;
+        assert!(e.contains("request longer than 256 octets"), "{e}");
+        assert_eq!(ctx.stats.control.too_large.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_is_closed_at_the_request_deadline() {
+        let (ctx, _tx) = clients();
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let started = std::time::Instant::now();
+        serve_control(theirs, &ctx).await;
+        let took = started.elapsed();
+        assert!(
+            took >= REQUEST_DEADLINE && took < REQUEST_DEADLINE * 3,
+            "{took:?}"
+        );
+        assert_eq!(ctx.stats.control.timed_out.load(Ordering::Relaxed), 1);
+        drop(ours);
+    }
+
+    /// `monitor` streams notifications; a client that falls more than the channel's
+    /// capacity behind is dropped and counted instead of holding anyone back.
+    #[tokio::test]
+    async fn monitor_streams_and_drops_a_client_that_falls_behind() {
+        let (ctx, _tx) = clients();
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let c = ctx.clone();
+        let follower = tokio::spawn(async move { serve_control(theirs, &c).await });
+        let (r, mut w) = ours.into_split();
+        w.write_all(b"monitor\n").await.unwrap();
+        while ctx.notify.receiver_count() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let mut lines = BufReader::new(r).lines();
+        for i in 0..3 {
+            ctx.notify.send(format!("{{\"n\":{i}}}")).unwrap();
+            assert_eq!(
+                lines.next_line().await.unwrap().as_deref(),
+                Some(format!("{{\"n\":{i}}}").as_str())
+            );
+        }
+        // 1 100 notifications before the follower runs again: it lags the 1 024-slot
+        // channel, is dropped, and its stream ends.
+        for i in 0..1100 {
+            let _ = ctx.notify.send(format!("{{\"n\":{i}}}"));
+        }
+        follower.await.unwrap();
+        assert_eq!(ctx.stats.monitors_dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(lines.next_line().await.unwrap(), None);
+    }
+}
