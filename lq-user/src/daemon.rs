@@ -17,7 +17,7 @@ use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::{TcpListener, TcpStream, UnixListener, UnixStream},
     signal::unix::{SignalKind, signal},
-    sync::{Semaphore, broadcast, watch},
+    sync::{Semaphore, broadcast},
 };
 use tracing::{info, warn};
 
@@ -63,6 +63,9 @@ const MAX_SLEEP: Duration = Duration::from_millis(10);
 /// How often at most the loop publishes a snapshot for its clients. Clients never wait on
 /// the loop: they read the latest snapshot, at most this much (plus one loop step) old.
 const PUBLISH_EVERY_NS: u64 = 5_000_000;
+
+/// A sample that takes longer than this is logged: it delays the periodic advertisement.
+const SLOW_SAMPLE_NS: u64 = 2_000_000;
 
 /// Concurrent connections per endpoint (metrics, control socket); more are closed at once
 /// and counted as refused.
@@ -164,12 +167,12 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         None => None,
     };
     let mut config_now = Arc::new(cfg);
-    let (snapshots, snapshot_rx) = watch::channel(Arc::new(Snapshot::empty(config_now.clone())));
+    let snapshots = Published::new(Snapshot::empty(config_now.clone()));
     let clients = Arc::new(ClientStats::default());
     spawn_client_thread(
         control,
         metrics,
-        snapshot_rx,
+        snapshots.clone(),
         notify_tx.clone(),
         clients.clone(),
     )?;
@@ -204,14 +207,10 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     loop {
         let now = monotonic_ns();
         if now.saturating_sub(last_publish_ns) >= PUBLISH_EVERY_NS {
-            snapshots.send_replace(Arc::new(build_snapshot(
-                now,
-                &config_now,
-                lb.as_ref(),
-                helper.as_ref(),
-                pfc.as_ref(),
-            )));
-            last_publish_ns = now;
+            let snap = build_snapshot(now, &config_now, lb.as_ref(), helper.as_ref(), pfc.as_ref());
+            if snapshots.try_publish(snap) {
+                last_publish_ns = now;
+            }
         }
         if let (Some(t), Some(h)) = (periodic.as_ref(), helper.as_ref())
             && let Err(e) = t.arm(h.next_due_at())
@@ -238,7 +237,12 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             _ = sample_tick.tick(), if helper.is_some() => {
                 step_lb = false;
                 if let Some(h) = helper.as_mut() {
-                    h.sample(boottime_ns());
+                    let started = boottime_ns();
+                    h.sample(started);
+                    let took = boottime_ns().saturating_sub(started);
+                    if took > SLOW_SAMPLE_NS {
+                        warn!(took_ms = took as f64 / 1e6, "reading the link counters held the loop");
+                    }
                     forward_notifications(h, &notify_tx);
                 }
             }
@@ -509,9 +513,45 @@ fn set_mode(path: &Path, mode: u32) -> Result<()> {
 
 /// What the client thread needs.
 struct Clients {
-    snapshots: watch::Receiver<Arc<Snapshot>>,
+    snapshots: Published,
     notify: broadcast::Sender<String>,
     stats: Arc<ClientStats>,
+}
+
+/// The latest snapshot, shared by the loop and the client thread. The loop only
+/// try-locks it: the client thread, preempted while it holds the lock, can never hold up
+/// the real-time loop (no priority inversion); a publish that finds it taken is retried on
+/// the next iteration. Clients hold it only to clone an `Arc`.
+#[derive(Clone)]
+struct Published(Arc<std::sync::Mutex<Arc<Snapshot>>>);
+
+impl Published {
+    fn new(first: Snapshot) -> Self {
+        Self(Arc::new(std::sync::Mutex::new(Arc::new(first))))
+    }
+
+    /// Replaces the snapshot unless a client holds the lock right now.
+    fn try_publish(&self, snap: Snapshot) -> bool {
+        let snap = Arc::new(snap);
+        match self.0.try_lock() {
+            Ok(mut latest) => {
+                // The old snapshot is dropped after the lock is released.
+                let _old = std::mem::replace(&mut *latest, snap);
+                drop(latest);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The latest snapshot.
+    fn latest(&self) -> Arc<Snapshot> {
+        match self.0.lock() {
+            Ok(s) => s.clone(),
+            // Nothing panics while holding it; if something did, the value is still whole.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
 }
 
 /// Serves the control socket and the metrics endpoint on a thread of their own, from the
@@ -520,7 +560,7 @@ struct Clients {
 fn spawn_client_thread(
     control: std::os::unix::net::UnixListener,
     metrics: Option<std::net::TcpListener>,
-    snapshots: watch::Receiver<Arc<Snapshot>>,
+    snapshots: Published,
     notify: broadcast::Sender<String>,
     stats: Arc<ClientStats>,
 ) -> Result<()> {
@@ -703,7 +743,7 @@ async fn serve_metrics(mut stream: TcpStream, ctx: &Clients) {
             return;
         }
         Ok(Ok(true)) => {
-            let snap = ctx.snapshots.borrow().clone();
+            let snap = ctx.snapshots.latest();
             crate::metrics::render(&snap, Some(&ctx.stats))
         }
     };
@@ -742,7 +782,7 @@ async fn serve_control(stream: UnixStream, ctx: &Clients) {
         follow_notifications(w, ctx).await;
         return;
     }
-    let snap = ctx.snapshots.borrow().clone();
+    let snap = ctx.snapshots.latest();
     let mut text = answer(request, &snap).to_string();
     text.push('\n');
     let _ = write_within(&mut w, text.as_bytes(), stats).await;
@@ -790,7 +830,7 @@ fn answer(request: &str, snap: &Snapshot) -> Value {
         ),
         "state" => {
             let neighbors = lb.map(|lb| lb.neighbors_yang(now));
-            let local = helper.map(|h| h.local_yang.clone());
+            let local = helper.map(crate::snapshot::HelperSnapshot::local_yang);
             crate::yang_state::state_document(&snap.config, local, neighbors)
         }
         other => {
@@ -843,16 +883,16 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
 
-    fn clients() -> (Arc<Clients>, watch::Sender<Arc<Snapshot>>) {
+    fn clients() -> (Arc<Clients>, Published) {
         let cfg = Config::parse(
             "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n[receiver]\ninterfaces = [\"eth1\"]\n",
             Path::new("test.toml"),
         )
         .expect("a minimal configuration");
-        let (tx, rx) = watch::channel(Arc::new(Snapshot::empty(Arc::new(cfg))));
+        let tx = Published::new(Snapshot::empty(Arc::new(cfg)));
         let (notify, _) = broadcast::channel(1024);
         let ctx = Arc::new(Clients {
-            snapshots: rx,
+            snapshots: tx.clone(),
             notify,
             stats: Arc::new(ClientStats::default()),
         });

@@ -261,27 +261,14 @@ impl HelperRole {
 
     /// The YANG `local` container: what this node advertises.
     pub fn local_yang(&self) -> Value {
-        let entries: Vec<Value> = self
-            .advertiser
-            .entries()
-            .iter()
-            .map(crate::yang_state::local_entry_json)
-            .collect();
-        let mut o = json!({});
-        if let Some(s) = self.advertiser.last_sequence() {
-            o["last-sequence-number"] = json!(s);
-        }
-        if !entries.is_empty() {
-            o["link-quality"] = Value::Array(entries);
-        }
-        o
+        crate::yang_state::local_json(self.advertiser.last_sequence(), &self.advertiser.entries())
     }
 
     /// The typed state the daemon publishes to its clients (see [`crate::snapshot`]).
     pub fn snapshot(&self) -> crate::snapshot::HelperSnapshot {
         crate::snapshot::HelperSnapshot {
             local: self.local_view(),
-            local_yang: self.local_yang(),
+            advertised: self.advertiser.entries(),
         }
     }
 

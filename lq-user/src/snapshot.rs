@@ -16,7 +16,10 @@ use std::{
     },
 };
 
-use lq_common::maps::{NeighborKey, NeighborValue, PathKey, PathValue};
+use lq_common::{
+    maps::{NeighborKey, NeighborValue, PathKey, PathValue},
+    wire::Entry,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -178,8 +181,15 @@ impl LoadBalancerSnapshot {
 pub struct HelperSnapshot {
     /// `lqd show local` (also the metrics' LQS, CL and advertisement counters).
     pub local: LocalView,
+    /// The entries it advertises (the YANG `local` container's `link-quality`).
+    pub advertised: Vec<Entry>,
+}
+
+impl HelperSnapshot {
     /// The YANG `local` container.
-    pub local_yang: Value,
+    pub fn local_yang(&self) -> Value {
+        crate::yang_state::local_json(self.local.last_sequence_number, &self.advertised)
+    }
 }
 
 /// `lqd show local`: every monitored link's metrics, LQS, CL and hysteresis state, and
