@@ -168,14 +168,6 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     };
     let mut config_now = Arc::new(cfg);
     let snapshots = Published::new(Snapshot::empty(config_now.clone()));
-    let clients = Arc::new(ClientStats::default());
-    spawn_client_thread(
-        control,
-        metrics,
-        snapshots.clone(),
-        notify_tx.clone(),
-        clients.clone(),
-    )?;
 
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -194,14 +186,23 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     if let Some(lb) = lb.as_mut() {
         lb.step(monotonic_ns())?;
     }
-    // After the client thread exists (it keeps the normal policy) and while CAP_SYS_NICE
-    // is still held.
+    // While CAP_SYS_NICE and CAP_IPC_LOCK are still held.
     if scheduling == Scheduling::Realtime {
         set_realtime();
         lock_memory();
     }
     // Everything privileged is set up: keep only CAP_BPF and CAP_NET_ADMIN.
     crate::privileges::drop_capabilities().context("dropping capabilities")?;
+    // Only now the client thread: capabilities are per thread, and it inherits the
+    // dropped set (and, by SCHED_RESET_ON_FORK, the normal scheduling policy).
+    let clients = Arc::new(ClientStats::default());
+    spawn_client_thread(
+        control,
+        metrics,
+        snapshots.clone(),
+        notify_tx.clone(),
+        clients.clone(),
+    )?;
     info!("lqd running");
     let mut last_publish_ns = 0u64;
     loop {
@@ -229,23 +230,9 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         });
         let mut step_lb = lb.is_some();
         tokio::select! {
-            _ = tokio::time::sleep(sleep), if lb.is_some() || pfc.is_some() => {
-                if let Some(p) = pfc.as_mut() {
-                    p.tick(monotonic_ns());
-                }
-            }
-            _ = sample_tick.tick(), if helper.is_some() => {
-                step_lb = false;
-                if let Some(h) = helper.as_mut() {
-                    let started = boottime_ns();
-                    h.sample(started);
-                    let took = boottime_ns().saturating_sub(started);
-                    if took > SLOW_SAMPLE_NS {
-                        warn!(took_ms = took as f64 / 1e6, "reading the link counters held the loop");
-                    }
-                    forward_notifications(h, &notify_tx);
-                }
-            }
+            // The periodic timer first: when it is ready together with a sample, the send
+            // goes out at the timer's deadline (seed 003 section 7.2), not after the sample.
+            biased;
             fired = async {
                 match periodic.as_ref() {
                     Some(t) => t.expired().await,
@@ -261,6 +248,23 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                         }
                     }
                     Err(e) => warn!(error = %e, "reading the periodic advertisement timer failed"),
+                }
+            }
+            _ = tokio::time::sleep(sleep), if lb.is_some() || pfc.is_some() => {
+                if let Some(p) = pfc.as_mut() {
+                    p.tick(monotonic_ns());
+                }
+            }
+            _ = sample_tick.tick(), if helper.is_some() => {
+                step_lb = false;
+                if let Some(h) = helper.as_mut() {
+                    let started = boottime_ns();
+                    h.sample(started);
+                    let took = boottime_ns().saturating_sub(started);
+                    if took > SLOW_SAMPLE_NS {
+                        warn!(took_ms = took as f64 / 1e6, "reading the link counters held the loop");
+                    }
+                    forward_notifications(h, &notify_tx);
                 }
             }
             ready = async {

@@ -25,6 +25,10 @@ use crate::{
     rtnl::ifindex,
 };
 
+/// How late a periodic timer may fire and still send "at" its deadline (see
+/// [`HelperRole::advertise_due`]).
+const MAX_ANCHORED_LATENESS_NS: u64 = 2_000_000;
+
 /// Where the counters of the monitored links come from (the kernel sampler in production,
 /// a scripted source in tests and `lqd sim`).
 pub trait CounterSource {
@@ -209,7 +213,15 @@ impl HelperRole {
     /// section 7.2 is kept to the timer's precision rather than rounded up to the next
     /// T_sample tick. Returns the datagrams sent.
     pub fn advertise_due(&mut self, now_ns: u64) -> usize {
-        let out = self.advertiser.on_sample(now_ns, &[]);
+        // A timer that fired a little late sends "at" its deadline: the next period is
+        // drawn from the deadline, so wake-up latency does not add to every period (it
+        // would shift all of them above the uniform [0.9, 1.1] x T_notify). Much later than
+        // that, the send counts from now, so a stalled loop does not send a burst.
+        let at = match self.advertiser.next_due_at() {
+            Some(due) if now_ns >= due && now_ns - due <= MAX_ANCHORED_LATENESS_NS => due,
+            _ => now_ns,
+        };
+        let out = self.advertiser.on_sample(at, &[]);
         self.transmit(now_ns, out)
     }
 
