@@ -64,7 +64,7 @@ const MAX_SLEEP: Duration = Duration::from_millis(10);
 /// the loop: they read the latest snapshot, at most this much (plus one loop step) old.
 const PUBLISH_EVERY_NS: u64 = 5_000_000;
 
-/// A sample that takes longer than this is logged: it delays the periodic advertisement.
+/// A sample that takes longer than this is logged (debug): a slow rtnetlink read.
 const SLOW_SAMPLE_NS: u64 = 2_000_000;
 
 /// Concurrent connections per endpoint (metrics, control socket); more are closed at once
@@ -173,8 +173,6 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
     let t_sample = Duration::from_millis(u64::from(config_now.helper.t_sample_ms));
-    let mut sample_tick = tokio::time::interval(t_sample);
-    sample_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     // The periodic advertisement's own timer (seed 003 section 7.2: [0.9, 1.1] x
     // T_notify, uniform): a timerfd on CLOCK_BOOTTIME with absolute deadlines, because
     // tokio's 1 ms timer wheel, or waiting for the next T_sample tick, would round the
@@ -195,6 +193,12 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     crate::privileges::drop_capabilities().context("dropping capabilities")?;
     // Only now the client thread: capabilities are per thread, and it inherits the
     // dropped set (and, by SCHED_RESET_ON_FORK, the normal scheduling policy).
+    // The counters are read on a thread of their own (started here, so with the dropped
+    // capabilities and the normal policy): the loop only feeds their batches in.
+    let mut batches = match helper.as_mut() {
+        Some(h) => Some(h.spawn_sampler(t_sample).context("sampler thread")?),
+        None => None,
+    };
     let clients = Arc::new(ClientStats::default());
     spawn_client_thread(
         control,
@@ -255,16 +259,25 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                     p.tick(monotonic_ns());
                 }
             }
-            _ = sample_tick.tick(), if helper.is_some() => {
+            batch = async {
+                match batches.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
                 step_lb = false;
-                if let Some(h) = helper.as_mut() {
-                    let started = boottime_ns();
-                    h.sample(started);
-                    let took = boottime_ns().saturating_sub(started);
-                    if took > SLOW_SAMPLE_NS {
-                        warn!(took_ms = took as f64 / 1e6, "reading the link counters held the loop");
+                match (batch, helper.as_mut()) {
+                    (Some(b), Some(h)) => {
+                        if b.took_ns > SLOW_SAMPLE_NS {
+                            tracing::debug!(took_ms = b.took_ns as f64 / 1e6, "reading the link counters was slow");
+                        }
+                        h.on_batch(b, boottime_ns());
+                        forward_notifications(h, &notify_tx);
                     }
-                    forward_notifications(h, &notify_tx);
+                    _ => {
+                        warn!("the sampler thread stopped: no new samples, periodic advertisements go on with the last values");
+                        batches = None;
+                    }
                 }
             }
             ready = async {

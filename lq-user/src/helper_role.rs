@@ -42,6 +42,19 @@ pub trait CounterSource {
     }
 }
 
+/// One sample of every monitored link.
+#[derive(Debug)]
+pub struct SampleBatch {
+    /// When it was taken (CLOCK_BOOTTIME ns).
+    pub t_ns: u64,
+    /// One sample per link, or why the counters could not be read.
+    pub samples: Result<Vec<RawSample>, String>,
+    /// How they were obtained ([`CounterSource::describe`]).
+    pub described: Vec<Value>,
+    /// How long reading them took.
+    pub took_ns: u64,
+}
+
 /// Errors of the helper role.
 #[derive(Debug, thiserror::Error)]
 pub enum HelperRoleError {
@@ -97,7 +110,10 @@ pub fn boottime_ns() -> u64 {
 pub struct HelperRole {
     links: Vec<Link>,
     advertiser: Advertiser<SmallRng>,
-    source: Box<dyn CounterSource + Send>,
+    /// The counter source, until [`HelperRole::spawn_sampler`] moves it to its thread.
+    source: Option<Box<dyn CounterSource + Send>>,
+    /// How the last samples were obtained ([`CounterSource::describe`]).
+    described: Vec<Value>,
     reports: Vec<Option<LinkReport>>,
     notifications: Vec<ThresholdCrossed>,
     /// Datagrams sent, and send errors (counted, logged once a second at most).
@@ -179,7 +195,8 @@ impl HelperRole {
         Ok(Self {
             links,
             advertiser,
-            source,
+            source: Some(source),
+            described: Vec::new(),
             reports: vec![None; n],
             notifications: Vec::new(),
             sent: 0,
@@ -188,9 +205,74 @@ impl HelperRole {
         })
     }
 
-    /// One sample at `now_ns` (CLOCK_BOOTTIME): returns the datagrams sent.
+    /// One sample at `now_ns` (CLOCK_BOOTTIME), read on the calling thread: returns the
+    /// datagrams sent. Does nothing once the source runs on its own thread.
     pub fn sample(&mut self, now_ns: u64) -> usize {
-        let samples = match self.source.sample(now_ns) {
+        let Some(source) = self.source.as_mut() else {
+            return 0;
+        };
+        let samples = source.sample(now_ns);
+        let batch = SampleBatch {
+            t_ns: now_ns,
+            samples,
+            described: source.describe(),
+            took_ns: 0,
+        };
+        self.on_batch(batch, now_ns)
+    }
+
+    /// Reads the counters on a thread of its own every `t_sample` and hands each batch to
+    /// the returned channel: reading them (rtnetlink dumps) can wait on kernel locks for
+    /// tens of ms when other namespaces churn, and must not hold the periodic send.
+    /// Batches the loop has not taken yet (4) are not queued further: the oldest wait,
+    /// new ones are dropped.
+    pub fn spawn_sampler(
+        &mut self,
+        t_sample: std::time::Duration,
+    ) -> io::Result<tokio::sync::mpsc::Receiver<SampleBatch>> {
+        let mut source = self
+            .source
+            .take()
+            .ok_or_else(|| io::Error::other("the counter source already has its thread"))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let period = u64::try_from(t_sample.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        std::thread::Builder::new()
+            .name("lqd-sampler".into())
+            .spawn(move || {
+                let mut next = boottime_ns();
+                loop {
+                    next = next.saturating_add(period);
+                    let now = boottime_ns();
+                    if next > now {
+                        std::thread::sleep(std::time::Duration::from_nanos(next - now));
+                    } else {
+                        // Behind (a slow read): skip the missed ticks.
+                        next = now;
+                    }
+                    let t_ns = boottime_ns();
+                    let samples = source.sample(t_ns);
+                    let batch = SampleBatch {
+                        t_ns,
+                        samples,
+                        described: source.describe(),
+                        took_ns: boottime_ns().saturating_sub(t_ns),
+                    };
+                    match tx.try_send(batch) {
+                        Ok(()) | Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {}
+                        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
+                    }
+                }
+            })?;
+        Ok(rx)
+    }
+
+    /// Feeds one batch of samples to the pipelines and the advertiser at `now_ns`
+    /// (CLOCK_BOOTTIME) and sends what is due: returns the datagrams sent.
+    pub fn on_batch(&mut self, batch: SampleBatch, now_ns: u64) -> usize {
+        self.described = batch.described;
+        let samples = match batch.samples {
             Ok(s) => s,
             Err(e) => {
                 self.log_error(now_ns, &format!("reading link counters failed: {e}"));
@@ -290,7 +372,7 @@ impl HelperRole {
         use crate::snapshot::{
             LinkReportView, LocalLinkView, LocalView, MetricsView, RawMetricsView,
         };
-        let described = self.source.describe();
+        let described = &self.described;
         let links = self
             .links
             .iter()
