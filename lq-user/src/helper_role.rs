@@ -16,12 +16,18 @@ use tracing::{debug, info, warn};
 use crate::{
     config::{Config, SendTo},
     helper::{
-        advertiser::{Advertiser, AdvertiserError, Identity, MonitoredLink, PathMtu, RemoteNode},
+        advertiser::{
+            Advertiser, AdvertiserError, Identity, MonitoredLink, Outgoing, PathMtu, RemoteNode,
+        },
         notification::ThresholdCrossed,
         pipeline::{LinkPipeline, LinkReport, RawSample},
     },
     rtnl::ifindex,
 };
+
+/// How late a periodic timer may fire and still send "at" its deadline (see
+/// [`HelperRole::advertise_due`]).
+const MAX_ANCHORED_LATENESS_NS: u64 = 2_000_000;
 
 /// Where the counters of the monitored links come from (the kernel sampler in production,
 /// a scripted source in tests and `lqd sim`).
@@ -40,6 +46,21 @@ pub trait CounterSource {
     fn link_mtus(&self) -> &[Option<u32>] {
         &[]
     }
+}
+
+/// One sample of every monitored link.
+#[derive(Debug)]
+pub struct SampleBatch {
+    /// When it was taken (CLOCK_BOOTTIME ns).
+    pub t_ns: u64,
+    /// One sample per link, or why the counters could not be read.
+    pub samples: Result<Vec<RawSample>, String>,
+    /// How they were obtained ([`CounterSource::describe`]).
+    pub described: Vec<Value>,
+    /// The links' MTUs as of this sample ([`CounterSource::link_mtus`]).
+    pub link_mtus: Vec<Option<u32>>,
+    /// How long reading them took.
+    pub took_ns: u64,
 }
 
 /// Errors of the helper role.
@@ -99,7 +120,10 @@ pub fn boottime_ns() -> u64 {
 pub struct HelperRole {
     links: Vec<Link>,
     advertiser: Advertiser<SmallRng>,
-    source: Box<dyn CounterSource + Send>,
+    /// The counter source, until [`HelperRole::spawn_sampler`] moves it to its thread.
+    source: Option<Box<dyn CounterSource + Send>>,
+    /// How the last samples were obtained ([`CounterSource::describe`]).
+    described: Vec<Value>,
     /// `[helper] mtu`: an upper bound on the links' MTUs, if configured.
     mtu_cap: Option<u32>,
     reports: Vec<Option<LinkReport>>,
@@ -192,7 +216,8 @@ impl HelperRole {
             mtu_cap: cfg.helper.mtu,
             links,
             advertiser,
-            source,
+            source: Some(source),
+            described: Vec::new(),
             reports: vec![None; n],
             notifications: Vec::new(),
             sent: 0,
@@ -201,16 +226,83 @@ impl HelperRole {
         })
     }
 
-    /// One sample at `now_ns` (CLOCK_BOOTTIME): returns the datagrams sent.
+    /// One sample at `now_ns` (CLOCK_BOOTTIME), read on the calling thread: returns the
+    /// datagrams sent. Does nothing once the source runs on its own thread.
     pub fn sample(&mut self, now_ns: u64) -> usize {
-        let samples = match self.source.sample(now_ns) {
+        let Some(source) = self.source.as_mut() else {
+            return 0;
+        };
+        let samples = source.sample(now_ns);
+        let batch = SampleBatch {
+            t_ns: now_ns,
+            samples,
+            described: source.describe(),
+            link_mtus: source.link_mtus().to_vec(),
+            took_ns: 0,
+        };
+        self.on_batch(batch, now_ns)
+    }
+
+    /// Reads the counters on a thread of its own every `t_sample` and hands each batch to
+    /// the returned channel: reading them (rtnetlink dumps) can wait on kernel locks for
+    /// tens of ms when other namespaces churn, and must not hold the periodic send.
+    /// Batches the loop has not taken yet (4) are not queued further: the oldest wait,
+    /// new ones are dropped.
+    pub fn spawn_sampler(
+        &mut self,
+        t_sample: std::time::Duration,
+    ) -> io::Result<tokio::sync::mpsc::Receiver<SampleBatch>> {
+        let mut source = self
+            .source
+            .take()
+            .ok_or_else(|| io::Error::other("the counter source already has its thread"))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let period = u64::try_from(t_sample.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        std::thread::Builder::new()
+            .name("lqd-sampler".into())
+            .spawn(move || {
+                let mut next = boottime_ns();
+                loop {
+                    next = next.saturating_add(period);
+                    let now = boottime_ns();
+                    if next > now {
+                        std::thread::sleep(std::time::Duration::from_nanos(next - now));
+                    } else {
+                        // Behind (a slow read): skip the missed ticks.
+                        next = now;
+                    }
+                    let t_ns = boottime_ns();
+                    let samples = source.sample(t_ns);
+                    let batch = SampleBatch {
+                        t_ns,
+                        samples,
+                        described: source.describe(),
+                        link_mtus: source.link_mtus().to_vec(),
+                        took_ns: boottime_ns().saturating_sub(t_ns),
+                    };
+                    match tx.try_send(batch) {
+                        Ok(()) | Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {}
+                        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
+                    }
+                }
+            })?;
+        Ok(rx)
+    }
+
+    /// Feeds one batch of samples to the pipelines and the advertiser at `now_ns`
+    /// (CLOCK_BOOTTIME) and sends what is due: returns the datagrams sent.
+    pub fn on_batch(&mut self, batch: SampleBatch, now_ns: u64) -> usize {
+        self.described = batch.described;
+        let samples = match batch.samples {
             Ok(s) => s,
             Err(e) => {
                 self.log_error(now_ns, &format!("reading link counters failed: {e}"));
                 return 0;
             }
         };
-        self.follow_link_mtus(now_ns);
+        self.follow_link_mtus(now_ns, &batch.link_mtus);
         let mut fresh = Vec::with_capacity(samples.len());
         for (i, (link, s)) in self.links.iter_mut().zip(&samples).enumerate() {
             if let Some(r) = link.pipeline.on_sample(s) {
@@ -218,13 +310,34 @@ impl HelperRole {
                 fresh.push(r);
             }
         }
-        let Some(out) = self.advertiser.on_sample(now_ns, &fresh) else {
-            self.notifications
-                .extend(self.advertiser.take_notifications());
-            return 0;
+        let out = self.advertiser.on_sample(now_ns, &fresh);
+        self.transmit(now_ns, out)
+    }
+
+    /// The periodic timer fired at `now_ns` (CLOCK_BOOTTIME) between samples: sends the
+    /// periodic advertisement with the last reports, so the jittered period of seed 003
+    /// section 7.2 is kept to the timer's precision rather than rounded up to the next
+    /// T_sample tick. Returns the datagrams sent.
+    pub fn advertise_due(&mut self, now_ns: u64) -> usize {
+        // A timer that fired a little late sends "at" its deadline: the next period is
+        // drawn from the deadline, so wake-up latency does not add to every period (it
+        // would shift all of them above the uniform [0.9, 1.1] x T_notify). Much later than
+        // that, the send counts from now, so a stalled loop does not send a burst.
+        let at = match self.advertiser.next_due_at() {
+            Some(due) if now_ns >= due && now_ns - due <= MAX_ANCHORED_LATENESS_NS => due,
+            _ => now_ns,
         };
+        let out = self.advertiser.on_sample(at, &[]);
+        self.transmit(now_ns, out)
+    }
+
+    /// Sends the advertiser's datagrams (if any) out of every link.
+    fn transmit(&mut self, now_ns: u64, out: Option<Outgoing>) -> usize {
         self.notifications
             .extend(self.advertiser.take_notifications());
+        let Some(out) = out else {
+            return 0;
+        };
         let mut n = 0;
         let mut errors = Vec::new();
         for d in &out.datagrams {
@@ -249,9 +362,9 @@ impl HelperRole {
 
     /// Takes the links' MTUs from the source's last link dump (IFLA_MTU) and re-splits
     /// the advertisements when the smallest changed (an operator changed a link's MTU).
-    fn follow_link_mtus(&mut self, now_ns: u64) {
+    fn follow_link_mtus(&mut self, now_ns: u64, link_mtus: &[Option<u32>]) {
         let mut changed = false;
-        for (link, mtu) in self.links.iter_mut().zip(self.source.link_mtus()) {
+        for (link, mtu) in self.links.iter_mut().zip(link_mtus) {
             if let Some(m) = mtu.filter(|m| *m != link.mtu) {
                 info!(iface = %link.iface, old = link.mtu, new = m, "link MTU changed");
                 link.mtu = m;
@@ -291,62 +404,78 @@ impl HelperRole {
 
     /// The YANG `local` container: what this node advertises.
     pub fn local_yang(&self) -> Value {
-        let entries: Vec<Value> = self
-            .advertiser
-            .entries()
-            .iter()
-            .map(crate::yang_state::local_entry_json)
-            .collect();
-        let mut o = json!({});
-        if let Some(s) = self.advertiser.last_sequence() {
-            o["last-sequence-number"] = json!(s);
-        }
-        if !entries.is_empty() {
-            o["link-quality"] = Value::Array(entries);
-        }
-        o
+        crate::yang_state::local_json(self.advertiser.last_sequence(), &self.advertiser.entries())
     }
 
-    /// Every link's raw and smoothed metrics, LQS, CL and hysteresis state.
-    pub fn local_json(&self) -> Value {
-        let described = self.source.describe();
-        let links: Vec<Value> = self
+    /// The typed state the daemon publishes to its clients (see [`crate::snapshot`]).
+    pub fn snapshot(&self) -> crate::snapshot::HelperSnapshot {
+        crate::snapshot::HelperSnapshot {
+            local: self.local_view(),
+            advertised: self.advertiser.entries(),
+        }
+    }
+
+    /// Every link's raw and smoothed metrics, LQS, CL and hysteresis state (`lqd show
+    /// local`).
+    pub fn local_view(&self) -> crate::snapshot::LocalView {
+        use crate::snapshot::{
+            LinkReportView, LocalLinkView, LocalView, MetricsView, RawMetricsView,
+        };
+        let described = &self.described;
+        let links = self
             .links
             .iter()
             .zip(&self.reports)
             .enumerate()
-            .map(|(i, (l, r))| match r {
-                None => json!({"interface": l.iface, "link-id": l.ifindex, "measured": false}),
-                Some(r) => json!({
-                    "source": described.get(i).cloned().unwrap_or(Value::Null),
-                    "interface": l.iface,
-                    "link-id": l.ifindex,
-                    "measured": true,
-                    "oper-up": r.oper_up,
-                    "raw": {"u": r.raw.m.u, "e": r.raw.m.e, "f": r.raw.m.f, "d": r.raw.m.d, "x": r.raw.x},
-                    "smoothed": {"u": r.smooth.u, "e": r.smooth.e, "f": r.smooth.f, "d": r.smooth.d},
-                    "lqs": r.lqs,
-                    "lqs-last-sent": self.advertiser.lqs_last_sent(l.ifindex),
-                    "computed-cl": r.computed_cl,
-                    "cl": r.cl,
-                    "state": r.band.as_str(),
-                    "hold-down": r.hold_down_since_ns.is_some(),
-                    "capacity-gbps": r.capacity.to_string(),
-                    "available-bandwidth-gbps": r.available_bandwidth.to_string(),
+            .map(|(i, (l, r))| LocalLinkView {
+                source: r
+                    .as_ref()
+                    .map(|_| described.get(i).cloned().unwrap_or(Value::Null)),
+                interface: l.iface.clone(),
+                link_id: l.ifindex,
+                measured: r.is_some(),
+                report: r.as_ref().map(|r| LinkReportView {
+                    oper_up: r.oper_up,
+                    raw: RawMetricsView {
+                        u: r.raw.m.u,
+                        e: r.raw.m.e,
+                        f: r.raw.m.f,
+                        d: r.raw.m.d,
+                        x: r.raw.x,
+                    },
+                    smoothed: MetricsView {
+                        u: r.smooth.u,
+                        e: r.smooth.e,
+                        f: r.smooth.f,
+                        d: r.smooth.d,
+                    },
+                    lqs: r.lqs,
+                    lqs_last_sent: self.advertiser.lqs_last_sent(l.ifindex),
+                    computed_cl: r.computed_cl,
+                    cl: r.cl,
+                    state: r.band.as_str().to_string(),
+                    hold_down: r.hold_down_since_ns.is_some(),
+                    capacity_gbps: r.capacity.to_string(),
+                    available_bandwidth_gbps: r.available_bandwidth.to_string(),
                 }),
             })
             .collect();
         let st = self.advertiser.stats();
-        json!({
-            "links": links,
-            "last-sequence-number": self.advertiser.last_sequence(),
-            "periodic": st.periodic,
-            "triggered": st.triggered,
-            "datagrams-sent": self.sent,
-            "send-errors": self.send_errors,
-            "path-mtu": self.advertiser.path_mtu().mtu,
-            "entries-per-datagram": self.advertiser.entries_per_datagram(),
-        })
+        LocalView {
+            links,
+            last_sequence_number: self.advertiser.last_sequence(),
+            periodic: st.periodic,
+            triggered: st.triggered,
+            datagrams_sent: self.sent,
+            send_errors: self.send_errors,
+            path_mtu: self.advertiser.path_mtu().mtu,
+            entries_per_datagram: self.advertiser.entries_per_datagram(),
+        }
+    }
+
+    /// [`Self::local_view`] as JSON.
+    pub fn local_json(&self) -> Value {
+        serde_json::to_value(self.local_view()).unwrap_or(Value::Null)
     }
 }
 

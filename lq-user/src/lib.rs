@@ -20,4 +20,5 @@ pub mod privileges;
 pub mod rtnl;
 pub mod show;
 pub mod sim;
+pub mod snapshot;
 pub mod yang_state;

@@ -13,7 +13,6 @@ use std::{
 };
 
 use lq_common::maps::{NeighborKey, NeighborValue};
-use serde_json::{Value, json};
 use tracing::{debug, error, info, warn};
 
 use crate::{
@@ -27,7 +26,7 @@ use crate::{
         },
         weights::{Application, WeightController},
     },
-    path_table::{PathTableError, ReceiverSettings, TableReader, XdpReceiver, effective_paths},
+    path_table::{PathTableError, ReceiverSettings, TableReader, XdpReceiver},
     rtnl::{LinkProbe, Rtnl, RtnlError, ifindex},
 };
 
@@ -371,9 +370,11 @@ impl LoadBalancer {
         info!("flushed lqd's routes and nexthop objects");
     }
 
-    /// Per destination: target, applied and kernel weights, with member qualities.
-    pub fn weights_json(&self) -> Value {
-        let mut dests = Vec::new();
+    /// Per destination: target, applied and kernel weights, with member qualities (the
+    /// typed view `lqd show weights`, the metrics and the snapshots share).
+    pub fn weights_view(&self) -> crate::snapshot::WeightsView {
+        use crate::snapshot::{DestinationWeights, MemberWeights, WeightsView};
+        let mut destinations = Vec::new();
         for (prefix, dq) in &self.last_report.destinations {
             let d = self.weights.destination(prefix);
             let target: BTreeMap<UplinkId, f64> = d
@@ -386,7 +387,7 @@ impl LoadBalancer {
             let kernel: BTreeMap<UplinkId, u32> = group
                 .map(|g| g.kernel.iter().copied().collect())
                 .unwrap_or_default();
-            let members: Vec<Value> = dq
+            let members = dq
                 .members
                 .iter()
                 .map(|m| {
@@ -395,36 +396,63 @@ impl LoadBalancer {
                         .uplink
                         .iter()
                         .find(|u| UplinkId::from(u.id) == m.uplink);
-                    json!({
-                        "uplink": m.uplink,
-                        "interface": up.map(|u| u.interface.clone()),
-                        "spine": std::net::Ipv4Addr::from(m.spine.node_id).to_string(),
-                        "spine-as": m.spine.node_as,
-                        "local-quality": m.local,
-                        "remote-lqs": m.remote,
-                        "path-quality": m.quality,
-                        "target": target.get(&m.uplink).copied().unwrap_or(0.0),
-                        "applied": applied.get(&m.uplink).copied().unwrap_or(0.0),
-                        "kernel-weight": kernel.get(&m.uplink).copied().unwrap_or(0),
-                        "nexthop-id": self.member_id(m.uplink),
-                    })
+                    MemberWeights {
+                        uplink: m.uplink,
+                        interface: up.map(|u| u.interface.clone()),
+                        spine: std::net::Ipv4Addr::from(m.spine.node_id).to_string(),
+                        spine_as: m.spine.node_as,
+                        local_quality: m.local,
+                        remote_lqs: m.remote,
+                        path_quality: m.quality,
+                        target: target.get(&m.uplink).copied().unwrap_or(0.0),
+                        applied: applied.get(&m.uplink).copied().unwrap_or(0.0),
+                        kernel_weight: kernel.get(&m.uplink).copied().unwrap_or(0),
+                        nexthop_id: self.member_id(m.uplink),
+                    }
                 })
                 .collect();
-            dests.push(json!({
-                "prefix": format_prefix(prefix),
-                "quality-source": format!("{:?}", dq.source),
-                "group-id": group.map(|g| g.id),
-                "members": members,
-            }));
+            destinations.push(DestinationWeights {
+                prefix: format_prefix(prefix),
+                quality_source: format!("{:?}", dq.source),
+                group_id: group.map(|g| g.id),
+                members,
+            });
         }
-        json!({
-            "destinations": dests,
-            "group-replaces": self.group_replaces,
-            "group-errors": self.group_errors,
-            "unknown-remote-entries": self.last_report.unknown_remote_entries,
-            "unknown-spine-entries": self.last_report.unknown_spine_entries,
-            "failed-entries": self.last_report.failed_entries,
-        })
+        WeightsView {
+            destinations,
+            group_replaces: self.group_replaces,
+            group_errors: self.group_errors,
+            unknown_remote_entries: self.last_report.unknown_remote_entries as u64,
+            unknown_spine_entries: self.last_report.unknown_spine_entries as u64,
+            failed_entries: self.last_report.failed_entries as u64,
+        }
+    }
+
+    /// The typed state the daemon publishes to its clients (see [`crate::snapshot`]).
+    pub fn snapshot(&self) -> crate::snapshot::LoadBalancerSnapshot {
+        let neighbors = self
+            .neighbors
+            .iter()
+            .map(|(k, v)| crate::snapshot::NeighborView {
+                key: *k,
+                value: *v,
+                state: match self.heartbeat.state(*k) {
+                    Some(NeighborState::Active) => crate::yang_state::NeighborStateName::Active,
+                    Some(NeighborState::Stale) => crate::yang_state::NeighborStateName::Stale,
+                    Some(NeighborState::Failed) | None => {
+                        crate::yang_state::NeighborStateName::Failed
+                    }
+                },
+                observed_interval_ns: self.heartbeat.observed_interval_ns(*k),
+            })
+            .collect();
+        crate::snapshot::LoadBalancerSnapshot {
+            weights: self.weights_view(),
+            neighbors,
+            paths: self.paths.clone(),
+            receiver_counters: self.counters().ok(),
+            dead_interval_ns: self.controller.dead_interval_ns(),
+        }
     }
 
     /// The receiver's counters by name, summed over CPUs.
@@ -434,56 +462,6 @@ impl LoadBalancer {
             .iter()
             .map(|k| (k.name(), c[*k as usize]))
             .collect())
-    }
-
-    /// The YANG `neighbors` container, with the effective LQS / CL of every entry: 0 / 7
-    /// for a failed neighbor's and for aged entries (seed 003 section 6.5).
-    pub fn neighbors_yang(&self, now_ns: u64) -> Value {
-        let failed = self.heartbeat.failed_neighbors();
-        let effective: BTreeMap<_, _> = effective_paths(
-            &self.paths,
-            |s| failed.contains(s),
-            now_ns,
-            self.controller.dead_interval_ns(),
-        )
-        .into_iter()
-        .map(|(k, e)| (k, e.effective))
-        .collect();
-        crate::yang_state::neighbors_json(
-            &self.neighbors,
-            &effective,
-            |k, _| match self.heartbeat.state(*k) {
-                Some(NeighborState::Active) => crate::yang_state::NeighborStateName::Active,
-                Some(NeighborState::Stale) => crate::yang_state::NeighborStateName::Stale,
-                Some(NeighborState::Failed) | None => crate::yang_state::NeighborStateName::Failed,
-            },
-            now_ns,
-        )
-    }
-
-    /// Neighbor states as the heartbeat sees them.
-    pub fn neighbors_json(&self, now_ns: u64) -> Value {
-        let list: Vec<Value> = self
-            .neighbors
-            .iter()
-            .map(|(k, v)| {
-                let state = match self.heartbeat.state(*k) {
-                    Some(NeighborState::Active) => "active",
-                    Some(NeighborState::Stale) => "stale",
-                    Some(NeighborState::Failed) | None => "failed",
-                };
-                json!({
-                    "node-as": k.node_as,
-                    "node-id": std::net::Ipv4Addr::from(k.node_id).to_string(),
-                    "state": state,
-                    "last-sequence": v.last_sequence,
-                    "accepted": v.accepted,
-                    "last-seen-ms-ago": now_ns.saturating_sub(v.last_seen_ns) as f64 / 1e6,
-                    "observed-interval-ms": self.heartbeat.observed_interval_ns(*k).map(|n| n as f64 / 1e6),
-                })
-            })
-            .collect();
-        Value::Array(list)
     }
 }
 

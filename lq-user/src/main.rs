@@ -57,7 +57,7 @@ fn run(args: cli::RunArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(lq_user::daemon::run(args.config, instance))
+    rt.block_on(lq_user::daemon::run(args.config, instance, args.scheduling))
 }
 
 fn show(args: &ShowArgs) -> anyhow::Result<()> {

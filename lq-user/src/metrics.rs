@@ -4,13 +4,9 @@
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use std::net::Ipv4Addr;
 
-use crate::{
-    helper_role::HelperRole,
-    load_balancer::{LoadBalancer, monotonic_ns},
-    pfc_export::PfcService,
-};
+use crate::snapshot::{ClientStats, LinkReportView, Snapshot};
 
 /// Escapes a label value (backslash, double quote, newline).
 fn esc(s: &str) -> String {
@@ -39,24 +35,14 @@ impl Out {
     }
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// Renders every metric the running roles have.
-pub fn render(
-    lb: Option<&LoadBalancer>,
-    helper: Option<&HelperRole>,
-    pfc: Option<&PfcService>,
-) -> String {
+/// Renders every metric the running roles have, from the loop's latest snapshot, and the
+/// client counters of the daemon's endpoints.
+pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
     let mut o = Out(String::new());
     o.family("lq_up", "gauge", "1 while lqd runs.");
     o.sample("lq_up", &[], 1.0);
-    if let Some(lb) = lb {
-        if let Ok(c) = lb.counters() {
+    if let Some(lb) = &snap.load_balancer {
+        if let Some(c) = &lb.receiver_counters {
             o.family(
                 "lq_receiver_events_total",
                 "counter",
@@ -65,63 +51,57 @@ pub fn render(
             for (name, v) in c {
                 o.sample(
                     "lq_receiver_events_total",
-                    &[("event", name.to_string())],
-                    v as f64,
+                    &[("event", (*name).to_string())],
+                    *v as f64,
                 );
             }
         }
-        let now = monotonic_ns();
-        let n = lb.neighbors_json(now);
         o.family(
             "lq_neighbor_state",
             "gauge",
             "1 for the neighbor's current state (active, stale, failed).",
         );
-        for x in n.as_array().into_iter().flatten() {
+        for n in &lb.neighbors {
             o.sample(
                 "lq_neighbor_state",
                 &[
-                    ("node_as", s(&x["node-as"])),
-                    ("node_id", s(&x["node-id"])),
-                    ("state", s(&x["state"])),
+                    ("node_as", n.key.node_as.to_string()),
+                    ("node_id", Ipv4Addr::from(n.key.node_id).to_string()),
+                    ("state", n.state.as_str().to_string()),
                 ],
                 1.0,
             );
         }
-        let w = lb.weights_json();
+        let w = &lb.weights;
         o.family(
             "lq_path_quality",
             "gauge",
             "Path quality min(local, remote) per destination and member (seed 003 6.3).",
         );
-        for d in w["destinations"].as_array().into_iter().flatten() {
-            for m in d["members"].as_array().into_iter().flatten() {
+        for d in &w.destinations {
+            for m in &d.members {
                 let l = [
-                    ("destination", s(&d["prefix"])),
-                    ("uplink", s(&m["uplink"])),
-                    ("spine", s(&m["spine"])),
+                    ("destination", d.prefix.clone()),
+                    ("uplink", m.uplink.to_string()),
+                    ("spine", m.spine.clone()),
                 ];
-                o.sample(
-                    "lq_path_quality",
-                    &l,
-                    m["path-quality"].as_f64().unwrap_or(0.0),
-                );
+                o.sample("lq_path_quality", &l, f64::from(m.path_quality));
             }
         }
         o.family("lq_weight", "gauge", "Weights per destination and member: target and applied fractions, kernel integer weight.");
-        for d in w["destinations"].as_array().into_iter().flatten() {
-            for m in d["members"].as_array().into_iter().flatten() {
-                for (kind, key) in [
-                    ("target", "target"),
-                    ("applied", "applied"),
-                    ("kernel", "kernel-weight"),
+        for d in &w.destinations {
+            for m in &d.members {
+                for (kind, value) in [
+                    ("target", m.target),
+                    ("applied", m.applied),
+                    ("kernel", f64::from(m.kernel_weight)),
                 ] {
                     let l = [
-                        ("destination", s(&d["prefix"])),
-                        ("uplink", s(&m["uplink"])),
+                        ("destination", d.prefix.clone()),
+                        ("uplink", m.uplink.to_string()),
                         ("kind", kind.into()),
                     ];
-                    o.sample("lq_weight", &l, m[key].as_f64().unwrap_or(0.0));
+                    o.sample("lq_weight", &l, value);
                 }
             }
         }
@@ -130,40 +110,39 @@ pub fn render(
             "counter",
             "Nexthop group replaces done.",
         );
-        o.sample("lq_group_replaces_total", &[], lb.group_replaces as f64);
+        o.sample("lq_group_replaces_total", &[], w.group_replaces as f64);
         o.family(
             "lq_group_replace_errors_total",
             "counter",
             "Nexthop group replaces the kernel refused.",
         );
-        o.sample("lq_group_replace_errors_total", &[], lb.group_errors as f64);
+        o.sample("lq_group_replace_errors_total", &[], w.group_errors as f64);
     }
-    if let Some(h) = helper {
-        let l = h.local_json();
-        let measured: Vec<&Value> = l["links"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|x| x["measured"] == true)
+    if let Some(h) = &snap.helper {
+        let h = &h.local;
+        let measured: Vec<(&str, &LinkReportView)> = h
+            .links
+            .iter()
+            .filter_map(|l| l.report.as_ref().map(|r| (l.interface.as_str(), r)))
             .collect();
-        for (name, help, key) in [
+        for (name, help, value) in [
             (
                 "lq_local_lqs",
                 "LQS this node computes for its egress link (Appendix A.4).",
-                "lqs",
+                (|r: &LinkReportView| r.lqs) as fn(&LinkReportView) -> u8,
             ),
             (
                 "lq_local_cl",
                 "Advertised CL of the egress link (after A.6 hysteresis).",
-                "cl",
+                |r: &LinkReportView| r.cl,
             ),
         ] {
             o.family(name, "gauge", help);
-            for x in &measured {
+            for (iface, r) in &measured {
                 o.sample(
                     name,
-                    &[("interface", s(&x["interface"]))],
-                    x[key].as_f64().unwrap_or(0.0),
+                    &[("interface", (*iface).to_string())],
+                    f64::from(value(r)),
                 );
             }
         }
@@ -175,12 +154,12 @@ pub fn render(
         o.sample(
             "lq_advertisements_total",
             &[("mode", "periodic".into())],
-            l["periodic"].as_f64().unwrap_or(0.0),
+            h.periodic as f64,
         );
         o.sample(
             "lq_advertisements_total",
             &[("mode", "triggered".into())],
-            l["triggered"].as_f64().unwrap_or(0.0),
+            h.triggered as f64,
         );
         o.family(
             "lq_advertisement_send_errors_total",
@@ -190,11 +169,11 @@ pub fn render(
         o.sample(
             "lq_advertisement_send_errors_total",
             &[],
-            l["send-errors"].as_f64().unwrap_or(0.0),
+            h.send_errors as f64,
         );
     }
-    if let Some(p) = pfc {
-        if let Ok(counts) = p.rx_counts() {
+    if let Some(p) = &snap.pfc {
+        if let Some(counts) = &p.rx_counts {
             o.family(
                 "lq_pfc_rx_frames_total",
                 "counter",
@@ -207,7 +186,7 @@ pub fn render(
                         ("ifindex", ifindex.to_string()),
                         ("priority", prio.to_string()),
                     ],
-                    v as f64,
+                    *v as f64,
                 );
             }
         }
@@ -223,6 +202,33 @@ pub fn render(
             "IPFIX exports that failed (counting continues).",
         );
         o.sample("lq_ipfix_export_errors_total", &[], p.export_errors as f64);
+    }
+    if let Some(c) = clients {
+        o.family(
+            "lq_client_connections_total",
+            "counter",
+            "Client connections of the metrics endpoint and the control socket, by outcome (refused: at the bound; timed-out: missed a read or write deadline).",
+        );
+        for (endpoint, stats) in [("metrics", &c.metrics), ("control", &c.control)] {
+            for (outcome, v) in stats.outcomes() {
+                o.sample(
+                    "lq_client_connections_total",
+                    &[("endpoint", endpoint.into()), ("outcome", outcome.into())],
+                    v as f64,
+                );
+            }
+        }
+        o.family(
+            "lq_monitor_clients_dropped_total",
+            "counter",
+            "`lqd monitor` clients dropped because they fell behind the notifications.",
+        );
+        o.sample(
+            "lq_monitor_clients_dropped_total",
+            &[],
+            c.monitors_dropped
+                .load(std::sync::atomic::Ordering::Relaxed) as f64,
+        );
     }
     o.0
 }
@@ -242,7 +248,17 @@ mod tests {
     #[test]
     fn label_values_are_escaped() {
         assert_eq!(esc("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-        let body = render(None, None, None);
+        let cfg: crate::config::Config =
+            toml::from_str("[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n")
+                .expect("minimal config");
+        let snap = Snapshot::empty(std::sync::Arc::new(cfg));
+        let body = render(&snap, Some(&ClientStats::default()));
         assert!(body.contains("# TYPE lq_up gauge\nlq_up 1\n"), "{body}");
+        assert!(
+            body.contains(
+                "lq_client_connections_total{endpoint=\"control\",outcome=\"refused\"} 0\n"
+            ),
+            "{body}"
+        );
     }
 }

@@ -113,6 +113,19 @@ pub fn local_entry_json(e: &Entry) -> Value {
     o
 }
 
+/// The `local` container: what this node advertises (its last sequence number and one
+/// `link-quality` entry per (link, remote node)).
+pub fn local_json(last_sequence: Option<u16>, entries: &[Entry]) -> Value {
+    let mut o = json!({});
+    if let Some(s) = last_sequence {
+        o["last-sequence-number"] = json!(s);
+    }
+    if !entries.is_empty() {
+        o["link-quality"] = Value::Array(entries.iter().map(local_entry_json).collect());
+    }
+    o
+}
+
 /// The `neighbors` container from the receiver's tables. `mono_now_ns` is the
 /// CLOCK_MONOTONIC time the tables' timestamps use; `last-seen` is converted to wall-clock
 /// time from it.

@@ -14,9 +14,14 @@ use lq_common::wire::{Entry, Header};
 use crate::netns::NetNs;
 
 /// The `lqd` binary next to the test executable (target/debug/lqd), brought up to date once
-/// per test process: `cargo test -p lq-tests` builds lq-user's library but not its binary,
-/// and a test must never run a stale daemon against new test code.
+/// per test process (`cargo test -p lq-tests` builds lq-user's library but not its binary,
+/// and a test must never run a stale daemon against new test code), or the one
+/// `LQ_TEST_LQD` names (to run a test against another build, e.g. an older commit's, and
+/// check that it fails there).
 pub fn lqd_bin() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("LQ_TEST_LQD") {
+        return Ok(PathBuf::from(p));
+    }
     static BUILT: std::sync::OnceLock<std::result::Result<PathBuf, String>> =
         std::sync::OnceLock::new();
     BUILT
@@ -82,6 +87,11 @@ impl Lqd {
         };
         me.spawn()?;
         Ok(me)
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> PathBuf {
+        PathBuf::from(format!("/run/lq/{}.sock", self.instance))
     }
 
     /// The config file.

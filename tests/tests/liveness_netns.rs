@@ -1,0 +1,487 @@
+//! A spine's advertisements keep their period whatever its clients do (seed 003 sections
+//! 6.5 and 7.2): a leaf declares a spine failed after miss-count x T_notify of silence, so
+//! a daemon loop that waits on a client is a fabric-wide outage.
+//!
+//! A helper lqd runs in a namespace with a veth to a neighbour namespace, where a UDP
+//! socket with kernel receive timestamps (SO_TIMESTAMPNS) records every advertisement.
+//! * Under a siege of 1 000 idle connections on the metrics port and 1 000 on the control
+//!   socket, plus slow readers and byte-a-time writers, the largest gap between two
+//!   datagrams stays within 1.1 x T_notify + 2 ms, and `lqd show` and a metrics scrape
+//!   are still answered.
+//! * 500 periodic gaps follow the uniform [0.9, 1.1] x T_notify of section 7.2
+//!   (Kolmogorov-Smirnov, p > 0.01).
+//!
+//! `LQ_TEST_LQD=/path/to/old/lqd` runs them against another build.
+
+use std::{
+    io::{IoSliceMut, Read as _, Write as _},
+    net::{SocketAddr, TcpStream, UdpSocket},
+    os::fd::AsRawFd,
+    path::PathBuf,
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use lq_common::wire::{DecodePolicy, Mode, decode};
+use lq_tests::{
+    daemon::{Lqd, lqd_bin},
+    netns::{NetNs, veth_pair},
+    require_root,
+};
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, setsockopt, sockopt};
+
+const T_NOTIFY_MS: f64 = 20.0;
+const PORT: u16 = 52525;
+const METRICS: &str = "127.0.0.1:9464";
+
+fn spine_config(metrics: bool) -> String {
+    let mut c = String::from(
+        r#"
+[lq-telemetry]
+enabled = true
+role = "helper"
+router-id = "10.0.0.2"
+
+[[link]]
+interface = "s1"
+remote-node = ["10.0.1.1"]
+"#,
+    );
+    if metrics {
+        c.push_str(&format!("\n[metrics]\nlisten = \"{METRICS}\"\n"));
+    }
+    c
+}
+
+/// Runs `f` on a new thread inside namespace `ns` (sockets it creates live there).
+fn spawn_in<T: Send + 'static>(
+    ns: &NetNs,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let path = format!("/run/netns/{}", ns.name());
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("open the namespace");
+        // SAFETY: setns on a valid namespace fd affects only this new thread.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+}
+
+/// One received advertisement: kernel receive time (ns) and signaling mode.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    t_ns: u64,
+    mode: Mode,
+}
+
+/// Records every advertisement arriving on the neighbour's port until `stop` is set or
+/// `limit` elapses, with SO_TIMESTAMPNS kernel timestamps (not the thread's wake-up time,
+/// which a loaded machine delays).
+fn capture(ns: &NetNs, stop: Arc<AtomicBool>, limit: Duration) -> JoinHandle<Vec<Seen>> {
+    let socket = ns
+        .run_in(|| UdpSocket::bind(("0.0.0.0", PORT)))
+        .unwrap()
+        .unwrap();
+    setsockopt(&socket, sockopt::ReceiveTimestampns, &true).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 2048];
+        while !stop.load(Ordering::Relaxed) && start.elapsed() < limit {
+            let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+            let (n, ts) = {
+                let mut iov = [IoSliceMut::new(&mut buf)];
+                let Ok(msg) = recvmsg::<()>(
+                    socket.as_raw_fd(),
+                    &mut iov,
+                    Some(&mut cmsg),
+                    MsgFlags::empty(),
+                ) else {
+                    continue;
+                };
+                let ts = msg.cmsgs().ok().and_then(|mut c| {
+                    c.find_map(|m| match m {
+                        ControlMessageOwned::ScmTimestampns(t) => {
+                            Some(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+                        }
+                        _ => None,
+                    })
+                });
+                (msg.bytes, ts)
+            };
+            let ts = ts.expect("SO_TIMESTAMPNS gives every datagram a timestamp");
+            let adv = decode(&buf[..n], &DecodePolicy::ANY).expect("a valid advertisement");
+            seen.push(Seen {
+                t_ns: ts,
+                mode: adv.header.mode,
+            });
+        }
+        seen
+    })
+}
+
+/// Waits until `seen` has its first datagram (the helper advertises from its second
+/// sample on).
+fn wait_for_first(cap_len: impl Fn() -> bool, lqd: &Lqd) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !cap_len() {
+        assert!(
+            Instant::now() < deadline,
+            "no advertisement arrived:\n{}",
+            lqd.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Counts per 0.5 ms bin from 17 ms up, for the failure message.
+fn histogram(gaps: &[f64]) -> String {
+    let mut bins = std::collections::BTreeMap::<i64, usize>::new();
+    for g in gaps {
+        *bins.entry((g * 2.0).floor() as i64).or_default() += 1;
+    }
+    bins.iter()
+        .map(|(b, n)| format!("{:.1}:{n}", *b as f64 / 2.0))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn gaps_ms(seen: &[Seen]) -> Vec<f64> {
+    seen.windows(2)
+        .map(|w| w[1].t_ns.saturating_sub(w[0].t_ns) as f64 / 1e6)
+        .collect()
+}
+
+/// Connections that hold the daemon's endpoints: idle ones, slow readers (a request sent,
+/// the answer never read) and a byte-a-time writer per endpoint.
+struct Siege {
+    idle_tcp: Vec<TcpStream>,
+    idle_unix: Vec<socket2::Socket>,
+    slow: Vec<Box<dyn std::any::Any + Send>>,
+    trickle_tcp: Option<TcpStream>,
+    trickle_unix: Option<std::os::unix::net::UnixStream>,
+}
+
+impl Siege {
+    /// Opens `n` idle connections to each endpoint. Connections the kernel does not
+    /// accept at once (a full backlog) are left out, never waited for.
+    fn open(metrics: SocketAddr, control: PathBuf, n: usize) -> Self {
+        let mut s = Siege {
+            idle_tcp: Vec::new(),
+            idle_unix: Vec::new(),
+            slow: Vec::new(),
+            trickle_tcp: None,
+            trickle_unix: None,
+        };
+        // Against a daemon that does not accept, connects time out one by one: bounded.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for _ in 0..n {
+            if Instant::now() > deadline {
+                break;
+            }
+            if let Ok(c) = TcpStream::connect_timeout(&metrics, Duration::from_millis(200)) {
+                s.idle_tcp.push(c);
+            }
+            let u = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)
+                .expect("unix socket");
+            u.set_nonblocking(true).unwrap();
+            if u.connect(&socket2::SockAddr::unix(&control).unwrap())
+                .is_ok()
+            {
+                s.idle_unix.push(u);
+            }
+        }
+        // Slow readers: ask, never read.
+        if let Ok(mut c) = TcpStream::connect_timeout(&metrics, Duration::from_millis(200)) {
+            let _ = c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+            s.slow.push(Box::new(c));
+        }
+        for req in ["state\n", "monitor\n"] {
+            if let Ok(mut c) = std::os::unix::net::UnixStream::connect(&control) {
+                let _ = c.set_write_timeout(Some(Duration::from_millis(100)));
+                let _ = c.write_all(req.as_bytes());
+                s.slow.push(Box::new(c));
+            }
+        }
+        s.trickle_tcp = TcpStream::connect_timeout(&metrics, Duration::from_millis(200)).ok();
+        s.trickle_unix = std::os::unix::net::UnixStream::connect(&control).ok();
+        for t in [
+            s.trickle_tcp.as_ref().map(|t| t.set_nonblocking(true)),
+            s.trickle_unix.as_ref().map(|t| t.set_nonblocking(true)),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            t.unwrap();
+        }
+        s
+    }
+
+    /// One more byte of a request that never ends.
+    fn trickle(&mut self) {
+        if let Some(t) = self.trickle_tcp.as_mut() {
+            let _ = t.write(b"G");
+        }
+        if let Some(t) = self.trickle_unix.as_mut() {
+            let _ = t.write(b"w");
+        }
+    }
+}
+
+/// GET /metrics from inside the spine's namespace.
+fn scrape(ns: &NetNs) -> anyhow::Result<String> {
+    ns.run_in(|| -> anyhow::Result<String> {
+        let mut c = TcpStream::connect_timeout(&METRICS.parse()?, Duration::from_secs(2))?;
+        c.set_read_timeout(Some(Duration::from_secs(5)))?;
+        c.write_all(b"GET /metrics HTTP/1.0\r\nHost: lq\r\n\r\n")?;
+        let mut text = String::new();
+        c.read_to_string(&mut text)?;
+        Ok(text)
+    })?
+}
+
+fn metric(text: &str, line_prefix: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid pointer to an rlimit.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: as above; raising the soft limit to the hard one needs no privilege.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    assert!(
+        lim.rlim_cur >= 4096,
+        "RLIMIT_NOFILE hard limit {} is below the 2 000 connections this test holds",
+        lim.rlim_max
+    );
+}
+
+#[test]
+fn advertisements_keep_their_period_while_clients_besiege_the_daemon() {
+    require_root();
+    raise_fd_limit();
+    let s = NetNs::new("lqt-ls").unwrap();
+    let n = NetNs::new("lqt-ln").unwrap();
+    veth_pair(&s, "s1", "10.9.0.1/24", &n, "n1", "10.9.0.2/24").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let cap = capture(&n, stop.clone(), Duration::from_secs(60));
+    let spine = Lqd::start(&s, &spine_config(true)).unwrap();
+    // The first advertisement: the capture thread cannot be asked, so look for the
+    // sequence number the daemon reports.
+    wait_for_first(
+        || {
+            spine
+                .show("local")
+                .is_ok_and(|l| l["periodic"].as_u64().unwrap_or(0) >= 3)
+        },
+        &spine,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+
+    // The siege, from inside the spine's namespace (the metrics endpoint listens on its
+    // loopback); the control socket is a path, the same from everywhere.
+    let control = spine.socket();
+    let siege_start = Instant::now();
+    let mut siege = spawn_in(&s, move || {
+        Siege::open(METRICS.parse().unwrap(), control, 1000)
+    })
+    .join()
+    .unwrap();
+    let opened = (siege.idle_tcp.len(), siege.idle_unix.len());
+    eprintln!(
+        "siege: {} idle metrics connections, {} idle control connections, opened in {:?}",
+        opened.0,
+        opened.1,
+        siege_start.elapsed()
+    );
+    let mut show = None;
+    let mut scraped = None;
+    while siege_start.elapsed() < Duration::from_secs(4) {
+        siege.trickle();
+        if show.is_none() && siege_start.elapsed() > Duration::from_millis(1500) {
+            let t = Instant::now();
+            show = Some(
+                Command::new(lqd_bin().unwrap())
+                    .args(["show", "local", "--json", "--instance", &spine.instance])
+                    .output()
+                    .map(|o| (o, t.elapsed())),
+            );
+            let t = Instant::now();
+            scraped = Some(scrape(&s).map(|m| (m, t.elapsed())));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(siege);
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let seen = cap.join().unwrap();
+    let gaps = gaps_ms(&seen);
+    assert!(gaps.len() >= 150, "too few advertisements: {}", seen.len());
+    let max = gaps.iter().copied().fold(0.0, f64::max);
+    let bound = 1.1 * T_NOTIFY_MS + 2.0;
+    let over: Vec<f64> = gaps.iter().copied().filter(|g| *g > bound).collect();
+    eprintln!(
+        "{} advertisements over {:.1} s, largest gap {max:.2} ms (bound {bound:.1} ms), {} over the bound: {over:?}",
+        seen.len(),
+        (seen.last().unwrap().t_ns - seen[0].t_ns) as f64 / 1e9,
+        over.len()
+    );
+    assert!(
+        max <= bound,
+        "the spine paused its advertisements for {max:.2} ms while clients held its endpoints"
+    );
+
+    // The daemon still answered its operator during the siege.
+    let (out, took) = show.expect("show ran").expect("lqd show spawned");
+    assert!(
+        out.status.success(),
+        "lqd show local during the siege: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("lqd show local answered in {took:?} during the siege");
+    let (text, took) = scraped.expect("scrape ran").expect("metrics scrape");
+    eprintln!("metrics scrape answered in {took:?} during the siege");
+    assert!(text.starts_with("HTTP/1.0 200 OK"), "{text}");
+    assert!(
+        text.contains("lq_advertisements_total{mode=\"periodic\"}"),
+        "{text}"
+    );
+    // Every idle connection was refused at the bound or timed out, and counted.
+    for endpoint in ["metrics", "control"] {
+        let get = |outcome: &str| {
+            metric(
+                &text,
+                &format!(
+                    "lq_client_connections_total{{endpoint=\"{endpoint}\",outcome=\"{outcome}\"}} "
+                ),
+            )
+            .unwrap_or_else(|| panic!("no {endpoint} {outcome} counter:\n{text}"))
+        };
+        let (refused, timed_out) = (get("refused"), get("timed-out"));
+        eprintln!("{endpoint}: refused {refused}, timed out {timed_out}");
+        let idle = if endpoint == "metrics" {
+            opened.0
+        } else {
+            opened.1
+        };
+        assert!(
+            refused + timed_out >= idle as f64,
+            "{endpoint}: {idle} idle clients, but only {refused} refused and {timed_out} timed out"
+        );
+    }
+    let log = spine.log_text();
+    assert!(log.contains("too many client connections"), "{log}");
+}
+
+/// Kolmogorov's limiting distribution: P(sqrt(n) D > lambda) (Numerical Recipes' Q_KS).
+fn q_ks(lambda: f64) -> f64 {
+    if lambda < 0.2 {
+        return 1.0;
+    }
+    let mut sum = 0.0;
+    let mut sign = 1.0;
+    for j in 1..=100 {
+        let j = f64::from(j);
+        let term = sign * 2.0 * (-2.0 * j * j * lambda * lambda).exp();
+        sum += term;
+        if term.abs() < 1e-12 {
+            break;
+        }
+        sign = -sign;
+    }
+    sum.clamp(0.0, 1.0)
+}
+
+/// The one-sample KS statistic of `xs` against uniform [lo, hi], and its p-value (with
+/// Stephens' small-sample correction of lambda).
+fn ks_uniform(xs: &[f64], lo: f64, hi: f64) -> (f64, f64) {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len() as f64;
+    let cdf = |x: f64| ((x - lo) / (hi - lo)).clamp(0.0, 1.0);
+    let d = v
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let f = cdf(x);
+            (f - i as f64 / n).max((i + 1) as f64 / n - f)
+        })
+        .fold(0.0, f64::max);
+    let sq = n.sqrt();
+    (d, q_ks((sq + 0.12 + 0.11 / sq) * d))
+}
+
+#[test]
+fn ks_test_detects_what_it_should() {
+    // Uniform by construction passes; the same shifted by 1 ms (a quarter of the width)
+    // and a distribution rounded to whole milliseconds fail.
+    let uniform: Vec<f64> = (0..500)
+        .map(|i| 18.0 + 4.0 * (i as f64 + 0.5) / 500.0)
+        .collect();
+    assert!(ks_uniform(&uniform, 18.0, 22.0).1 > 0.99);
+    let shifted: Vec<f64> = uniform.iter().map(|x| x + 1.0).collect();
+    assert!(ks_uniform(&shifted, 18.0, 22.0).1 < 1e-6);
+    let ticked: Vec<f64> = uniform.iter().map(|x| x.ceil()).collect();
+    assert!(ks_uniform(&ticked, 18.0, 22.0).1 < 0.01);
+    assert!((q_ks(1.36) - 0.049).abs() < 0.002, "{}", q_ks(1.36));
+}
+
+#[test]
+fn periodic_gaps_are_uniform_between_0_9_and_1_1_t_notify() {
+    require_root();
+    let s = NetNs::new("lqt-js").unwrap();
+    let n = NetNs::new("lqt-jn").unwrap();
+    veth_pair(&s, "s1", "10.9.0.1/24", &n, "n1", "10.9.0.2/24").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let cap = capture(&n, stop.clone(), Duration::from_secs(30));
+    let _spine = Lqd::start(&s, &spine_config(false)).unwrap();
+    // 500 gaps at 20 ms on average: about 10 s, plus the start.
+    std::thread::sleep(Duration::from_secs(12));
+    stop.store(true, Ordering::Relaxed);
+    let seen = cap.join().unwrap();
+    // Only periodic-to-periodic gaps: a triggered send restarts the timer (7.2).
+    let periodic: Vec<f64> = seen
+        .windows(2)
+        .filter(|w| w[0].mode == Mode::Periodic && w[1].mode == Mode::Periodic)
+        .map(|w| w[1].t_ns.saturating_sub(w[0].t_ns) as f64 / 1e6)
+        .skip(5)
+        .take(500)
+        .collect();
+    assert_eq!(
+        periodic.len(),
+        500,
+        "{} datagrams, {} periodic gaps",
+        seen.len(),
+        periodic.len()
+    );
+    let (lo, hi) = (0.9 * T_NOTIFY_MS, 1.1 * T_NOTIFY_MS);
+    let below_mid = periodic.iter().filter(|g| **g < T_NOTIFY_MS).count();
+    let (d, p) = ks_uniform(&periodic, lo, hi);
+    let (min, max) = periodic
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(a, b), g| (a.min(*g), b.max(*g)));
+    eprintln!(
+        "500 periodic gaps: min {min:.3} ms, max {max:.3} ms, {below_mid} below {T_NOTIFY_MS} ms; KS D = {d:.4}, p = {p:.4}\nhistogram (ms:count): {}",
+        histogram(&periodic)
+    );
+    assert!(
+        p > 0.01,
+        "periodic gaps are not uniform on [{lo}, {hi}] ms: KS D = {d:.4}, p = {p:.2e}"
+    );
+}
