@@ -19,7 +19,10 @@ use lq_common::wire::{AsRange, DEFAULT_PORT};
 use serde::{Deserialize, Deserializer, de};
 
 use crate::controller::{
-    config::{ControllerConfig, GroupKind, ParallelLinkAggregation, WeightResolution},
+    config::{
+        ControllerConfig, GroupKind, IntegralParams, ParallelLinkAggregation, WeightFunction,
+        WeightResolution,
+    },
     path_quality::{NnhMapping, Prefix, Uplink, UplinkId, node},
 };
 
@@ -359,6 +362,60 @@ pub struct Damping {
     /// Scale quality by uplink capacity (seed 4.1 f(capacity, quality)); off by default.
     #[serde(default)]
     pub capacity_weighting: bool,
+    /// `weight-function`: "seed" (sections 6.3/6.4) or "integral" (docs/weights.md).
+    #[serde(default)]
+    pub weight_function: WeightFunctionName,
+    /// Integral function: deadband of the congestion signal (0..=1).
+    #[serde(default)]
+    pub integral_deadband: Option<f64>,
+    /// Integral function: multiplicative decrease of m per T_reweight.
+    #[serde(default)]
+    pub integral_decrease: Option<f64>,
+    /// Integral function: additive recovery of m per T_reweight.
+    #[serde(default)]
+    pub integral_increase: Option<f64>,
+    /// Integral function: smallest m.
+    #[serde(default)]
+    pub integral_floor: Option<f64>,
+    /// Integral function: smallest fraction change that reprograms the group.
+    #[serde(default)]
+    pub integral_hysteresis: Option<f64>,
+    /// Integral function: half-life of the peak-held available bandwidth (ms).
+    #[serde(default)]
+    pub integral_capacity_half_life_ms: Option<u64>,
+}
+
+/// `[damping] weight-function`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WeightFunctionName {
+    /// Seed 003 sections 6.3/6.4.
+    #[default]
+    Seed,
+    /// Capacity x integral controller on CL / queue depth.
+    Integral,
+}
+
+impl Damping {
+    /// The weight function with its parameters (defaults for the keys not given).
+    pub fn weight_function(&self) -> WeightFunction {
+        match self.weight_function {
+            WeightFunctionName::Seed => WeightFunction::Seed,
+            WeightFunctionName::Integral => {
+                let d = IntegralParams::default();
+                WeightFunction::Integral(IntegralParams {
+                    deadband: self.integral_deadband.unwrap_or(d.deadband),
+                    decrease: self.integral_decrease.unwrap_or(d.decrease),
+                    increase: self.integral_increase.unwrap_or(d.increase),
+                    floor: self.integral_floor.unwrap_or(d.floor),
+                    hysteresis: self.integral_hysteresis.unwrap_or(d.hysteresis),
+                    capacity_half_life: self
+                        .integral_capacity_half_life_ms
+                        .map_or(d.capacity_half_life, Duration::from_millis),
+                })
+            }
+        }
+    }
 }
 
 /// Parallel-link aggregation rule.
@@ -887,6 +944,9 @@ impl Config {
                 t.notify_interval_ms.0
             ));
         }
+        if let WeightFunction::Integral(p) = self.damping.weight_function() {
+            p.validate().map_err(|e| format!("[damping] {e}"))?;
+        }
         let max = self.nexthop_group.weight_max;
         if max != 255 && max != 65535 {
             return Err(format!(
@@ -1023,6 +1083,7 @@ impl Config {
                 }
             },
             capacity_weighting: self.damping.capacity_weighting,
+            weight_function: self.damping.weight_function(),
             group: match ng.group_type {
                 GroupType::Resilient => GroupKind::Resilient {
                     buckets: ng.buckets.0,

@@ -72,6 +72,71 @@ impl Default for GroupKind {
     }
 }
 
+/// How member weights are computed from the path signals (issue 12; docs/weights.md).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum WeightFunction {
+    /// Seed 003 sections 6.3/6.4: `target = quality / sum(quality)`, damped by
+    /// `w += g (target - w)` every T_reweight. Appendix B is reproduced exactly.
+    #[default]
+    Seed,
+    /// `weight = capacity x m`, `m` an integral controller on the CL (and diagnostics
+    /// queue depth) relative to the group, with a deadband and quantisation hysteresis;
+    /// path quality > 0 gates eligibility (section 4.1 `f(FARE capacity, LQ quality)`).
+    Integral(IntegralParams),
+}
+
+/// Parameters of [`WeightFunction::Integral`] (see `controller::integral`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IntegralParams {
+    /// A member whose congestion signal (0..1: CL / 7, or the queue depth if worse)
+    /// exceeds the group's traffic-weighted mean by more than this is throttled.
+    pub deadband: f64,
+    /// Multiplicative decrease of `m` per T_reweight while throttled.
+    pub decrease: f64,
+    /// Additive recovery of `m` per T_reweight otherwise.
+    pub increase: f64,
+    /// Smallest `m`: how far congestion alone may push a member below its capacity share.
+    pub floor: f64,
+    /// Programme new kernel weights only when a member's fraction moved by at least this
+    /// much since the last application (eligibility changes are applied at once).
+    pub hysteresis: f64,
+    /// Half-life of the peak-held available bandwidth that estimates a remote link's
+    /// capacity when the helper sends no diagnostics link capacity.
+    pub capacity_half_life: Duration,
+}
+
+impl Default for IntegralParams {
+    fn default() -> Self {
+        Self {
+            deadband: 0.15,
+            decrease: 0.05,
+            increase: 0.01,
+            floor: 0.5,
+            hysteresis: 0.02,
+            capacity_half_life: Duration::from_secs(30),
+        }
+    }
+}
+
+impl IntegralParams {
+    /// Range checks.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let unit = |x: f64| (0.0..=1.0).contains(&x);
+        let ok = unit(self.deadband)
+            && (0.0..1.0).contains(&self.decrease)
+            && unit(self.increase)
+            && self.floor > 0.0
+            && self.floor <= 1.0
+            && (0.0..0.5).contains(&self.hysteresis)
+            && !self.capacity_half_life.is_zero();
+        if ok {
+            Ok(())
+        } else {
+            Err(ConfigError::Integral(*self))
+        }
+    }
+}
+
 /// Largest integer weight the kernel accepts for one group member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WeightResolution {
@@ -117,6 +182,12 @@ pub enum ConfigError {
     /// A resilient group needs at least one bucket.
     #[error("a resilient group needs at least 1 bucket")]
     Buckets,
+    /// Integral weight function parameters out of range.
+    #[error(
+        "integral weight function parameters out of range: deadband, increase and floor in \
+         (0, 1], decrease in [0, 1), hysteresis in [0, 0.5), capacity half-life > 0 ({0:?})"
+    )]
+    Integral(IntegralParams),
     /// The kernel carries the resilient timers as u32 clock_t (centiseconds).
     #[error("resilient group timer {0:?} does not fit a u32 of centiseconds")]
     Timer(Duration),
@@ -142,6 +213,8 @@ pub struct ControllerConfig {
     pub group: GroupKind,
     /// Kernel weight range.
     pub weight_resolution: WeightResolution,
+    /// The weight function.
+    pub weight_function: WeightFunction,
 }
 
 impl Default for ControllerConfig {
@@ -156,6 +229,7 @@ impl Default for ControllerConfig {
             capacity_weighting: false,
             group: GroupKind::default(),
             weight_resolution: WeightResolution::default(),
+            weight_function: WeightFunction::default(),
         }
     }
 }
@@ -188,6 +262,9 @@ impl ControllerConfig {
         // `contains` is false for NaN, so NaN is refused too.
         if !(GAIN_MIN..=GAIN_MAX).contains(&self.gain) {
             return Err(ConfigError::Gain(self.gain));
+        }
+        if let WeightFunction::Integral(p) = &self.weight_function {
+            p.validate()?;
         }
         if let GroupKind::Resilient {
             buckets,

@@ -6,10 +6,12 @@
 //! * [`path_quality`]: NNH mapping and per-destination member quality (6.1-6.3).
 //! * [`heartbeat`]: neighbor liveness, entry ageing, T_notify mismatch (6.5, 10).
 //! * [`weights`]: targets, damping, quantisation, bucket remapping (6.3, 6.4).
+//! * [`integral`]: the capacity x integral-controller weight function (4.1, issue 12).
 //! * [`nexthop`]: the rtnetlink nexthop object codec.
 
 pub mod config;
 pub mod heartbeat;
+pub mod integral;
 pub mod nexthop;
 pub mod path_quality;
 pub mod weights;

@@ -6,8 +6,12 @@
 //! XDP receiver (section 6.2) and the set of failed spines from the heartbeat (6.5).
 //! Output: per destination, `path_quality(member) = min(local_quality, remote LQS)`.
 //!
-//! Only LQS (and the entry's age) are read from a [`PathValue`]; the diagnostics fields are
-//! never looked at, because section 5.5 says receivers MUST NOT use them for forwarding.
+//! The seed's weights read only LQS (and the entry's age) from a [`PathValue`], because
+//! section 5.5 says receivers MUST NOT use the diagnostics fields for forwarding. The
+//! [`MemberSignal`]s (CL, available bandwidth and, when present, diagnostics link capacity
+//! and queue depth) are computed alongside for `weight-function = "integral"`, which
+//! departs from 5.5 knowingly (docs/weights.md: a clamped LQS carries no information on an
+//! all-loaded fabric).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -129,6 +133,9 @@ pub struct DestinationQuality {
 pub struct PathQualityReport {
     /// Per destination.
     pub destinations: BTreeMap<Prefix, DestinationQuality>,
+    /// Per destination, the congestion and capacity signals of every member (same order as
+    /// `destinations[..].members`); read only by `weight-function = "integral"`.
+    pub signals: BTreeMap<Prefix, Vec<MemberSignal>>,
     /// Entries whose remote node is the NNH of no destination: kept, unused (6.1).
     pub unknown_remote_entries: usize,
     /// Entries from nodes that are not the spine of any member (unused).
@@ -143,7 +150,40 @@ pub struct PathQualityReport {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PathSnapshot {
     links: BTreeMap<(NodeId, NodeId), Vec<(u32, u8)>>,
+    signals: BTreeMap<(NodeId, NodeId), Vec<(u32, LinkSignal)>>,
     failed_entries: usize,
+}
+
+/// What an entry says besides its LQS, for the integral weight function: the CL (which,
+/// unlike the LQS, does not clamp when every loaded link is at U ~ 1, A.4/A.5), the
+/// available bandwidth (5.4) and, only when the helper sends diagnostics (V = 1), the link
+/// capacity and queue depth (5.5). A failed or aged entry reads CL 7, no bandwidth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkSignal {
+    /// CL 0..=7.
+    pub cl: u8,
+    /// Available bandwidth, binary32 bits (Gbps).
+    pub available_bits: u32,
+    /// Diagnostics link capacity, binary32 bits (Gbps).
+    pub capacity_bits: Option<u32>,
+    /// Diagnostics normalised queue depth 0..=255.
+    pub queue_depth: Option<u8>,
+}
+
+/// The signals of one member towards one destination, folded over the parallel
+/// spine -> remote links: the worst CL and queue, the summed bandwidths.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MemberSignal {
+    /// The member.
+    pub uplink: UplinkId,
+    /// Worst CL of the spine -> remote links; `None` without an entry.
+    pub cl: Option<u8>,
+    /// Worst queue depth (fraction of the buffer), when diagnostics are present.
+    pub queue: Option<f64>,
+    /// Summed available bandwidth (Gbps); `None` without an entry.
+    pub available_gbps: Option<f64>,
+    /// Summed diagnostics link capacity (Gbps), when every link carries it.
+    pub link_capacity_gbps: Option<f64>,
 }
 
 impl PathSnapshot {
@@ -185,12 +225,41 @@ impl PathSnapshot {
                 .entry((spine, remote))
                 .or_default()
                 .push((k.link_id, lqs));
+            let diag = v.flags & lq_common::maps::PATH_FLAG_DIAGNOSTICS != 0;
+            let signal = if failed {
+                LinkSignal {
+                    cl: 7,
+                    ..LinkSignal::default()
+                }
+            } else {
+                LinkSignal {
+                    cl: v.cl.min(7),
+                    available_bits: v.available_bandwidth_bits,
+                    capacity_bits: diag.then_some(v.link_capacity_bits),
+                    queue_depth: diag.then_some(v.queue_depth),
+                }
+            };
+            s.signals
+                .entry((spine, remote))
+                .or_default()
+                .push((k.link_id, signal));
         }
         for v in s.links.values_mut() {
             // Map iteration order is arbitrary; sorting keeps every result deterministic.
             v.sort_unstable();
         }
+        for v in s.signals.values_mut() {
+            v.sort_unstable_by_key(|x| x.0);
+        }
         s
+    }
+
+    /// Signals of every link from `spine` to `remote`, by link id.
+    pub fn signals(&self, spine: NodeId, remote: NodeId) -> &[(u32, LinkSignal)] {
+        self.signals
+            .get(&(spine, remote))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 
     /// Effective LQS of every link from `spine` to `remote`, by link id.
@@ -261,6 +330,7 @@ pub fn compute(
     }
 
     for (prefix, remote) in &mapping.destinations {
+        let mut signals = Vec::with_capacity(mapping.uplinks.len());
         let mut members = Vec::with_capacity(mapping.uplinks.len());
         let mut any_remote = false;
         for (&uplink, u) in &mapping.uplinks {
@@ -275,6 +345,10 @@ pub fn compute(
                 )
             });
             any_remote |= remote_q.is_some();
+            signals.push(member_signal(
+                uplink,
+                remote.map_or(&[][..], |r| snapshot.signals(u.spine, r)),
+            ));
             members.push(MemberQuality {
                 uplink,
                 spine: u.spine,
@@ -301,8 +375,47 @@ pub fn compute(
         report
             .destinations
             .insert(*prefix, DestinationQuality { source, members });
+        report.signals.insert(*prefix, signals);
     }
     report
+}
+
+/// Fold the signals of parallel links (see [`MemberSignal`]); binary32 values that are not
+/// finite and >= 0 (the receiver refuses them, but the table is shared) count as absent.
+fn member_signal(uplink: UplinkId, links: &[(u32, LinkSignal)]) -> MemberSignal {
+    let gbps = |bits: u32| {
+        let x = f64::from(f32::from_bits(bits));
+        (x.is_finite() && x >= 0.0).then_some(x)
+    };
+    if links.is_empty() {
+        return MemberSignal {
+            uplink,
+            ..MemberSignal::default()
+        };
+    }
+    let mut capacity = Some(0.0);
+    for (_, l) in links {
+        capacity = match (capacity, l.capacity_bits.and_then(gbps)) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+    MemberSignal {
+        uplink,
+        cl: links.iter().map(|(_, l)| l.cl).max(),
+        queue: links
+            .iter()
+            .filter_map(|(_, l)| l.queue_depth)
+            .max()
+            .map(|q| f64::from(q) / 255.0),
+        available_gbps: Some(
+            links
+                .iter()
+                .filter_map(|(_, l)| gbps(l.available_bits))
+                .sum(),
+        ),
+        link_capacity_gbps: capacity,
+    }
 }
 
 #[cfg(test)]
@@ -528,6 +641,10 @@ pub(crate) mod tests {
             v.ecn_marking_rate = 31;
             v.pfc_pause_fraction = i % 32;
         }
-        assert_eq!(run(&cfg, &m, &l, &noisy, 10), base);
+        // The seed's qualities are untouched; only the integral function's signals (a
+        // deliberate departure, docs/weights.md) carry the diagnostics.
+        let noisy = run(&cfg, &m, &l, &noisy, 10);
+        assert_eq!(noisy.destinations, base.destinations);
+        assert_ne!(noisy.signals, base.signals);
     }
 }

@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 
 use tracing::{debug, trace};
 
-use super::config::{ConfigError, ControllerConfig};
-use super::path_quality::{MemberQuality, PathQualityReport, Prefix, UplinkId};
+use super::config::{ConfigError, ControllerConfig, IntegralParams, WeightFunction};
+use super::integral::{self, MemberState};
+use super::path_quality::{MemberQuality, MemberSignal, PathQualityReport, Prefix, UplinkId};
 
 /// The input of the target computation for one member.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -100,6 +101,13 @@ pub struct DestinationWeights {
     target: Vec<f64>,
     applied: Vec<f64>,
     last_apply_ns: Option<u64>,
+    /// Integral weight function only: per-member state, signals, last step, and whether a
+    /// step is pending (`None` in seed mode).
+    integral: Vec<MemberState>,
+    signals: Vec<MemberSignal>,
+    capacities: Vec<f64>,
+    last_step_ns: Option<u64>,
+    at_rest: Option<bool>,
 }
 
 impl DestinationWeights {
@@ -111,6 +119,21 @@ impl DestinationWeights {
         members: &[MemberInput],
         now_ns: u64,
     ) -> Option<Application> {
+        self.update_with(config, members, &[], now_ns)
+    }
+
+    /// [`Self::update`] with the members' congestion and capacity signals, which only the
+    /// integral weight function reads (members without a signal: no entry).
+    pub fn update_with(
+        &mut self,
+        config: &ControllerConfig,
+        members: &[MemberInput],
+        signals: &[MemberSignal],
+        now_ns: u64,
+    ) -> Option<Application> {
+        if let WeightFunction::Integral(p) = config.weight_function {
+            return self.update_integral(config, &p, members, signals, now_ns);
+        }
         let mut sorted: Vec<MemberInput> = members.to_vec();
         sorted.sort_by_key(|m| m.uplink);
         sorted.dedup_by_key(|m| m.uplink);
@@ -181,6 +204,9 @@ impl DestinationWeights {
 
     /// Apply a damped step if one is due at `now_ns`.
     pub fn tick(&mut self, config: &ControllerConfig, now_ns: u64) -> Option<Application> {
+        if let WeightFunction::Integral(p) = config.weight_function {
+            return self.tick_integral(config, &p, now_ns);
+        }
         let due = self.next_due(config, now_ns)?;
         if now_ns < due {
             trace!(
@@ -195,6 +221,15 @@ impl DestinationWeights {
 
     /// When the next damped step is due (at or after `now_ns`), `None` when converged.
     pub fn next_due(&self, config: &ControllerConfig, now_ns: u64) -> Option<u64> {
+        if let Some(rest) = self.at_rest {
+            if rest {
+                return None;
+            }
+            let boundary = self
+                .last_step_ns
+                .map_or(now_ns, |t| t.saturating_add(config.t_reweight_ns()));
+            return Some(boundary.max(now_ns));
+        }
         if self.converged() {
             return None;
         }
@@ -204,9 +239,167 @@ impl DestinationWeights {
         Some(boundary.max(now_ns))
     }
 
-    /// Are the applied fractions at the targets?
+    /// Are the applied fractions at the targets (integral: is the controller at rest)?
     pub fn converged(&self) -> bool {
-        self.applied == self.target
+        match self.at_rest {
+            Some(rest) => rest && self.applied == self.target,
+            None => self.applied == self.target,
+        }
+    }
+
+    /// Integral weight function: new inputs (see [`integral`]).
+    fn update_integral(
+        &mut self,
+        config: &ControllerConfig,
+        p: &IntegralParams,
+        members: &[MemberInput],
+        signals: &[MemberSignal],
+        now_ns: u64,
+    ) -> Option<Application> {
+        let mut sorted: Vec<MemberInput> = members.to_vec();
+        sorted.sort_by_key(|m| m.uplink);
+        sorted.dedup_by_key(|m| m.uplink);
+        let ids: Vec<UplinkId> = sorted.iter().map(|m| m.uplink).collect();
+        let qualities: Vec<u8> = sorted.iter().map(|m| m.quality).collect();
+        let up: Vec<bool> = sorted.iter().map(|m| m.local_up).collect();
+        let first = self.last_apply_ns.is_none();
+        let membership_changed = ids != self.members;
+        // Eligibility (quality > 0) changes are failures or recoveries: at once (6.4).
+        let zero_transition = membership_changed
+            || qualities
+                .iter()
+                .zip(&self.qualities)
+                .any(|(a, b)| (*a == 0) != (*b == 0))
+            || up != self.up;
+        if membership_changed || self.integral.len() != ids.len() {
+            let old: BTreeMap<UplinkId, (f64, MemberState)> = self
+                .members
+                .iter()
+                .copied()
+                .zip(
+                    self.applied
+                        .iter()
+                        .copied()
+                        .zip(self.integral.iter().copied()),
+                )
+                .collect();
+            let carried: Vec<(f64, MemberState)> = ids
+                .iter()
+                .map(|id| {
+                    old.get(id)
+                        .copied()
+                        .unwrap_or((0.0, MemberState::default()))
+                })
+                .collect();
+            self.applied = carried.iter().map(|x| x.0).collect();
+            self.integral = carried.iter().map(|x| x.1).collect();
+            normalise(&mut self.applied);
+        }
+        self.signals = ids
+            .iter()
+            .map(|id| {
+                signals
+                    .iter()
+                    .find(|s| s.uplink == *id)
+                    .copied()
+                    .unwrap_or(MemberSignal {
+                        uplink: *id,
+                        ..MemberSignal::default()
+                    })
+            })
+            .collect();
+        for (st, sg) in self.integral.iter_mut().zip(&self.signals) {
+            st.observe(p, sg.available_gbps, now_ns);
+        }
+        self.capacities = sorted.iter().map(|m| m.capacity_gbps).collect();
+        self.members = ids;
+        self.qualities = qualities;
+        self.up = up;
+        self.target.resize(self.members.len(), 0.0);
+        self.at_rest = Some(false);
+        if first || zero_transition {
+            self.integral_targets(p, false);
+            self.applied = self.target.clone();
+            self.last_step_ns = Some(now_ns);
+            return Some(self.finish(config, now_ns, true));
+        }
+        self.tick_integral(config, p, now_ns)
+    }
+
+    /// Targets from the current state; with `step`, one controller step first.
+    fn integral_targets(&mut self, p: &IntegralParams, step: bool) -> bool {
+        let eligible: Vec<bool> = self.qualities.iter().map(|q| *q > 0).collect();
+        let capacity: Vec<f64> = (0..self.members.len())
+            .map(|i| {
+                integral::path_capacity(self.capacity_of(i), &self.signals[i], &self.integral[i])
+            })
+            .collect();
+        let congestion: Vec<f64> = self.signals.iter().map(integral::congestion).collect();
+        let mut changed = false;
+        let mut frozen = self.integral.clone();
+        let state = if step {
+            &mut self.integral
+        } else {
+            &mut frozen
+        };
+        let t = integral::step(
+            p,
+            &eligible,
+            &capacity,
+            &congestion,
+            &self.applied,
+            state,
+            &mut changed,
+        );
+        self.target = match t {
+            Some(t) => t,
+            None => {
+                // Nothing eligible: the all-zero fallback of 6.3 over the up uplinks.
+                let n = self.up.iter().filter(|u| **u).count();
+                self.up
+                    .iter()
+                    .map(|u| if *u && n > 0 { 1.0 / n as f64 } else { 0.0 })
+                    .collect()
+            }
+        };
+        step && changed
+    }
+
+    /// Integral weight function: one step if due; an application when a fraction moved by
+    /// at least the hysteresis.
+    fn tick_integral(
+        &mut self,
+        config: &ControllerConfig,
+        p: &IntegralParams,
+        now_ns: u64,
+    ) -> Option<Application> {
+        let due = self.next_due(config, now_ns)?;
+        if now_ns < due {
+            return None;
+        }
+        let changed = self.integral_targets(p, true);
+        self.last_step_ns = Some(now_ns);
+        self.at_rest = Some(!changed);
+        let moved = self
+            .applied
+            .iter()
+            .zip(&self.target)
+            .map(|(a, t)| (a - t).abs())
+            .fold(0.0f64, f64::max);
+        if moved >= p.hysteresis.max(1e-12) {
+            self.applied = self.target.clone();
+            return Some(self.finish(config, now_ns, false));
+        }
+        if !changed {
+            // At rest within the hysteresis: what is programmed stays; the target shown is
+            // what is applied, so that the schedule ends.
+            self.target = self.applied.clone();
+        }
+        None
+    }
+
+    fn capacity_of(&self, i: usize) -> f64 {
+        self.capacities.get(i).copied().unwrap_or(1.0)
     }
 
     /// Applied fractions by uplink id.
@@ -387,7 +580,8 @@ impl WeightController {
         let mut out = Vec::new();
         for (p, d) in &report.destinations {
             let inputs: Vec<MemberInput> = d.members.iter().map(MemberInput::from).collect();
-            if let Some(a) = self.update_one(*p, &inputs, now_ns) {
+            let signals = report.signals.get(p).map_or(&[][..], Vec::as_slice);
+            if let Some(a) = self.update_one_with(*p, &inputs, signals, now_ns) {
                 out.push((*p, a));
             }
         }
@@ -401,10 +595,23 @@ impl WeightController {
         members: &[MemberInput],
         now_ns: u64,
     ) -> Option<Application> {
-        self.destinations
-            .entry(prefix)
-            .or_default()
-            .update(&self.config, members, now_ns)
+        self.update_one_with(prefix, members, &[], now_ns)
+    }
+
+    /// New inputs for one destination, with the members' signals (integral function).
+    pub fn update_one_with(
+        &mut self,
+        prefix: Prefix,
+        members: &[MemberInput],
+        signals: &[MemberSignal],
+        now_ns: u64,
+    ) -> Option<Application> {
+        self.destinations.entry(prefix).or_default().update_with(
+            &self.config,
+            members,
+            signals,
+            now_ns,
+        )
     }
 
     /// Apply every damped step due at `now_ns`.

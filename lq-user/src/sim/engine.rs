@@ -31,6 +31,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Map, Value};
 
+use super::elastic::ElasticModel;
 use super::scenario::{Feedback, Scenario, SeriesKind};
 use super::{SimError, Summary, WatchStats};
 use crate::controller::config::ControllerConfig;
@@ -38,14 +39,15 @@ use crate::controller::heartbeat::Heartbeat;
 use crate::controller::path_quality::{
     LocalQuality, NnhMapping, PathSnapshot, Prefix, Uplink, UplinkId, compute, node,
 };
-use crate::controller::weights::{Application, MemberInput, WeightController};
+use crate::controller::weights::{Application, MemberInput, WeightController, quantize};
 use crate::helper::advertiser::{Advertiser, Identity, MonitoredLink, PathMtu, RemoteNode};
 use crate::helper::pipeline::{LinkPipeline, Metrics, RawSample};
 
-const PH_WAKE: u8 = 0;
-const PH_DELIVER: u8 = 1;
-const PH_CONTROL: u8 = 2;
-const PH_EVERY: u8 = 3;
+const PH_FLUID: u8 = 0;
+const PH_WAKE: u8 = 1;
+const PH_DELIVER: u8 = 2;
+const PH_CONTROL: u8 = 3;
+const PH_EVERY: u8 = 4;
 
 /// Router-ID of node `i`: 10.0.0.0 + i + 1.
 fn router_id(i: usize) -> u32 {
@@ -84,6 +86,7 @@ enum Kind {
     },
     Control(usize),
     Every,
+    Fluid,
 }
 
 struct Event {
@@ -114,6 +117,8 @@ enum Source {
     Idle,
     Series(usize, usize),
     Feedback(usize),
+    /// A queue of the elastic model.
+    Elastic(usize),
 }
 
 /// One sampled directed link.
@@ -253,6 +258,8 @@ pub struct Engine<'a> {
     watched: HashMap<(usize, usize), Vec<usize>>,
     /// Per watch: (t_ns, weight) at each application.
     watch_series: Vec<Vec<(u64, f64)>>,
+    /// The elastic load model.
+    elastic: Option<ElasticModel>,
 }
 
 fn fnv(s: &str) -> u64 {
@@ -472,7 +479,34 @@ impl<'a> Engine<'a> {
             dead_interval_ns: cfg.dead_interval_ns(),
             ..ReceiverConfig::default()
         };
+        let elastic = sc.elastic.as_ref().map(|spec| {
+            let uplinks = |leaf: usize| -> Vec<usize> {
+                nodes[leaf]
+                    .lb
+                    .as_ref()
+                    .map(|l| l.uplinks.clone())
+                    .unwrap_or_default()
+            };
+            let capacity = |a: usize, b: usize| -> Option<f64> {
+                link_of.get(&(a, b)).map(|&k| sc.links[k].capacity_gbps)
+            };
+            ElasticModel::new(spec, sc.params.balancing, sc.seed, &uplinks, &capacity)
+        });
+        if let Some(m) = &elastic {
+            // The helper links the model loads read its queues.
+            for (i, nd) in nodes.iter_mut().enumerate() {
+                if let Some(h) = nd.helper.as_mut() {
+                    for l in &mut h.links {
+                        if let Some(q) = m.queue_index(i, l.remote) {
+                            l.source = Source::Elastic(q);
+                            l.counters.max_buffer_bytes = m.queues[q].buffer_bytes.round() as u64;
+                        }
+                    }
+                }
+            }
+        }
         let mut e = Self {
+            elastic,
             sc,
             by_router: (0..n).map(|i| (router_id(i), i)).collect(),
             nodes,
@@ -500,6 +534,9 @@ impl<'a> Engine<'a> {
         }
         if let Some(every) = sc.every_ns {
             e.push(every, PH_EVERY, Kind::Every);
+        }
+        if e.elastic.is_some() {
+            e.push(0, PH_FLUID, Kind::Fluid);
         }
         Ok(e)
     }
@@ -541,6 +578,12 @@ impl<'a> Engine<'a> {
                     datagrams,
                 } => self.deliver(to, from, mode, &datagrams, t),
                 Kind::Control(i) => self.control(i, t, &mut w)?,
+                Kind::Fluid => {
+                    self.fluid(t);
+                    if let Some(dt) = self.sc.elastic.as_ref().map(|e| e.dt_ns) {
+                        self.push(t + dt, PH_FLUID, Kind::Fluid);
+                    }
+                }
                 Kind::Every => {
                     self.dump(t, &mut w)?;
                     if let Some(e) = self.sc.every_ns {
@@ -553,6 +596,7 @@ impl<'a> Engine<'a> {
         drop(w);
         self.summary.end_ms = end as f64 / 1e6;
         self.summary.watches = self.watch_stats();
+        self.summary.elastic = self.elastic.as_ref().map(|m| m.stats());
         Ok(self.summary)
     }
 
@@ -607,6 +651,7 @@ impl<'a> Engine<'a> {
                     }
                 }
             }
+            Source::Elastic(_) => (Metrics::default(), false),
             Source::Feedback(fi) => {
                 let f: &Feedback = &self.sc.feedback[fi];
                 let mut gbps: f64 = f
@@ -633,6 +678,42 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// One step of the elastic model: capacity steps, the groups' kernel weights from the
+    /// load-balancers' applied fractions (quantised as they are programmed), the flows.
+    fn fluid(&mut self, t: u64) {
+        let Some(mut m) = self.elastic.take() else {
+            return;
+        };
+        for (from, to, gbps) in m.capacity_steps(t) {
+            if let Some(h) = self.nodes[from].helper.as_mut()
+                && let Some(l) = h.links.iter_mut().find(|l| l.remote == to)
+            {
+                l.capacity_gbps = gbps;
+                l.counters.link_speed_bps = (gbps * 1e9).round() as u64;
+                if let Source::Elastic(q) = l.source {
+                    l.counters.max_buffer_bytes = m.queues[q].buffer_bytes.round() as u64;
+                }
+            }
+        }
+        let max_w = self.sc.params.controller.weight_resolution.max_weight();
+        for (s, d) in m.group_pairs() {
+            let lq = self.nodes[s].lb.as_ref().and_then(|lb| {
+                let dw = lb.weights.destination(&prefix_of(d))?;
+                let k = quantize(&dw.applied(), max_w);
+                let mut w = vec![0u32; lb.uplinks.len()];
+                for (id, x) in k {
+                    if let Some(slot) = w.get_mut(id as usize - 1) {
+                        *slot = x;
+                    }
+                }
+                Some(w)
+            });
+            m.set_weights(s, d, lq, t);
+        }
+        m.step(t);
+        self.elastic = Some(m);
+    }
+
     /// The fraction of `src`'s traffic to `dest` it currently sends through `helper`.
     fn applied_share(&self, src: usize, dest: usize, helper: usize) -> f64 {
         let Some(lb) = self.nodes[src].lb.as_ref() else {
@@ -653,6 +734,18 @@ impl<'a> Engine<'a> {
 
     /// Advances a link's counters by one interval ending at `t` and runs its pipeline.
     fn sample_link(&self, from: usize, l: &mut SLink, t: u64) {
+        if let (Source::Elastic(q), Some(m)) = (l.source, self.elastic.as_ref()) {
+            // The model's own counters: what the real sampler reads from the interface
+            // and the qdisc (A.2).
+            let q = &m.queues[q];
+            let c = &mut l.counters;
+            c.tx_bytes = q.tx_bytes.round() as u64;
+            c.queue_depth_bytes = q.backlog.round() as u64;
+            c.drops = q.drops;
+            c.t_ns = t;
+            l.pipe.on_sample(&l.counters);
+            return;
+        }
         if t > 0 {
             let t0 = t - self.t_sample;
             let (m, x) = self.raw_metrics(from, l, t0);
@@ -880,7 +973,8 @@ impl<'a> Engine<'a> {
             for (prefix, dq) in &report.destinations {
                 let inputs: Vec<MemberInput> = dq.members.iter().map(MemberInput::from).collect();
                 let p = lb.dest_pos[&node_of_prefix(prefix)];
-                if let Some(a) = lb.weights.update_one(*prefix, &inputs, t) {
+                let signals = report.signals.get(prefix).map_or(&[][..], Vec::as_slice);
+                if let Some(a) = lb.weights.update_one_with(*prefix, &inputs, signals, t) {
                     touched.push((p, a));
                 } else {
                     // The target changed but the step waits for T_reweight (6.4): the

@@ -16,6 +16,7 @@
 //! The scenario format is documented in [`scenario`] and in `docs/sim.md`; the output is one
 //! JSON object per line (see [`run`]).
 
+pub mod elastic;
 pub mod engine;
 pub mod scenario;
 
@@ -121,6 +122,9 @@ pub struct Summary {
     pub neighbor_failures: u64,
     /// The `[[watch]]` series.
     pub watches: Vec<WatchStats>,
+    /// The elastic load model's results (`[elastic]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elastic: Option<elastic::ElasticStats>,
 }
 
 /// Runs `scenario` to its end, writing JSON lines to `out`:

@@ -119,7 +119,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::SimError;
-use crate::controller::config::ControllerConfig;
+use crate::controller::config::{ControllerConfig, IntegralParams, WeightFunction};
 use crate::helper::params::HelperParams;
 
 /// `[params]` and `[[variant]]` keys; every one optional.
@@ -138,6 +138,14 @@ struct ParamsFile {
     max_buffer_bytes: Option<u64>,
     delay_ms: Option<f64>,
     loss: Option<f64>,
+    diagnostics: Option<bool>,
+    weight_function: Option<String>,
+    integral_deadband: Option<f64>,
+    integral_decrease: Option<f64>,
+    integral_increase: Option<f64>,
+    integral_floor: Option<f64>,
+    integral_hysteresis: Option<f64>,
+    balancing: Option<String>,
 }
 
 impl ParamsFile {
@@ -155,6 +163,14 @@ impl ParamsFile {
             max_buffer_bytes: o.max_buffer_bytes.or(self.max_buffer_bytes),
             delay_ms: o.delay_ms.or(self.delay_ms),
             loss: o.loss.or(self.loss),
+            diagnostics: o.diagnostics.or(self.diagnostics),
+            weight_function: o.weight_function.clone().or(self.weight_function.clone()),
+            integral_deadband: o.integral_deadband.or(self.integral_deadband),
+            integral_decrease: o.integral_decrease.or(self.integral_decrease),
+            integral_increase: o.integral_increase.or(self.integral_increase),
+            integral_floor: o.integral_floor.or(self.integral_floor),
+            integral_hysteresis: o.integral_hysteresis.or(self.integral_hysteresis),
+            balancing: o.balancing.clone().or(self.balancing.clone()),
         }
     }
 }
@@ -301,6 +317,174 @@ struct File {
     watch: Vec<WatchFile>,
     #[serde(default)]
     variant: Vec<VariantFile>,
+    elastic: Option<ElasticFile>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ElasticFile {
+    dt_ms: Option<f64>,
+    mss_bytes: Option<f64>,
+    base_rtt_ms: Option<f64>,
+    buffer_ms: Option<f64>,
+    beta: Option<f64>,
+    increase_mss_per_rtt: Option<f64>,
+    goodput: Option<f64>,
+    buckets: Option<u16>,
+    idle_timer_ms: Option<f64>,
+    unbalanced_timer_ms: Option<f64>,
+    sample_ms: Option<f64>,
+    watch_source: Spanned<String>,
+    watch_destination: Spanned<String>,
+    degraded: Spanned<String>,
+    #[serde(default)]
+    job: Vec<JobFile>,
+    #[serde(default)]
+    poisson: Vec<PoissonFile>,
+    #[serde(default)]
+    capacity: Vec<CapacityFile>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobFile {
+    name: Option<String>,
+    sources: Selector,
+    destination: Spanned<String>,
+    at_ms: f64,
+    flows: u32,
+    size_mib: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoissonFile {
+    name: Option<String>,
+    sources: Selector,
+    destination: Spanned<String>,
+    at_ms: f64,
+    duration_ms: f64,
+    rate_per_s: f64,
+    size_mib: f64,
+    pacing_mbps: Option<f64>,
+    seed: Option<u64>,
+    window_from_ms: Option<f64>,
+    window_to_ms: Option<f64>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CapacityFile {
+    from: Spanned<String>,
+    to: Spanned<String>,
+    at_ms: f64,
+    gbps: f64,
+}
+
+/// How a source leaf spreads its elastic flows over its uplinks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Balancing {
+    /// The load-balancer's applied weights (the weight function under test).
+    #[default]
+    Lq,
+    /// Equal weights.
+    Ecmp,
+    /// Weights proportional to the path capacity `min(uplink, spine -> destination)`.
+    Static,
+}
+
+/// Flows started together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Job {
+    /// Its name in the summary.
+    pub name: String,
+    /// Source leaves (flows spread round-robin over them).
+    pub sources: Vec<usize>,
+    /// Destination leaf.
+    pub destination: usize,
+    /// Start (ns).
+    pub at_ns: u64,
+    /// Number of flows.
+    pub flows: u32,
+    /// Bytes per flow.
+    pub size_bytes: f64,
+}
+
+/// Poisson flow arrivals.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Poisson {
+    /// Its name in the summary.
+    pub name: String,
+    /// Source leaves (arrivals spread round-robin).
+    pub sources: Vec<usize>,
+    /// Destination leaf.
+    pub destination: usize,
+    /// First possible arrival (ns).
+    pub at_ns: u64,
+    /// Arrivals stop after this long (ns).
+    pub duration_ns: u64,
+    /// Mean arrivals per second.
+    pub rate_per_s: f64,
+    /// Bytes per flow.
+    pub size_bytes: f64,
+    /// Sender pacing (bit/s), if any.
+    pub pacing_bps: Option<f64>,
+    /// RNG seed of the arrivals.
+    pub seed: u64,
+    /// Window (ns) over which weight swing and degraded share are reported.
+    pub window: (u64, u64),
+}
+
+/// A capacity step of a directed link (a shaping rate change).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CapacityStep {
+    /// From.
+    pub from: usize,
+    /// To.
+    pub to: usize,
+    /// When (ns).
+    pub at_ns: u64,
+    /// New capacity (Gbps).
+    pub gbps: f64,
+}
+
+/// The elastic (TCP-like fluid) load model, see docs/sim.md.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Elastic {
+    /// Fluid step (ns).
+    pub dt_ns: u64,
+    /// Segment size (bytes): the additive increase unit.
+    pub mss_bytes: f64,
+    /// Round-trip time without queueing (s).
+    pub base_rtt_s: f64,
+    /// Every queue holds this many seconds of its rate (tbf `latency`).
+    pub buffer_s: f64,
+    /// Multiplicative decrease factor on loss.
+    pub beta: f64,
+    /// Additive increase per RTT, in segments.
+    pub increase_mss_per_rtt: f64,
+    /// Payload share of the line rate.
+    pub goodput: f64,
+    /// Buckets of every resilient group.
+    pub buckets: u16,
+    /// Resilient idle timer (ns).
+    pub idle_timer_ns: u64,
+    /// Resilient unbalanced timer (ns, 0: never).
+    pub unbalanced_timer_ns: u64,
+    /// Share sampling period for the weight swing (ns).
+    pub sample_ns: u64,
+    /// The load-balancer whose shares are measured.
+    pub watch_source: usize,
+    /// Its destination.
+    pub watch_destination: usize,
+    /// The degraded spine whose share is reported.
+    pub degraded: usize,
+    /// Jobs.
+    pub jobs: Vec<Job>,
+    /// Poisson loads.
+    pub poisson: Vec<Poisson>,
+    /// Capacity steps, sorted by time.
+    pub capacity: Vec<CapacityStep>,
 }
 
 /// The resolved parameters of a run.
@@ -312,6 +496,8 @@ pub struct SimParams {
     pub controller: ControllerConfig,
     /// Buffer size of every queue.
     pub max_buffer_bytes: u64,
+    /// How elastic flows are spread (`balancing`).
+    pub balancing: Balancing,
 }
 
 /// A node.
@@ -415,6 +601,8 @@ pub struct Scenario {
     pub feedback: Vec<Feedback>,
     /// Watched series.
     pub watches: Vec<Watch>,
+    /// The elastic load model, if any.
+    pub elastic: Option<Elastic>,
     base_params: ParamsFile,
     variants: Vec<VariantFile>,
 }
@@ -532,6 +720,36 @@ fn resolve_params(p: &ParamsFile) -> Result<SimParams, String> {
     controller.t_reweight = dur(p.t_reweight_ms, "t_reweight_ms", helper.t_notify)?;
     controller.miss_count = p.miss_count.unwrap_or(controller.miss_count);
     controller.gain = p.gain.unwrap_or(controller.gain);
+    helper.diagnostics = p.diagnostics.unwrap_or(helper.diagnostics);
+    controller.weight_function = match p.weight_function.as_deref() {
+        None | Some("seed") => WeightFunction::Seed,
+        Some("integral") => {
+            let d = IntegralParams::default();
+            WeightFunction::Integral(IntegralParams {
+                deadband: p.integral_deadband.unwrap_or(d.deadband),
+                decrease: p.integral_decrease.unwrap_or(d.decrease),
+                increase: p.integral_increase.unwrap_or(d.increase),
+                floor: p.integral_floor.unwrap_or(d.floor),
+                hysteresis: p.integral_hysteresis.unwrap_or(d.hysteresis),
+                capacity_half_life: d.capacity_half_life,
+            })
+        }
+        Some(other) => {
+            return Err(format!(
+                "weight_function = {other:?}: expected \"seed\" or \"integral\""
+            ));
+        }
+    };
+    let balancing = match p.balancing.as_deref() {
+        None | Some("lq") => Balancing::Lq,
+        Some("ecmp") => Balancing::Ecmp,
+        Some("static") => Balancing::Static,
+        Some(other) => {
+            return Err(format!(
+                "balancing = {other:?}: expected \"lq\", \"ecmp\" or \"static\""
+            ));
+        }
+    };
     helper.validate().map_err(|e| e.to_string())?;
     controller.validate().map_err(|e| e.to_string())?;
     if helper.t_sample.is_zero() {
@@ -545,6 +763,7 @@ fn resolve_params(p: &ParamsFile) -> Result<SimParams, String> {
         helper,
         controller,
         max_buffer_bytes,
+        balancing,
     })
 }
 
@@ -792,6 +1011,10 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
             tolerance: w.tolerance.unwrap_or(0.01),
         });
     }
+    let elastic = match &f.elastic {
+        None => None,
+        Some(e) => Some(build_elastic(cx, e, &one, &select, &pair)?),
+    };
     for v in &f.variant {
         if v.params.delay_ms.is_some() || v.params.loss.is_some() {
             return Err(SimError::Params(format!(
@@ -815,7 +1038,136 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
         metrics,
         feedback,
         watches,
+        elastic,
         base_params: f.params.clone(),
         variants: f.variant.clone(),
+    })
+}
+
+fn build_elastic(
+    cx: &Ctx,
+    e: &ElasticFile,
+    one: &dyn Fn(&Spanned<String>) -> Result<usize, SimError>,
+    select: &dyn Fn(&Selector) -> Result<Vec<usize>, SimError>,
+    pair: &HashMap<(usize, usize), usize>,
+) -> Result<Elastic, SimError> {
+    let at = e.watch_source.span().start;
+    let pos = |v: Option<f64>, d: f64, what: &str| -> Result<f64, SimError> {
+        let x = v.unwrap_or(d);
+        if x.is_finite() && x > 0.0 {
+            Ok(x)
+        } else {
+            cx.err(at, format!("[elastic] {what} must be positive"))
+        }
+    };
+    let ns = |ms: f64, what: &str| -> Result<u64, SimError> {
+        ms_to_ns(ms).map_or_else(|| cx.err(at, format!("{what} = {ms} is not a time")), Ok)
+    };
+    let dt_ns = ns(pos(e.dt_ms, 0.5, "dt_ms")?, "dt_ms")?.max(1);
+    let beta = e.beta.unwrap_or(0.7);
+    let goodput = e.goodput.unwrap_or(1448.0 / 1514.0);
+    if !(0.0..1.0).contains(&beta) || !(goodput > 0.0 && goodput <= 1.0) {
+        return cx.err(at, "[elastic] beta must be in [0, 1) and goodput in (0, 1]");
+    }
+    let buckets = e.buckets.unwrap_or(256);
+    if buckets == 0 {
+        return cx.err(at, "[elastic] buckets must be positive");
+    }
+    let mut jobs = Vec::new();
+    for (k, j) in e.job.iter().enumerate() {
+        let sources = select(&j.sources)?;
+        let destination = one(&j.destination)?;
+        if sources.is_empty() || j.flows == 0 || !(j.size_mib > 0.0) {
+            return cx.err(
+                j.destination.span().start,
+                "[[elastic.job]] needs sources, flows and size_mib > 0",
+            );
+        }
+        jobs.push(Job {
+            name: j.name.clone().unwrap_or_else(|| format!("job{}", k + 1)),
+            sources,
+            destination,
+            at_ns: ns(j.at_ms, "at_ms")?,
+            flows: j.flows,
+            size_bytes: j.size_mib * 1_048_576.0,
+        });
+    }
+    let mut poisson = Vec::new();
+    for (k, p) in e.poisson.iter().enumerate() {
+        let sources = select(&p.sources)?;
+        let destination = one(&p.destination)?;
+        let bad = sources.is_empty()
+            || !(p.rate_per_s.is_finite() && p.rate_per_s > 0.0)
+            || !(p.size_mib > 0.0)
+            || p.pacing_mbps.is_some_and(|x| !(x > 0.0));
+        if bad {
+            return cx.err(
+                p.destination.span().start,
+                "[[elastic.poisson]] needs sources, rate_per_s > 0, size_mib > 0, pacing_mbps > 0",
+            );
+        }
+        let at_ns = ns(p.at_ms, "at_ms")?;
+        let duration_ns = ns(p.duration_ms, "duration_ms")?;
+        let window = (
+            ns(p.window_from_ms.unwrap_or(p.at_ms), "window_from_ms")?,
+            ns(
+                p.window_to_ms.unwrap_or(p.at_ms + p.duration_ms),
+                "window_to_ms",
+            )?,
+        );
+        poisson.push(Poisson {
+            name: p
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("poisson{}", k + 1)),
+            sources,
+            destination,
+            at_ns,
+            duration_ns,
+            rate_per_s: p.rate_per_s,
+            size_bytes: p.size_mib * 1_048_576.0,
+            pacing_bps: p.pacing_mbps.map(|m| m * 1e6),
+            seed: p.seed.unwrap_or(7),
+            window,
+        });
+    }
+    let mut capacity = Vec::new();
+    for c in &e.capacity {
+        let (from, to) = (one(&c.from)?, one(&c.to)?);
+        if !pair.contains_key(&(from.min(to), from.max(to))) || !(c.gbps > 0.0) {
+            return cx.err(
+                c.from.span().start,
+                "[[elastic.capacity]] needs an existing link and gbps > 0",
+            );
+        }
+        capacity.push(CapacityStep {
+            from,
+            to,
+            at_ns: ns(c.at_ms, "at_ms")?,
+            gbps: c.gbps,
+        });
+    }
+    capacity.sort_by_key(|c| c.at_ns);
+    Ok(Elastic {
+        dt_ns,
+        mss_bytes: pos(e.mss_bytes, 1448.0, "mss_bytes")?,
+        base_rtt_s: pos(e.base_rtt_ms, 0.2, "base_rtt_ms")? / 1e3,
+        buffer_s: pos(e.buffer_ms, 20.0, "buffer_ms")? / 1e3,
+        beta,
+        increase_mss_per_rtt: pos(e.increase_mss_per_rtt, 1.0, "increase_mss_per_rtt")?,
+        goodput,
+        buckets,
+        idle_timer_ns: ns(e.idle_timer_ms.unwrap_or(1000.0), "idle_timer_ms")?,
+        unbalanced_timer_ns: ns(
+            e.unbalanced_timer_ms.unwrap_or(1000.0),
+            "unbalanced_timer_ms",
+        )?,
+        sample_ns: ns(pos(e.sample_ms, 100.0, "sample_ms")?, "sample_ms")?.max(1),
+        watch_source: one(&e.watch_source)?,
+        watch_destination: one(&e.watch_destination)?,
+        degraded: one(&e.degraded)?,
+        jobs,
+        poisson,
+        capacity,
     })
 }

@@ -1,0 +1,254 @@
+//! `weight-function = "integral"`: weight = capacity x m, an integral controller on the
+//! congestion signal that the LQS loses (issue 12, docs/weights.md).
+//!
+//! Why not the seed's `target = quality / sum(quality)` (6.3): with elastic (TCP) load
+//! every loaded link runs at U ~ 1, so Appendix A.4's LQS clamps to about 0 on all of them
+//! and carries no information, while a path that is idle for a moment reads 255 and takes
+//! nearly all new weight: a bang-bang loop that g = 0.5 does not calm. Here:
+//!
+//! * eligibility: a member is used only while its path quality (6.3) is above 0, so
+//!   failures (LQS 0 by heartbeat, link down) stay immediate;
+//! * base share: the path capacity of section 4.1 (`f(FARE capacity, LQ quality)`),
+//!   `min(local uplink capacity, remote link capacity)`, the remote capacity being the
+//!   diagnostics link capacity (5.5) when the helper sends it, else the peak-held available
+//!   bandwidth (5.4: an idle link advertises its whole capacity), else unknown (the local
+//!   capacity alone);
+//! * modulation: `m` in `[floor, 1]` falls by a factor `1 - decrease` every T_reweight while
+//!   the member's signal `max(CL / 7, queue depth)` exceeds the group's traffic-weighted
+//!   mean by more than `deadband`, and recovers by `increase` otherwise. CL (A.5) does not
+//!   clamp like the LQS: an all-loaded fabric reads CL 1 everywhere and keeps its capacity
+//!   shares, a link that queues or drops reads CL 2..7;
+//! * hysteresis: the kernel group is reprogrammed only when a fraction moved by at least
+//!   `hysteresis` since the last application.
+
+use super::config::IntegralParams;
+use super::path_quality::MemberSignal;
+
+/// Per-member controller state.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemberState {
+    /// The congestion multiplier, `floor..=1`.
+    pub m: f64,
+    /// Peak-held available bandwidth (Gbps) and when it was last updated.
+    pub peak_available: Option<(f64, u64)>,
+}
+
+impl Default for MemberState {
+    fn default() -> Self {
+        Self {
+            m: 1.0,
+            peak_available: None,
+        }
+    }
+}
+
+impl MemberState {
+    /// Folds a new available-bandwidth observation into the peak estimate: the held value
+    /// decays with the configured half-life so that a link whose capacity fell is learnt
+    /// eventually, and any larger observation replaces it at once.
+    pub fn observe(&mut self, p: &IntegralParams, available_gbps: Option<f64>, now_ns: u64) {
+        let Some(a) = available_gbps.filter(|a| a.is_finite() && *a >= 0.0) else {
+            return;
+        };
+        let held = self.peak_available.map_or(0.0, |(v, t)| {
+            let dt = now_ns.saturating_sub(t) as f64 / 1e9;
+            v * 0.5f64.powf(dt / p.capacity_half_life.as_secs_f64())
+        });
+        self.peak_available = Some((held.max(a), now_ns));
+    }
+}
+
+/// The congestion signal of a member, 0..=1: the CL scaled to 1 (A.5 orders the causes
+/// by severity: utilisation, queue, ECN, PFC, drops) or the diagnostics queue depth when
+/// that is worse. No entry: 0 (absence of data is not congestion, as in 6.3).
+pub fn congestion(s: &MemberSignal) -> f64 {
+    let cl = f64::from(s.cl.unwrap_or(0).min(7)) / 7.0;
+    cl.max(s.queue.unwrap_or(0.0).clamp(0.0, 1.0))
+}
+
+/// Path capacity (Gbps) of a member: `min(local, remote)` when the remote capacity is
+/// known, else the local one. Not finite or not positive local capacities count as 1 so
+/// that a missing configuration degrades to equal shares.
+pub fn path_capacity(local_gbps: f64, s: &MemberSignal, st: &MemberState) -> f64 {
+    let local = if local_gbps.is_finite() && local_gbps > 0.0 {
+        local_gbps
+    } else {
+        1.0
+    };
+    let remote = s
+        .link_capacity_gbps
+        .filter(|c| c.is_finite() && *c > 0.0)
+        .or(st.peak_available.map(|x| x.0).filter(|c| *c > 0.0));
+    remote.map_or(local, |r| r.min(local))
+}
+
+/// One controller step over the eligible members: updates every `m` and returns the
+/// targets (fractions summing to 1 over the eligible members, 0 elsewhere), or `None` when
+/// no member is eligible. `current` are the fractions in force (the traffic weighting of
+/// the group mean); `changed` reports whether any `m` moved.
+pub fn step(
+    p: &IntegralParams,
+    eligible: &[bool],
+    capacity: &[f64],
+    signals: &[f64],
+    current: &[f64],
+    state: &mut [MemberState],
+    changed: &mut bool,
+) -> Option<Vec<f64>> {
+    let n = eligible.len();
+    let total_current: f64 = (0..n).filter(|&i| eligible[i]).map(|i| current[i]).sum();
+    let count = eligible.iter().filter(|e| **e).count();
+    if count == 0 {
+        return None;
+    }
+    // The traffic-weighted mean: what the group's traffic experiences on average. Before
+    // any traffic weighting exists (all 0), the plain mean.
+    let mean = if total_current > 0.0 {
+        (0..n)
+            .filter(|&i| eligible[i])
+            .map(|i| current[i] * signals[i])
+            .sum::<f64>()
+            / total_current
+    } else {
+        (0..n)
+            .filter(|&i| eligible[i])
+            .map(|i| signals[i])
+            .sum::<f64>()
+            / count as f64
+    };
+    *changed = false;
+    for i in 0..n {
+        if !eligible[i] {
+            continue;
+        }
+        let old = state[i].m;
+        let new = if signals[i] > mean + p.deadband {
+            (old * (1.0 - p.decrease)).max(p.floor)
+        } else {
+            (old + p.increase).min(1.0)
+        };
+        if new != old {
+            state[i].m = new;
+            *changed = true;
+        }
+    }
+    // A path far slower than the largest still gets a small share, so that a capacity
+    // estimate taken while it was saturated can recover (its available bandwidth shows).
+    let cmax = capacity.iter().copied().fold(0.0f64, f64::max);
+    let mut t: Vec<f64> = (0..n)
+        .map(|i| {
+            if eligible[i] {
+                capacity[i].max(cmax * 0.01) * state[i].m
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let s: f64 = t.iter().sum();
+    if !(s > 0.0 && s.is_finite()) {
+        return None;
+    }
+    t.iter_mut().for_each(|x| *x /= s);
+    Some(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(cl: u8) -> MemberSignal {
+        MemberSignal {
+            cl: Some(cl),
+            ..MemberSignal::default()
+        }
+    }
+
+    #[test]
+    fn all_loaded_keeps_capacity_shares() {
+        // Every path at U ~ 1 (CL 1), LQS 0 would give no information: capacity decides.
+        let p = IntegralParams::default();
+        let mut st = vec![MemberState::default(); 4];
+        let cap = [100.0, 25.0, 100.0, 100.0];
+        let s: Vec<f64> = (0..4).map(|_| congestion(&sig(1))).collect();
+        let mut changed = false;
+        let mut cur = vec![0.25; 4];
+        for _ in 0..100 {
+            cur = step(&p, &[true; 4], &cap, &s, &cur, &mut st, &mut changed).unwrap();
+        }
+        assert!((cur[1] - 25.0 / 325.0).abs() < 1e-12, "{cur:?}");
+        assert!(!changed);
+    }
+
+    #[test]
+    fn a_congested_path_is_throttled_to_the_floor_and_recovers() {
+        let p = IntegralParams::default();
+        let mut st = vec![MemberState::default(); 4];
+        let cap = [100.0; 4];
+        let hot = [sig(1), sig(7), sig(1), sig(1)].map(|x| congestion(&x));
+        let mut changed = false;
+        let mut cur = vec![0.25; 4];
+        let mut prev = cur[1];
+        for _ in 0..200 {
+            cur = step(&p, &[true; 4], &cap, &hot, &cur, &mut st, &mut changed).unwrap();
+            // Monotone, no oscillation.
+            assert!(cur[1] <= prev + 1e-12);
+            prev = cur[1];
+        }
+        assert_eq!(st[1].m, p.floor);
+        assert!((cur[1] - 0.5 / 3.5).abs() < 1e-12);
+        let calm = [sig(1); 4].map(|x| congestion(&x));
+        for _ in 0..200 {
+            cur = step(&p, &[true; 4], &cap, &calm, &cur, &mut st, &mut changed).unwrap();
+        }
+        assert_eq!(st[1].m, 1.0);
+        assert!((cur[1] - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn ineligible_members_get_nothing() {
+        let p = IntegralParams::default();
+        let mut st = vec![MemberState::default(); 3];
+        let mut changed = false;
+        let t = step(
+            &p,
+            &[true, false, true],
+            &[10.0, 10.0, 30.0],
+            &[0.0; 3],
+            &[0.0; 3],
+            &mut st,
+            &mut changed,
+        )
+        .unwrap();
+        assert_eq!(t, vec![0.25, 0.0, 0.75]);
+        assert!(
+            step(
+                &p,
+                &[false; 3],
+                &[1.0; 3],
+                &[0.0; 3],
+                &[0.0; 3],
+                &mut st,
+                &mut changed
+            )
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn capacity_prefers_diagnostics_then_peak_available() {
+        let p = IntegralParams::default();
+        let mut st = MemberState::default();
+        let mut s = MemberSignal::default();
+        assert_eq!(path_capacity(400.0, &s, &st), 400.0);
+        st.observe(&p, Some(100.0), 0);
+        st.observe(&p, Some(3.0), 1_000_000);
+        assert!((path_capacity(400.0, &s, &st) - 100.0).abs() < 0.01);
+        s.link_capacity_gbps = Some(25.0);
+        assert_eq!(path_capacity(400.0, &s, &st), 25.0);
+        assert_eq!(path_capacity(10.0, &s, &st), 10.0);
+        // One half-life later the held value has halved.
+        st.observe(&p, Some(0.0), 30_001_000_000);
+        let v = st.peak_available.unwrap().0;
+        assert!((v - 50.0).abs() < 0.01, "{v}");
+    }
+}
