@@ -2,9 +2,11 @@
 //! report's medians, minima and maxima as `LQ-METRIC` lines (issue 12's goals attached).
 //!
 //! Builds `lqd` and the demo (release) if needed, runs the demo as a child with
-//! `--draws 5 --out target/bench/fabric` (arguments given to this program replace
-//! `--draws 5`, e.g. `--draws 3 --weight-function NAME`), then reads
-//! `target/bench/fabric/report.json`. About 3 minutes per draw on 2 cores; the plot of
+//! `--draws 5 --out target/bench/fabric`, then reads `target/bench/fabric/report.json`.
+//! More demo arguments come from this program's arguments or, through `cargo xtask bench`,
+//! from `LQ_BENCH_FABRIC_ARGS` (whitespace-separated), e.g.
+//! `LQ_BENCH_FABRIC_ARGS="--weight-function integral" cargo xtask bench fabric`; a
+//! `--draws N` there replaces the 5. About 3 minutes per draw on 2 cores; the plot of
 //! every draw is `target/bench/fabric/plot.svg`.
 
 use std::{
@@ -77,6 +79,9 @@ fn run() -> Result<()> {
     }
     let out = root.join("target/bench/fabric");
     let mut extra: Vec<String> = std::env::args().skip(1).collect();
+    if let Ok(more) = std::env::var("LQ_BENCH_FABRIC_ARGS") {
+        extra.extend(more.split_whitespace().map(str::to_string));
+    }
     if !extra.iter().any(|a| a == "--draws") {
         extra.extend(["--draws".into(), "5".into()]);
     }
@@ -100,8 +105,11 @@ fn run() -> Result<()> {
     .with_context(|| format!("parse {}", path.display()))?;
     let draws = report["draws"].as_u64().unwrap_or(0);
     println!(
-        "==> bench_fabric: {draws} draw(s), seeds {}, load average {} -> {}",
-        report["seeds"], report["load_average"]["start"], report["load_average"]["end"]
+        "==> bench_fabric: {draws} draw(s), seeds {}, weight-function {}, load average {} -> {}",
+        report["seeds"],
+        report["weight_function"],
+        report["load_average"]["start"],
+        report["load_average"]["end"]
     );
     let goals = &report["goals"];
     for (name, unit) in METRICS {
