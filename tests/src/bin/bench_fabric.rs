@@ -6,7 +6,8 @@
 //! More demo arguments come from this program's arguments or, through `cargo xtask bench`,
 //! from `LQ_BENCH_FABRIC_ARGS` (whitespace-separated), e.g.
 //! `LQ_BENCH_FABRIC_ARGS="--weight-function integral" cargo xtask bench fabric`; a
-//! `--draws N` there replaces the 5. About 3 minutes per draw on 2 cores; the plot of
+//! `--draws N` there replaces the 5, and `--report PATH` re-reads an earlier report
+//! instead of running the demo. About 3 minutes per draw on 2 cores; the plot of
 //! every draw is `target/bench/fabric/plot.svg`.
 
 use std::{
@@ -35,6 +36,26 @@ const METRICS: [(&str, &str); 13] = [
     ("jct_static_s", "s"),
 ];
 
+/// The comparison a goal text puts on one statistic: `"median >= 2, min >= 1.5"` and
+/// `"min"` give `">= 1.5"`; a range `"median in [0.04, 0.12]"` keeps its comma.
+fn goal_of(text: &str, stat: &str) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    for p in text.split(", ") {
+        let starts = ["median ", "min ", "max "].iter().any(|s| p.starts_with(s));
+        match parts.last_mut() {
+            Some(last) if !starts => {
+                last.push_str(", ");
+                last.push_str(p);
+            }
+            _ => parts.push(p.to_string()),
+        }
+    }
+    parts
+        .iter()
+        .find_map(|p| p.strip_prefix(stat)?.strip_prefix(' '))
+        .map(str::to_string)
+}
+
 fn main() {
     lq_tests::require_root();
     if let Err(e) = run() {
@@ -56,6 +77,15 @@ fn run() -> Result<()> {
         .and_then(Path::parent)
         .context("workspace root")?
         .to_path_buf();
+    let mut extra: Vec<String> = std::env::args().skip(1).collect();
+    if let Ok(more) = std::env::var("LQ_BENCH_FABRIC_ARGS") {
+        extra.extend(more.split_whitespace().map(str::to_string));
+    }
+    // `--report PATH`: the metrics of an earlier run's report, without running the demo.
+    if let Some(k) = extra.iter().position(|a| a == "--report") {
+        let path = PathBuf::from(extra.get(k + 1).context("--report needs a path")?);
+        return emit_report(&path);
+    }
     // The demo and lqd as of this checkout: cargo is a no-op when they are fresh.
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let st = Command::new(&cargo)
@@ -78,10 +108,6 @@ fn run() -> Result<()> {
         bail!("building lqd and the demo failed ({st})");
     }
     let out = root.join("target/bench/fabric");
-    let mut extra: Vec<String> = std::env::args().skip(1).collect();
-    if let Ok(more) = std::env::var("LQ_BENCH_FABRIC_ARGS") {
-        extra.extend(more.split_whitespace().map(str::to_string));
-    }
     if !extra.iter().any(|a| a == "--draws") {
         extra.extend(["--draws".into(), "5".into()]);
     }
@@ -98,9 +124,13 @@ fn run() -> Result<()> {
     if !st.success() {
         bail!("the demo failed ({st})");
     }
-    let path = out.join("report.json");
+    emit_report(&out.join("report.json"))
+}
+
+/// Prints the LQ-METRIC lines of a demo report.
+fn emit_report(path: &Path) -> Result<()> {
     let report: Value = serde_json::from_str(
-        &std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?,
+        &std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?,
     )
     .with_context(|| format!("parse {}", path.display()))?;
     let draws = report["draws"].as_u64().unwrap_or(0);
@@ -115,13 +145,7 @@ fn run() -> Result<()> {
     for (name, unit) in METRICS {
         let s = &report["summary"][name];
         let goal_text = goals[name]["goal"].as_str().unwrap_or_default();
-        // "median >= 2, min >= 1.5" -> the comparison for each statistic.
-        let goal_of = |stat: &str| {
-            goal_text
-                .split(", ")
-                .find_map(|g| g.strip_prefix(stat)?.strip_prefix(' '))
-                .map(str::to_string)
-        };
+        let goal_of = |stat: &str| goal_of(goal_text, stat);
         for (stat, suffix) in [("median", ""), ("min", "_min"), ("max", "_max")] {
             match s[stat].as_f64() {
                 Some(v) => emit(
@@ -146,4 +170,20 @@ fn run() -> Result<()> {
         None,
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::goal_of;
+
+    #[test]
+    fn goals_per_statistic() {
+        let t = "median >= 2, min >= 1.5";
+        assert_eq!(goal_of(t, "median").as_deref(), Some(">= 2"));
+        assert_eq!(goal_of(t, "min").as_deref(), Some(">= 1.5"));
+        assert_eq!(goal_of(t, "max"), None);
+        let r = "median in [0.04, 0.12]";
+        assert_eq!(goal_of(r, "median").as_deref(), Some("in [0.04, 0.12]"));
+        assert_eq!(goal_of("max <= 0", "max").as_deref(), Some("<= 0"));
+    }
 }

@@ -64,6 +64,29 @@ pub fn mean_share(
     (w.len() >= 3).then(|| w.iter().map(|s| s.1[member]).sum::<f64>() / w.len() as f64)
 }
 
+/// Whether member `member` (0-based) was out of L1's group (weight 0) in every sample of
+/// `draw` in `[from, to]`: at least one sample, and the group present in all of them (while
+/// it is re-created between runs nothing is routed through it).
+pub fn out_throughout(
+    samples: &[WeightSample],
+    draw: u32,
+    member: usize,
+    from: f64,
+    to: f64,
+) -> bool {
+    let mut any = false;
+    for s in samples
+        .iter()
+        .filter(|s| s.draw == draw && s.t_s >= from && s.t_s <= to)
+    {
+        match s.weights {
+            Some(w) if w[member] == 0 && w.iter().any(|&x| x > 0) => any = true,
+            _ => return false,
+        }
+    }
+    any
+}
+
 /// The steady part of a job: from `settle_s` after its start until a quarter of its flows
 /// have completed (until then the offered load is the job's full load); `fcts_s` are the
 /// completion times since the start of the flows that completed, `limit_s` the job's
@@ -308,6 +331,31 @@ mod tests {
         // Too few samples: no value rather than a made-up one.
         assert_eq!(weight_swing(&s, 0, 1.3, 2.0), None);
         assert_eq!(mean_share(&s, 1, 3, 0.0, 2.0), None);
+    }
+
+    #[test]
+    fn out_throughout_needs_every_sample() {
+        // From a bench run: S2 out at both 0.5 s end points but back in (65) between them,
+        // when L1 sent it 11.5 Mbit/s legitimately.
+        let s = [
+            ws(742.739, [254, 0, 230, 255]),
+            ws(742.840, [254, 0, 230, 255]),
+            ws(742.939, [254, 65, 230, 255]),
+            ws(743.039, [254, 65, 230, 255]),
+            ws(743.140, [254, 65, 230, 255]),
+            ws(743.239, [254, 0, 230, 255]),
+        ];
+        assert!(!out_throughout(&s, 0, 1, 742.72, 743.32));
+        assert!(out_throughout(&s, 0, 1, 742.72, 742.85));
+        assert!(!out_throughout(&s, 0, 0, 742.72, 743.32));
+        // No samples, or the group absent: not "out".
+        assert!(!out_throughout(&s, 0, 1, 800.0, 801.0));
+        let gone = [WeightSample {
+            t_s: 1.0,
+            draw: 0,
+            weights: None,
+        }];
+        assert!(!out_throughout(&gone, 0, 1, 0.0, 2.0));
     }
 
     #[test]
