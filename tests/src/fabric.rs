@@ -98,6 +98,88 @@ pub fn router_sysctls(ns: &NetNs) -> Result<()> {
     Ok(())
 }
 
+/// Pins `net.ipv4.fib_multipath_hash_seed` of namespace `ns` (per namespace since Linux
+/// 6.11; 0 means the kernel's random per-namespace key): the same seed and 5-tuples give
+/// the same multipath hash, so a hash draw is repeatable. Inside `ns` only.
+pub fn set_multipath_hash_seed(ns: &NetNs, seed: u32) -> Result<()> {
+    ns.exec(
+        "sysctl",
+        &["-qw", &format!("net.ipv4.fib_multipath_hash_seed={seed}")],
+    )?;
+    let now = ns.exec("sysctl", &["-n", "net.ipv4.fib_multipath_hash_seed"])?;
+    if now.trim() != seed.to_string() {
+        bail!(
+            "{}: fib_multipath_hash_seed reads {} after setting {seed}",
+            ns.name(),
+            now.trim()
+        );
+    }
+    Ok(())
+}
+
+/// The egress interface the kernel of `ns` picks for TCP flows from `src:sport` to
+/// `dst:dport` arriving on `iif`, one per source port (`ip route get ... iif`, the
+/// forwarding lookup with the multipath hash of the packet's 5-tuple), in one `ip -batch`.
+/// `None` where a line has no `dev`.
+pub fn flow_egress(
+    ns: &NetNs,
+    iif: &str,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    dport: u16,
+    sports: &[u16],
+) -> Result<Vec<Option<String>>> {
+    use std::io::Write as _;
+    let mut child = Command::new("ip")
+        .args(["-n", ns.name(), "-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("spawn ip -batch")?;
+    {
+        let mut stdin = child.stdin.take().context("ip -batch stdin")?;
+        for sp in sports {
+            writeln!(
+                stdin,
+                "route get {dst} from {src} iif {iif} ipproto tcp sport {sp} dport {dport}"
+            )?;
+        }
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "ip -batch route get in {}: {}",
+            ns.name(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    // One route per request; a route may wrap onto indented continuation lines.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut routes: Vec<Option<String>> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let dev = words
+            .by_ref()
+            .skip_while(|w| *w != "dev")
+            .nth(1)
+            .map(str::to_string);
+        routes.push(dev);
+    }
+    if routes.len() != sports.len() {
+        bail!(
+            "ip -batch route get in {}: {} answers for {} flows:\n{text}",
+            ns.name(),
+            routes.len(),
+            sports.len()
+        );
+    }
+    Ok(routes)
+}
+
 /// tbf parameters of a shaped link: the queue holds `latency` worth of the rate.
 #[derive(Clone, Copy, Debug)]
 pub struct Shaping {
@@ -336,6 +418,8 @@ pub struct LbOptions {
     pub unbalanced_timer_ms: u32,
     /// Damping gain.
     pub gain: f64,
+    /// The weight function (`weight-function` in `[damping]`); lqd's default when `None`.
+    pub weight_function: Option<String>,
 }
 
 impl Default for LbOptions {
@@ -345,6 +429,7 @@ impl Default for LbOptions {
             idle_timer_ms: 1000,
             unbalanced_timer_ms: 1000,
             gain: 0.5,
+            weight_function: None,
         }
     }
 }
@@ -360,8 +445,13 @@ pub fn lb_sections(
         .iter()
         .map(|u| format!("\"{}\"", u.interface))
         .collect();
+    let weight_function = o
+        .weight_function
+        .as_deref()
+        .map(|w| format!("weight-function = \"{w}\"\n"))
+        .unwrap_or_default();
     let mut c = format!(
-        "\n[receiver]\ninterfaces = [{}]\n\n[damping]\ngain = {}\n\n[nexthop-group]\ntype = \"resilient\"\nbuckets = {}\nidle-timer-ms = {}\nunbalanced-timer-ms = {}\n",
+        "\n[receiver]\ninterfaces = [{}]\n\n[damping]\ngain = {}\n{weight_function}\n[nexthop-group]\ntype = \"resilient\"\nbuckets = {}\nidle-timer-ms = {}\nunbalanced-timer-ms = {}\n",
         ifaces.join(", "),
         o.gain,
         o.buckets,
@@ -738,6 +828,15 @@ impl Clos3 {
             ));
         }
         c
+    }
+
+    /// Pins the multipath hash seed of every router (spines and leaves) to `seed`: one
+    /// hash draw of the fabric.
+    pub fn set_multipath_hash_seed(&self, seed: u32) -> Result<()> {
+        for ns in self.spines.iter().chain(&self.leaves) {
+            set_multipath_hash_seed(ns, seed)?;
+        }
+        Ok(())
     }
 
     /// Changes the shaping rate of spine i's link towards leaf j (both 1-based).

@@ -1,87 +1,89 @@
-//! The fabric builder end to end, short enough for CI: a 3-stage CLOS of 4 spines and 2
-//! leaves with hosts, tbf-shaped veths, `lq_clear_hash` on the leaves' host ports, `lqd`
-//! load-balancers on the leaves; TCP from H1 to H2 crosses the fabric, and the leaf's
-//! resilient group for H2's prefix follows the spines' advertisements (a congested
-//! S2->L2 link loses weight). Spines run the real helper role when it starts, else test
-//! senders advertise scripted values.
+//! The fabric builder end to end with the real helper role, short enough for CI: a 3-stage
+//! CLOS of 4 spines and 2 leaves with hosts, tbf-shaped veths, `lq_clear_hash` on the
+//! leaves' host ports, `lqd` helpers on the spines and load-balancers on the leaves.
+//!
+//! TCP from H1 to H2 crosses the fabric; then S2->L2 is cut to 5 Mbit/s and flooded from
+//! inside S2, so S2's helper measures a saturated link (seed 003 Appendix A: utilisation,
+//! drops and queue from the kernel's counters) and advertises a low LQS; L1's resilient
+//! group for H2's prefix must give S2 less weight than every other spine (section 6), and
+//! equal weights again once the flood stops and the link is restored.
+//!
+//! There is no fallback: the test fails when a helper does not start, exits, or never
+//! advertises (L1 must hear all four spines).
 
 use std::{
     io::{Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpListener, TcpStream, UdpSocket},
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU8, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
 };
 
 use lq_tests::{
-    daemon::{Sender, lqd_bin},
+    daemon::lqd_bin,
     fabric::{Clos3, Daemon, LbOptions, Shaping, enter_netns, group_members, route_group},
-    packet::{entry, header},
     require_root,
 };
 
-/// Scripted spines: every 20 ms each spine advertises its links to both leaves; S2's link
-/// to L2 has the LQS in `s2_l2`.
-fn scripted_spines(
+/// Waits until `ok` holds for L1's group, or panics after `limit` with what it saw.
+fn wait_group(
     fab: &Clos3,
-    s2_l2: Arc<AtomicU8>,
-    stop: Arc<AtomicBool>,
-) -> Vec<std::thread::JoinHandle<()>> {
-    (1..=fab.spines.len())
-        .map(|i| {
-            let ns = fab.spines[i - 1].name().to_string();
-            let (q, stop) = (s2_l2.clone(), stop.clone());
-            std::thread::spawn(move || {
-                enter_netns(&ns).unwrap();
-                let mut senders: Vec<Sender> = (1..=2)
-                    .map(|j| {
-                        Sender::bind(SocketAddr::new(Clos3::spine_addr(i, j).into(), 0), 255)
-                            .unwrap()
-                    })
-                    .collect();
-                let mut seq = 7u16;
-                while !stop.load(Ordering::Relaxed) {
-                    seq = seq.wrapping_add(1);
-                    let l2 = if i == 2 {
-                        q.load(Ordering::Relaxed)
-                    } else {
-                        237
-                    };
-                    let entries = [
-                        entry(u32::from(Clos3::leaf_id(1)), 1, 237, 0),
-                        entry(
-                            u32::from(Clos3::leaf_id(2)),
-                            2,
-                            l2,
-                            if l2 < 100 { 3 } else { 0 },
-                        ),
-                    ];
-                    for (j, s) in senders.iter_mut().enumerate() {
-                        let to = SocketAddr::new(Clos3::leaf_addr(i, j + 1).into(), 52525);
-                        let _ = s.send(to, &header(u32::from(Clos3::spine_id(i)), seq), &entries);
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            })
-        })
-        .collect()
-}
-
-fn wait_weights(fab: &Clos3, group: u64, want: &[(u64, u64)], what: &str) {
+    group: u64,
+    limit: Duration,
+    what: &str,
+    ok: impl Fn(&[(u64, u64)]) -> bool,
+    context: impl Fn() -> String,
+) -> Vec<(u64, u64)> {
     let start = Instant::now();
     loop {
         let got = group_members(&fab.leaves[0], group);
-        if got.as_deref() == Some(want) {
-            return;
+        if let Some(g) = &got
+            && ok(g)
+        {
+            return g.clone();
         }
         assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{what}: L1's group {got:?}, want {want:?}"
+            start.elapsed() < limit,
+            "{what}: L1's group is {got:?} after {limit:?}\n{}",
+            context()
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The LQS S2's helper computes for its link to L2 (`lqd` control socket, `local`).
+fn s2_l2_lqs(s2: &Daemon) -> Option<u64> {
+    let v = s2.query("local").ok()?;
+    v["links"]
+        .as_array()?
+        .iter()
+        .find(|l| l["interface"] == "l2")?["lqs"]
+        .as_u64()
+}
+
+/// Sends `rate_mbit` of 1400-octet UDP datagrams from inside `ns` to `to` until `stop`.
+fn flood(
+    ns: String,
+    to: SocketAddr,
+    rate_mbit: u64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        enter_netns(&ns).unwrap();
+        let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+        let payload = [0x5au8; 1400];
+        // Bursts every 10 ms: rate_mbit * 1e6 / 8 / 1400 / 100 datagrams each.
+        let per_tick = (rate_mbit * 1_000_000 / 8 / 1400 / 100).max(1);
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..per_tick {
+                // ENOBUFS under the qdisc's back-pressure is expected: that is the point.
+                let _ = sock.send_to(&payload, to);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
 }
 
 #[test]
@@ -93,9 +95,9 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
     let o = LbOptions::default();
     let pid = std::process::id();
 
-    // Spines: the real helper if it runs, scripted senders otherwise.
-    let helper: Vec<Daemon> = (1..=4)
-        .map_while(|i| {
+    // The real helper role on every spine: a spine that cannot start fails the test.
+    let mut helpers: Vec<Daemon> = (1..=4)
+        .map(|i| {
             Daemon::start(
                 &lqd,
                 &fab.spines[i - 1],
@@ -103,20 +105,10 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
                 &fab.spine_config(i, 2, false),
                 &dir,
             )
-            .ok()
+            .unwrap_or_else(|e| panic!("the helper role did not start on S{i}: {e:#}"))
         })
         .collect();
-    let real_helper = helper.len() == 4;
-    drop(if real_helper { Vec::new() } else { helper });
-    let s2_l2 = Arc::new(AtomicU8::new(237));
-    let stop = Arc::new(AtomicBool::new(false));
-    let scripted = if real_helper {
-        Vec::new()
-    } else {
-        eprintln!("helper role unavailable: scripted spines");
-        scripted_spines(&fab, s2_l2.clone(), stop.clone())
-    };
-    let _leaves: Vec<Daemon> = (1..=2)
+    let mut leaves: Vec<Daemon> = (1..=2)
         .map(|j| {
             Daemon::start(
                 &lqd,
@@ -125,9 +117,43 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
                 &fab.leaf_config(j, &o, false),
                 &dir,
             )
-            .unwrap()
+            .unwrap_or_else(|e| panic!("the load-balancer did not start on L{j}: {e:#}"))
         })
         .collect();
+    let logs = |helpers: &[Daemon], leaves: &[Daemon]| -> String {
+        helpers
+            .iter()
+            .chain(leaves)
+            .map(|d| format!("--- {}:\n{}", d.instance, d.log_tail(8)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    // Every spine advertises: L1 hears S1..S4 (seed 003 section 7.3) and they stay active.
+    let start = Instant::now();
+    loop {
+        let n = leaves[0]
+            .query("neighbors")
+            .ok()
+            .and_then(|v| {
+                v.as_array().map(|a| {
+                    a.iter()
+                        .filter(|n| n["state"] == "active" && n["accepted"].as_u64() > Some(0))
+                        .count()
+                })
+            })
+            .unwrap_or(0);
+        if n == 4 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "L1 hears {n} of 4 spines: {:?}\n{}",
+            leaves[0].query("neighbors").ok(),
+            logs(&helpers, &leaves)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     let prefix = Clos3::host_prefix(2);
     let start = Instant::now();
@@ -137,12 +163,20 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
         }
         assert!(
             start.elapsed() < Duration::from_secs(10),
-            "no route to {prefix} on L1"
+            "no route to {prefix} on L1\n{}",
+            logs(&helpers, &leaves)
         );
         std::thread::sleep(Duration::from_millis(20));
     };
     let equal = [(1, 255), (2, 255), (3, 255), (4, 255)];
-    wait_weights(&fab, group, &equal, "steady state");
+    wait_group(
+        &fab,
+        group,
+        Duration::from_secs(10),
+        "steady state",
+        |g| g == equal,
+        || logs(&helpers, &leaves),
+    );
 
     // TCP across the fabric (H1 -> L1 -> Si -> L2 -> H2), 4 MiB.
     let h2 = fab.hosts[1].name().to_string();
@@ -175,21 +209,66 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
     // The hash clearer was loaded and attached (tcx) on every leaf's host port.
     assert!(fab.hash_clear.is_some());
 
-    if !real_helper {
-        // Appendix B: S2->L2 at LQS 72 -> weights 255/77/255/255.
-        s2_l2.store(72, Ordering::Relaxed);
-        wait_weights(
-            &fab,
-            group,
-            &[(1, 255), (2, 77), (3, 255), (4, 255)],
-            "S2->L2 congested",
-        );
-        s2_l2.store(237, Ordering::Relaxed);
-        wait_weights(&fab, group, &equal, "S2->L2 recovered");
-    }
+    // Remote congestion: S2->L2 cut to 5 Mbit/s and offered 20 Mbit/s from inside S2.
+    fab.set_spine_rate(2, 2, 5).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooder = flood(
+        fab.spines[1].name().to_string(),
+        SocketAddr::new(Clos3::host_addr(2).into(), 9),
+        20,
+        stop.clone(),
+    );
+    let congested = wait_group(
+        &fab,
+        group,
+        Duration::from_secs(15),
+        "S2->L2 saturated: S2 must weigh less than every other spine",
+        |g| {
+            let w = |id: u64| g.iter().find(|m| m.0 == id).map_or(0, |m| m.1);
+            // Out of the group (weight 0) counts as less, too.
+            let others = [1, 3, 4].map(w);
+            others.iter().all(|&x| x > 0) && w(2) < *others.iter().min().unwrap_or(&0)
+        },
+        || {
+            format!(
+                "S2->L2 LQS {:?}\n{}",
+                s2_l2_lqs(&helpers[1]),
+                logs(&helpers, &leaves)
+            )
+        },
+    );
+    let lqs = s2_l2_lqs(&helpers[1]);
+    eprintln!("S2->L2 saturated: LQS {lqs:?}, L1's group {congested:?}");
+    // The helper saw it (Appendix A): the advertised link is no longer near-idle (237+).
+    assert!(
+        lqs.is_some_and(|q| q < 200),
+        "S2's helper reports LQS {lqs:?} for a saturated link"
+    );
+
+    // Recovery: flood stopped, link restored; L1 returns to equal weights.
     stop.store(true, Ordering::Relaxed);
-    for t in scripted {
-        t.join().unwrap();
+    flooder.join().unwrap();
+    fab.set_spine_rate(2, 2, 100).unwrap();
+    wait_group(
+        &fab,
+        group,
+        Duration::from_secs(20),
+        "S2->L2 recovered",
+        |g| g == equal,
+        || {
+            format!(
+                "S2->L2 LQS {:?}\n{}",
+                s2_l2_lqs(&helpers[1]),
+                logs(&helpers, &leaves)
+            )
+        },
+    );
+
+    // No daemon died along the way.
+    for d in helpers.iter_mut().chain(leaves.iter_mut()) {
+        assert!(d.alive(), "{} exited:\n{}", d.instance, d.log_tail(20));
     }
+    drop(leaves);
+    drop(helpers);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,11 +15,15 @@
 //!
 //! `name` (string), `value` (number) and `unit` (string) are required; `goal` and
 //! `baseline` may be null, a number, or a string: `goal` is a comparison such as
-//! `"<= 1.3"`, `">= 8"`, `"< 5"`, `"> 0"` or `"== 0"` against which `value` is checked.
+//! `"<= 1.3"`, `">= 8"`, `"< 5"`, `"> 0"`, `"== 0"` or a closed range `"in [0.04, 0.12]"`
+//! against which `value` is checked.
 //! Everything else a benchmark prints is shown but ignored. xtask writes all metrics to
 //! `target/bench/results.json` (`{"metrics": [...], "host": {...}}`) and a Markdown table
 //! to `target/bench/results.md`, and prints the table. A benchmark that exits non-zero
 //! makes `cargo xtask bench` exit non-zero after collecting the others.
+//!
+//! Long benchmarks ([`LONG_BENCHES`]) run only when named: `cargo xtask bench fabric` runs
+//! the fabric demo over 5 hash draws (about 15 minutes on 2 cores, `bench_fabric.rs`).
 
 use std::{fs, path::Path, time::Instant};
 
@@ -35,10 +39,13 @@ const METRIC_PREFIX: &str = "LQ-METRIC ";
 const BENCH_PACKAGE: &str = "lq-tests";
 /// The binary-name prefix of a benchmark.
 const BENCH_PREFIX: &str = "bench_";
+/// Benchmarks left out unless named: they take many minutes.
+const LONG_BENCHES: &[&str] = &["fabric"];
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Run only these benchmarks (the `<name>` of `bench_<name>`).
+    /// Run only these benchmarks (the `<name>` of `bench_<name>`); long ones (fabric: the
+    /// demo over 5 hash draws) run only when named.
     #[arg(value_name = "NAME")]
     pub names: Vec<String>,
 }
@@ -104,7 +111,14 @@ fn bench_names(meta: &Value) -> Vec<String> {
 
 fn select(all: &[String], wanted: &[String]) -> Result<Vec<String>> {
     if wanted.is_empty() {
-        return Ok(all.to_vec());
+        let (long, short): (Vec<&String>, Vec<&String>) =
+            all.iter().partition(|a| LONG_BENCHES.contains(&a.as_str()));
+        if !long.is_empty() {
+            println!(
+                "==> bench: not running the long benchmark(s) {long:?}; name them to run them (cargo xtask bench fabric)"
+            );
+        }
+        return Ok(short.into_iter().cloned().collect());
     }
     let unknown: Vec<&String> = wanted.iter().filter(|w| !all.contains(w)).collect();
     if !unknown.is_empty() {
@@ -182,6 +196,15 @@ fn goal_met(value: f64, goal: &Value) -> Option<bool> {
         return Some(value >= g);
     }
     let g = goal.as_str()?.trim();
+    if let Some(range) = g.strip_prefix("in") {
+        let (lo, hi) = range
+            .trim()
+            .strip_prefix('[')?
+            .strip_suffix(']')?
+            .split_once(',')?;
+        let (lo, hi): (f64, f64) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
+        return Some((lo..=hi).contains(&value));
+    }
     let ops: [(&str, Cmp); 6] = [
         ("<=", |v, t| v <= t),
         (">=", |v, t| v >= t),
@@ -322,6 +345,11 @@ mod tests {
         assert_eq!(goal_met(5.0, &json!("> 5")), Some(false));
         assert_eq!(goal_met(5.0, &json!("fast")), None);
         assert_eq!(goal_met(5.0, &Value::Null), None);
+        assert_eq!(goal_met(0.08, &json!("in [0.04, 0.12]")), Some(true));
+        assert_eq!(goal_met(0.12, &json!("in [0.04, 0.12]")), Some(true));
+        assert_eq!(goal_met(0.2, &json!("in [0.04, 0.12]")), Some(false));
+        assert_eq!(goal_met(0.03, &json!("in[0.04,0.12]")), Some(false));
+        assert_eq!(goal_met(0.1, &json!("in [0.04]")), None);
     }
 
     #[test]
@@ -333,6 +361,12 @@ mod tests {
                 {"name": "helper", "kind": ["bin"]}]},
             {"name": "lq-user", "targets": [{"name": "bench_no", "kind": ["bin"]}]}]});
         assert_eq!(bench_names(&meta), vec!["rx".to_string()]);
+        let all = vec!["fabric".to_string(), "rx".to_string()];
+        assert_eq!(select(&all, &[]).unwrap(), vec!["rx".to_string()]);
+        assert_eq!(
+            select(&all, &["fabric".into()]).unwrap(),
+            vec!["fabric".to_string()]
+        );
     }
 
     #[test]

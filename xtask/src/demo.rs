@@ -2,7 +2,9 @@
 //! lq-tests (release) and runs the demo as root: a 3-stage CLOS of 4 spines and 4 leaves with
 //! a host behind each leaf, in network namespaces, lqd on every node, a job and a dynamic
 //! load under ECMP, static weights and lq. Results: `target/demo/report.json` and
-//! `target/demo/plot.svg`.
+//! `target/demo/plot.svg`. `--draws N` repeats every scenario over N hash draws (pinned
+//! `fib_multipath_hash_seed` per draw) and reports the median, minimum and maximum of every
+//! metric (issue 12).
 //!
 //! The fabric builder lives in `tests/src/fabric.rs` (shared with the fabric tests), the
 //! demo itself in `tests/src/bin/demo/`: both need aya and lq-user, which xtask does not
@@ -30,6 +32,17 @@ pub struct DemoArgs {
     /// Output folder (default target/demo).
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+    /// Hash draws: every scenario runs once per draw, draw k with
+    /// `net.ipv4.fib_multipath_hash_seed = SEED_BASE + k` in every router namespace; the
+    /// report gives each metric's median, min and max over the draws.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub draws: u32,
+    /// The first draw's hash seed (1 or more; 0 is the kernel's random seed).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub seed_base: u32,
+    /// The leaves' `weight-function` (lqd's default when not given).
+    #[arg(long, value_name = "NAME")]
+    pub weight_function: Option<String>,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -65,6 +78,11 @@ pub fn demo(args: &DemoArgs) -> Result<i32> {
     cmd.arg("--lqd").arg(&lqd).arg("--out").arg(&out);
     if args.quick {
         cmd.arg("--quick");
+    }
+    cmd.args(["--draws", &args.draws.to_string()]);
+    cmd.args(["--seed-base", &args.seed_base.to_string()]);
+    if let Some(w) = &args.weight_function {
+        cmd.args(["--weight-function", w]);
     }
     cmd.current_dir(root);
     // Ctrl-C goes to the whole foreground group: the demo cleans up and exits; we wait.

@@ -1,23 +1,43 @@
-//! The demo's plot: an SVG written by hand (no dependencies), three panels over time:
-//! L1's weight share per spine, the LQS of every spine's link to L4, and the goodput.
+//! The demo's plot: an SVG written by hand (no dependencies). One block per hash draw, each
+//! with three panels over the draw's own time: L1's weight share per spine (the 100 ms
+//! samples, where a swinging weight shows), the LQS of every spine's link to L4, and the
+//! goodput. Blocks share the time scale so that draws compare at a glance.
 
 use std::fmt::Write as _;
 
-use crate::Sample;
+use crate::{Sample, metrics::WeightSample};
 
 /// One plotted line: label, colour and (time, value) points (a gap where `None`).
 type Series<'a> = (String, &'a str, Vec<(f64, Option<f64>)>);
 
 const W: f64 = 1200.0;
-const PANEL_H: f64 = 200.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 40.0;
-const GAP: f64 = 45.0;
+const GAP: f64 = 40.0;
+/// Space above a draw's block for its title.
+const BLOCK_HEAD: f64 = 46.0;
+/// Space below a draw's block for its time axis.
+const BLOCK_FOOT: f64 = 40.0;
 const COLORS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
 
-/// Phase bands: (start s, end s, label).
+/// Phase bands: (start s, end s, label), in seconds since the epoch.
 pub type Band = (f64, f64, String);
+
+/// What one draw's block shows.
+pub struct DrawPlot {
+    /// Block title.
+    pub title: String,
+    /// The draw's start and end (seconds since the epoch).
+    pub t0: f64,
+    pub t1: f64,
+    /// The 0.5 s monitor samples of the draw.
+    pub samples: Vec<Sample>,
+    /// L1's group every 100 ms during the draw.
+    pub weights: Vec<WeightSample>,
+    /// Its phases.
+    pub bands: Vec<Band>,
+}
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -25,12 +45,12 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Renders the SVG.
-pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
-    let t_max = samples.last().map_or(1.0, |s| s.t_s).max(1.0);
-    let plot_w = W - LEFT - RIGHT;
-    let h = TOP + 3.0 * PANEL_H + 2.0 * GAP + 50.0;
-    let x = |t: f64| LEFT + t / t_max * plot_w;
+/// Renders the SVG: one block of three panels per draw.
+pub fn svg(draws: &[DrawPlot], title: &str) -> String {
+    let panel_h = if draws.len() > 1 { 140.0 } else { 200.0 };
+    let block_h = BLOCK_HEAD + 3.0 * panel_h + 2.0 * GAP + BLOCK_FOOT;
+    let span = draws.iter().map(|d| d.t1 - d.t0).fold(1.0f64, f64::max);
+    let h = TOP + block_h * draws.len().max(1) as f64 + 10.0;
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -42,7 +62,25 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
         r#"<text x="{LEFT}" y="22" font-size="16" font-weight="bold">{}</text>"#,
         esc(title)
     );
-    let max_rate = samples
+    for (k, d) in draws.iter().enumerate() {
+        let top = TOP + k as f64 * block_h;
+        block(&mut o, d, top, panel_h, span);
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+fn block(o: &mut String, d: &DrawPlot, top: f64, panel_h: f64, span: f64) {
+    let plot_w = W - LEFT - RIGHT;
+    let x = |t: f64| LEFT + ((t - d.t0) / span).clamp(0.0, 1.0) * plot_w;
+    let _ = writeln!(
+        o,
+        r#"<text x="{LEFT}" y="{:.1}" font-size="13" font-weight="bold">{}</text>"#,
+        top + 16.0,
+        esc(&d.title)
+    );
+    let max_rate = d
+        .samples
         .iter()
         .map(|s| s.goodput_mbit)
         .fold(0.0f64, f64::max)
@@ -53,36 +91,37 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
         ("goodput H1->H4 (Mbit/s)", (max_rate / 50.0).ceil() * 50.0),
     ];
     for (p, (label, ymax)) in panels.iter().enumerate() {
-        let y0 = TOP + p as f64 * (PANEL_H + GAP);
-        let y = |v: f64| y0 + PANEL_H - (v / ymax).clamp(0.0, 1.0) * PANEL_H;
+        let y0 = top + BLOCK_HEAD + p as f64 * (panel_h + GAP);
+        let y = |v: f64| y0 + panel_h - (v / ymax).clamp(0.0, 1.0) * panel_h;
         // Phase bands.
-        for (i, (a, b, name)) in bands.iter().enumerate() {
+        for (i, (a, b, name)) in d.bands.iter().enumerate() {
             let fill = if i % 2 == 0 { "#f2f2f2" } else { "#e6eef7" };
             let _ = writeln!(
                 o,
-                r#"<rect x="{:.1}" y="{y0}" width="{:.1}" height="{PANEL_H}" fill="{fill}"/>"#,
+                r#"<rect x="{:.1}" y="{y0}" width="{:.1}" height="{panel_h}" fill="{fill}"/>"#,
                 x(*a),
                 (x(*b) - x(*a)).max(0.5)
             );
             if p == 0 {
+                // Two rows of labels: neighbouring short phases do not overwrite each other.
                 let _ = writeln!(
                     o,
                     r##"<text x="{:.1}" y="{:.1}" font-size="10" fill="#555">{}</text>"##,
                     x(*a) + 2.0,
-                    y0 - 4.0,
+                    y0 - if i % 2 == 0 { 4.0 } else { 15.0 },
                     esc(name)
                 );
             }
         }
         let _ = writeln!(
             o,
-            r#"<rect x="{LEFT}" y="{y0}" width="{plot_w}" height="{PANEL_H}" fill="none" stroke="black"/>"#
+            r#"<rect x="{LEFT}" y="{y0}" width="{plot_w}" height="{panel_h}" fill="none" stroke="black"/>"#
         );
         let _ = writeln!(
             o,
-            r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">{}</text>"#,
-            y0 + PANEL_H / 2.0,
-            y0 + PANEL_H / 2.0,
+            r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle" font-size="11">{}</text>"#,
+            y0 + panel_h / 2.0,
+            y0 + panel_h / 2.0,
             esc(label)
         );
         for k in 0..=4 {
@@ -103,15 +142,9 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
                     (
                         format!("S{}", i + 1),
                         COLORS[i],
-                        samples
+                        d.weights
                             .iter()
-                            .map(|s| {
-                                let total: u64 = s.weights.iter().sum();
-                                (
-                                    s.t_s,
-                                    (total > 0).then(|| s.weights[i] as f64 * 100.0 / total as f64),
-                                )
-                            })
+                            .map(|s| (s.t_s, s.shares().map(|sh| sh[i] * 100.0)))
                             .collect(),
                     )
                 })
@@ -121,7 +154,7 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
                     (
                         format!("S{}->L4", i + 1),
                         COLORS[i],
-                        samples
+                        d.samples
                             .iter()
                             .map(|s| (s.t_s, s.lqs_to_l4[i].map(f64::from)))
                             .collect(),
@@ -131,20 +164,25 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
             _ => vec![(
                 "goodput".to_string(),
                 "#000",
-                samples
+                d.samples
                     .iter()
                     .map(|s| (s.t_s, Some(s.goodput_mbit)))
                     .collect(),
             )],
         };
         for (si, (name, color, pts)) in series.iter().enumerate() {
-            let mut d = String::new();
+            let mut path = String::new();
             let mut pen = false;
             for &(t, v) in pts {
                 match v {
                     Some(v) => {
-                        let _ =
-                            write!(d, "{}{:.1},{:.1} ", if pen { "L" } else { "M" }, x(t), y(v));
+                        let _ = write!(
+                            path,
+                            "{}{:.1},{:.1} ",
+                            if pen { "L" } else { "M" },
+                            x(t),
+                            y(v)
+                        );
                         pen = true;
                     }
                     None => pen = false,
@@ -152,7 +190,7 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
             }
             let _ = writeln!(
                 o,
-                r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.6"/>"#
+                r#"<path d="{path}" fill="none" stroke="{color}" stroke-width="1.3"/>"#
             );
             let lx = LEFT + plot_w - 90.0 * (series.len() - si) as f64;
             let _ = writeln!(
@@ -165,25 +203,23 @@ pub fn svg(samples: &[Sample], bands: &[Band], title: &str) -> String {
             );
         }
     }
-    // Time axis.
-    let yb = TOP + 3.0 * PANEL_H + 2.0 * GAP;
-    let step = if t_max > 200.0 { 20.0 } else { 10.0 };
+    // Time axis: seconds since the draw's start.
+    let yb = top + BLOCK_HEAD + 3.0 * panel_h + 2.0 * GAP;
+    let step = if span > 200.0 { 20.0 } else { 10.0 };
     let mut t = 0.0;
-    while t <= t_max {
+    while t <= span {
         let _ = writeln!(
             o,
             r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{t:.0}</text>"#,
-            x(t),
-            yb + 16.0
+            x(d.t0 + t),
+            yb + 14.0
         );
         t += step;
     }
     let _ = writeln!(
         o,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">time (s)</text>"#,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">time since the draw's start (s)</text>"#,
         LEFT + plot_w / 2.0,
-        yb + 34.0
+        yb + 30.0
     );
-    o.push_str("</svg>\n");
-    o
 }
