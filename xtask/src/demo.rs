@@ -40,7 +40,8 @@ pub struct DemoArgs {
     /// The first draw's hash seed (1 or more; 0 is the kernel's random seed).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub seed_base: u32,
-    /// The leaves' `weight-function` (lqd's default when not given).
+    /// The leaves' `weight-function`: `integral` when not given (built for elastic load,
+    /// docs/weights.md); `seed` runs seed 003 section 6.3 as written, lqd's own default.
     #[arg(long, value_name = "NAME")]
     pub weight_function: Option<String>,
 }

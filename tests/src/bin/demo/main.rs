@@ -79,7 +79,8 @@ struct Args {
     /// Draw k pins fib_multipath_hash_seed = seed_base + k (0 would be the kernel's
     /// random key, which is what made one run's ratios anecdotes).
     seed_base: u32,
-    /// The leaves' `weight-function` (lqd's default when absent).
+    /// The leaves' `weight-function`: `integral` unless given (the function built for
+    /// elastic load, docs/weights.md); `--weight-function seed` shows seed 003 section 6.3.
     weight_function: Option<String>,
 }
 
@@ -93,7 +94,7 @@ fn args() -> Result<Args> {
         dyn_secs: 30.0,
         draws: 1,
         seed_base: 1,
-        weight_function: None,
+        weight_function: Some("integral".into()),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
