@@ -103,6 +103,22 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
         }
         None => None,
     };
+    // The slow plane (seed 003 section 4.1): the routing daemon's routes, dumped once and
+    // then followed by notification.
+    let mut routes = match lb.as_mut() {
+        Some(lb) if lb.slow_plane_enabled() => {
+            let mut monitor =
+                crate::slow_plane::monitor::RouteMonitor::open().context("route monitor socket")?;
+            lb.route_events(monitor.dump().context("route and nexthop dump")?);
+            // SAFETY: the monitor owns its fd and lives inside the AsyncFd until the loop
+            // ends, so the fd stays open while registered.
+            Some(
+                unsafe { AsyncFd::register_with_interest(monitor, tokio::io::Interest::READABLE) }
+                    .map_err(|e| anyhow::anyhow!("route monitor fd: {e}"))?,
+            )
+        }
+        _ => None,
+    };
 
     std::fs::create_dir_all(RUN_DIR).with_context(|| format!("create {RUN_DIR}"))?;
     let _ = std::fs::remove_file(&instance.socket);
@@ -180,6 +196,23 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
                 guard.clear_ready();
                 tracing::trace!(events = n, "path table changed");
             }
+            ready = async {
+                match routes.as_mut() {
+                    Some(r) => r.readable_mut().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let mut guard = ready?;
+                match guard.get_inner_mut().drain() {
+                    Ok(events) => {
+                        if let Some(lb) = lb.as_mut() {
+                            lb.route_events(events);
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "route monitor"),
+                }
+                guard.clear_ready();
+            }
             conn = async {
                 match metrics.as_ref() {
                     Some(l) => l.accept().await,
@@ -232,6 +265,7 @@ pub async fn run(config_path: PathBuf, instance: Instance) -> Result<()> {
     }
     let _ = std::fs::remove_file(&instance.socket);
     if let Some(lb) = lb.as_mut() {
+        lb.withdraw_slow_plane();
         if config_now.nexthop_group.flush_on_exit {
             lb.flush();
         } else {

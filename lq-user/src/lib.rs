@@ -20,4 +20,5 @@ pub mod privileges;
 pub mod rtnl;
 pub mod show;
 pub mod sim;
+pub mod slow_plane;
 pub mod yang_state;
