@@ -156,7 +156,9 @@ impl LoadBalancer {
             .map(|(p, id)| (*p, *id))
             .collect();
         for (p, id) in stale {
-            let id = id.filter(|id| range.contains(id));
+            let id = id.filter(|id| {
+                range.contains(id) && slow.nexthop(*id).is_none_or(|n| n.protocol == RTPROT_LQ)
+            });
             self.slow_remove(&p, Some(slow.settings().lq_table), id);
         }
         // New: adopt lq's route and group a previous lqd left, or allocate a group id.
@@ -198,7 +200,11 @@ impl LoadBalancer {
                 self.weights.seed(*p, &applied, now);
                 info!(prefix = %format_prefix(p), group = id, weights = ?state.kernel, "slow plane: adopted lq's existing route and group");
             } else {
-                while used.contains(&next) {
+                // An id some other daemon holds is skipped, never taken over: zebra reads
+                // lq's groups as kernel nexthop groups and, when lqd deletes one that a
+                // route of its RIB still names, installs it again under the same id as
+                // its own (seen with FRR 8.4 after an lqd restart).
+                while used.contains(&next) || slow.nexthop(next).is_some() {
                     next += 1;
                 }
                 if !range.contains(&next) {
