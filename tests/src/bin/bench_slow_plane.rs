@@ -159,6 +159,8 @@ fn run() -> Result<()> {
         bail!("lqd never steered the route");
     }
     let mut trials = Trials::default();
+    // Per direction too (a path withdrawn, a path back), on stderr only.
+    let mut by_direction = [Trials::default(), Trials::default()];
     for i in 0..TRIALS {
         let (hops, want): (&[(u32, [u8; 4])], BTreeSet<u32>) = if i % 2 == 0 {
             (&one, [1].into())
@@ -172,12 +174,17 @@ fn run() -> Result<()> {
         rtnl.request("bgp route", |seq| bgp_route(hops, seq))
             .context("route replace")?;
         if wait_group(&mut mon, &want, Duration::from_millis(TIMEOUT_MS as u64))? {
-            trials.done(t0.elapsed().as_secs_f64() * 1e3);
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            trials.done(ms);
+            by_direction[i % 2].done(ms);
         } else {
             trials.timed_out(TIMEOUT_MS);
+            by_direction[i % 2].timed_out(TIMEOUT_MS);
         }
     }
     eprintln!("slow_plane_follow_ms: {}", trials.summary());
+    eprintln!("  path withdrawn: {}", by_direction[0].summary());
+    eprintln!("  path back:      {}", by_direction[1].summary());
     lq_tests::bench::emit(
         "slow_plane_follow_ms",
         trials.percentile(99.0),
