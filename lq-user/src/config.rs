@@ -867,6 +867,87 @@ pub struct Config {
     /// The Prometheus endpoint.
     #[serde(default)]
     pub metrics: Option<MetricsSection>,
+    /// The slow plane: follow the routing daemon's routes (seed 003 section 4.1).
+    #[serde(default)]
+    pub slow_plane: Option<SlowPlaneSection>,
+}
+
+/// `[slow-plane]`: lqd steers the multipath routes a routing daemon (FRR) installs instead
+/// of `[[destination]]` entries (seed 003 section 4.1: a path is eligible only if the slow
+/// plane permits it).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SlowPlaneSection {
+    /// Route protocols followed (`bgp`, `ospf`, `isis`, `static`, ... or a number).
+    #[serde(default = "default_slow_protocols")]
+    pub protocols: Vec<String>,
+    /// lq's own routing table, holding its steered copies.
+    #[serde(default = "default_slow_table")]
+    pub table: u32,
+    /// Priority of the policy rule `lookup <table>`: before the main table's 32766.
+    #[serde(default = "default_slow_rule_priority")]
+    pub rule_priority: u32,
+    /// Covering rules `prefix -> remote node` (the NNH mapping, section 6.1).
+    #[serde(default)]
+    pub map: Vec<DestinationSpec>,
+}
+
+fn default_slow_protocols() -> Vec<String> {
+    vec!["bgp".into()]
+}
+fn default_slow_table() -> u32 {
+    u32::from(crate::controller::nexthop::RTPROT_LQ)
+}
+fn default_slow_rule_priority() -> u32 {
+    1000
+}
+
+impl SlowPlaneSection {
+    /// Checks protocol names, the table and the rule priority.
+    pub fn validate(&self) -> Result<(), String> {
+        for p in &self.protocols {
+            if crate::slow_plane::protocol_number(p).is_none() {
+                return Err(format!("[slow-plane] protocols: unknown protocol {p:?}"));
+            }
+        }
+        if matches!(self.table, 0 | 252..=255) {
+            return Err(format!(
+                "[slow-plane] table = {}: not a reserved table (0, 252-255)",
+                self.table
+            ));
+        }
+        if self.rule_priority == 0 || self.rule_priority >= 32766 {
+            return Err("[slow-plane] rule-priority must be in 1..32766 (before main)".into());
+        }
+        Ok(())
+    }
+
+    /// The core's settings, with the uplinks' ifindexes looked up by the caller.
+    pub fn settings(
+        &self,
+        uplinks: Vec<crate::slow_plane::UplinkPort>,
+    ) -> crate::slow_plane::Settings {
+        crate::slow_plane::Settings {
+            protocols: self
+                .protocols
+                .iter()
+                .filter_map(|p| crate::slow_plane::protocol_number(p))
+                .collect(),
+            source_table: crate::slow_plane::RT_TABLE_MAIN,
+            lq_table: self.table,
+            uplinks,
+            rules: self
+                .map
+                .iter()
+                .filter_map(|d| {
+                    d.remote_node.map(|r| crate::slow_plane::MapRule {
+                        prefix: d.prefix.0,
+                        remote: node(d.remote_as, r.0),
+                    })
+                })
+                .collect(),
+        }
+    }
 }
 
 /// `[metrics]`: an opt-in Prometheus text endpoint.
@@ -1088,6 +1169,12 @@ impl Config {
         }
         if !self.destination.is_empty() && self.uplink.is_empty() {
             return Err("[[destination]] entries need at least one [[uplink]]".into());
+        }
+        if let Some(sp) = &self.slow_plane {
+            sp.validate()?;
+            if self.uplink.is_empty() {
+                return Err("[slow-plane] needs at least one [[uplink]]".into());
+            }
         }
         self.controller().validate().map_err(|e| e.to_string())?;
         for e in &self.pfc.ethtool {

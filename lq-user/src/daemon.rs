@@ -148,6 +148,22 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         }
         None => None,
     };
+    // The slow plane (seed 003 section 4.1): the routing daemon's routes, dumped once and
+    // then followed by notification.
+    let mut routes = match lb.as_mut() {
+        Some(lb) if lb.slow_plane_enabled() => {
+            let mut monitor =
+                crate::slow_plane::monitor::RouteMonitor::open().context("route monitor socket")?;
+            lb.route_events(monitor.dump().context("route and nexthop dump")?);
+            // SAFETY: the monitor owns its fd and lives inside the AsyncFd until the loop
+            // ends, so the fd stays open while registered.
+            Some(
+                unsafe { AsyncFd::register_with_interest(monitor, tokio::io::Interest::READABLE) }
+                    .map_err(|e| anyhow::anyhow!("route monitor fd: {e}"))?,
+            )
+        }
+        _ => None,
+    };
 
     raise_fd_limit();
     std::fs::create_dir_all(RUN_DIR).with_context(|| format!("create {RUN_DIR}"))?;
@@ -295,6 +311,23 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                 guard.clear_ready();
                 tracing::trace!(events = n, "path table changed");
             }
+            ready = async {
+                match routes.as_mut() {
+                    Some(r) => r.readable_mut().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let mut guard = ready?;
+                match guard.get_inner_mut().drain() {
+                    Ok(events) => {
+                        if let Some(lb) = lb.as_mut() {
+                            lb.route_events(events);
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "route monitor"),
+                }
+                guard.clear_ready();
+            }
             _ = term.recv() => { info!("SIGTERM"); break; }
             _ = int.recv() => { info!("SIGINT"); break; }
             _ = hup.recv() => {
@@ -330,6 +363,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     }
     let _ = std::fs::remove_file(&instance.socket);
     if let Some(lb) = lb.as_mut() {
+        lb.withdraw_slow_plane();
         if config_now.nexthop_group.flush_on_exit {
             lb.flush();
         } else {

@@ -20,5 +20,6 @@ pub mod privileges;
 pub mod rtnl;
 pub mod show;
 pub mod sim;
+pub mod slow_plane;
 pub mod snapshot;
 pub mod yang_state;

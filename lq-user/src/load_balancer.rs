@@ -64,7 +64,15 @@ struct GroupState {
     id: u32,
     kernel: Vec<(UplinkId, u32)>,
     route_installed: bool,
+    /// The routing table of lqd's route: `None` the main table (`[[destination]]`),
+    /// `Some` lq's own table (a destination of the slow plane, see [`crate::slow_plane`]).
+    table: Option<u32>,
 }
+
+// The slow plane's part of the load-balancer (seed 003 section 4.1): a child module, so it
+// reaches the group state without widening it.
+#[path = "slow_plane/steer.rs"]
+mod steer;
 
 /// The load-balancer: receiver, controller core and kernel programming.
 pub struct LoadBalancer {
@@ -87,6 +95,8 @@ pub struct LoadBalancer {
     pub group_replaces: u64,
     /// Group replaces the kernel refused.
     pub group_errors: u64,
+    /// The slow plane's core, with `[slow-plane]`.
+    slow: Option<crate::slow_plane::SlowPlane>,
 }
 
 impl LoadBalancer {
@@ -124,13 +134,17 @@ impl LoadBalancer {
             started_ns: monotonic_ns(),
             group_replaces: 0,
             group_errors: 0,
+            slow: None,
             cfg,
         };
-        if lb.cfg.nexthop_group.program_kernel && !lb.cfg.destination.is_empty() {
+        if lb.cfg.nexthop_group.program_kernel
+            && (!lb.cfg.destination.is_empty() || lb.cfg.slow_plane.is_some())
+        {
             lb.rtnl = Some(Rtnl::open()?);
             lb.program_members()?;
             lb.adopt()?;
         }
+        lb.slow_plane_start()?;
         Ok(lb)
     }
 
@@ -145,6 +159,7 @@ impl LoadBalancer {
             .configure(&receiver_settings(&cfg, &controller))?;
         self.mapping = cfg.nnh_mapping();
         self.cfg = cfg;
+        self.slow_plane_reload();
         if self.controller != controller {
             info!("controller parameters changed: damping restarts from the applied weights");
             let mut weights = WeightController::new(controller)
@@ -261,7 +276,8 @@ impl LoadBalancer {
         let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
         let snapshot =
             PathSnapshot::from_map(&paths, now_ns, self.controller.dead_interval_ns(), &failed);
-        let report = compute(&self.controller, &self.mapping, &self.local, &snapshot);
+        let mut report = compute(&self.controller, &self.mapping, &self.local, &snapshot);
+        self.restrict_to_slow_plane(&mut report);
         let apps = self.weights.update(&report, now_ns);
         self.last_report = report;
         self.paths = paths;
@@ -326,7 +342,11 @@ impl LoadBalancer {
             }
         }
         if !state.route_installed {
-            match rtnl.replace_route(prefix, state.id) {
+            let (id, table) = (state.id, state.table.unwrap_or(crate::rtnl::RT_TABLE_MAIN));
+            let what = format!("route {} table {table}", format_prefix(prefix));
+            match rtnl.request(&what, |seq| {
+                crate::rtnl::encode_route_replace(prefix, id, table, seq)
+            }) {
                 Ok(()) => {
                     state.route_installed = true;
                     info!(prefix = %format_prefix(prefix), group = state.id, "route points at the nexthop group");
@@ -360,7 +380,10 @@ impl LoadBalancer {
         };
         for (p, g) in &self.groups {
             if g.route_installed {
-                let _ = rtnl.delete_route(p);
+                let table = g.table.unwrap_or(crate::rtnl::RT_TABLE_MAIN);
+                let _ = rtnl.request("delete route", |seq| {
+                    crate::rtnl::encode_route_delete(p, table, seq)
+                });
             }
             let _ = rtnl.delete_nexthop(g.id);
         }
@@ -425,6 +448,7 @@ impl LoadBalancer {
             unknown_remote_entries: self.last_report.unknown_remote_entries as u64,
             unknown_spine_entries: self.last_report.unknown_spine_entries as u64,
             failed_entries: self.last_report.failed_entries as u64,
+            slow_plane: Some(self.slow_plane_json()).filter(|v| !v.is_null()),
         }
     }
 

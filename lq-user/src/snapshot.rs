@@ -85,6 +85,9 @@ pub struct WeightsView {
     pub unknown_spine_entries: u64,
     /// Entries counted as LQS 0 (aged out or spine failed, 6.5).
     pub failed_entries: u64,
+    /// The slow plane's followed routes and counters (`[slow-plane]`), when it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_plane: Option<Value>,
 }
 
 /// One destination's group.

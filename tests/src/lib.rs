@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod daemon;
 pub mod fabric;
+pub mod frr;
 pub mod netns;
 pub mod packet;
 pub mod pfc;

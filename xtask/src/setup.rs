@@ -36,6 +36,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "python3-prometheus-client",
     // Runs the aarch64 build of lqd in the tests (SmartNIC Arm cores).
     "qemu-user",
+    // zebra + bgpd per namespace: the slow-plane test with real BGP (tests/tests/bgp_frr.rs).
+    "frr",
 ];
 
 /// tshark's debconf question about non-root capture, answered before installing.

@@ -1,0 +1,196 @@
+//! `bench_slow_plane`: how fast lqd's slow plane follows a BGP route change (seed 003
+//! section 4.1; issue 16 item 5).
+//!
+//! Metric (one `LQ-METRIC` line, see `xtask/src/bench.rs`): `slow_plane_follow_ms`, p99
+//! over 200 changes. A real `lqd` with `[slow-plane]` runs in a namespace with two uplinks
+//! (veth pairs). The program plays zebra: it replaces a `proto bgp` route of one prefix
+//! over rtnetlink, alternating between two next hops (both uplinks) and one (uplink 1).
+//! Latency: CLOCK_MONOTONIC just before sending the route replace to CLOCK_MONOTONIC just
+//! after receiving the RTM_NEWNEXTHOP notification of lq's group with exactly the new
+//! members, on a socket in the namespace subscribed to the route and nexthop groups. A
+//! change not reflected within 1 s counts as 1 s (every trial counts).
+//!
+//! Everything runs inside a namespace this program creates; `NetNs` deletes it on drop and
+//! `Lqd` stops the daemon and removes its pins.
+
+use std::{
+    collections::BTreeSet,
+    os::fd::AsRawFd,
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use lq_tests::{bench::Trials, daemon::Lqd, netns::NetNs, require_root};
+use lq_user::{
+    rtnl::{RTM_NEWROUTE, Rtnl, ifindex},
+    slow_plane::{RouteEvent, monitor::RouteMonitor},
+};
+
+const ID_BASE: u32 = 0x4c00_0000;
+const TRIALS: usize = 200;
+const TIMEOUT_MS: f64 = 1000.0;
+
+const CONFIG: &str = r#"
+[lq-telemetry]
+enabled = true
+role = "load-balancer"
+
+[receiver]
+interfaces = ["up1", "up2"]
+
+[[uplink]]
+id = 1
+spine = "10.0.0.1"
+interface = "up1"
+gateway = "10.1.1.1"
+
+[[uplink]]
+id = 2
+spine = "10.0.0.2"
+interface = "up2"
+gateway = "10.1.2.1"
+
+[slow-plane]
+"#;
+
+fn main() -> ExitCode {
+    require_root();
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench_slow_plane: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn attr(b: &mut Vec<u8>, ty: u16, payload: &[u8]) {
+    b.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+    b.extend_from_slice(&ty.to_ne_bytes());
+    b.extend_from_slice(payload);
+    while !b.len().is_multiple_of(4) {
+        b.push(0);
+    }
+}
+
+/// RTM_NEWROUTE replace of `10.50.0.0/24 proto bgp metric 20` over `hops` (ifindex,
+/// gateway), as zebra would install it without nexthop objects.
+fn bgp_route(hops: &[(u32, [u8; 4])], seq: u32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(&RTM_NEWROUTE.to_ne_bytes());
+    b.extend_from_slice(&(0x01u16 | 0x04 | 0x100 | 0x400).to_ne_bytes());
+    b.extend_from_slice(&seq.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(&[2, 24, 0, 0, 254, 186, 0, 1, 0, 0, 0, 0]);
+    attr(&mut b, 15, &254u32.to_ne_bytes()); // RTA_TABLE
+    attr(&mut b, 1, &[10, 50, 0, 0]); // RTA_DST
+    attr(&mut b, 6, &20u32.to_ne_bytes()); // RTA_PRIORITY
+    if let [(oif, gw)] = hops {
+        attr(&mut b, 4, &oif.to_ne_bytes()); // RTA_OIF
+        attr(&mut b, 5, gw); // RTA_GATEWAY
+    } else {
+        let mut mp = Vec::new();
+        for (oif, gw) in hops {
+            mp.extend_from_slice(&16u16.to_ne_bytes()); // rtnh_len
+            mp.extend_from_slice(&[0, 0]); // flags, hops (weight 1)
+            mp.extend_from_slice(&oif.to_ne_bytes());
+            attr(&mut mp, 5, gw);
+        }
+        attr(&mut b, 9, &mp); // RTA_MULTIPATH
+    }
+    let len = b.len() as u32;
+    b[0..4].copy_from_slice(&len.to_ne_bytes());
+    b
+}
+
+/// Reads notifications until lq's group (proto lq, in the slow-plane range) has exactly
+/// `want` as uplinks; returns false after `timeout`.
+fn wait_group(mon: &mut RouteMonitor, want: &BTreeSet<u32>, timeout: Duration) -> Result<bool> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for e in mon.drain()? {
+            if let RouteEvent::NewNexthop(nh) = e
+                && nh.protocol == 76
+                && nh.id.is_some_and(|id| id >= ID_BASE + 0x1_8000)
+                && !nh.group.is_empty()
+            {
+                let got: BTreeSet<u32> = nh.group.iter().map(|m| m.id - ID_BASE).collect();
+                if &got == want {
+                    return Ok(true);
+                }
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let mut pfd = libc::pollfd {
+            fd: mon.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, left.as_millis().max(1) as i32) };
+    }
+}
+
+fn run() -> Result<()> {
+    let ns = NetNs::new("bsp")?;
+    for k in 1..=2 {
+        let (up, peer) = (format!("up{k}"), format!("p{k}"));
+        ns.ip(&["link", "add", &up, "type", "veth", "peer", "name", &peer])?;
+        ns.ip(&["addr", "add", &format!("10.1.{k}.2/24"), "dev", &up])?;
+        ns.ip(&["addr", "add", &format!("10.1.{k}.1/24"), "dev", &peer])?;
+        ns.ip(&["link", "set", &up, "up"])?;
+        ns.ip(&["link", "set", &peer, "up"])?;
+    }
+    let (oif1, oif2) =
+        ns.run_in(|| Ok::<_, anyhow::Error>((ifindex("up1")?, ifindex("up2")?)))??;
+    let two = [(oif1, [10, 1, 1, 1]), (oif2, [10, 1, 2, 1])];
+    let one = [(oif1, [10, 1, 1, 1])];
+    let mut rtnl = ns.run_in(Rtnl::open)??;
+    let mut mon = ns.run_in(RouteMonitor::open)??;
+    mon.dump()?;
+    rtnl.request("bgp route", |seq| bgp_route(&two, seq))?;
+    let _lqd = Lqd::start(&ns, CONFIG)?;
+    if !wait_group(&mut mon, &[1, 2].into(), Duration::from_secs(10))? {
+        bail!("lqd never steered the route");
+    }
+    let mut trials = Trials::default();
+    // Per direction too (a path withdrawn, a path back), on stderr only.
+    let mut by_direction = [Trials::default(), Trials::default()];
+    for i in 0..TRIALS {
+        let (hops, want): (&[(u32, [u8; 4])], BTreeSet<u32>) = if i % 2 == 0 {
+            (&one, [1].into())
+        } else {
+            (&two, [1, 2].into())
+        };
+        // Let lqd settle (damping steps of the last change) so each trial is one change.
+        std::thread::sleep(Duration::from_millis(30));
+        let _ = mon.drain()?;
+        let t0 = Instant::now();
+        rtnl.request("bgp route", |seq| bgp_route(hops, seq))
+            .context("route replace")?;
+        if wait_group(&mut mon, &want, Duration::from_millis(TIMEOUT_MS as u64))? {
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            trials.done(ms);
+            by_direction[i % 2].done(ms);
+        } else {
+            trials.timed_out(TIMEOUT_MS);
+            by_direction[i % 2].timed_out(TIMEOUT_MS);
+        }
+    }
+    eprintln!("slow_plane_follow_ms: {}", trials.summary());
+    eprintln!("  path withdrawn: {}", by_direction[0].summary());
+    eprintln!("  path back:      {}", by_direction[1].summary());
+    lq_tests::bench::emit(
+        "slow_plane_follow_ms",
+        trials.percentile(99.0),
+        "ms",
+        Some("<= 10"),
+        None,
+    );
+    Ok(())
+}

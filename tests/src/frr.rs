@@ -1,0 +1,172 @@
+//! FRR (Debian `frr`: zebra + bgpd) inside a test namespace, one set of daemons per
+//! namespace with its own zserv socket, vty folder and pid files (so the daemons of two
+//! namespaces never find each other; /work/shared/recipes/frr-netns.md). Stopped on drop.
+
+use std::{
+    path::PathBuf,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::netns::NetNs;
+
+/// zebra and bgpd of one namespace.
+pub struct Frr {
+    dir: PathBuf,
+    netns: String,
+}
+
+/// Whether FRR is installed (`cargo xtask setup` installs it).
+pub fn available() -> bool {
+    std::path::Path::new("/usr/lib/frr/bgpd").exists()
+}
+
+impl Frr {
+    /// Starts zebra and bgpd in `ns` with `bgpd_conf` (bgpd's `-M bmp` module loaded, so a
+    /// configuration may name BMP targets).
+    pub fn start(ns: &NetNs, bgpd_conf: &str) -> Result<Self> {
+        if !available() {
+            bail!("FRR is not installed: apt-get install -y --no-install-recommends frr");
+        }
+        let dir = std::env::temp_dir().join(format!("frr-{}", ns.name()));
+        std::fs::create_dir_all(&dir)?;
+        let me = Self {
+            dir: dir.clone(),
+            netns: ns.name().to_string(),
+        };
+        // The daemons drop privileges to user frr: the folder must be writable by it.
+        set_mode(&dir, 0o777)?;
+        std::fs::write(dir.join("zebra.conf"), "")?;
+        std::fs::write(dir.join("bgpd.conf"), bgpd_conf)?;
+        set_mode(&dir.join("zebra.conf"), 0o666)?;
+        set_mode(&dir.join("bgpd.conf"), 0o666)?;
+        me.daemon("zebra", &[])?;
+        me.daemon("bgpd", &["-M", "bmp"])?;
+        Ok(me)
+    }
+
+    fn daemon(&self, name: &str, extra: &[&str]) -> Result<()> {
+        let d = self.dir.display().to_string();
+        let st = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.netns,
+                &format!("/usr/lib/frr/{name}"),
+            ])
+            .args(["-d", "-f", &format!("{d}/{name}.conf")])
+            .args(["-i", &format!("{d}/{name}.pid")])
+            .args(["-z", &format!("{d}/zserv.api"), "--vty_socket", &d])
+            .args(["--log", &format!("file:{d}/{name}.log")])
+            .args(extra)
+            .status()
+            .with_context(|| format!("start {name}"))?;
+        if !st.success() {
+            bail!("{name} did not start ({st}): {}", self.log(name));
+        }
+        // zebra must listen before bgpd connects.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while name == "zebra" && !self.dir.join("zserv.api").exists() {
+            if Instant::now() > deadline {
+                bail!("zebra did not open its zserv socket: {}", self.log("zebra"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// A daemon's log.
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// Runs `vtysh -c CMD` (several commands in sequence, e.g. configure, router bgp ...).
+    pub fn vtysh(&self, cmds: &[&str]) -> Result<String> {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.netns, "vtysh", "--vty_socket"]);
+        c.arg(&self.dir);
+        for cmd in cmds {
+            c.args(["-c", cmd]);
+        }
+        let out = c.output().context("vtysh")?;
+        if !out.status.success() {
+            bail!(
+                "vtysh {cmds:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `show bgp summary json`: how many sessions are Established.
+    pub fn established(&self) -> usize {
+        let Ok(s) = self.vtysh(&["show bgp ipv4 unicast summary json"]) else {
+            return 0;
+        };
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap_or_default();
+        v["peers"].as_object().map_or(0, |p| {
+            p.values().filter(|p| p["state"] == "Established").count()
+        })
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        ["bgpd", "zebra"]
+            .iter()
+            .filter_map(|n| std::fs::read_to_string(self.dir.join(format!("{n}.pid"))).ok())
+            .filter_map(|s| s.trim().parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for Frr {
+    fn drop(&mut self) {
+        for pid in self.pids() {
+            // SAFETY: kill on the daemons this harness started (their pid files).
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline
+            && self
+                .pids()
+                .iter()
+                .any(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn set_mode(p: &std::path::Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("chmod {}", p.display()))
+}
+
+/// An eBGP speaker per RFC 7938 (one AS per node, multipath across neighbor ASes on).
+pub fn bgpd_conf(
+    asn: u32,
+    router_id: &str,
+    neighbors: &[(&str, u32)],
+    networks: &[&str],
+) -> String {
+    let mut c = format!(
+        "router bgp {asn}\n bgp router-id {router_id}\n no bgp ebgp-requires-policy\n bgp bestpath as-path multipath-relax\n timers bgp 1 3\n"
+    );
+    for (addr, remote) in neighbors {
+        c.push_str(&format!(
+            " neighbor {addr} remote-as {remote}\n neighbor {addr} timers connect 1\n neighbor {addr} advertisement-interval 0\n"
+        ));
+    }
+    c.push_str(" address-family ipv4 unicast\n  maximum-paths 64\n");
+    for n in networks {
+        c.push_str(&format!("  network {n}\n"));
+    }
+    c.push_str(" exit-address-family\n");
+    c
+}

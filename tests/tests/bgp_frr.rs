@@ -1,0 +1,329 @@
+//! The slow plane with real FRR (seed 003 section 4.1): a small RFC 7938 CLOS, two spines
+//! and two leaves each in its own AS, eBGP with multipath; leaf 1 runs lqd with
+//! `[slow-plane]` and no `[[destination]]`. Judged by the kernel's own tables (`ip -j`)
+//! and by ping over the fabric, FRR's state by vtysh.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use lq_tests::{
+    daemon::{Lqd, Sender},
+    frr::{self, Frr, bgpd_conf},
+    netns::{NetNs, veth_pair},
+    packet::{entry, header, ip4},
+    require_root,
+};
+use serde_json::Value;
+
+const ID_BASE: u64 = 0x4c00_0000;
+const PREFIX: &str = "10.200.2.0/24";
+const REMOTE: u32 = ip4(10, 0, 1, 2);
+
+fn leaf_config() -> String {
+    let mut c = String::from(
+        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [\"up1\", \"up2\"]\n",
+    );
+    for k in 1..=2 {
+        c.push_str(&format!(
+            "\n[[uplink]]\nid = {k}\nspine = \"10.0.0.{k}\"\ninterface = \"up{k}\"\ngateway = \"10.1.{k}.1\"\n"
+        ));
+    }
+    c.push_str("\n[slow-plane]\n\n[[slow-plane.map]]\nprefix = \"10.200.2.0/24\"\nremote-node = \"10.0.1.2\"\n");
+    c
+}
+
+fn json(ns: &NetNs, args: &[&str]) -> Value {
+    let mut a = vec!["-j"];
+    a.extend_from_slice(args);
+    ns.ip(&a)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// Member ids of a nexthop object (itself when not a group).
+fn members(ns: &NetNs, id: u64) -> Vec<u64> {
+    let v = json(ns, &["nexthop", "show", "id", &id.to_string()]);
+    let nh = &v[0];
+    match nh["group"].as_array() {
+        Some(g) => g.iter().filter_map(|m| m["id"].as_u64()).collect(),
+        None if nh.is_object() => vec![id],
+        None => vec![],
+    }
+}
+
+/// lq's route in its table: (group id, member ids).
+fn lq_group(ns: &NetNs) -> Option<(u64, Vec<u64>)> {
+    let v = json(ns, &["route", "show", "table", "76", PREFIX]);
+    let id = v[0]["nhid"].as_u64()?;
+    Some((id, members(ns, id)))
+}
+
+/// How many next hops BGP's route has in the main table.
+fn bgp_paths(ns: &NetNs) -> usize {
+    let v = json(ns, &["route", "show", PREFIX, "proto", "bgp"]);
+    if let Some(id) = v[0]["nhid"].as_u64() {
+        return members(ns, id).len();
+    }
+    v[0]["nexthops"]
+        .as_array()
+        .map_or(usize::from(v[0].is_object()), Vec::len)
+}
+
+fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A datagram from leaf 1 (10.200.1.1) reaches leaf 2 (10.200.2.1) through the fabric.
+struct Probe {
+    tx: std::net::UdpSocket,
+    rx: std::net::UdpSocket,
+    n: u32,
+}
+
+impl Probe {
+    fn new(l1: &NetNs, l2: &NetNs) -> Self {
+        let rx = l2
+            .run_in(|| std::net::UdpSocket::bind("10.200.2.1:40000").unwrap())
+            .unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let tx = l1
+            .run_in(|| std::net::UdpSocket::bind("10.200.1.1:0").unwrap())
+            .unwrap();
+        Self { tx, rx, n: 0 }
+    }
+
+    fn delivers(&mut self) -> bool {
+        self.n += 1;
+        let token = self.n.to_be_bytes();
+        if self.tx.send_to(&token, "10.200.2.1:40000").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 16];
+        while let Ok(n) = self.rx.recv(&mut buf) {
+            if buf[..n] == token {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+fn uplinks(ids: &[u64]) -> Vec<u64> {
+    let mut v: Vec<u64> = ids.iter().map(|i| i - ID_BASE).collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn lqd_steers_bgp_routes_and_follows_withdrawals() {
+    require_root();
+    if !frr::available() {
+        panic!("FRR is not installed: run `cargo xtask setup` (installs frr)");
+    }
+    let s1 = NetNs::new("bs1").unwrap();
+    let s2 = NetNs::new("bs2").unwrap();
+    let l1 = NetNs::new("bl1").unwrap();
+    let l2 = NetNs::new("bl2").unwrap();
+    veth_pair(&l1, "up1", "10.1.1.2/24", &s1, "d1", "10.1.1.1/24").unwrap();
+    veth_pair(&l1, "up2", "10.1.2.2/24", &s2, "d1", "10.1.2.1/24").unwrap();
+    veth_pair(&l2, "up1", "10.2.1.2/24", &s1, "d2", "10.2.1.1/24").unwrap();
+    veth_pair(&l2, "up2", "10.2.2.2/24", &s2, "d2", "10.2.2.1/24").unwrap();
+    for ns in [&s1, &s2] {
+        ns.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"])
+            .unwrap();
+    }
+    l1.ip(&["addr", "add", "10.200.1.1/24", "dev", "lo"])
+        .unwrap();
+    l2.ip(&["addr", "add", "10.200.2.1/24", "dev", "lo"])
+        .unwrap();
+    let _f_s1 = Frr::start(
+        &s1,
+        &bgpd_conf(
+            65001,
+            "10.0.0.1",
+            &[("10.1.1.2", 65101), ("10.2.1.2", 65102)],
+            &[],
+        ),
+    )
+    .unwrap();
+    let _f_s2 = Frr::start(
+        &s2,
+        &bgpd_conf(
+            65002,
+            "10.0.0.2",
+            &[("10.1.2.2", 65101), ("10.2.2.2", 65102)],
+            &[],
+        ),
+    )
+    .unwrap();
+    let f_l1 = Frr::start(
+        &l1,
+        &bgpd_conf(
+            65101,
+            "10.0.1.1",
+            &[("10.1.1.1", 65001), ("10.1.2.1", 65002)],
+            &["10.200.1.0/24"],
+        ),
+    )
+    .unwrap();
+    let f_l2 = Frr::start(
+        &l2,
+        &bgpd_conf(
+            65102,
+            "10.0.1.2",
+            &[("10.2.1.1", 65001), ("10.2.2.1", 65002)],
+            &["10.200.2.0/24"],
+        ),
+    )
+    .unwrap();
+    wait("BGP multipath on leaf 1", 60, || bgp_paths(&l1) == 2);
+    let mut probe = Probe::new(&l1, &l2);
+    wait("the fabric forwards before lqd runs", 60, || {
+        probe.delivers()
+    });
+
+    // The spines advertise LQS for the remote leaf (seed 003 section 7), 20 ms apart.
+    let lqs = Arc::new(Mutex::new([255u8, 255u8]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut senders = Vec::new();
+    for (k, ns) in [(0usize, &s1), (1, &s2)] {
+        let (lqs, stop) = (lqs.clone(), stop.clone());
+        senders.push(
+            ns.run_in(move || {
+                std::thread::spawn(move || {
+                    let a = Ipv4Addr::new(10, 1, k as u8 + 1, 1);
+                    let mut tx = Sender::bind(SocketAddr::new(IpAddr::V4(a), 0), 255).unwrap();
+                    let to =
+                        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k as u8 + 1, 2)), 52525);
+                    let mut seq = 1u16;
+                    while !stop.load(Ordering::Relaxed) {
+                        let q = lqs.lock().unwrap()[k];
+                        let h = header(ip4(10, 0, 0, k as u8 + 1), seq);
+                        let _ = tx.send(to, &h, &[entry(REMOTE, 1, q, if q == 0 { 7 } else { 0 })]);
+                        seq = seq.wrapping_add(1);
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                })
+            })
+            .unwrap(),
+        );
+    }
+
+    let mut lqd = Lqd::start(&l1, &leaf_config()).unwrap();
+    let log = |lqd: &Lqd| lqd.log_text();
+    // 1. lq steers the BGP-learned prefix: its copy in table 76, both spines members.
+    wait("lq's steered route", 20, || {
+        lq_group(&l1).is_some_and(|(_, m)| uplinks(&m) == [1, 2])
+    });
+    let (gid, _) = lq_group(&l1).unwrap();
+    assert!(
+        gid >= ID_BASE + 0x1_8000,
+        "group {gid:#x} in the slow-plane range"
+    );
+    let got = json(&l1, &["route", "get", "10.200.2.1"]);
+    assert_eq!(
+        got[0]["table"], "76",
+        "lookups reach lq's table first: {got}"
+    );
+    assert_eq!(bgp_paths(&l1), 2, "BGP's route stays installed beside lq's");
+    let zebra = f_l1.vtysh(&["show ip route 10.200.2.0/24 json"]).unwrap();
+    let zebra: Value = serde_json::from_str(&zebra).unwrap();
+    assert_eq!(
+        zebra[PREFIX][0]["installed"], true,
+        "zebra still has BGP's route in the FIB: {zebra}"
+    );
+    assert!(probe.delivers(), "traffic forwards over lq's group");
+
+    // 2. A spine that advertises LQS 0 leaves the group while BGP still has the path.
+    lqs.lock().unwrap()[1] = 0;
+    wait("spine 2 pruned on LQS 0", 10, || {
+        lq_group(&l1).is_some_and(|(_, m)| uplinks(&m) == [1])
+    });
+    assert_eq!(bgp_paths(&l1), 2, "BGP keeps both paths");
+    lqs.lock().unwrap()[1] = 255;
+    wait("spine 2 back", 10, || {
+        lq_group(&l1).is_some_and(|(_, m)| uplinks(&m) == [1, 2])
+    });
+
+    // 3. BGP withdraws the path through spine 1 (session shut): spine 1 leaves the group.
+    f_l1.vtysh(&[
+        "configure terminal",
+        "router bgp 65101",
+        "neighbor 10.1.1.1 shutdown",
+    ])
+    .unwrap();
+    wait("BGP withdrew spine 1", 20, || bgp_paths(&l1) == 1);
+    wait("lq followed the withdrawal", 5, || {
+        lq_group(&l1).is_some_and(|(_, m)| uplinks(&m) == [2])
+    });
+    // Even with spine 1 advertising the best LQS, the slow plane does not permit it.
+    assert!(probe.delivers());
+    f_l1.vtysh(&[
+        "configure terminal",
+        "router bgp 65101",
+        "no neighbor 10.1.1.1 shutdown",
+    ])
+    .unwrap();
+    wait("BGP multipath again", 30, || bgp_paths(&l1) == 2);
+    wait("lq follows the new path", 5, || {
+        lq_group(&l1).is_some_and(|(_, m)| uplinks(&m) == [1, 2])
+    });
+
+    // 4. lqd stopped: its copies go, forwarding is FRR's own.
+    lqd.terminate();
+    assert!(lq_group(&l1).is_none(), "lq's route removed on exit");
+    assert_eq!(bgp_paths(&l1), 2);
+    assert!(probe.delivers(), "FRR's routes forward without lqd");
+
+    // 5. Restarted, then killed: the copy stays; restarted again, lqd adopts it.
+    lqd.restart().unwrap();
+    wait("lq's route back", 20, || lq_group(&l1).is_some());
+    let (gid, _) = lq_group(&l1).unwrap();
+    assert!(
+        l1.ip(&["nexthop", "show", "id", &gid.to_string()])
+            .unwrap()
+            .contains("proto 76"),
+        "lq's group is lq's own object"
+    );
+    lqd.kill9();
+    assert_eq!(
+        lq_group(&l1).map(|g| g.0),
+        Some(gid),
+        "a killed lqd leaves its route"
+    );
+    assert!(probe.delivers());
+    lqd.restart().unwrap();
+    wait("adoption", 20, || {
+        log(&lqd).contains("adopted lq's existing route and group")
+    });
+    assert_eq!(lq_group(&l1).map(|g| g.0), Some(gid), "same group adopted");
+
+    // 6. BGP withdraws the prefix: lq's route goes with it.
+    f_l2.vtysh(&[
+        "configure terminal",
+        "router bgp 65102",
+        "address-family ipv4 unicast",
+        "no network 10.200.2.0/24",
+    ])
+    .unwrap();
+    wait("BGP withdrew the prefix", 20, || bgp_paths(&l1) == 0);
+    wait("lq's route gone", 5, || lq_group(&l1).is_none());
+
+    stop.store(true, Ordering::Relaxed);
+    for s in senders {
+        let _ = s.join();
+    }
+    drop(lqd);
+}
