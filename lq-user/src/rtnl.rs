@@ -255,20 +255,8 @@ impl Rtnl {
         self.send(&msg)?;
         loop {
             let n = self.recv()?;
-            for m in nexthop::parse_messages(&self.buf[..n]) {
-                match m.map_err(|e| RtnlError::Codec(e.to_string()))? {
-                    NetlinkMessage::Error(h, errno) if h.seq == seq => {
-                        return if errno == 0 {
-                            Ok(())
-                        } else {
-                            Err(RtnlError::Refused {
-                                what: what.into(),
-                                source: io::Error::from_raw_os_error(-errno),
-                            })
-                        };
-                    }
-                    _ => {}
-                }
+            if let Some(result) = ack_in(&self.buf[..n], seq, what) {
+                return result;
             }
         }
     }
@@ -313,21 +301,57 @@ impl Rtnl {
         let mut out = Vec::new();
         loop {
             let n = self.recv()?;
-            for m in nexthop::parse_messages(&self.buf[..n]) {
-                match m.map_err(|e| RtnlError::Codec(e.to_string()))? {
-                    NetlinkMessage::NewNexthop(h, nh) if h.seq == seq => out.push(nh),
-                    NetlinkMessage::Done(h) if h.seq == seq => return Ok(out),
-                    NetlinkMessage::Error(h, errno) if h.seq == seq && errno != 0 => {
-                        return Err(RtnlError::Refused {
-                            what: "nexthop dump".into(),
-                            source: io::Error::from_raw_os_error(-errno),
-                        });
-                    }
-                    _ => {}
-                }
+            if nexthop_dump_part(&self.buf[..n], seq, &mut out)? {
+                return Ok(out);
             }
         }
     }
+}
+
+/// The answer to request `seq` in one receive buffer: `Some(Ok)` for its ACK, `Some(Err)`
+/// when the kernel refused it (or the buffer cannot be decoded), `None` when the buffer
+/// holds no answer to it. Public for the fuzz target `nexthop_decode`.
+pub fn ack_in(buf: &[u8], seq: u32, what: &str) -> Option<Result<(), RtnlError>> {
+    for m in nexthop::parse_messages(buf) {
+        match m {
+            Err(e) => return Some(Err(RtnlError::Codec(e.to_string()))),
+            Ok(NetlinkMessage::Error(h, errno)) if h.seq == seq => {
+                return Some(if errno == 0 {
+                    Ok(())
+                } else {
+                    Err(RtnlError::Refused {
+                        what: what.into(),
+                        source: io::Error::from_raw_os_error(-errno),
+                    })
+                });
+            }
+            Ok(_) => {}
+        }
+    }
+    None
+}
+
+/// One receive buffer of the nexthop dump `seq`: appends its nexthops to `out`; `Ok(true)`
+/// at NLMSG_DONE. Public for the fuzz target `nexthop_decode`.
+pub fn nexthop_dump_part(
+    buf: &[u8],
+    seq: u32,
+    out: &mut Vec<NexthopMsg>,
+) -> Result<bool, RtnlError> {
+    for m in nexthop::parse_messages(buf) {
+        match m.map_err(|e| RtnlError::Codec(e.to_string()))? {
+            NetlinkMessage::NewNexthop(h, nh) if h.seq == seq => out.push(nh),
+            NetlinkMessage::Done(h) if h.seq == seq => return Ok(true),
+            NetlinkMessage::Error(h, errno) if h.seq == seq && errno != 0 => {
+                return Err(RtnlError::Refused {
+                    what: "nexthop dump".into(),
+                    source: io::Error::from_raw_os_error(-errno),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(false)
 }
 
 /// The ifindex of `name` in the calling thread's namespace.
