@@ -496,6 +496,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn executions_from_libfuzzer_status_lines() {
+        assert_eq!(
+            status_executions("#1048576\tpulse  cov: 812 ft: 2960 corp: 301/9Kb exec/s: 52428"),
+            Some(1_048_576)
+        );
+        assert_eq!(
+            status_executions("#10000000\tDONE   cov: 812"),
+            Some(10_000_000)
+        );
+        assert_eq!(status_executions("INFO: Seed: 1234"), None);
+        assert_eq!(status_executions("#"), None);
+    }
+
+    #[test]
+    fn pcap_seeds_have_their_magic_and_every_frame() {
+        let frames = [ipv4_frame(&hex(VECTOR_1)), vlan_ipv6_frame(&hex(VECTOR_2))];
+        let le = pcap(false, &frames);
+        assert_eq!(&le[..4], &[0xd4, 0xc3, 0xb2, 0xa1]);
+        assert_eq!(le.len(), 24 + 2 * 16 + frames[0].len() + frames[1].len());
+        let be = pcap(true, &frames);
+        assert_eq!(&be[..4], &[0xa1, 0xb2, 0x3c, 0x4d]);
+        let ng = pcapng(&frames);
+        assert_eq!(&ng[..4], &[0x0a, 0x0d, 0x0d, 0x0a]);
+        // Every block is a multiple of 4 and ends with its own length.
+        let mut at = 0;
+        let mut blocks = 0;
+        while at < ng.len() {
+            let len = u32::from_le_bytes(ng[at + 4..at + 8].try_into().unwrap()) as usize;
+            assert_eq!(len % 4, 0);
+            assert_eq!(&ng[at + len - 4..at + len], &ng[at + 4..at + 8]);
+            at += len;
+            blocks += 1;
+        }
+        assert_eq!(at, ng.len());
+        assert_eq!(blocks, 4, "SHB, IDB, EPB, SPB");
+    }
+
+    #[test]
     fn ipv4_seed_frame_is_well_formed() {
         let f = ipv4_frame(&hex(VECTOR_2));
         assert_eq!(f.len(), 14 + 20 + 8 + 40);
