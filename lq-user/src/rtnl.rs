@@ -321,7 +321,7 @@ pub fn ack_in(buf: &[u8], seq: u32, what: &str) -> Option<Result<(), RtnlError>>
                 } else {
                     Err(RtnlError::Refused {
                         what: what.into(),
-                        source: io::Error::from_raw_os_error(-errno),
+                        source: errno_error(errno),
                     })
                 });
             }
@@ -329,6 +329,14 @@ pub fn ack_in(buf: &[u8], seq: u32, what: &str) -> Option<Result<(), RtnlError>>
         }
     }
     None
+}
+
+/// The error of an NLMSG_ERROR's `error` field (a negative errno). Any other value is the
+/// kernel's (or a peer's) mistake and still names itself: i32::MIN has no positive
+/// counterpart, so it saturates rather than overflow (found by the fuzz target
+/// `nexthop_decode`: `-errno` panicked in debug builds).
+fn errno_error(errno: i32) -> io::Error {
+    io::Error::from_raw_os_error(errno.saturating_neg())
 }
 
 /// One receive buffer of the nexthop dump `seq`: appends its nexthops to `out`; `Ok(true)`
@@ -345,7 +353,7 @@ pub fn nexthop_dump_part(
             NetlinkMessage::Error(h, errno) if h.seq == seq && errno != 0 => {
                 return Err(RtnlError::Refused {
                     what: "nexthop dump".into(),
-                    source: io::Error::from_raw_os_error(-errno),
+                    source: errno_error(errno),
                 });
             }
             _ => {}
@@ -433,6 +441,48 @@ pub fn enter_netns(name: &str) -> Result<(), RtnlError> {
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    /// An NLMSG_ERROR for `seq` with `errno`, quoting a 16-octet request header.
+    fn nlmsg_error(seq: u32, errno: i32) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&36u32.to_ne_bytes());
+        b.extend_from_slice(&nexthop::NLMSG_ERROR.to_ne_bytes());
+        b.extend_from_slice(&0u16.to_ne_bytes());
+        b.extend_from_slice(&seq.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        b.extend_from_slice(&errno.to_ne_bytes());
+        b.extend_from_slice(&[0; 16]);
+        b
+    }
+
+    #[test]
+    fn ack_and_refusal() {
+        assert!(matches!(ack_in(&nlmsg_error(9, 0), 9, "x"), Some(Ok(()))));
+        assert!(ack_in(&nlmsg_error(8, 0), 9, "x").is_none(), "another request's ACK");
+        let Some(Err(RtnlError::Refused { source, .. })) = ack_in(&nlmsg_error(9, -22), 9, "x")
+        else {
+            panic!("EINVAL is a refusal");
+        };
+        assert_eq!(source.raw_os_error(), Some(22));
+    }
+
+    /// Fuzz finding (fuzz/regressions/nexthop_decode/nlmsg-error-errno-i32-min.bin): an
+    /// NLMSG_ERROR whose error field is i32::MIN made `-errno` overflow (a panic in debug
+    /// builds) in the request and dump loops. It is a refusal like any other errno.
+    #[test]
+    fn errno_i32_min_is_a_refusal_not_a_panic() {
+        let msg = nlmsg_error(9, i32::MIN);
+        assert!(matches!(
+            ack_in(&msg, 9, "x"),
+            Some(Err(RtnlError::Refused { .. }))
+        ));
+        let mut out = Vec::new();
+        assert!(matches!(
+            nexthop_dump_part(&msg, 9, &mut out),
+            Err(RtnlError::Refused { .. })
+        ));
+        assert!(out.is_empty());
+    }
 
     #[test]
     fn route_replace_bytes() {
