@@ -369,8 +369,16 @@ fn run_target(fuzz_dir: &Path, target: &str, args: &FuzzArgs) -> Result<Report> 
     let before = artifacts(fuzz_dir, target);
     util::break_line();
     println!("==> fuzz: {target} ({})", budget_text(args));
-    let mut cmd = util::cargo_cmd(Some("nightly"));
+    // Built first, so that the time reported is the fuzzing alone.
+    let mut build = util::cargo_cmd(Some("nightly"));
     // The lq-user targets need no eBPF object: skip its build (an empty object is embedded).
+    build.env("AYA_BUILD_SKIP", "1");
+    build.args(["fuzz", "build", "--debug-assertions", target]);
+    if !util::status(&mut build)?.success() {
+        println!("==> fuzz: {target} ... build FAILED (see above)");
+        return Ok(Report::default());
+    }
+    let mut cmd = util::cargo_cmd(Some("nightly"));
     cmd.env("AYA_BUILD_SKIP", "1");
     cmd.args(["fuzz", "run", "--debug-assertions", target])
         .arg(&scratch)
