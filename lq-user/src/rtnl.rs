@@ -458,7 +458,10 @@ mod tests {
     #[test]
     fn ack_and_refusal() {
         assert!(matches!(ack_in(&nlmsg_error(9, 0), 9, "x"), Some(Ok(()))));
-        assert!(ack_in(&nlmsg_error(8, 0), 9, "x").is_none(), "another request's ACK");
+        assert!(
+            ack_in(&nlmsg_error(8, 0), 9, "x").is_none(),
+            "another request's ACK"
+        );
         let Some(Err(RtnlError::Refused { source, .. })) = ack_in(&nlmsg_error(9, -22), 9, "x")
         else {
             panic!("EINVAL is a refusal");
