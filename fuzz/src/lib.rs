@@ -24,9 +24,12 @@ use lq_common::{
     },
 };
 
+/// A target's entry point: the raw input, no result (a broken promise panics).
+pub type EntryPoint = fn(&[u8]);
+
 /// Every target: its name (the file stem in `fuzz_targets/` and the folder of its corpus and
 /// regressions) and its entry point.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, EntryPoint)] = &[
     ("config_parse", config_parse),
     ("ipfix_decode", ipfix_decode),
     ("ipfix_session", ipfix_session),
@@ -425,6 +428,6 @@ pub fn nexthop_decode(data: &[u8]) {
 }
 
 /// The entry point of `target`, if there is one.
-pub fn entry(target: &str) -> Option<fn(&[u8])> {
+pub fn entry(target: &str) -> Option<EntryPoint> {
     TARGETS.iter().find(|(n, _)| *n == target).map(|(_, f)| *f)
 }

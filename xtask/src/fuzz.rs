@@ -240,7 +240,7 @@ fn pcap(big_endian: bool, frames: &[Vec<u8>]) -> Vec<u8> {
 fn pcapng(frames: &[Vec<u8>]) -> Vec<u8> {
     fn block(kind: u32, body: &[u8]) -> Vec<u8> {
         let mut body = body.to_vec();
-        while body.len() % 4 != 0 {
+        while !body.len().is_multiple_of(4) {
             body.push(0);
         }
         let total = (12 + body.len()) as u32;
@@ -472,7 +472,7 @@ fn print_summary(reports: &[(String, Report)], args: &FuzzArgs) {
     println!();
     println!("fuzz: {}", budget_text(args));
     println!(
-        "{:<16} {:>12} {:>9} {:>8} {:>9} {:>16} {:>7}",
+        "{:<16} {:>12} {:>9} {:>8} {:>9} {:>18} {:>7}",
         "target", "executions", "time", "exec/s", "findings", "budget reached", "result"
     );
     for (t, r) in reports {
@@ -487,7 +487,7 @@ fn print_summary(reports: &[(String, Report)], args: &FuzzArgs) {
             "-".into()
         };
         println!(
-            "{t:<16} {execs:>12} {:>7.1} s {rate:>8} {:>9} {reached:>16} {res:>7}",
+            "{t:<16} {execs:>12} {:>7.1} s {rate:>8} {:>9} {reached:>18} {res:>7}",
             r.secs,
             r.findings.len(),
         );
