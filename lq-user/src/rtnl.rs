@@ -255,20 +255,8 @@ impl Rtnl {
         self.send(&msg)?;
         loop {
             let n = self.recv()?;
-            for m in nexthop::parse_messages(&self.buf[..n]) {
-                match m.map_err(|e| RtnlError::Codec(e.to_string()))? {
-                    NetlinkMessage::Error(h, errno) if h.seq == seq => {
-                        return if errno == 0 {
-                            Ok(())
-                        } else {
-                            Err(RtnlError::Refused {
-                                what: what.into(),
-                                source: io::Error::from_raw_os_error(-errno),
-                            })
-                        };
-                    }
-                    _ => {}
-                }
+            if let Some(result) = ack_in(&self.buf[..n], seq, what) {
+                return result;
             }
         }
     }
@@ -313,21 +301,65 @@ impl Rtnl {
         let mut out = Vec::new();
         loop {
             let n = self.recv()?;
-            for m in nexthop::parse_messages(&self.buf[..n]) {
-                match m.map_err(|e| RtnlError::Codec(e.to_string()))? {
-                    NetlinkMessage::NewNexthop(h, nh) if h.seq == seq => out.push(nh),
-                    NetlinkMessage::Done(h) if h.seq == seq => return Ok(out),
-                    NetlinkMessage::Error(h, errno) if h.seq == seq && errno != 0 => {
-                        return Err(RtnlError::Refused {
-                            what: "nexthop dump".into(),
-                            source: io::Error::from_raw_os_error(-errno),
-                        });
-                    }
-                    _ => {}
-                }
+            if nexthop_dump_part(&self.buf[..n], seq, &mut out)? {
+                return Ok(out);
             }
         }
     }
+}
+
+/// The answer to request `seq` in one receive buffer: `Some(Ok)` for its ACK, `Some(Err)`
+/// when the kernel refused it (or the buffer cannot be decoded), `None` when the buffer
+/// holds no answer to it. Public for the fuzz target `nexthop_decode`.
+pub fn ack_in(buf: &[u8], seq: u32, what: &str) -> Option<Result<(), RtnlError>> {
+    for m in nexthop::parse_messages(buf) {
+        match m {
+            Err(e) => return Some(Err(RtnlError::Codec(e.to_string()))),
+            Ok(NetlinkMessage::Error(h, errno)) if h.seq == seq => {
+                return Some(if errno == 0 {
+                    Ok(())
+                } else {
+                    Err(RtnlError::Refused {
+                        what: what.into(),
+                        source: errno_error(errno),
+                    })
+                });
+            }
+            Ok(_) => {}
+        }
+    }
+    None
+}
+
+/// The error of an NLMSG_ERROR's `error` field (a negative errno). Any other value is the
+/// kernel's (or a peer's) mistake and still names itself: i32::MIN has no positive
+/// counterpart, so it saturates rather than overflow (found by the fuzz target
+/// `nexthop_decode`: `-errno` panicked in debug builds).
+fn errno_error(errno: i32) -> io::Error {
+    io::Error::from_raw_os_error(errno.saturating_neg())
+}
+
+/// One receive buffer of the nexthop dump `seq`: appends its nexthops to `out`; `Ok(true)`
+/// at NLMSG_DONE. Public for the fuzz target `nexthop_decode`.
+pub fn nexthop_dump_part(
+    buf: &[u8],
+    seq: u32,
+    out: &mut Vec<NexthopMsg>,
+) -> Result<bool, RtnlError> {
+    for m in nexthop::parse_messages(buf) {
+        match m.map_err(|e| RtnlError::Codec(e.to_string()))? {
+            NetlinkMessage::NewNexthop(h, nh) if h.seq == seq => out.push(nh),
+            NetlinkMessage::Done(h) if h.seq == seq => return Ok(true),
+            NetlinkMessage::Error(h, errno) if h.seq == seq && errno != 0 => {
+                return Err(RtnlError::Refused {
+                    what: "nexthop dump".into(),
+                    source: errno_error(errno),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(false)
 }
 
 /// The ifindex of `name` in the calling thread's namespace.
@@ -409,6 +441,51 @@ pub fn enter_netns(name: &str) -> Result<(), RtnlError> {
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    /// An NLMSG_ERROR for `seq` with `errno`, quoting a 16-octet request header.
+    fn nlmsg_error(seq: u32, errno: i32) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&36u32.to_ne_bytes());
+        b.extend_from_slice(&nexthop::NLMSG_ERROR.to_ne_bytes());
+        b.extend_from_slice(&0u16.to_ne_bytes());
+        b.extend_from_slice(&seq.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        b.extend_from_slice(&errno.to_ne_bytes());
+        b.extend_from_slice(&[0; 16]);
+        b
+    }
+
+    #[test]
+    fn ack_and_refusal() {
+        assert!(matches!(ack_in(&nlmsg_error(9, 0), 9, "x"), Some(Ok(()))));
+        assert!(
+            ack_in(&nlmsg_error(8, 0), 9, "x").is_none(),
+            "another request's ACK"
+        );
+        let Some(Err(RtnlError::Refused { source, .. })) = ack_in(&nlmsg_error(9, -22), 9, "x")
+        else {
+            panic!("EINVAL is a refusal");
+        };
+        assert_eq!(source.raw_os_error(), Some(22));
+    }
+
+    /// Fuzz finding (fuzz/regressions/nexthop_decode/nlmsg-error-errno-i32-min.bin): an
+    /// NLMSG_ERROR whose error field is i32::MIN made `-errno` overflow (a panic in debug
+    /// builds) in the request and dump loops. It is a refusal like any other errno.
+    #[test]
+    fn errno_i32_min_is_a_refusal_not_a_panic() {
+        let msg = nlmsg_error(9, i32::MIN);
+        assert!(matches!(
+            ack_in(&msg, 9, "x"),
+            Some(Err(RtnlError::Refused { .. }))
+        ));
+        let mut out = Vec::new();
+        assert!(matches!(
+            nexthop_dump_part(&msg, 9, &mut out),
+            Err(RtnlError::Refused { .. })
+        ));
+        assert!(out.is_empty());
+    }
 
     #[test]
     fn route_replace_bytes() {

@@ -1425,31 +1425,46 @@ fn dump(
 ) -> Result<(), SamplerError> {
     let seq = rtnl.send_request(build)?;
     loop {
-        let buf = rtnl.recv_raw()?;
-        for m in messages(buf) {
-            let m = m.map_err(|source| SamplerError::Decode { what, source })?;
-            if m.seq != seq {
-                continue;
-            }
-            match m.ty {
-                NLMSG_DONE => return Ok(()),
-                NLMSG_ERROR => {
-                    let errno = ne_u32(m.payload, 0).map_or(0, |e| e as i32);
-                    if errno != 0 {
-                        return Err(RtnlError::Refused {
-                            what: format!("{what} dump"),
-                            source: io::Error::from_raw_os_error(errno.saturating_neg()),
-                        }
-                        .into());
-                    }
-                    return Ok(());
-                }
-                // NLM_F_DUMP_INTR (the set changed during the dump) is ignored: every
-                // message still carries a consistent snapshot of its own object.
-                ty => each(ty, m.payload),
-            }
+        if dump_part(rtnl.recv_raw()?, seq, what, &mut each)? {
+            return Ok(());
         }
     }
+}
+
+/// One receive buffer of the dump `seq`: hands each of its replies (type, payload) to
+/// `each`; `Ok(true)` when the dump ended (NLMSG_DONE, or an NLMSG_ERROR ACK), an error
+/// when the buffer cannot be framed or the kernel refused the dump. Messages of other
+/// requests are skipped. Public for the fuzz target `netlink_sampler`.
+pub fn dump_part(
+    buf: &[u8],
+    seq: u32,
+    what: &'static str,
+    mut each: impl FnMut(u16, &[u8]),
+) -> Result<bool, SamplerError> {
+    for m in messages(buf) {
+        let m = m.map_err(|source| SamplerError::Decode { what, source })?;
+        if m.seq != seq {
+            continue;
+        }
+        match m.ty {
+            NLMSG_DONE => return Ok(true),
+            NLMSG_ERROR => {
+                let errno = ne_u32(m.payload, 0).map_or(0, |e| e as i32);
+                if errno != 0 {
+                    return Err(RtnlError::Refused {
+                        what: format!("{what} dump"),
+                        source: io::Error::from_raw_os_error(errno.saturating_neg()),
+                    }
+                    .into());
+                }
+                return Ok(true);
+            }
+            // NLM_F_DUMP_INTR (the set changed during the dump) is ignored: every
+            // message still carries a consistent snapshot of its own object.
+            ty => each(ty, m.payload),
+        }
+    }
+    Ok(false)
 }
 
 /// The speed of `name` in bits/s from SIOCETHTOOL: ETHTOOL_GLINKSETTINGS, else the
