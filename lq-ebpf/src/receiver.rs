@@ -24,7 +24,8 @@ use lq_common::{
     maps::{
         AS_PLAN_PREFIX_CAPACITY, AS_QUALIFIED_YES, COUNTER_COUNT, Counter, EVENT_RING_BYTES,
         NEIGHBOR_CAPACITY, NeighborKey, NeighborValue, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS,
-        PATH_FLAG_PFC_FABRIC, PATH_TABLE_CAPACITY, PathEvent, PathKey, PathValue, ReceiverConfig,
+        PATH_FLAG_PFC_FABRIC, PATH_SLOT_PROBES, PATH_TABLE_CAPACITY, PathEvent, PathKey, PathSlot,
+        PathValue, ReceiverConfig, path_slot_index,
     },
     receive::neighbor_failed,
     wire::{
@@ -33,8 +34,10 @@ use lq_common::{
     },
 };
 
+/// The path table: an open-addressed hash table in an array, slot of a key from
+/// `lq_common::maps::path_slot_index` (why: see there).
 #[btf_map]
-static LQ_PATHS: HashMap<PathKey, PathValue, { PATH_TABLE_CAPACITY as usize }> = HashMap::new();
+static LQ_PATHS: Array<PathSlot, { PATH_TABLE_CAPACITY as usize }> = Array::new();
 
 #[btf_map]
 static LQ_NEIGHBORS: HashMap<NeighborKey, NeighborValue, { NEIGHBOR_CAPACITY as usize }> =
@@ -345,23 +348,36 @@ extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
         value.ecn_marking_rate = buf[g + 5] >> 3;
         value.pfc_pause_fraction = buf[g + 6] >> 3;
     }
-    // An existing entry is updated in place: one hash lookup instead of a lookup and an
-    // insert (which also takes an element from the free list and swaps it in under RCU).
-    // A reader copying the value at the same moment may see a mix of old and new fields
-    // of this one entry; the next read (at most one T_notify later) is whole.
-    if let Some(old) = LQ_PATHS.get_ptr_mut(key) {
-        // SAFETY: a value of the map, alive until the program returns (RCU).
-        let old = unsafe { &mut *old };
-        let is_change = old.lqs != value.lqs || old.cl != value.cl;
-        *old = value;
-        lp.stored += 1;
-        lp.changed += u32::from(is_change);
-    } else if LQ_PATHS.insert(key, value, 0).is_ok() {
-        lp.stored += 1;
-        lp.changed += 1;
-    } else {
-        count(Counter::TableFull);
+    // The key's slots in probe order: the first that holds the key is updated in place,
+    // else the first free one takes it. Usually the first slot decides: one array access
+    // (inlined by the verifier) and one key compare per entry. A reader copying a slot at
+    // the same moment may see a mix of old and new fields of this one entry; the next read
+    // (at most one T_notify later) is whole.
+    let mut probe = 0;
+    while probe < PATH_SLOT_PROBES {
+        let Some(slot) = LQ_PATHS.get_ptr_mut(path_slot_index(&key, probe)) else {
+            break;
+        };
+        // SAFETY: an element of the array map, alive as long as the map.
+        let slot = unsafe { &mut *slot };
+        if slot.used == 0 {
+            slot.key = key;
+            slot.value = value;
+            slot.used = 1;
+            lp.stored += 1;
+            lp.changed += 1;
+            return 0;
+        }
+        if slot.key == key {
+            let is_change = slot.value.lqs != value.lqs || slot.value.cl != value.cl;
+            slot.value = value;
+            lp.stored += 1;
+            lp.changed += u32::from(is_change);
+            return 0;
+        }
+        probe += 1;
     }
+    count(Counter::TableFull);
     0
 }
 
