@@ -5,7 +5,9 @@
 
 use crate::wire::AsRange;
 
-/// The path quality table (seed 003 section 6.2): [`PathKey`] -> [`PathValue`].
+/// The path quality table (seed 003 section 6.2): an array of [`PathSlot`]s, an
+/// open-addressed hash table of [`PathKey`] -> [`PathValue`] with the slot index computed by
+/// [`path_slot_index`] (see there for why it is not a BPF hash map).
 pub const PATH_TABLE_MAP: &str = "LQ_PATHS";
 /// Per-neighbor receive state: [`NeighborKey`] -> [`NeighborValue`].
 pub const NEIGHBOR_MAP: &str = "LQ_NEIGHBORS";
@@ -30,8 +32,17 @@ pub const ECN_PROGRAM: &str = "lq_ecn_egress";
 /// How many interfaces the ECN counter tracks.
 pub const ECN_IF_CAPACITY: u32 = 256;
 
-/// Capacity of the path table: 64 spines x 512 remote leaves.
+/// Capacity of the path table: 64 spines x 512 remote leaves. A power of two (the slot
+/// index is the top bits of a 32-bit hash).
 pub const PATH_TABLE_CAPACITY: u32 = 32_768;
+/// log2 of [`PATH_TABLE_CAPACITY`].
+pub const PATH_TABLE_BITS: u32 = 15;
+const _: () = assert!(1 << PATH_TABLE_BITS == PATH_TABLE_CAPACITY);
+/// Slots probed for a key (linear probing from [`path_slot_index`]) before the entry is
+/// refused as `table_full`. At the design load (64 spines x 91 entries = 18% of the slots)
+/// a key is found at its first slot almost always; eight consecutive used slots need a table
+/// far fuller than that.
+pub const PATH_SLOT_PROBES: u32 = 8;
 /// Capacity of the neighbor table.
 pub const NEIGHBOR_CAPACITY: u32 = 1024;
 /// Ring buffer size in bytes (a power of two, a multiple of the page size).
@@ -83,6 +94,40 @@ pub struct PathKey {
     pub link_id: u32,
 }
 const _: () = assert!(core::mem::size_of::<PathKey>() == 20);
+
+/// One slot of the path table: a key, whether the slot holds an entry, the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct PathSlot {
+    /// The entry's key; meaningful when `used` is 1.
+    pub key: PathKey,
+    /// 1: the slot holds an entry; 0: free (a slot is never freed once used).
+    pub used: u32,
+    /// The entry's value; meaningful when `used` is 1.
+    pub value: PathValue,
+}
+const _: () = assert!(core::mem::size_of::<PathSlot>() == 48);
+
+/// Slot `probe` (0-based) of `key` in the path table.
+///
+/// Why the table is an array with a hash of our own rather than a BPF hash map: the XDP
+/// receiver writes up to 91 entries per datagram (spec `lq-udp-wire.md`, "MUST process 91
+/// entries"), and a BPF hash map lookup (jhash over the 20-octet key, bucket walk, key
+/// compare through a helper call) was most of the 90-entry cost. Here an entry update is one
+/// array access (the verifier inlines array lookups into address arithmetic) and one key
+/// compare. The hash: a multiply-xor mix of the five key words, top bits taken; linear
+/// probing from there. The reference receiver's table model (`lq_common::receive`'s users,
+/// the differential test) uses this same function, so table-full behaviour is identical.
+#[inline(always)]
+pub const fn path_slot_index(key: &PathKey, probe: u32) -> u32 {
+    let mut h = key.spine_id.wrapping_mul(0x9e37_79b1);
+    h = (h ^ key.spine_as).wrapping_mul(0x85eb_ca77);
+    h = (h ^ key.remote_id).wrapping_mul(0xc2b2_ae3d);
+    h = (h ^ key.remote_as).wrapping_mul(0x27d4_eb2f);
+    h = (h ^ key.link_id).wrapping_mul(0x1656_67b1);
+    h ^= h >> 15;
+    ((h >> (32 - PATH_TABLE_BITS)).wrapping_add(probe)) & (PATH_TABLE_CAPACITY - 1)
+}
 
 /// `PathValue::flags`: the entry carried valid diagnostics.
 pub const PATH_FLAG_DIAGNOSTICS: u8 = 0x01;
@@ -297,6 +342,7 @@ mod pod {
     // asserted sizes: every bit pattern is valid and there are no implicit holes.
     unsafe impl aya::Pod for super::PathKey {}
     unsafe impl aya::Pod for super::PathValue {}
+    unsafe impl aya::Pod for super::PathSlot {}
     unsafe impl aya::Pod for super::NeighborKey {}
     unsafe impl aya::Pod for super::NeighborValue {}
     unsafe impl aya::Pod for super::PathEvent {}

@@ -18,8 +18,8 @@ use aya::{
 };
 use lq_common::maps::{
     AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP,
-    NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_TABLE_MAP, PathKey, PathValue, ReceiverConfig,
-    XDP_PROGRAM,
+    NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathKey,
+    PathSlot, PathValue, ReceiverConfig, XDP_PROGRAM,
 };
 use lq_common::{maps::as_range_prefixes, wire::AsRange};
 
@@ -59,6 +59,15 @@ pub enum PathTableError {
         map: &'static str,
         /// The cause.
         source: aya::maps::MapError,
+    },
+    /// Reading a map with BPF_MAP_LOOKUP_BATCH failed.
+    #[error("map {map}: batched read")]
+    BatchRead {
+        /// The map name.
+        map: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
     },
     /// The map is missing from the object (a build mismatch).
     #[error("map {0} not found in the eBPF object")]
@@ -420,9 +429,77 @@ pub fn effective_paths(
         .collect()
 }
 
+/// `union bpf_attr` for BPF_MAP_*_BATCH (linux/bpf.h, `batch`).
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// BPF_MAP_LOOKUP_BATCH (linux/bpf.h `enum bpf_cmd`).
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+
+/// Every element of an array map of `len` elements of type `V`, in index order, with as few
+/// BPF_MAP_LOOKUP_BATCH calls as the kernel allows (usually one): the path table has 32 768
+/// slots, and one lookup syscall per slot would cost the reader tens of milliseconds.
+fn read_array_batched<V: aya::Pod + Default + Clone>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    len: usize,
+) -> Result<Vec<V>, std::io::Error> {
+    use std::os::fd::AsRawFd;
+    let mut keys = vec![0u32; len];
+    let mut values = vec![V::default(); len];
+    let (mut done, mut cursor_in, mut cursor_out) = (0usize, 0u32, 0u32);
+    while done < len {
+        let mut attr = BatchAttr {
+            in_batch: if done == 0 {
+                0
+            } else {
+                (&raw const cursor_in) as u64
+            },
+            out_batch: (&raw mut cursor_out) as u64,
+            keys: keys[done..].as_mut_ptr() as u64,
+            values: values[done..].as_mut_ptr() as u64,
+            count: (len - done) as u32,
+            map_fd: fd.as_raw_fd() as u32,
+            ..BatchAttr::default()
+        };
+        // SAFETY: attr is a valid bpf_attr prefix for this command; keys and values have
+        // room for `count` elements of the map's key and value sizes (u32, V); cursor_out
+        // outlives the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                (&raw mut attr).cast::<libc::c_void>(),
+                size_of::<BatchAttr>() as libc::c_uint,
+            )
+        };
+        let err = (r < 0).then(std::io::Error::last_os_error);
+        done += attr.count as usize;
+        match err {
+            None if attr.count == 0 => break,
+            None => cursor_in = cursor_out,
+            // ENOENT: the last batch (its elements are in `count`).
+            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+            Some(e) => return Err(e),
+        }
+    }
+    values.truncate(done);
+    Ok(values)
+}
+
 /// Reads the pinned maps of one receiver instance.
 pub struct TableReader {
-    paths: HashMap<MapData, PathKey, PathValue>,
+    /// The path table's slots (an array map of [`PathSlot`]), read in one batched syscall.
+    paths: MapData,
     neighbors: HashMap<MapData, NeighborKey, NeighborValue>,
     counters: PerCpuArray<MapData, u64>,
     config: Array<MapData, ReceiverConfig>,
@@ -439,8 +516,7 @@ impl TableReader {
             MapData::from_pin(&path).map_err(map_err(name))
         };
         Ok(Self {
-            paths: HashMap::try_from(Map::HashMap(open(PATH_TABLE_MAP)?))
-                .map_err(map_err(PATH_TABLE_MAP))?,
+            paths: open(PATH_TABLE_MAP)?,
             neighbors: HashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP)?))
                 .map_err(map_err(NEIGHBOR_MAP))?,
             counters: PerCpuArray::try_from(Map::PerCpuArray(open(COUNTER_MAP)?))
@@ -451,10 +527,18 @@ impl TableReader {
 
     /// Every path entry, sorted by key.
     pub fn paths(&self) -> Result<BTreeMap<PathKey, PathValue>, PathTableError> {
-        self.paths
-            .iter()
-            .collect::<Result<_, _>>()
-            .map_err(map_err(PATH_TABLE_MAP))
+        use std::os::fd::AsFd;
+        let slots =
+            read_array_batched::<PathSlot>(self.paths.fd().as_fd(), PATH_TABLE_CAPACITY as usize)
+                .map_err(|source| PathTableError::BatchRead {
+                map: PATH_TABLE_MAP,
+                source,
+            })?;
+        Ok(slots
+            .into_iter()
+            .filter(|s| s.used != 0)
+            .map(|s| (s.key, s.value))
+            .collect())
     }
 
     /// Every neighbor, sorted by key.

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
-use lq_common::maps::{COUNTER_COUNT, XDP_PROGRAM};
+use lq_common::maps::{
+    COUNTER_COUNT, PATH_SLOT_PROBES, PATH_TABLE_CAPACITY, PathKey, PathSlot, PathValue,
+    XDP_PROGRAM, path_slot_index,
+};
 use lq_user::path_table::{ReceiverSettings, TableReader, XdpReceiver};
 
 /// XDP_DROP.
@@ -84,5 +87,87 @@ pub fn settings() -> ReceiverSettings {
         as_plan: Vec::new(),
         dead_interval_ns: 3_600_000_000_000,
         pass_through: false,
+    }
+}
+
+/// The reference model of the XDP receiver's path table (`LQ_PATHS`): the same array of
+/// slots, the same slot function and probing (`lq_common::maps::path_slot_index`), so its
+/// contents, placement and `table_full` refusals are the kernel's exactly.
+pub struct SlotTable {
+    /// The slots, indexed like the kernel's array.
+    pub slots: Vec<PathSlot>,
+    /// Slots in use.
+    pub used: usize,
+}
+
+impl Default for SlotTable {
+    fn default() -> Self {
+        Self {
+            slots: vec![PathSlot::default(); PATH_TABLE_CAPACITY as usize],
+            used: 0,
+        }
+    }
+}
+
+/// Where a key is or would go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotLookup {
+    /// The key is in this slot.
+    Found(usize),
+    /// The key is absent; this is the first free slot of its probe sequence.
+    Free(usize),
+    /// The key is absent and every slot of its probe sequence is used.
+    Full,
+}
+
+impl SlotTable {
+    /// The receiver's probe: the first slot holding `key`, else the first free one.
+    pub fn lookup(&self, key: &PathKey) -> SlotLookup {
+        for probe in 0..PATH_SLOT_PROBES {
+            let i = path_slot_index(key, probe) as usize;
+            let s = &self.slots[i];
+            if s.used == 0 {
+                return SlotLookup::Free(i);
+            }
+            if s.key == *key {
+                return SlotLookup::Found(i);
+            }
+        }
+        SlotLookup::Full
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &PathKey) -> Option<PathValue> {
+        match self.lookup(key) {
+            SlotLookup::Found(i) => Some(self.slots[i].value),
+            _ => None,
+        }
+    }
+
+    /// Writes `key` as the receiver does: the slot it went to, or `None` (table full).
+    pub fn set(&mut self, key: PathKey, value: PathValue) -> Option<usize> {
+        let i = match self.lookup(&key) {
+            SlotLookup::Found(i) => i,
+            SlotLookup::Free(i) => {
+                self.used += 1;
+                i
+            }
+            SlotLookup::Full => return None,
+        };
+        self.slots[i] = PathSlot {
+            key,
+            used: 1,
+            value,
+        };
+        Some(i)
+    }
+
+    /// Every entry, sorted by key.
+    pub fn entries(&self) -> std::collections::BTreeMap<PathKey, PathValue> {
+        self.slots
+            .iter()
+            .filter(|s| s.used != 0)
+            .map(|s| (s.key, s.value))
+            .collect()
     }
 }

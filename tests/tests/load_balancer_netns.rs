@@ -224,10 +224,18 @@ fn weights_follow_remote_congestion_and_spine_failure() {
     )
     .unwrap();
     let dump: serde_json::Value = serde_json::from_str(&dump).unwrap();
-    assert_eq!(dump.as_array().unwrap().len(), 4, "{dump}");
+    // The table is an array of slots (key, used, value); the used ones are the entries.
+    let used: Vec<&serde_json::Value> = dump
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["formatted"]["value"]["used"] == 1)
+        .collect();
+    assert_eq!(used.len(), 4, "{used:?}");
     assert!(
-        dump[0]["formatted"]["value"]["lqs"].is_u64(),
-        "bpftool shows the BTF field names: {dump}"
+        used[0]["formatted"]["value"]["value"]["lqs"].is_u64()
+            && used[0]["formatted"]["value"]["key"]["spine_id"].is_u64(),
+        "bpftool shows the BTF field names: {used:?}"
     );
     let c = lqd.show("counters").unwrap();
     assert!(c["accepted"].as_u64().unwrap() > 20, "{c}");

@@ -20,11 +20,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{HashMap as BpfHashMap, Map, MapData, RingBuf};
+use aya::maps::{Array as BpfArray, HashMap as BpfHashMap, Map, MapData, RingBuf};
 use lq_common::{
     maps::{
         COUNTER_COUNT, Counter, NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue,
-        PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey, PathValue, ReceiverConfig,
+        PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey, PathSlot, PathValue,
+        ReceiverConfig,
     },
     receive::{Counters, ReceiveTables, TableFull, Verdict, process_frame},
     wire::{
@@ -34,7 +35,7 @@ use lq_common::{
 };
 use lq_tests::{
     packet::{FrameSpec, Ip},
-    xdp::{TestReceiver, XDP_DROP, XDP_PASS, settings},
+    xdp::{SlotTable, TestReceiver, XDP_DROP, XDP_PASS, settings},
 };
 use lq_user::path_table::ReceiverSettings;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -52,10 +53,11 @@ const NCOUNTERS: usize = COUNTER_COUNT as usize;
 
 #[derive(Default)]
 struct RefTables {
-    paths: BTreeMap<PathKey, PathValue>,
+    /// The path table modelled slot by slot, as the kernel's array.
+    paths: SlotTable,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
     /// Path keys written while processing the current frame.
-    touched_paths: Vec<PathKey>,
+    touched_paths: Vec<(PathKey, usize)>,
     /// Neighbor keys written while processing the current frame.
     touched_neighbors: Vec<NeighborKey>,
 }
@@ -76,15 +78,12 @@ impl ReceiveTables for RefTables {
     }
 
     fn path(&self, key: &PathKey) -> Option<PathValue> {
-        self.paths.get(key).copied()
+        self.paths.get(key)
     }
 
     fn set_path(&mut self, key: PathKey, value: PathValue) -> Result<(), TableFull> {
-        if !self.paths.contains_key(&key) && self.paths.len() >= PATH_TABLE_CAPACITY as usize {
-            return Err(TableFull);
-        }
-        self.paths.insert(key, value);
-        self.touched_paths.push(key);
+        let slot = self.paths.set(key, value).ok_or(TableFull)?;
+        self.touched_paths.push((key, slot));
         Ok(())
     }
 }
@@ -828,7 +827,7 @@ struct Phase<'a> {
 
 /// The kernel maps, opened from their pins, for per-key lookups.
 struct KernelMaps {
-    paths: BpfHashMap<MapData, PathKey, PathValue>,
+    paths: BpfArray<MapData, PathSlot>,
     neighbors: BpfHashMap<MapData, NeighborKey, NeighborValue>,
 }
 
@@ -837,7 +836,7 @@ impl KernelMaps {
         let dir = rx.receiver.pin_dir();
         let open = |name: &str| MapData::from_pin(dir.join(name)).expect("open pinned map");
         Self {
-            paths: BpfHashMap::try_from(Map::HashMap(open(PATH_TABLE_MAP))).unwrap(),
+            paths: BpfArray::try_from(Map::Array(open(PATH_TABLE_MAP))).unwrap(),
             neighbors: BpfHashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP))).unwrap(),
         }
     }
@@ -884,7 +883,12 @@ fn compare_tables(rx: &TestReceiver, r: &RefTables, phase: &str, at: usize, seed
         .into_iter()
         .map(|(k, v)| (k, strip_path(v)))
         .collect();
-    let rp: BTreeMap<_, _> = r.paths.iter().map(|(k, v)| (*k, strip_path(*v))).collect();
+    let rp: BTreeMap<_, _> = r
+        .paths
+        .entries()
+        .into_iter()
+        .map(|(k, v)| (k, strip_path(v)))
+        .collect();
     let kn: BTreeMap<_, _> = rx
         .reader
         .neighbors()
@@ -1028,11 +1032,19 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
                 fail(&format!("neighbor {k:?}: reference {rv:?}, kernel {kv:?}"));
             }
         }
-        for k in &tables.touched_paths {
-            let kv = kmaps.paths.get(k, 0).ok().map(strip_path);
-            let rv = tables.paths.get(k).copied().map(strip_path);
+        // Slot by slot: the same key in the same slot with the same value.
+        for (k, slot) in &tables.touched_paths {
+            let kv = kmaps
+                .paths
+                .get(&(*slot as u32), 0)
+                .ok()
+                .filter(|s| s.used != 0 && s.key == *k)
+                .map(|s| strip_path(s.value));
+            let rv = tables.paths.get(k).map(strip_path);
             if kv != rv {
-                fail(&format!("path {k:?}: reference {rv:?}, kernel {kv:?}"));
+                fail(&format!(
+                    "path {k:?} in slot {slot}: reference {rv:?}, kernel {kv:?}"
+                ));
             }
         }
 
@@ -1072,14 +1084,14 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
                 "  {}: {} frames, tables equal ({} paths, {} neighbors), {:.1} s",
                 p.name,
                 i + 1,
-                tables.paths.len(),
+                tables.paths.used,
                 tables.neighbors.len(),
                 started.elapsed().as_secs_f64()
             );
         }
     }
-    // The tables must not have filled: a full kernel hash map is a separate matter.
-    assert!(tables.paths.len() < PATH_TABLE_CAPACITY as usize / 2);
+    // The tables must not have filled: a full table is a separate matter.
+    assert!(tables.paths.used < PATH_TABLE_CAPACITY as usize / 2);
     assert!(tables.neighbors.len() < NEIGHBOR_CAPACITY as usize / 2);
     started.elapsed()
 }

@@ -522,3 +522,60 @@ fn a_change_event_reaches_the_ring_buffer_only_on_change() {
     }
     assert_eq!(got, vec![(1, 1, 1), (3, 1, 1)]);
 }
+
+/// The path table is an array with linear probing (`lq_common::maps::path_slot_index`): a
+/// key whose `PATH_SLOT_PROBES` slots are all taken by other keys is refused as
+/// `table_full`, the others are stored, each in the slot the reference model
+/// (`lq_tests::xdp::SlotTable`) puts it in, and a second datagram updates them in place.
+#[test]
+fn colliding_keys_fill_their_probe_run_then_count_table_full() {
+    use lq_common::maps::{PATH_SLOT_PROBES, PathValue, path_slot_index};
+    use lq_tests::xdp::SlotTable;
+
+    let spine = ip4(10, 0, 0, 7);
+    let remote = ip4(10, 0, 3, 1);
+    let key = |link_id: u32| PathKey {
+        spine_as: 0,
+        spine_id: spine,
+        remote_as: 0,
+        remote_id: remote,
+        link_id,
+    };
+    // PATH_SLOT_PROBES + 1 link ids whose keys all start probing at the same slot.
+    let target = path_slot_index(&key(1), 0);
+    let links: Vec<u32> = (1..u32::MAX)
+        .filter(|&l| path_slot_index(&key(l), 0) == target)
+        .take(PATH_SLOT_PROBES as usize + 1)
+        .collect();
+    assert_eq!(links.len(), PATH_SLOT_PROBES as usize + 1);
+
+    let mut rx = TestReceiver::load(&settings()).unwrap();
+    for (seq, lqs) in [(1u16, 100u8), (2, 101)] {
+        let entries: Vec<_> = links.iter().map(|&l| entry(remote, l, lqs, 2)).collect();
+        let frame = FrameSpec::lq(payload(&header(spine, seq), &entries)).build();
+        let before = rx.counters().unwrap();
+        assert_eq!(rx.run(&frame).unwrap(), XDP_DROP);
+        let after = rx.counters().unwrap();
+        let delta = |c: Counter| after[c as usize] - before[c as usize];
+        assert_eq!(delta(Counter::Accepted), 1);
+        assert_eq!(delta(Counter::EntriesStored), u64::from(PATH_SLOT_PROBES));
+        assert_eq!(delta(Counter::TableFull), 1, "the ninth colliding key");
+
+        let mut model = SlotTable::default();
+        for &l in &links {
+            let stored = model.set(key(l), PathValue::default());
+            assert_eq!(stored.is_some(), l != *links.last().unwrap());
+        }
+        let paths = rx.reader.paths().unwrap();
+        assert_eq!(paths.len(), PATH_SLOT_PROBES as usize);
+        for &l in &links[..PATH_SLOT_PROBES as usize] {
+            assert_eq!(paths[&key(l)].lqs, lqs, "link {l} updated in place");
+        }
+        assert!(!paths.contains_key(&key(*links.last().unwrap())));
+        // The same keys in the same slots as the reference model.
+        assert_eq!(
+            paths.keys().collect::<Vec<_>>(),
+            model.entries().keys().collect::<Vec<_>>()
+        );
+    }
+}
