@@ -136,6 +136,41 @@ fn attr(b: &mut Vec<u8>, ty: u16, payload: &[u8]) {
     }
 }
 
+/// A NETLINK_ROUTE socket in the calling thread's network namespace, close-on-exec and
+/// bound (the kernel picks the port id): the one way lqd opens an rtnetlink socket, for
+/// requests ([`Rtnl`]), notifications (the slow plane's route monitor) and dumps (LAG
+/// detection).
+pub fn route_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket syscall; the fd is owned right away.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh, valid descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_nl is plain data; zero is a valid initial value.
+    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    sa.nl_family = libc::AF_NETLINK as u16;
+    // SAFETY: valid fd and address of the right size.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const sa).cast(),
+            size_of::<libc::sockaddr_nl>() as u32,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
 /// A NETLINK_ROUTE socket in the calling thread's network namespace.
 pub struct Rtnl {
     fd: OwnedFd,
@@ -146,33 +181,7 @@ pub struct Rtnl {
 impl Rtnl {
     /// Opens and binds the socket.
     pub fn open() -> Result<Self, RtnlError> {
-        // SAFETY: plain socket syscall; the fd is owned right away.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        // SAFETY: fd is a fresh, valid descriptor.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sockaddr_nl is plain data; zero is a valid initial value.
-        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        sa.nl_family = libc::AF_NETLINK as u16;
-        // SAFETY: valid fd and address of the right size.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&raw const sa).cast(),
-                size_of::<libc::sockaddr_nl>() as u32,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error().into());
-        }
+        let fd = route_socket()?;
         // Extended ACKs make refusals explain themselves in the kernel log; harmless if absent.
         let one: libc::c_int = 1;
         // SAFETY: valid fd and option value.

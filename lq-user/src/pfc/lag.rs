@@ -168,29 +168,11 @@ pub fn parse_link(payload: &[u8]) -> Option<Link> {
     Some(l)
 }
 
-struct Fd(libc::c_int);
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: closing a descriptor this struct owns.
-        unsafe { libc::close(self.0) };
-    }
-}
-
 /// The links of the calling thread's network namespace (one RTM_GETLINK dump; a reply
 /// that does not come within 2 s is an error, never a hang).
 pub fn links() -> io::Result<Vec<Link>> {
-    // SAFETY: plain socket call.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let sock = Fd(fd);
+    use std::os::fd::AsRawFd as _;
+    let sock = crate::rtnl::route_socket()?;
     let timeout = libc::timeval {
         tv_sec: 2,
         tv_usec: 0,
@@ -198,7 +180,7 @@ pub fn links() -> io::Result<Vec<Link>> {
     // SAFETY: valid fd and option value.
     unsafe {
         libc::setsockopt(
-            sock.0,
+            sock.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_RCVTIMEO,
             (&raw const timeout).cast(),
@@ -219,7 +201,7 @@ pub fn links() -> io::Result<Vec<Link>> {
     // SAFETY: a valid buffer and address.
     let sent = unsafe {
         libc::sendto(
-            sock.0,
+            sock.as_raw_fd(),
             req.as_ptr().cast(),
             req.len(),
             0,
@@ -234,7 +216,7 @@ pub fn links() -> io::Result<Vec<Link>> {
     let mut buf = vec![0u8; 65536];
     loop {
         // SAFETY: a valid buffer.
-        let n = unsafe { libc::recv(sock.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }

@@ -6,7 +6,7 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::fd::{AsRawFd, OwnedFd, RawFd},
 };
 
 use tracing::warn;
@@ -35,33 +35,7 @@ impl AsRawFd for RouteMonitor {
 impl RouteMonitor {
     /// Opens the socket in the calling thread's namespace and subscribes.
     pub fn open() -> io::Result<Self> {
-        // SAFETY: plain socket syscall; the fd is owned at once.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fresh valid fd.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sockaddr_nl is plain data.
-        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        sa.nl_family = libc::AF_NETLINK as u16;
-        // SAFETY: valid fd and address.
-        if unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&raw const sa).cast(),
-                size_of::<libc::sockaddr_nl>() as u32,
-            )
-        } != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::rtnl::route_socket()?;
         // A 512-leaf fabric's full table arrives as one burst at start: a large buffer
         // (beyond rmem_max when privileged) keeps it from overrunning.
         let size: libc::c_int = 8 << 20;
