@@ -358,8 +358,15 @@ fn run_counted(cmd: &mut Command) -> Outcome {
 }
 
 fn print_summary(results: &[(&'static str, Layer, Outcome)]) {
+    // One column as wide as the longest stage name, so the table stays aligned.
+    let w = results
+        .iter()
+        .map(|(name, _, _)| name.len())
+        .chain(Layer::ALL.iter().map(|l| l.name().len()))
+        .max()
+        .unwrap_or(24);
     println!();
-    println!("{:<24} {:>8} {:>9}", "stage", "result", "time");
+    println!("{:<w$} {:>8} {:>9}", "stage", "result", "time");
     for (name, _, o) in results {
         let r = if o.skipped {
             "skipped"
@@ -368,15 +375,15 @@ fn print_summary(results: &[(&'static str, Layer, Outcome)]) {
         } else {
             "FAILED"
         };
-        println!("{name:<24} {r:>8} {:>7.1} s", o.secs);
+        println!("{name:<w$} {r:>8} {:>7.1} s", o.secs);
     }
     println!();
-    println!("{:<24} {:>8} {:>8}", "layer", "passed", "failed");
+    println!("{:<w$} {:>8} {:>8}", "layer", "passed", "failed");
     let (mut tp, mut tf) = (0, 0);
     for layer in Layer::ALL {
         let rows = results.iter().filter(|(_, l, _)| *l == layer);
         let (p, f) = rows.fold((0, 0), |(p, f), (_, _, o)| (p + o.passed, f + o.failed));
-        println!("{:<24} {p:>8} {f:>8}", layer.name());
+        println!("{:<w$} {p:>8} {f:>8}", layer.name());
         tp += p;
         tf += f;
     }
