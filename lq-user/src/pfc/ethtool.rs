@@ -1,6 +1,9 @@
 //! NIC PFC counters from `ethtool -S`, with the driver-specific statistic names mapped by
 //! configuration. A NIC's MAC counts the PFC frames it actually transmitted, so these are
 //! a transmit source that confirms emission (the generation request alone does not).
+//!
+//! The daemon reads them with [`StatsReader`] (the `SIOCETHTOOL` ioctls `ethtool -S` and
+//! `ethtool -i` use, on one kept socket); [`read_stats`] runs the utility itself.
 
 use std::{collections::BTreeMap, io, process::Command};
 
