@@ -80,7 +80,9 @@ pub struct PfcService {
     exporter: Option<Exporter>,
     interval: Duration,
     trackers: BTreeMap<(u32, u8, Direction), CounterTracker>,
-    ethtool: Vec<(Direction, crate::pfc::tx::TxSource)>,
+    /// NIC sources, each keeping its socket, statistic layout and link speed between
+    /// exports (one statistics ioctl per source per export).
+    ethtool: Vec<(Direction, crate::pfc::ethtool::StatsReader)>,
     first_epoch: u32,
     next_export_ns: u64,
     /// Messages exported and export errors.
@@ -189,10 +191,7 @@ impl PfcService {
             info!(iface = %e.interface, direction = ?dir, "PFC counters from ethtool statistics");
             ethtool.push((
                 dir,
-                crate::pfc::tx::TxSource::Ethtool {
-                    iface: e.interface.clone(),
-                    map,
-                },
+                crate::pfc::ethtool::StatsReader::new(&e.interface, map),
             ));
         }
         Ok(Self {
@@ -277,25 +276,30 @@ impl PfcService {
         // NIC counters: wrap accounting for narrow counters and reset detection (a new
         // device identity or a decrease beyond a wrap) start a new epoch; a source that
         // cannot be read exports nothing this interval, never zeros.
-        for (dir, src) in &self.ethtool {
-            let r = match src.read() {
-                Ok(r) => r,
+        for (dir, src) in &mut self.ethtool {
+            let dir = &*dir;
+            let width_bits = src.width_bits();
+            let s = match src.read() {
+                Ok(s) => s,
                 Err(e) => {
-                    warn!(error = %e, "ethtool PFC counters unreadable; not exported this interval");
+                    warn!(iface = src.iface(), error = %e, "ethtool PFC counters unreadable; not exported this interval");
                     continue;
                 }
             };
+            let r = crate::pfc::tx::TxReading {
+                counts: s.counts,
+                width_bits,
+                instance: SourceInstance {
+                    ifindex: s.ifindex,
+                    id: s.device_id,
+                },
+            };
+            // The link speed bounds how many frames can have passed: what tells a wrap of
+            // a narrow counter from a reset (read once per source, cached by the reader).
+            let speed = s.speed_mbps;
             for (prio, c) in r.counts.iter().enumerate() {
                 let Some(value) = *c else { continue };
                 let first_epoch = self.first_epoch;
-                // The link speed bounds how many frames can have passed: what tells a wrap
-                // of a narrow counter from a reset.
-                let speed = match src {
-                    crate::pfc::tx::TxSource::Ethtool { iface, .. } => {
-                        crate::pfc::interface_info(iface).map_or(0, |i| i.speed_mbps)
-                    }
-                    crate::pfc::tx::TxSource::VethPeer { .. } => 0,
-                };
                 let key = (r.instance.ifindex, prio as u8, *dir);
                 let t = self
                     .trackers

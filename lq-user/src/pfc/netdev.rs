@@ -15,7 +15,7 @@ pub struct InterfaceInfo {
     pub speed_mbps: u32,
 }
 
-const SIOCETHTOOL: libc::c_ulong = 0x8946;
+pub(crate) const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GSET: u32 = 0x0000_0001;
 
 /// `struct ethtool_cmd` (the legacy GSET view, which the kernel fills from
@@ -43,27 +43,27 @@ struct EthtoolCmd {
 }
 const _: () = assert!(std::mem::size_of::<EthtoolCmd>() == 44);
 
-const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
+pub(crate) const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
 
 /// `struct ethtool_drvinfo`.
 #[repr(C)]
-struct EthtoolDrvinfo {
-    cmd: u32,
-    driver: [u8; 32],
+pub(crate) struct EthtoolDrvinfo {
+    pub(crate) cmd: u32,
+    pub(crate) driver: [u8; 32],
     version: [u8; 32],
     fw_version: [u8; 32],
-    bus_info: [u8; 32],
+    pub(crate) bus_info: [u8; 32],
     erom_version: [u8; 32],
     reserved2: [u8; 12],
     n_priv_flags: u32,
-    n_stats: u32,
+    pub(crate) n_stats: u32,
     testinfo_len: u32,
     eedump_len: u32,
     regdump_len: u32,
 }
 const _: () = assert!(std::mem::size_of::<EthtoolDrvinfo>() == 196);
 
-struct Sock(libc::c_int);
+pub(crate) struct Sock(pub(crate) libc::c_int);
 impl Drop for Sock {
     fn drop(&mut self) {
         // SAFETY: closing a descriptor this struct owns.
@@ -71,7 +71,7 @@ impl Drop for Sock {
     }
 }
 
-fn ifreq(iface: &str) -> io::Result<libc::ifreq> {
+pub(crate) fn ifreq(iface: &str) -> io::Result<libc::ifreq> {
     let name = iface.as_bytes();
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::new(

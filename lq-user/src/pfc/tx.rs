@@ -46,19 +46,18 @@ impl TxSource {
     pub fn read(&self) -> Result<TxReading, PfcError> {
         match self {
             TxSource::Ethtool { iface, map } => {
-                let io = |source| PfcError::Interface {
-                    iface: iface.clone(),
-                    source,
-                };
-                let stats = ethtool::read_stats(iface).map_err(io)?;
-                let id = ethtool::device_identity(iface).map_err(io)?;
-                let info = super::interface_info(iface).map_err(io)?;
+                let s = ethtool::StatsReader::new(iface, map.clone())
+                    .read()
+                    .map_err(|source| PfcError::Interface {
+                        iface: iface.clone(),
+                        source,
+                    })?;
                 Ok(TxReading {
-                    counts: ethtool::select(&stats, map),
+                    counts: s.counts,
                     width_bits: map.width_bits,
                     instance: SourceInstance {
-                        ifindex: info.ifindex,
-                        id,
+                        ifindex: s.ifindex,
+                        id: s.device_id,
                     },
                 })
             }
