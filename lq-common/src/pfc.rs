@@ -211,7 +211,13 @@ pub fn classify(frame: &[u8], vlan_tagged: bool, own_mac: Option<[u8; 6]>) -> Pf
     }
     let ethertype = be16(12);
     if ethertype == crate::frame::ETH_P_8021Q || ethertype == crate::frame::ETH_P_8021AD {
-        if frame.len() >= 18 && be16(16) == ETH_P_MAC_CONTROL {
+        // Up to two tags (802.1ad outer + 802.1Q inner): a tagged MAC Control frame is
+        // rejected (IEEE 802.1Qbb: PFC frames are untagged).
+        let mut inner = if frame.len() >= 18 { be16(16) } else { 0 };
+        if inner == crate::frame::ETH_P_8021Q || inner == crate::frame::ETH_P_8021AD {
+            inner = if frame.len() >= 22 { be16(20) } else { 0 };
+        }
+        if inner == ETH_P_MAC_CONTROL {
             return PfcClass::Rejected(PfcReject::VlanTagged);
         }
         return PfcClass::NotMacControl;
@@ -316,6 +322,25 @@ mod tests {
         ip[12] = 8;
         ip[13] = 0;
         assert_eq!(classify(&ip, false, None), PfcClass::NotMacControl);
+        // Tagged in the frame: 802.1Q, and QinQ (802.1ad outer, 802.1Q inner).
+        let tag = |outer: &[u8], inner: &[u8]| {
+            let mut t = f[..12].to_vec();
+            t.extend_from_slice(outer);
+            t.extend_from_slice(inner);
+            t.extend_from_slice(&f[12..]);
+            t
+        };
+        let vlan = tag(&[0x81, 0, 0, 5], &[]);
+        let qinq = tag(&[0x88, 0xa8, 0, 7], &[0x81, 0, 0, 5]);
+        for t in [&vlan, &qinq] {
+            assert_eq!(
+                classify(t, false, None),
+                PfcClass::Rejected(PfcReject::VlanTagged)
+            );
+        }
+        let mut qinq_ip = qinq.clone();
+        qinq_ip[20..22].copy_from_slice(&[8, 0]);
+        assert_eq!(classify(&qinq_ip, false, None), PfcClass::NotMacControl);
     }
 
     #[test]

@@ -79,6 +79,23 @@ fn try_count(ctx: &TcContext) {
         if et != ETH_P_MAC_CONTROL && et != ETH_P_8021Q && et != ETH_P_8021AD {
             return;
         }
+        // A tag still in the frame (802.1Q, 802.1ad outer + 802.1Q inner): look past up to
+        // two tags with direct packet access as well, so a tagged data frame costs no more
+        // than an untagged one. IEEE 802.1Qbb: PFC frames are untagged, so a tagged MAC
+        // Control frame is only counted as rejected. (When the NIC or veth stripped the
+        // outer tag into skb metadata, octets 12-13 already hold the next EtherType.)
+        if et != ETH_P_MAC_CONTROL && start + 22 <= end {
+            // SAFETY: octets 16-17 and 20-21 lie inside the linear data, just checked.
+            let mut inner = u16::from_be_bytes(unsafe { *((start + 16) as *const [u8; 2]) });
+            if inner == ETH_P_8021Q || inner == ETH_P_8021AD {
+                // SAFETY: as above.
+                inner = u16::from_be_bytes(unsafe { *((start + 20) as *const [u8; 2]) });
+            }
+            if inner == ETH_P_MAC_CONTROL {
+                reject(PfcReject::VlanTagged);
+            }
+            return;
+        }
     }
     // SAFETY: reads of two fields of the context the kernel passed in.
     let (ifindex, vlan_present) = unsafe { ((*ctx.skb.skb).ifindex, (*ctx.skb.skb).vlan_present) };
@@ -97,7 +114,11 @@ fn try_count(ctx: &TcContext) {
     };
     let ethertype = u16::from_be_bytes([h[12], h[13]]);
     if ethertype == ETH_P_8021Q || ethertype == ETH_P_8021AD {
-        if u16::from_be_bytes([h[16], h[17]]) == ETH_P_MAC_CONTROL {
+        let mut inner = u16::from_be_bytes([h[16], h[17]]);
+        if inner == ETH_P_8021Q || inner == ETH_P_8021AD {
+            inner = u16::from_be_bytes([h[20], h[21]]);
+        }
+        if inner == ETH_P_MAC_CONTROL {
             reject(PfcReject::VlanTagged);
         }
         return;

@@ -113,6 +113,11 @@ fn fixtures(own: [u8; 6]) -> Vec<(&'static str, Vec<u8>, u8)> {
     prio_tagged.extend_from_slice(&[0x81, 0x00, 0x60, 0x00]);
     prio_tagged.extend_from_slice(&f[12..]);
     v.push(("priority-tagged (VID 0)", prio_tagged, 0));
+    // QinQ: veth strips the outer tag into skb metadata, the inner one stays in the frame.
+    let mut qinq = f[..12].to_vec();
+    qinq.extend_from_slice(&[0x88, 0xa8, 0x00, 0x07, 0x81, 0x00, 0x00, 0x05]);
+    qinq.extend_from_slice(&f[12..]);
+    v.push(("QinQ-tagged (802.1ad + 802.1Q)", qinq, 0));
     let mut long = build_frame(PFC_MULTICAST, SRC, 0x0041, q(3)).to_vec();
     long.extend_from_slice(&[0u8; 40]);
     v.push(("100 octets (longer than minimum)", long, 0x41));
@@ -157,7 +162,7 @@ fn counts_exactly_per_priority_and_survives_a_restart() {
     let expected = expected.map(|e| Some(3 * e));
     assert_eq!(reader.rx_priorities(ifindex).unwrap(), expected);
     let rejects: std::collections::BTreeMap<_, _> = reader.rejects().unwrap().into_iter().collect();
-    assert_eq!(rejects[&PfcReject::VlanTagged], 6);
+    assert_eq!(rejects[&PfcReject::VlanTagged], 9);
     assert_eq!(rejects[&PfcReject::BadOpcode], 6);
     // Another unicast address and 01-80-C2-00-00-02, each round.
     assert_eq!(rejects[&PfcReject::BadDestination], 6);
@@ -467,4 +472,56 @@ fn exports_counts_read_from_the_pins_to_tshark_and_nfacctd() {
     assert_eq!(got_rx, rx_expected.map(Some), "nfacctd output:\n{out}");
     assert_eq!(got_tx, tx_expected.map(Some), "nfacctd output:\n{out}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Tags left in the frame (BPF_PROG_TEST_RUN does not strip them into skb metadata, as veth
+/// does): 802.1Q- and QinQ-tagged MAC Control frames are rejected as VLAN-tagged on the
+/// direct-access fast path, tagged data frames count nothing.
+#[test]
+fn tags_in_the_frame_are_looked_past() {
+    use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
+    let mut pfc = TestPfc::load().unwrap();
+    let reader = pfc.reader().unwrap();
+    let vlan_rejects = |r: &lq_user::pfc::PfcReader| -> u64 {
+        r.rejects()
+            .unwrap()
+            .into_iter()
+            .filter(|(k, _)| *k == PfcReject::VlanTagged)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let before = vlan_rejects(&reader);
+    let f = build_frame(PFC_MULTICAST, SRC, 0x00ff, [7; 8]);
+    let tag = |tags: &[u8]| {
+        let mut t = f[..12].to_vec();
+        t.extend_from_slice(tags);
+        t.extend_from_slice(&f[12..]);
+        t
+    };
+    let vlan = tag(&[0x81, 0x00, 0x00, 0x05]);
+    let qinq = tag(&[0x88, 0xa8, 0x00, 0x07, 0x81, 0x00, 0x00, 0x05]);
+    let mut qinq_ip = qinq.clone();
+    qinq_ip[20..22].copy_from_slice(&[0x08, 0x00]);
+    let mut vlan_ip = vlan.clone();
+    vlan_ip[16..18].copy_from_slice(&[0x86, 0xdd]);
+    let prog: &mut SchedClassifier = pfc
+        .counter
+        .as_mut()
+        .unwrap()
+        .ebpf_mut()
+        .program_mut(lq_common::pfc::PFC_PROGRAM)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    for frame in [&vlan, &qinq, &qinq_ip, &vlan_ip] {
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(frame);
+        opts.repeat = 1;
+        assert_eq!(prog.test_run(opts).unwrap().return_value, 0, "TC_ACT_OK");
+    }
+    assert_eq!(
+        vlan_rejects(&reader) - before,
+        2,
+        "the 802.1Q and the QinQ MAC Control frame"
+    );
 }
