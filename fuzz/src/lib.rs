@@ -47,9 +47,9 @@ pub const TARGETS: &[(&str, EntryPoint)] = &[
 /// core digests whatever it decodes (seed 003 section 4.1): the eligible members of a
 /// prefix are never more than its route's next hops.
 pub fn slow_plane_route(data: &[u8]) {
-    use lq_user::slow_plane::{
-        RouteEvent, Settings, SlowPlane,
-        route_msg::{self, Message},
+    use lq_user::{
+        roles::load_balancer::slow_plane::{RouteEvent, Settings, SlowPlane},
+        sys::netlink::route::{self as route_msg, Message},
     };
     let mut core = SlowPlane::new(Settings {
         protocols: [186].into(),
@@ -359,9 +359,9 @@ pub fn ipfix_session(stream: &[u8]) {
 /// options and an AS-qualified plan (which also prints check 11's notes). Checks: every
 /// frame borrowed from the file lies within it, numbered 1.., and the summary adds up.
 pub fn pcap_decode(data: &[u8]) {
-    use lq_user::decode::{DecodeOptions, run_frames};
+    use lq_user::tools::decode::{DecodeOptions, run_frames};
 
-    let Ok(capture) = lq_user::pcap::read(data) else {
+    let Ok(capture) = lq_user::tools::pcap::read(data) else {
         return;
     };
     let range = data.as_ptr_range();
@@ -370,7 +370,7 @@ pub fn pcap_decode(data: &[u8]) {
         let r = f.data.as_ptr_range();
         assert!(range.start <= r.start && r.end <= range.end);
     }
-    if lq_user::pcap::read_ethernet(data).is_err() {
+    if lq_user::tools::pcap::read_ethernet(data).is_err() {
         return;
     }
     let strict = DecodeOptions {
@@ -401,7 +401,7 @@ pub fn pcap_decode(data: &[u8]) {
 /// type says, and the dump loop's own handling of NLMSG_DONE / NLMSG_ERROR
 /// (`sampler::dump_part`). The buffer is also read as a dcbnl reply (`dcb::decode_pfc_en`).
 pub fn netlink_sampler(buf: &[u8]) {
-    use lq_user::helper::sampler;
+    use lq_user::sys::sampler;
 
     let mut classes = Vec::new();
     for m in sampler::messages(buf) {
@@ -429,7 +429,7 @@ pub fn netlink_sampler(buf: &[u8]) {
         .map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
     let mut seen = 0usize;
     let _ = sampler::dump_part(buf, seq, "fuzz", |_, _| seen += 1);
-    let _ = lq_user::pfc::dcb::decode_pfc_en(buf);
+    let _ = lq_user::sys::netlink::dcb::decode_pfc_en(buf);
 }
 
 // ------------------------------------------------------------------ nexthop_decode
@@ -439,7 +439,7 @@ pub fn netlink_sampler(buf: &[u8]) {
 /// request/ACK and nexthop-dump loops of `rtnl::Rtnl` (`rtnl::ack_in`,
 /// `rtnl::nexthop_dump_part`) waiting for the first message's sequence number.
 pub fn nexthop_decode(data: &[u8]) {
-    use lq_user::{controller::nexthop, rtnl};
+    use lq_user::sys::{netlink as rtnl, netlink::nexthop};
 
     for m in nexthop::parse_messages(data) {
         if let Ok(nexthop::NetlinkMessage::NewNexthop(_, msg)) = m {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lq_common::wire::{AsRange, DEFAULT_PORT};
-use lq_user::decode::{DecodeOptions, parse_as_plan};
+use lq_user::tools::decode::{DecodeOptions, parse_as_plan};
 
 /// `lqd`: the lq daemon and its tools.
 #[derive(Debug, Parser)]

@@ -1,25 +1,29 @@
-//! `lqd`: the lq daemon. A deterministic core (weights, damping, heartbeat, the congestion
-//! pipeline) fed typed events with time as an input, and I/O at the edges (BPF maps,
-//! sockets, rtnetlink, timers).
+//! `lqd`: the lq daemon. The library is sorted by walls: a file's folder says what it may
+//! touch (docs/architecture.md draws the rooms and the allowed arrows; `tests/walls.rs`
+//! checks them).
+//!
+//! * [`core`]: the deterministic protocol core: controller (seed 003 section 6), helper
+//!   pipeline and advertiser (Appendix A, 7.2), PFC counter model (seed 000), simulator.
+//!   Time is an input; no sockets, files, clocks, threads or `unsafe`.
+//! * [`ipfix`]: the IPFIX codec (RFC 7011, seed 000): pure, like `core`.
+//! * [`config`]: the configuration file, parsed and validated into typed settings.
+//! * [`sys`]: every system call and every `unsafe`: netlink, BPF programs and maps, ioctls,
+//!   clocks, socket options, privileges, scheduling.
+//! * [`transport`]: IPFIX over UDP, TCP and TLS, on std sockets and rustls.
+//! * [`roles`]: the load-balancer, helper and PFC shells: own the state of a role, feed
+//!   `core` with what `sys` reads, and hand `sys` what `core` decides.
+//! * [`daemon`]: the event loop and its tasks (timers, clients, monitors).
+//! * [`views`]: show, YANG state, metrics and JSON renderings of typed snapshots.
+//! * [`tools`]: offline commands: `decode`, pcap reading.
+#![deny(unsafe_code)]
 
-pub mod advertisement_json;
 pub mod config;
-pub mod controller;
+pub mod core;
 pub mod daemon;
-pub mod decode;
-pub mod helper;
-pub mod helper_role;
 pub mod ipfix;
-pub mod load_balancer;
-pub mod metrics;
-pub mod path_table;
-pub mod pcap;
-pub mod pfc;
-pub mod pfc_export;
-pub mod privileges;
-pub mod rtnl;
-pub mod show;
-pub mod sim;
-pub mod slow_plane;
-pub mod snapshot;
-pub mod yang_state;
+pub mod roles;
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod tools;
+pub mod transport;
+pub mod views;

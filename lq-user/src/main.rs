@@ -9,7 +9,7 @@ use std::{
 };
 
 use clap::Parser as _;
-use lq_user::{
+use lq_user::tools::{
     decode::{EXIT_ERROR, parse_hex, run_frames, run_payload},
     pcap,
 };
@@ -50,10 +50,10 @@ fn run(args: cli::RunArgs) -> anyhow::Result<()> {
     let cfg = lq_user::config::Config::load(&args.config)?;
     let instance = lq_user::daemon::Instance::new(&args.instance, cfg.receiver.pin_dir.as_deref());
     if let Some(ns) = &args.netns {
-        lq_user::rtnl::enter_netns(ns)
+        lq_user::sys::netlink::enter_netns(ns)
             .map_err(|e| anyhow::anyhow!("enter network namespace {ns}: {e}"))?;
     }
-    lq_user::path_table::check_bpffs(&instance.pin_dir)?;
+    lq_user::sys::bpf::path_table::check_bpffs(&instance.pin_dir)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -61,7 +61,7 @@ fn run(args: cli::RunArgs) -> anyhow::Result<()> {
 }
 
 fn show(args: &ShowArgs) -> anyhow::Result<()> {
-    use lq_user::{daemon, show};
+    use lq_user::{daemon, views::show};
     let instance = daemon::Instance::new(&args.instance, args.pin_dir.as_deref());
     let (value, table): (serde_json::Value, fn(&serde_json::Value) -> String) = match args.what {
         ShowWhat::Paths => (show::paths_json(&instance.pin_dir)?, show::paths_table),
@@ -83,12 +83,12 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
         ShowWhat::Local => (daemon::query(&instance.socket, "local")?, show::local_table),
         ShowWhat::Pfc => {
             let dir = args.pin_dir.clone().unwrap_or_else(|| {
-                std::path::PathBuf::from(lq_user::path_table::DEFAULT_PIN_ROOT)
+                std::path::PathBuf::from(lq_user::sys::bpf::path_table::DEFAULT_PIN_ROOT)
                     .join(format!("{}-pfc", args.instance))
             });
             (
-                lq_user::pfc_export::show_json(&dir)?,
-                lq_user::pfc_export::show_table,
+                lq_user::roles::pfc::show_json(&dir)?,
+                lq_user::roles::pfc::show_table,
             )
         }
         ShowWhat::Weights => (
@@ -106,7 +106,7 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
 }
 
 fn sim(args: &cli::SimArgs) -> anyhow::Result<()> {
-    let mut s = lq_user::sim::Scenario::load(&args.scenario)?;
+    let mut s = lq_user::core::sim::Scenario::load(&args.scenario)?;
     if let Some(v) = &args.variant {
         s = s.with_variant(v)?;
     }
@@ -120,7 +120,7 @@ fn sim(args: &cli::SimArgs) -> anyhow::Result<()> {
         s.seed = seed;
     }
     let mut out = io::BufWriter::new(io::stdout().lock());
-    let summary = lq_user::sim::run(&s, &mut out)?;
+    let summary = lq_user::core::sim::run(&s, &mut out)?;
     out.flush()?;
     if args.summary {
         eprintln!("{}", serde_json::to_string_pretty(&summary)?);
@@ -144,14 +144,14 @@ fn collect(args: &cli::CollectArgs) -> anyhow::Result<()> {
             "lqd ipfix collect: listening on {} (TLS 1.3, client certificates required)",
             args.listen
         );
-        return lq_user::pfc_export::collect_tcp(args.listen, Some(tls), elements, io::stdout());
+        return lq_user::roles::pfc::collect_tcp(args.listen, Some(tls), elements, io::stdout());
     }
     if args.tcp {
         eprintln!("lqd ipfix collect: listening on {} (TCP)", args.listen);
-        return lq_user::pfc_export::collect_tcp(args.listen, None, elements, io::stdout());
+        return lq_user::roles::pfc::collect_tcp(args.listen, None, elements, io::stdout());
     }
     eprintln!("lqd ipfix collect: listening on {} (UDP)", args.listen);
-    lq_user::pfc_export::collect(args.listen, elements, io::stdout().lock())
+    lq_user::roles::pfc::collect(args.listen, elements, io::stdout().lock())
 }
 
 fn monitor(args: &cli::MonitorArgs) -> anyhow::Result<()> {

@@ -15,7 +15,7 @@ use lq_user::{
         CollectorStop, Direction, ElementIds, PfcRecord, TcpCollector, TcpConfig, TcpExporter,
         TlsClientConfig, TlsExporter, TlsServerConfig, encode::Encoder,
     },
-    pfc_export::collect_tcp_on,
+    roles::pfc::collect_tcp_on,
 };
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,

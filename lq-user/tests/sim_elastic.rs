@@ -3,8 +3,8 @@
 //! around while the integral function keeps capacity shares, and ECMP, static capacity
 //! weights and lq keep the netns demo's order of job completion times.
 
-use lq_user::sim::elastic::JobStats;
-use lq_user::sim::{Scenario, run};
+use lq_user::core::sim::elastic::JobStats;
+use lq_user::core::sim::{Scenario, run};
 
 /// 4 spines x 4 leaves at 100 Mbit/s, S2 -> L4 cut to 25 Mbit/s; 32 flows x 2 MiB from L1
 /// to L4 at t = 1 s.

@@ -4,7 +4,7 @@
 //! L1's weights stray from the loss-free run. Virtual time (`lqd sim`), so it is exact and
 //! repeatable.
 
-use lq_user::sim::{Scenario, run};
+use lq_user::core::sim::{Scenario, run};
 use serde_json::Value;
 
 const SCENARIO: &str = r#"

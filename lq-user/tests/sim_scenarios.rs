@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use lq_user::sim::{Scenario, SimError, Summary, run};
+use lq_user::core::sim::{Scenario, SimError, Summary, run};
 use serde_json::Value;
 
 fn scenario(name: &str) -> Scenario {

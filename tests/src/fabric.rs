@@ -254,7 +254,7 @@ pub struct HashClear {
 impl HashClear {
     /// Loads the program (the verifier runs once).
     pub fn load() -> Result<Self> {
-        let obj = lq_user::path_table::EBPF_OBJECT;
+        let obj = lq_user::sys::bpf::path_table::EBPF_OBJECT;
         if obj.is_empty() {
             bail!("lqd was built without its eBPF object");
         }

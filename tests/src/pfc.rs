@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use lq_user::pfc::{Attached, PfcCounter, PfcReader};
+use lq_user::sys::bpf::pfc::{Attached, PfcCounter, PfcReader};
 
 use crate::netns::NetNs;
 

@@ -9,7 +9,7 @@ use lq_common::maps::{
     COUNTER_COUNT, PATH_SLOT_PROBES, PATH_TABLE_CAPACITY, PathKey, PathSlot, PathValue,
     XDP_PROGRAM, path_slot_index,
 };
-use lq_user::path_table::{ReceiverSettings, TableReader, XdpReceiver};
+use lq_user::sys::bpf::path_table::{ReceiverSettings, TableReader, XdpReceiver};
 
 /// XDP_DROP.
 pub const XDP_DROP: u32 = 1;

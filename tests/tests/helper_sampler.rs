@@ -14,7 +14,7 @@ use lq_tests::{
     netns::{NetNs, run, veth_pair},
     require_root,
 };
-use lq_user::helper::sampler::{EcnMarking, LinkConfig, LinkSample, Sampler, SpeedSource, note};
+use lq_user::sys::sampler::{EcnMarking, LinkConfig, LinkSample, Sampler, SpeedSource, note};
 
 /// UDP payload; the frame on the veth is payload + 8 UDP + 20 IPv4 + 14 Ethernet.
 const PAYLOAD: usize = 1400;

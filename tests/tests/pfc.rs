@@ -6,7 +6,7 @@ use lq_tests::{
     netns::{NetNs, veth_pair},
     pfc::{TestPfc, send_frames},
 };
-use lq_user::pfc::TcMode;
+use lq_user::sys::bpf::pfc::TcMode;
 
 const SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
 
@@ -221,12 +221,10 @@ fn sigint(child: &mut Child) {
 #[test]
 fn exports_counts_read_from_the_pins_to_tshark_and_nfacctd() {
     use lq_user::{
+        core::pfc::counter::{CounterTracker, RawReading, SourceInstance},
         ipfix::{Direction, ElementIds, ExporterConfig, PfcRecord, UdpExporter},
-        pfc::{
-            counter::{CounterTracker, RawReading, SourceInstance, unix_ms_now},
-            monotonic_ns,
-            tx::TxSource,
-        },
+        roles::pfc::tx::TxSource,
+        sys::clock::{monotonic_ns, unix_ms_now},
     };
     let t = topo();
     let mut pfc_b = TestPfc::load().unwrap();
@@ -482,7 +480,7 @@ fn tags_in_the_frame_are_looked_past() {
     use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
     let mut pfc = TestPfc::load().unwrap();
     let reader = pfc.reader().unwrap();
-    let vlan_rejects = |r: &lq_user::pfc::PfcReader| -> u64 {
+    let vlan_rejects = |r: &lq_user::sys::bpf::pfc::PfcReader| -> u64 {
         r.rejects()
             .unwrap()
             .into_iter()

@@ -8,14 +8,14 @@
 //! not refused). When the kernel has the bonding driver, the daemon is started on a real
 //! bond and must refuse it; this test machine's kernel has neither bonding nor team
 //! (`ip link add b0 type bond`: "Unknown device type"), so that part reports itself
-//! skipped there, and the refusal is covered by the unit tests of `lq_user::pfc::lag`.
+//! skipped there, and the refusal is covered by the unit tests of `lq_user::sys::lag`.
 
 use lq_tests::{
     daemon::Lqd,
     netns::{NetNs, veth_pair},
     require_root,
 };
-use lq_user::pfc::lag;
+use lq_user::sys::lag;
 
 #[test]
 fn members_of_a_master_are_found_in_the_daemons_namespace() {
@@ -34,7 +34,7 @@ fn members_of_a_master_are_found_in_the_daemons_namespace() {
                 lag::links().unwrap(),
                 lag::refuse_aggregate("br0"),
                 lag::refuse_aggregate("a0"),
-                lq_user::pfc::driver_name("a0").ok(),
+                lq_user::sys::bpf::pfc::driver_name("a0").ok(),
             )
         })
         .unwrap();
@@ -63,7 +63,7 @@ fn the_daemon_refuses_a_bond_and_names_its_members() {
     // The load-balancer role's receiver gets a link of its own, outside the bond.
     veth_pair(&a, "a2", "10.9.2.1/24", &b, "b2", "10.9.2.2/24").unwrap();
     if let Err(e) = a.ip(&["link", "add", "bond0", "type", "bond"]) {
-        eprintln!("SKIPPED: this kernel cannot create a bond ({e:#}); see lq_user::pfc::lag tests");
+        eprintln!("SKIPPED: this kernel cannot create a bond ({e:#}); see lq_user::sys::lag tests");
         return;
     }
     for m in ["a0", "a1"] {

@@ -37,7 +37,7 @@ use lq_tests::{
     packet::{FrameSpec, Ip},
     xdp::{SlotTable, TestReceiver, XDP_DROP, XDP_PASS, settings},
 };
-use lq_user::path_table::ReceiverSettings;
+use lq_user::sys::bpf::path_table::ReceiverSettings;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
 const DEFAULT_FRAMES: usize = 100_000;

@@ -12,11 +12,13 @@
 pub mod collect;
 pub mod decode;
 pub mod encode;
-pub mod tcp;
-pub mod tls;
 
-pub use tcp::{CollectorStop, SessionEvent, TcpCollector, TcpConfig, TcpExporter, TransportStats};
-pub use tls::{IPFIX_TLS_PORT, TlsClientConfig, TlsConfigError, TlsExporter, TlsServerConfig};
+pub use crate::transport::tcp::{
+    CollectorStop, SessionEvent, TcpCollector, TcpConfig, TcpExporter, TransportStats,
+};
+pub use crate::transport::tls::{
+    IPFIX_TLS_PORT, TlsClientConfig, TlsConfigError, TlsExporter, TlsServerConfig,
+};
 
 use std::{
     net::{SocketAddr, UdpSocket},
@@ -284,8 +286,8 @@ impl UdpExporter {
     }
 
     /// The socket's descriptor (for DSCP and SO_PRIORITY).
-    pub fn raw_fd(&self) -> std::os::fd::RawFd {
-        std::os::fd::AsRawFd::as_raw_fd(&self.socket)
+    pub fn socket(&self) -> &std::net::UdpSocket {
+        &self.socket
     }
 
     /// The encoder (sequence numbers).

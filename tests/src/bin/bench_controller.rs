@@ -10,7 +10,7 @@
 //!    notification for the group on a socket in the leaf namespace subscribed to
 //!    RTNLGRP_NEXTHOP.
 //! 2. `group_replace_us`, `group_replace_vs_iproute2_ratio`: mean cost of one replace of a
-//!    4-member resilient group via `lq_user::rtnl::Rtnl` (N = 2000, two weight sets
+//!    4-member resilient group via `lq_user::sys::netlink::Rtnl` (N = 2000, two weight sets
 //!    alternating), against `ip -batch` doing the same N replaces (wall time of the `ip`
 //!    process / N, the baseline). Rounds interleaved; medians of the per-round means.
 //! 3. `reweight_1024x64_ms`: one reweight of 1024 destinations x 64 members: the
@@ -54,16 +54,20 @@ use lq_tests::{
     require_root,
 };
 use lq_user::{
-    controller::{
+    core::controller::{
         config::{ControllerConfig, GroupKind},
-        nexthop::{GroupMember, NetlinkMessage, NexthopMsg, RTNLGRP_NEXTHOP, parse_messages},
         path_quality::{
             DestinationQuality, MemberQuality, PathQualityReport, Prefix, QualitySource, node,
         },
         weights::{DestinationWeights, MemberInput, WeightController, bucket_shares},
     },
-    load_balancer::monotonic_ns,
-    rtnl::{Rtnl, ifindex},
+    sys::{
+        clock::monotonic_ns,
+        netlink::{
+            Rtnl, ifindex,
+            nexthop::{GroupMember, NetlinkMessage, NexthopMsg, RTNLGRP_NEXTHOP, parse_messages},
+        },
+    },
 };
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde_json::{Value, json};

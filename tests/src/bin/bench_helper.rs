@@ -36,7 +36,7 @@ const T_SAMPLE_US: u64 = 2_000;
 const TRIAL_WAIT: Duration = Duration::from_secs(5);
 
 fn mono_ns() -> u64 {
-    lq_user::load_balancer::monotonic_ns()
+    lq_user::sys::clock::monotonic_ns()
 }
 
 fn enter(name: &str) {

@@ -48,7 +48,10 @@ use lq_common::pfc::{
 use lq_tests::packet::{FrameSpec, Ip};
 use lq_user::{
     ipfix::{Direction, ExporterConfig, PfcRecord, encode::Encoder},
-    pfc::{PfcCounter, PfcReader, interface_info},
+    sys::{
+        bpf::pfc::{PfcCounter, PfcReader},
+        netdev::interface_info,
+    },
 };
 
 /// BPF_PROG_TEST_RUN repeat.
@@ -594,7 +597,7 @@ interval-ms = 1000
                 (n, octets)
             })
         };
-        let mut service = lq_user::pfc_export::PfcService::start(&cfg, &instance)
+        let mut service = lq_user::roles::pfc::PfcService::start(&cfg, &instance)
             .context("start the PFC service")?;
         for ifindex in &peer_ifindex {
             send_on(&tx_fd, *ifindex, &frame)?;

@@ -26,7 +26,7 @@ use lq_tests::{
     netns::{NetNs, run},
     require_root,
 };
-use lq_user::helper::sampler::{LinkConfig, Sampler, SpeedSource};
+use lq_user::sys::sampler::{LinkConfig, Sampler, SpeedSource};
 use serde_json::json;
 
 const PAIRS: usize = 32;

@@ -5,9 +5,9 @@ use std::time::Instant;
 
 fn main() -> anyhow::Result<()> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/large.toml");
-    let s = lq_user::sim::Scenario::load(&path)?;
+    let s = lq_user::core::sim::Scenario::load(&path)?;
     let start = Instant::now();
-    let summary = lq_user::sim::run(&s, &mut std::io::sink())?;
+    let summary = lq_user::core::sim::run(&s, &mut std::io::sink())?;
     let wall = start.elapsed().as_secs_f64();
     eprintln!(
         "large: {} nodes, {} links, {} ms virtual in {wall:.1} s wall",

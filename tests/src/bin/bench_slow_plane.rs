@@ -23,8 +23,8 @@ use std::{
 use anyhow::{Context, Result, bail};
 use lq_tests::{bench::Trials, daemon::Lqd, netns::NetNs, require_root};
 use lq_user::{
-    rtnl::{RTM_NEWROUTE, Rtnl, ifindex},
-    slow_plane::{RouteEvent, monitor::RouteMonitor},
+    roles::load_balancer::slow_plane::RouteEvent,
+    sys::netlink::{RTM_NEWROUTE, Rtnl, ifindex, route_monitor::RouteMonitor},
 };
 
 const ID_BASE: u32 = 0x4c00_0000;

@@ -1145,7 +1145,7 @@ fn weight_sampler(sh: &Shared, l1: &str, group: u64) {
     if let Err(e) = lq_tests::fabric::enter_netns(l1) {
         return fail(format!("{e:#}"));
     }
-    let mut rtnl = match lq_user::rtnl::Rtnl::open() {
+    let mut rtnl = match lq_user::sys::netlink::Rtnl::open() {
         Ok(r) => r,
         Err(e) => return fail(format!("netlink socket in {l1}: {e}")),
     };

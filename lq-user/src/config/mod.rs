@@ -1,0 +1,1689 @@
+//! The configuration file of `lqd` (TOML).
+//!
+//! Keys of `[lq-telemetry]` are the leaves of the YANG container `lq-telemetry` of
+//! `ietf-lq-telemetry` (seed 003 section 5.6), with the model's ranges and defaults. The
+//! other sections hold what the model leaves to implementations: the receiver's
+//! interfaces, the NNH mapping (section 6.1: uplinks and destinations), damping (6.4) and
+//! nexthop-group options. Unknown keys and out-of-range values are errors that name the
+//! file, the line and the allowed range.
+
+use std::{
+    fmt,
+    net::{IpAddr, Ipv4Addr},
+    path::{Path, PathBuf},
+    str::FromStr,
+    time::Duration,
+};
+
+use lq_common::wire::{AsRange, DEFAULT_PORT};
+use serde::{Deserialize, Deserializer, de};
+
+use crate::core::controller::{
+    config::{
+        ControllerConfig, GroupKind, IntegralParams, ParallelLinkAggregation, WeightFunction,
+        WeightResolution,
+    },
+    path_quality::{NnhMapping, Prefix, Uplink, UplinkId, node},
+};
+
+/// Errors of loading a configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown key, a wrong type or an out-of-range value.
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A rule that spans several keys.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Defines an integer newtype whose deserialisation enforces a range, so the TOML error
+/// points at the offending value's line.
+macro_rules! ranged {
+    ($(#[$m:meta])* $name:ident, $t:ty, $lo:expr, $hi:expr, $default:expr) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+        #[serde(transparent)]
+        pub struct $name(pub $t);
+        impl $name {
+            /// Smallest allowed value.
+            pub const MIN: $t = $lo;
+            /// Largest allowed value.
+            pub const MAX: $t = $hi;
+        }
+        impl Default for $name {
+            fn default() -> Self {
+                Self($default)
+            }
+        }
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let v = i64::deserialize(d)?;
+                if v < i64::from($lo) || v > i64::from($hi) {
+                    return Err(de::Error::custom(format!(
+                        "{v} is out of range: allowed {}..={}",
+                        $lo, $hi
+                    )));
+                }
+                Ok(Self(v as $t))
+            }
+        }
+    };
+}
+
+ranged!(
+    /// `notify-interval-ms`: T_notify, 10..=100 ms, default 20 (section 10).
+    NotifyIntervalMs, u16, 10u16, 100u16, 20
+);
+ranged!(
+    /// `change-threshold`: 10..=50, default 25 (section 10).
+    ChangeThreshold, u8, 10u8, 50u8, 25
+);
+ranged!(
+    /// `miss-count`: 2..=10, default 3 (section 10).
+    MissCount, u8, 2u8, 10u8, 3
+);
+ranged!(
+    /// Resilient group bucket count.
+    Buckets, u16, 2u16, 32768u16, 128
+);
+
+/// A float that must lie in a range (e.g. the damping gain 0.25..=1.0).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(transparent)]
+pub struct Gain(pub f64);
+
+impl Default for Gain {
+    fn default() -> Self {
+        Self(0.5)
+    }
+}
+
+impl<'de> Deserialize<'de> for Gain {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if !(0.25..=1.0).contains(&v) {
+            return Err(de::Error::custom(format!(
+                "{v} is out of range: allowed 0.25..=1.0 (seed 003 section 6.4)"
+            )));
+        }
+        Ok(Self(v))
+    }
+}
+
+/// Node role (YANG `role`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Spine: advertises its egress links.
+    Helper,
+    /// Leaf: receives advertisements and steers traffic.
+    LoadBalancer,
+    /// Both (5-stage spine, section 9).
+    Dual,
+}
+
+impl Role {
+    /// The YANG enum name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Helper => "helper",
+            Self::LoadBalancer => "load-balancer",
+            Self::Dual => "dual",
+        }
+    }
+    /// Whether this role receives advertisements.
+    pub const fn receives(self) -> bool {
+        matches!(self, Self::LoadBalancer | Self::Dual)
+    }
+    /// Whether this role advertises.
+    pub const fn advertises(self) -> bool {
+        matches!(self, Self::Helper | Self::Dual)
+    }
+}
+
+/// A dotted-quad Router-ID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RouterId(pub u32);
+
+impl<'de> Deserialize<'de> for RouterId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ipv4Addr::from_str(&s)
+            .map(|a| Self(u32::from(a)))
+            .map_err(|_| {
+                de::Error::custom(format!(
+                    "{s:?} is not a dotted-quad Router-ID such as \"10.0.0.1\""
+                ))
+            })
+    }
+}
+
+impl fmt::Display for RouterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Ipv4Addr::from(self.0).fmt(f)
+    }
+}
+
+/// An AS range `"65000-65100"` or a single AS `"65001"` (or an integer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsRangeSpec(pub AsRange);
+
+impl<'de> Deserialize<'de> for AsRangeSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u32),
+            Str(String),
+        }
+        let parse = |s: &str| {
+            s.trim()
+                .parse::<u32>()
+                .map_err(|_| de::Error::custom(format!("{s:?} is not an AS number")))
+        };
+        match Raw::deserialize(d)? {
+            Raw::Int(a) => Ok(Self(AsRange::single(a))),
+            Raw::Str(s) => {
+                let (a, b) = match s.split_once('-') {
+                    Some((a, b)) => (parse(a)?, parse(b)?),
+                    None => (parse(&s)?, parse(&s)?),
+                };
+                if a > b {
+                    return Err(de::Error::custom(format!(
+                        "AS range {s:?} is empty (first > last)"
+                    )));
+                }
+                Ok(Self(AsRange { first: a, last: b }))
+            }
+        }
+    }
+}
+
+/// An IP prefix `"10.4.0.0/24"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefixSpec(pub Prefix);
+
+impl<'de> Deserialize<'de> for PrefixSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_prefix(&s).map(Self).map_err(de::Error::custom)
+    }
+}
+
+/// Parses `ADDR/LEN`; host bits must be zero.
+pub fn parse_prefix(s: &str) -> Result<Prefix, String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?} is not a prefix such as \"10.4.0.0/24\""))?;
+    let addr: IpAddr = a
+        .parse()
+        .map_err(|_| format!("{a:?} is not an IP address"))?;
+    let len: u8 = l
+        .parse()
+        .map_err(|_| format!("{l:?} is not a prefix length"))?;
+    let host_bits_set = match addr {
+        IpAddr::V4(v) => {
+            if len > 32 {
+                return Err(format!("prefix length {len} exceeds 32"));
+            }
+            u32::from(v).checked_shl(u32::from(len)).unwrap_or(0) != 0
+        }
+        IpAddr::V6(v) => {
+            if len > 128 {
+                return Err(format!("prefix length {len} exceeds 128"));
+            }
+            u128::from(v).checked_shl(u32::from(len)).unwrap_or(0) != 0
+        }
+    };
+    if host_bits_set {
+        return Err(format!("{s:?} has host bits set"));
+    }
+    Ok(Prefix { addr, len })
+}
+
+/// `[lq-telemetry]`: the YANG container's leaves.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LqTelemetry {
+    /// `enabled` (default false, as in the model: lqd refuses to run disabled).
+    #[serde(default)]
+    pub enabled: bool,
+    /// `role`.
+    pub role: Role,
+    /// `active-transports`: only `ietf-lq-telemetry:lq-transport-udp` is implemented.
+    #[serde(default = "default_transports")]
+    pub active_transports: Vec<String>,
+    /// `as-qualified`.
+    #[serde(default)]
+    pub as_qualified: bool,
+    /// `local-as`: required when as-qualified (there is no BGP to take it from).
+    #[serde(default)]
+    pub local_as: Option<u32>,
+    /// `pfc-fabric`.
+    #[serde(default)]
+    pub pfc_fabric: bool,
+    /// `notify-interval-ms`.
+    #[serde(default)]
+    pub notify_interval_ms: NotifyIntervalMs,
+    /// `change-threshold`.
+    #[serde(default)]
+    pub change_threshold: ChangeThreshold,
+    /// `miss-count`.
+    #[serde(default)]
+    pub miss_count: MissCount,
+    /// `diagnostics-enabled`.
+    #[serde(default)]
+    pub diagnostics_enabled: bool,
+    /// The node's Router-ID (required for helper and dual roles).
+    #[serde(default)]
+    pub router_id: Option<RouterId>,
+}
+
+/// The transport identity lqd implements.
+pub const TRANSPORT_UDP: &str = "ietf-lq-telemetry:lq-transport-udp";
+
+fn default_transports() -> Vec<String> {
+    vec![TRANSPORT_UDP.into()]
+}
+
+/// `[udp]`: the UDP binding.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Udp {
+    /// UDP port of advertisements.
+    #[serde(default = "default_port")]
+    pub port: u16,
+}
+
+impl Default for Udp {
+    fn default() -> Self {
+        Self { port: DEFAULT_PORT }
+    }
+}
+
+fn default_port() -> u16 {
+    DEFAULT_PORT
+}
+
+/// `[receiver]`: the XDP receiver of the load-balancer role.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Receiver {
+    /// Interfaces the XDP receiver attaches to (the leaf's uplinks).
+    #[serde(default)]
+    pub interfaces: Vec<String>,
+    /// The AS plan: AS numbers and ranges accepted from neighbors when as-qualified.
+    #[serde(default)]
+    pub as_plan: Vec<AsRangeSpec>,
+    /// Pass consumed LQ datagrams to the stack too (for a tcpdump on the host).
+    #[serde(default)]
+    pub pass_through: bool,
+    /// bpffs folder for the pinned maps (default /sys/fs/bpf/lq/<instance>).
+    #[serde(default)]
+    pub pin_dir: Option<PathBuf>,
+}
+
+/// `[damping]`: receiver damping (section 6.4).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Damping {
+    /// g, 0.25..=1.0, default 0.5.
+    #[serde(default)]
+    pub gain: Gain,
+    /// T_reweight in ms; default T_notify; must be >= T_notify.
+    #[serde(default)]
+    pub reweight_interval_ms: Option<u32>,
+    /// How parallel spine->remote links are combined.
+    #[serde(default)]
+    pub parallel_links: ParallelLinks,
+    /// Scale quality by uplink capacity (seed 4.1 f(capacity, quality)); off by default.
+    #[serde(default)]
+    pub capacity_weighting: bool,
+    /// `weight-function`: "seed" (sections 6.3/6.4) or "integral" (docs/weights.md).
+    #[serde(default)]
+    pub weight_function: WeightFunctionName,
+    /// Integral function: deadband of the congestion signal (0..=1).
+    #[serde(default)]
+    pub integral_deadband: Option<f64>,
+    /// Integral function: multiplicative decrease of m per T_reweight.
+    #[serde(default)]
+    pub integral_decrease: Option<f64>,
+    /// Integral function: additive recovery of m per T_reweight.
+    #[serde(default)]
+    pub integral_increase: Option<f64>,
+    /// Integral function: smallest m with a measured (diagnostics) remote capacity.
+    #[serde(default)]
+    pub integral_floor: Option<f64>,
+    /// Integral function: smallest m with an estimated or unknown remote capacity.
+    #[serde(default)]
+    pub integral_floor_estimated: Option<f64>,
+    /// Integral function: smallest fraction change that reprograms the group.
+    #[serde(default)]
+    pub integral_hysteresis: Option<f64>,
+    /// Integral function: half-life of the peak-held available bandwidth (ms).
+    #[serde(default)]
+    pub integral_capacity_half_life_ms: Option<u64>,
+}
+
+/// `[damping] weight-function`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WeightFunctionName {
+    /// Seed 003 sections 6.3/6.4.
+    #[default]
+    Seed,
+    /// Capacity x integral controller on CL / queue depth.
+    Integral,
+}
+
+impl Damping {
+    /// The weight function with its parameters (defaults for the keys not given).
+    pub fn weight_function(&self) -> WeightFunction {
+        match self.weight_function {
+            WeightFunctionName::Seed => WeightFunction::Seed,
+            WeightFunctionName::Integral => {
+                let d = IntegralParams::default();
+                WeightFunction::Integral(IntegralParams {
+                    deadband: self.integral_deadband.unwrap_or(d.deadband),
+                    decrease: self.integral_decrease.unwrap_or(d.decrease),
+                    increase: self.integral_increase.unwrap_or(d.increase),
+                    floor: self.integral_floor.unwrap_or(d.floor),
+                    floor_estimated: self.integral_floor_estimated.unwrap_or(d.floor_estimated),
+                    hysteresis: self.integral_hysteresis.unwrap_or(d.hysteresis),
+                    capacity_half_life: self
+                        .integral_capacity_half_life_ms
+                        .map_or(d.capacity_half_life, Duration::from_millis),
+                })
+            }
+        }
+    }
+}
+
+/// Parallel-link aggregation rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ParallelLinks {
+    /// The minimum LQS of the parallel links.
+    #[default]
+    Minimum,
+    /// Capacity-weighted mean.
+    CapacityWeightedMean,
+}
+
+/// `[nexthop-group]`: how weights reach the kernel.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NexthopGroup {
+    /// `resilient` (default) or `hash-threshold`.
+    #[serde(default = "default_group_type", rename = "type")]
+    pub group_type: GroupType,
+    /// Resilient group bucket count.
+    #[serde(default)]
+    pub buckets: Buckets,
+    /// Resilient group idle timer in ms (sent to the kernel in centiseconds).
+    #[serde(default = "default_idle_ms")]
+    pub idle_timer_ms: u32,
+    /// Resilient group unbalanced timer in ms (0: never force).
+    #[serde(default)]
+    pub unbalanced_timer_ms: u32,
+    /// Largest integer weight: 255, or 65535 (16-bit weights need kernel 6.12).
+    #[serde(default = "default_weight_max")]
+    pub weight_max: u32,
+    /// First nexthop object id lqd uses; members are id-base + uplink id, groups
+    /// id-base + 0x10000 + n.
+    #[serde(default = "default_id_base")]
+    pub id_base: u32,
+    /// Program the kernel (false: compute and show weights only; ECMP stays equal).
+    #[serde(default = "default_true")]
+    pub program_kernel: bool,
+    /// Delete lqd's nexthop objects and routes on exit (default: leave forwarding in place).
+    #[serde(default)]
+    pub flush_on_exit: bool,
+}
+
+impl Default for NexthopGroup {
+    fn default() -> Self {
+        Self {
+            group_type: GroupType::Resilient,
+            buckets: Buckets::default(),
+            idle_timer_ms: default_idle_ms(),
+            unbalanced_timer_ms: 0,
+            weight_max: default_weight_max(),
+            id_base: default_id_base(),
+            program_kernel: true,
+            flush_on_exit: false,
+        }
+    }
+}
+
+/// Group type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupType {
+    /// Resilient hashing: a weight change moves only the buckets it must.
+    Resilient,
+    /// Hash-threshold (classic multipath).
+    HashThreshold,
+}
+
+fn default_group_type() -> GroupType {
+    GroupType::Resilient
+}
+fn default_idle_ms() -> u32 {
+    1000
+}
+fn default_weight_max() -> u32 {
+    255
+}
+fn default_id_base() -> u32 {
+    0x4c00_0000
+}
+fn default_true() -> bool {
+    true
+}
+
+/// `[[uplink]]`: one next-hop member (a local uplink towards a spine).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct UplinkSpec {
+    /// Stable id (1..=65535), unique.
+    pub id: u16,
+    /// The spine's Router-ID.
+    pub spine: RouterId,
+    /// The spine's AS (0 unqualified).
+    #[serde(default)]
+    pub spine_as: u32,
+    /// Local interface.
+    pub interface: String,
+    /// The spine's address on that link.
+    pub gateway: IpAddr,
+    /// Capacity in Gbps (used with capacity weighting).
+    #[serde(default = "default_capacity")]
+    pub capacity_gbps: f64,
+}
+
+fn default_capacity() -> f64 {
+    1.0
+}
+
+/// `[[destination]]`: one destination prefix and its NNH (section 6.1).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DestinationSpec {
+    /// The prefix routed through the group.
+    pub prefix: PrefixSpec,
+    /// The remote leaf's Router-ID (absent: local-only quality, 6.1).
+    #[serde(default)]
+    pub remote_node: Option<RouterId>,
+    /// The remote leaf's AS (0 unqualified).
+    #[serde(default)]
+    pub remote_as: u32,
+}
+
+/// `[helper]`: the congestion pipeline (seed 003 Appendix A) and the advertiser (7.2).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HelperSection {
+    /// T_sample in ms (A.1: 1..=5, default 2).
+    #[serde(default = "default_t_sample")]
+    pub t_sample_ms: u8,
+    /// A.3 EWMA gain on rising metrics (0.3..=0.8, default 0.5).
+    #[serde(default = "default_alpha_rise")]
+    pub alpha_rise: f64,
+    /// A.3 EWMA gain on falling metrics (0.05..=0.2, default 0.1).
+    #[serde(default = "default_alpha_fall")]
+    pub alpha_fall: f64,
+    /// A.6 T_hold_down in ms (50..=200, default 100).
+    #[serde(default = "default_hold_down")]
+    pub hold_down_ms: u16,
+    /// An upper bound on the links' IP MTU. Datagrams are split for the smallest real
+    /// MTU of the `[[link]]`s (IFLA_MTU, followed at run time); this only lowers it.
+    #[serde(default)]
+    pub mtu: Option<u32>,
+    /// `multicast` (224.0.0.1 / ff02::1, the default) or `unicast` (each link's `peer`).
+    #[serde(default)]
+    pub send_to: SendTo,
+    /// Send over IPv6 (link-local) instead of IPv4.
+    #[serde(default)]
+    pub ipv6: bool,
+}
+
+impl Default for HelperSection {
+    fn default() -> Self {
+        Self {
+            t_sample_ms: default_t_sample(),
+            alpha_rise: default_alpha_rise(),
+            alpha_fall: default_alpha_fall(),
+            hold_down_ms: default_hold_down(),
+            mtu: None,
+            send_to: SendTo::Multicast,
+            ipv6: false,
+        }
+    }
+}
+
+fn default_t_sample() -> u8 {
+    2
+}
+fn default_alpha_rise() -> f64 {
+    0.5
+}
+fn default_alpha_fall() -> f64 {
+    0.1
+}
+fn default_hold_down() -> u16 {
+    100
+}
+
+/// Where advertisements go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SendTo {
+    /// The link-local all-nodes group.
+    #[default]
+    Multicast,
+    /// The link's `peer` address.
+    Unicast,
+}
+
+/// `[[link]]`: one monitored egress link of the helper role.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LinkSpec {
+    /// The egress interface; its ifIndex is the advertised link-id.
+    pub interface: String,
+    /// The node(s) at the far end (several for a shared medium, seed 6.2).
+    pub remote_node: Vec<RouterId>,
+    /// Their AS (when as-qualified).
+    #[serde(default)]
+    pub remote_as: u32,
+    /// Unicast destination (with `send-to = "unicast"`).
+    #[serde(default)]
+    pub peer: Option<IpAddr>,
+    /// Configured link speed in Mbit/s (else the qdisc's shaping rate, else ethtool).
+    #[serde(default)]
+    pub rate_mbit: Option<u64>,
+    /// The PFC priorities whose pause time counts for this link's F (with the link in
+    /// `[pfc] interfaces`); empty: all eight. The largest paused fraction wins.
+    #[serde(default)]
+    pub pfc_priorities: Vec<u8>,
+}
+
+/// `[pfc]`: PFC frame counting (seed 000) on interfaces.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PfcSection {
+    /// Interfaces whose received PFC frames are counted (a bond's members, never the bond).
+    #[serde(default)]
+    pub interfaces: Vec<String>,
+    /// bpffs folder of the PFC maps (default /sys/fs/bpf/lq/<instance>-pfc).
+    #[serde(default)]
+    pub pin_dir: Option<PathBuf>,
+    /// Link speed for pause-duration accounting when the driver reports none (Mbit/s).
+    #[serde(default)]
+    pub speed_mbps: Option<u32>,
+    /// NIC per-priority PFC counters read with `ethtool -S` (hardware consumes PFC frames
+    /// before any tc hook sees them; and transmitted frames only a NIC can confirm).
+    #[serde(default)]
+    pub ethtool: Vec<EthtoolSource>,
+}
+
+/// `[[pfc.ethtool]]`: one interface's eight per-priority PFC counters from ethtool
+/// statistics (never per-queue, per-traffic-class or 802.1p counters).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EthtoolSource {
+    /// The interface (a bond's member, never the bond).
+    pub interface: String,
+    /// `received` or `transmitted`.
+    pub direction: PfcDirection,
+    /// The driver's statistic name with `{n}` for the priority, e.g. "tx_prio{n}_pause";
+    /// or use `preset`.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// A known driver's names: "mlx5".
+    #[serde(default)]
+    pub preset: Option<String>,
+    /// The counters' width in bits (wrap accounting for narrower ones).
+    #[serde(default = "default_width")]
+    pub width_bits: u32,
+}
+
+fn default_width() -> u32 {
+    64
+}
+
+/// Direction of PFC frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PfcDirection {
+    /// Frames received on the interface.
+    Received,
+    /// Frames the interface sent.
+    Transmitted,
+}
+
+impl EthtoolSource {
+    /// The statistic names of the eight priorities.
+    pub fn stat_map(&self) -> Result<crate::sys::ethtool::StatMap, String> {
+        use crate::sys::ethtool::StatMap;
+        match (&self.template, self.preset.as_deref()) {
+            (Some(t), None) if t.contains("{n}") => Ok(StatMap::template(t, self.width_bits)),
+            (Some(_), None) => Err(format!(
+                "[[pfc.ethtool]] {}: template needs {{n}} for the priority",
+                self.interface
+            )),
+            (None, Some("mlx5")) => Ok(match self.direction {
+                PfcDirection::Received => StatMap::mlx5_rx(),
+                PfcDirection::Transmitted => StatMap::mlx5_tx(),
+            }),
+            (None, Some(p)) => Err(format!(
+                "[[pfc.ethtool]] {}: unknown preset {p:?} (known: mlx5)",
+                self.interface
+            )),
+            _ => Err(format!(
+                "[[pfc.ethtool]] {}: give exactly one of template and preset",
+                self.interface
+            )),
+        }
+    }
+}
+
+/// `[ipfix]`: export of PFC counters as IPFIX Options Template records (seed 000 section 6).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct IpfixSection {
+    /// The collector, `ADDR:PORT` (UDP).
+    pub collector: std::net::SocketAddr,
+    /// Export interval in ms.
+    #[serde(default = "default_export_ms")]
+    pub interval_ms: u32,
+    /// UDP template refresh interval in s (RFC 7011 section 8.4).
+    #[serde(default = "default_refresh_s")]
+    pub template_refresh_s: u32,
+    /// Observation Domain ID of the message headers.
+    #[serde(default = "default_one_u32")]
+    pub observation_domain_id: u32,
+    /// observationPointId of every record.
+    #[serde(default = "default_one_u64")]
+    pub observation_point_id: u64,
+    /// Private Enterprise Number of the enterprise elements.
+    #[serde(default = "default_pen")]
+    pub pen: u32,
+    /// Element ID of pfcPriority (enterprise 1..=32767, or IANA 128..=32767 with iana-ids).
+    #[serde(default = "default_prio_ie")]
+    pub priority_element_id: u16,
+    /// Element ID of pfcControlFrameTotalCount.
+    #[serde(default = "default_total_ie")]
+    pub total_element_id: u16,
+    /// Enterprise Element ID of lq's counter-epoch element (absent: not exported).
+    #[serde(default)]
+    pub epoch_element_id: Option<u16>,
+    /// The two PFC elements carry IANA-assigned IDs (no PEN).
+    #[serde(default)]
+    pub iana_ids: bool,
+    /// DSCP of the export socket, so the export avoids the priority PFC may pause.
+    #[serde(default)]
+    pub dscp: Option<u8>,
+    /// SO_PRIORITY of the export socket.
+    #[serde(default)]
+    pub socket_priority: Option<u32>,
+    /// `udp` (default; templates refreshed), `tcp` (reconnect with backoff, templates per
+    /// session, unacknowledged records resent) or `tls` (TLS 1.3, mutual authentication).
+    #[serde(default)]
+    pub transport: IpfixTransport,
+    /// TLS: the CA that signs the collector's certificate (PEM).
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+    /// TLS: this exporter's certificate (PEM).
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: this exporter's private key (PEM).
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// TLS: the name the collector's certificate must carry (default: its address).
+    #[serde(default)]
+    pub tls_server_name: Option<String>,
+}
+
+/// IPFIX transport (RFC 7011 section 10; SCTP, which it makes mandatory, is not in this
+/// kernel).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IpfixTransport {
+    /// UDP.
+    #[default]
+    Udp,
+    /// TCP.
+    Tcp,
+    /// TLS 1.3 over TCP with mutual authentication (RFC 9325).
+    Tls,
+}
+
+fn default_export_ms() -> u32 {
+    1000
+}
+fn default_refresh_s() -> u32 {
+    60
+}
+fn default_one_u32() -> u32 {
+    1
+}
+fn default_one_u64() -> u64 {
+    1
+}
+fn default_pen() -> u32 {
+    crate::ipfix::DEFAULT_PEN
+}
+fn default_prio_ie() -> u16 {
+    1
+}
+fn default_total_ie() -> u16 {
+    2
+}
+
+impl IpfixSection {
+    /// The element identities, validated.
+    pub fn elements(&self) -> Result<crate::ipfix::ElementIds, crate::ipfix::ConfigError> {
+        let e = if self.iana_ids {
+            crate::ipfix::ElementIds::iana(
+                self.priority_element_id,
+                self.total_element_id,
+                self.epoch_element_id
+                    .map(|id| crate::ipfix::IeId { id, pen: self.pen }),
+            )
+        } else {
+            crate::ipfix::ElementIds::enterprise(
+                self.pen,
+                self.priority_element_id,
+                self.total_element_id,
+                self.epoch_element_id,
+            )
+        };
+        e.validate()?;
+        Ok(e)
+    }
+}
+
+/// The whole file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    /// The YANG leaves.
+    pub lq_telemetry: LqTelemetry,
+    /// UDP binding.
+    #[serde(default)]
+    pub udp: Udp,
+    /// XDP receiver.
+    #[serde(default)]
+    pub receiver: Receiver,
+    /// Damping.
+    #[serde(default)]
+    pub damping: Damping,
+    /// Nexthop groups.
+    #[serde(default)]
+    pub nexthop_group: NexthopGroup,
+    /// Next-hop members.
+    #[serde(default)]
+    pub uplink: Vec<UplinkSpec>,
+    /// Destinations.
+    #[serde(default)]
+    pub destination: Vec<DestinationSpec>,
+    /// Helper role parameters.
+    #[serde(default)]
+    pub helper: HelperSection,
+    /// Monitored egress links (helper role).
+    #[serde(default)]
+    pub link: Vec<LinkSpec>,
+    /// PFC counting.
+    #[serde(default)]
+    pub pfc: PfcSection,
+    /// IPFIX export of the PFC counters.
+    #[serde(default)]
+    pub ipfix: Option<IpfixSection>,
+    /// The Prometheus endpoint.
+    #[serde(default)]
+    pub metrics: Option<MetricsSection>,
+    /// The slow plane: follow the routing daemon's routes (seed 003 section 4.1).
+    #[serde(default)]
+    pub slow_plane: Option<SlowPlaneSection>,
+}
+
+/// `[slow-plane]`: lqd steers the multipath routes a routing daemon (FRR) installs instead
+/// of `[[destination]]` entries (seed 003 section 4.1: a path is eligible only if the slow
+/// plane permits it).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SlowPlaneSection {
+    /// Route protocols followed (`bgp`, `ospf`, `isis`, `static`, ... or a number).
+    #[serde(default = "default_slow_protocols")]
+    pub protocols: Vec<String>,
+    /// lq's own routing table, holding its steered copies.
+    #[serde(default = "default_slow_table")]
+    pub table: u32,
+    /// Priority of the policy rule `lookup <table>`: before the main table's 32766.
+    #[serde(default = "default_slow_rule_priority")]
+    pub rule_priority: u32,
+    /// Covering rules `prefix -> remote node` (the NNH mapping, section 6.1).
+    #[serde(default)]
+    pub map: Vec<DestinationSpec>,
+}
+
+fn default_slow_protocols() -> Vec<String> {
+    vec!["bgp".into()]
+}
+fn default_slow_table() -> u32 {
+    u32::from(crate::sys::netlink::nexthop::RTPROT_LQ)
+}
+fn default_slow_rule_priority() -> u32 {
+    1000
+}
+
+impl SlowPlaneSection {
+    /// Checks protocol names, the table and the rule priority.
+    pub fn validate(&self) -> Result<(), String> {
+        for p in &self.protocols {
+            if crate::roles::load_balancer::slow_plane::protocol_number(p).is_none() {
+                return Err(format!("[slow-plane] protocols: unknown protocol {p:?}"));
+            }
+        }
+        if matches!(self.table, 0 | 252..=255) {
+            return Err(format!(
+                "[slow-plane] table = {}: not a reserved table (0, 252-255)",
+                self.table
+            ));
+        }
+        if self.rule_priority == 0 || self.rule_priority >= 32766 {
+            return Err("[slow-plane] rule-priority must be in 1..32766 (before main)".into());
+        }
+        Ok(())
+    }
+
+    /// The core's settings, with the uplinks' ifindexes looked up by the caller.
+    pub fn settings(
+        &self,
+        uplinks: Vec<crate::roles::load_balancer::slow_plane::UplinkPort>,
+    ) -> crate::roles::load_balancer::slow_plane::Settings {
+        crate::roles::load_balancer::slow_plane::Settings {
+            protocols: self
+                .protocols
+                .iter()
+                .filter_map(|p| crate::roles::load_balancer::slow_plane::protocol_number(p))
+                .collect(),
+            source_table: crate::roles::load_balancer::slow_plane::RT_TABLE_MAIN,
+            lq_table: self.table,
+            uplinks,
+            rules: self
+                .map
+                .iter()
+                .filter_map(|d| {
+                    d.remote_node
+                        .map(|r| crate::roles::load_balancer::slow_plane::MapRule {
+                            prefix: d.prefix.0,
+                            remote: node(d.remote_as, r.0),
+                        })
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `[metrics]`: an opt-in Prometheus text endpoint.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MetricsSection {
+    /// Address to serve `GET /metrics` on (e.g. "127.0.0.1:9464").
+    pub listen: std::net::SocketAddr,
+}
+
+impl Config {
+    /// Reads and validates a file.
+    pub fn load(path: &Path) -> Result<Self, ConfigFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigFileError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+            ConfigFileError::Parse {
+                path: path.into(),
+                line,
+                column,
+                message: e.message().to_string(),
+            }
+        })?;
+        cfg.validate().map_err(|message| ConfigFileError::Invalid {
+            path: path.into(),
+            message,
+        })?;
+        cfg.validate_located().map_err(|(at, message)| {
+            // The first of the candidate keys that is written in the file.
+            match at
+                .iter()
+                .find_map(|a| a.span(text))
+                .map(|s| line_col(text, s.start))
+            {
+                Some((line, column)) => ConfigFileError::Parse {
+                    path: path.into(),
+                    line,
+                    column,
+                    message,
+                },
+                None => ConfigFileError::Invalid {
+                    path: path.into(),
+                    message,
+                },
+            }
+        })?;
+        Ok(cfg)
+    }
+
+    /// Rules on one key of a `[[uplink]]`, `[[link]]`, `[[destination]]` or
+    /// `[nexthop-group]` that depend on other keys, reported at the offending value.
+    ///
+    /// * AS fields follow `as-qualified` (seed 003 sections 5.6 and 6.2): unqualified, every
+    ///   AS component is 0 on the wire and in the path table, so a non-zero `spine-as` or
+    ///   `remote-as` would key entries that can never match; qualified, every node of the
+    ///   fabric sends its non-zero local AS ("MUST be configured consistently on all
+    ///   nodes"), so an AS of 0 can never match either. Either mistake would silently leave
+    ///   every member unconfirmed.
+    /// * Nexthop object ids `id-base + uplink id` and `id-base + 0x10000 + n` must fit in
+    ///   the kernel's 32-bit id: an overflow would wrap onto other objects.
+    fn validate_located(&self) -> Result<(), (Vec<Locator>, String)> {
+        let q = self.lq_telemetry.as_qualified;
+        let as_rule = |asn: u32, what: &str| -> Option<String> {
+            match (q, asn) {
+                (false, a) if a != 0 => Some(format!(
+                    "{what} = {a} needs as-qualified = true (unqualified, every AS component is 0; seed 003 section 6.2)"
+                )),
+                (true, 0) => Some(format!(
+                    "{what} = 0 with as-qualified = true: every node of an AS-qualified fabric advertises its non-zero local AS, so AS 0 never matches"
+                )),
+                _ => None,
+            }
+        };
+        for (i, u) in self.uplink.iter().enumerate() {
+            if let Some(m) = as_rule(u.spine_as, "spine-as") {
+                return Err((
+                    vec![Locator::Uplink(i, "spine-as")],
+                    format!("[[uplink]] id = {}: {m}", u.id),
+                ));
+            }
+        }
+        for (i, l) in self.link.iter().enumerate() {
+            if let Some(m) = as_rule(l.remote_as, "remote-as") {
+                return Err((
+                    vec![Locator::Link(i, "remote-as")],
+                    format!("[[link]] {}: {m}", l.interface),
+                ));
+            }
+        }
+        for (i, d) in self.destination.iter().enumerate() {
+            if d.remote_node.is_none() {
+                continue;
+            }
+            if let Some(m) = as_rule(d.remote_as, "remote-as") {
+                return Err((
+                    vec![Locator::Destination(i, "remote-as")],
+                    format!(
+                        "[[destination]] {}/{}: {m}",
+                        d.prefix.0.addr, d.prefix.0.len
+                    ),
+                ));
+            }
+        }
+        let base = u64::from(self.nexthop_group.id_base);
+        let top = |n: u64| base + n > u64::from(u32::MAX);
+        let max_uplink = self.uplink.iter().map(|u| u.id).max();
+        let groups = self.destination.len() as u64;
+        if let Some((i, u)) = self
+            .uplink
+            .iter()
+            .enumerate()
+            .find(|(_, u)| top(u64::from(u.id)))
+        {
+            return Err((
+                // The id-base when it is written (the usual culprit), else the id.
+                vec![Locator::NexthopGroup("id-base"), Locator::Uplink(i, "id")],
+                format!(
+                    "id-base = {base} + [[uplink]] id = {} overflows the 32-bit nexthop id: id-base is at most {}",
+                    u.id,
+                    u64::from(u32::MAX) - u64::from(max_uplink.unwrap_or(0))
+                ),
+            ));
+        }
+        if groups > 0 && top(u64::from(crate::roles::load_balancer::GROUP_ID_OFFSET) + groups - 1) {
+            return Err((
+                vec![Locator::NexthopGroup("id-base")],
+                format!(
+                    "id-base = {base}: group ids id-base + 0x10000 + n for {groups} [[destination]] entries overflow the 32-bit nexthop id: id-base is at most {}",
+                    u64::from(u32::MAX)
+                        - u64::from(crate::roles::load_balancer::GROUP_ID_OFFSET)
+                        - (groups - 1)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let t = &self.lq_telemetry;
+        if !t.enabled {
+            return Err("[lq-telemetry] enabled = false: lqd runs only with enabled = true".into());
+        }
+        if t.active_transports.iter().any(|x| x != TRANSPORT_UDP) || t.active_transports.is_empty()
+        {
+            return Err(format!(
+                "[lq-telemetry] active-transports: only \"{TRANSPORT_UDP}\" is implemented"
+            ));
+        }
+        if t.as_qualified && t.local_as.is_none_or(|a| a == 0) {
+            return Err("[lq-telemetry] as-qualified = true needs a non-zero local-as (there is no BGP to take it from)".into());
+        }
+        if t.role.advertises() && t.router_id.is_none() {
+            return Err(format!(
+                "[lq-telemetry] role = \"{}\" needs router-id",
+                t.role.as_str()
+            ));
+        }
+        if self.receiver.as_plan.len() > lq_common::maps::AS_PLAN_MAX {
+            return Err(format!(
+                "[receiver] as-plan has {} ranges; at most {}",
+                self.receiver.as_plan.len(),
+                lq_common::maps::AS_PLAN_MAX
+            ));
+        }
+        if t.role.receives() && self.receiver.interfaces.is_empty() {
+            return Err(format!(
+                "role = \"{}\" needs [receiver] interfaces",
+                t.role.as_str()
+            ));
+        }
+        if let Some(ms) = self.damping.reweight_interval_ms
+            && ms < u32::from(t.notify_interval_ms.0)
+        {
+            return Err(format!(
+                "[damping] reweight-interval-ms = {ms} is below notify-interval-ms = {} (seed 003 section 10: T_reweight >= T_notify)",
+                t.notify_interval_ms.0
+            ));
+        }
+        if let WeightFunction::Integral(p) = self.damping.weight_function() {
+            p.validate().map_err(|e| format!("[damping] {e}"))?;
+        }
+        let max = self.nexthop_group.weight_max;
+        if max != 255 && max != 65535 {
+            return Err(format!(
+                "[nexthop-group] weight-max = {max}: allowed 255 or 65535"
+            ));
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for u in &self.uplink {
+            if u.id == 0 || !ids.insert(u.id) {
+                return Err(format!(
+                    "[[uplink]] id = {}: ids must be unique and non-zero",
+                    u.id
+                ));
+            }
+            if !u.capacity_gbps.is_finite() || u.capacity_gbps <= 0.0 {
+                return Err(format!(
+                    "[[uplink]] id = {}: capacity-gbps must be > 0",
+                    u.id
+                ));
+            }
+        }
+        let mut prefixes = std::collections::BTreeSet::new();
+        for d in &self.destination {
+            if !prefixes.insert(d.prefix.0) {
+                return Err(format!(
+                    "[[destination]] prefix {}/{} appears twice",
+                    d.prefix.0.addr, d.prefix.0.len
+                ));
+            }
+        }
+        if !self.destination.is_empty() && self.uplink.is_empty() {
+            return Err("[[destination]] entries need at least one [[uplink]]".into());
+        }
+        if let Some(sp) = &self.slow_plane {
+            sp.validate()?;
+            if self.uplink.is_empty() {
+                return Err("[slow-plane] needs at least one [[uplink]]".into());
+            }
+        }
+        self.controller().validate().map_err(|e| e.to_string())?;
+        for e in &self.pfc.ethtool {
+            e.stat_map()?;
+            if !(8..=64).contains(&e.width_bits) {
+                return Err(format!(
+                    "[[pfc.ethtool]] {}: width-bits is 8..=64",
+                    e.interface
+                ));
+            }
+            if e.direction == PfcDirection::Received && self.pfc.interfaces.contains(&e.interface) {
+                return Err(format!(
+                    "[[pfc.ethtool]] {}: received frames are already counted by the tc program ([pfc] interfaces): one source per counter",
+                    e.interface
+                ));
+            }
+        }
+        if let Some(ipfix) = &self.ipfix {
+            ipfix.elements().map_err(|e| format!("[ipfix] {e}"))?;
+            if self.pfc.interfaces.is_empty() && self.pfc.ethtool.is_empty() {
+                return Err(
+                    "[ipfix] needs [pfc] interfaces or [[pfc.ethtool]] sources to export".into(),
+                );
+            }
+            if ipfix.interval_ms == 0 || ipfix.template_refresh_s == 0 {
+                return Err("[ipfix] interval-ms and template-refresh-s must be > 0".into());
+            }
+            if ipfix.dscp.is_some_and(|d| d > 63) {
+                return Err("[ipfix] dscp is 0..=63".into());
+            }
+            if ipfix.transport == IpfixTransport::Tls
+                && (ipfix.tls_ca.is_none() || ipfix.tls_cert.is_none() || ipfix.tls_key.is_none())
+            {
+                return Err("[ipfix] transport = \"tls\" needs tls-ca, tls-cert and tls-key (mutual authentication)".into());
+            }
+        }
+        if t.role.advertises() {
+            if self.link.is_empty() {
+                return Err(format!(
+                    "role = \"{}\" needs at least one [[link]] to monitor",
+                    t.role.as_str()
+                ));
+            }
+            for l in &self.link {
+                if l.remote_node.is_empty() {
+                    return Err(format!(
+                        "[[link]] {}: remote-node lists no node",
+                        l.interface
+                    ));
+                }
+                if self.helper.send_to == SendTo::Unicast && l.peer.is_none() {
+                    return Err(format!(
+                        "[[link]] {}: send-to = \"unicast\" needs peer",
+                        l.interface
+                    ));
+                }
+                if l.pfc_priorities.iter().any(|p| *p > 7) {
+                    return Err(format!(
+                        "[[link]] {}: pfc-priorities are 0..=7",
+                        l.interface
+                    ));
+                }
+            }
+            self.helper_params()
+                .validate()
+                .map_err(|e| format!("[helper] {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The local AS used for the node's own AS components (0 when unqualified).
+    pub fn node_as(&self) -> u32 {
+        if self.lq_telemetry.as_qualified {
+            self.lq_telemetry.local_as.unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    /// The controller's parameters.
+    pub fn controller(&self) -> ControllerConfig {
+        let t_notify = Duration::from_millis(u64::from(self.lq_telemetry.notify_interval_ms.0));
+        let ng = &self.nexthop_group;
+        ControllerConfig {
+            t_notify,
+            miss_count: self.lq_telemetry.miss_count.0,
+            t_reweight: self
+                .damping
+                .reweight_interval_ms
+                .map_or(t_notify, |ms| Duration::from_millis(u64::from(ms))),
+            gain: self.damping.gain.0,
+            parallel_links: match self.damping.parallel_links {
+                ParallelLinks::Minimum => ParallelLinkAggregation::Minimum,
+                ParallelLinks::CapacityWeightedMean => {
+                    ParallelLinkAggregation::CapacityWeightedMean
+                }
+            },
+            capacity_weighting: self.damping.capacity_weighting,
+            weight_function: self.damping.weight_function(),
+            group: match ng.group_type {
+                GroupType::Resilient => GroupKind::Resilient {
+                    buckets: ng.buckets.0,
+                    idle_timer: Duration::from_millis(u64::from(ng.idle_timer_ms)),
+                    unbalanced_timer: Duration::from_millis(u64::from(ng.unbalanced_timer_ms)),
+                },
+                GroupType::HashThreshold => GroupKind::HashThreshold,
+            },
+            weight_resolution: if ng.weight_max > 255 {
+                WeightResolution::Bits16
+            } else {
+                WeightResolution::Bits8
+            },
+        }
+    }
+
+    /// The NNH mapping (section 6.1) from `[[uplink]]` and `[[destination]]`.
+    pub fn nnh_mapping(&self) -> NnhMapping {
+        let mut m = NnhMapping::default();
+        for u in &self.uplink {
+            m.uplinks.insert(
+                UplinkId::from(u.id),
+                Uplink {
+                    spine: node(u.spine_as, u.spine.0),
+                    capacity_gbps: u.capacity_gbps,
+                },
+            );
+        }
+        for d in &self.destination {
+            m.destinations
+                .insert(d.prefix.0, d.remote_node.map(|r| node(d.remote_as, r.0)));
+        }
+        m
+    }
+
+    /// The helper pipeline's and advertiser's parameters.
+    pub fn helper_params(&self) -> crate::core::helper::params::HelperParams {
+        let h = &self.helper;
+        let t = &self.lq_telemetry;
+        crate::core::helper::params::HelperParams {
+            t_sample: Duration::from_millis(u64::from(h.t_sample_ms)),
+            alpha_rise: h.alpha_rise,
+            alpha_fall: h.alpha_fall,
+            t_hold_down: Duration::from_millis(u64::from(h.hold_down_ms)),
+            t_notify: Duration::from_millis(u64::from(t.notify_interval_ms.0)),
+            change_threshold: t.change_threshold.0,
+            diagnostics: t.diagnostics_enabled,
+            ..Default::default()
+        }
+    }
+
+    /// The AS plan.
+    pub fn as_plan(&self) -> Vec<AsRange> {
+        self.receiver.as_plan.iter().map(|r| r.0).collect()
+    }
+}
+
+/// Where a rule of [`Config::validate_located`] points: a key of `[nexthop-group]` or of
+/// the n-th table of an array of tables.
+#[derive(Clone, Copy, Debug)]
+enum Locator {
+    Uplink(usize, &'static str),
+    Link(usize, &'static str),
+    Destination(usize, &'static str),
+    NexthopGroup(&'static str),
+}
+
+/// Byte spans of the values of one table.
+type ValueSpans = std::collections::BTreeMap<String, toml::Spanned<toml::Value>>;
+
+/// A second, lenient reading of the file that keeps only positions: no need to thread
+/// spans through the typed sections, and it runs only when there is an error to report.
+#[derive(Default, Deserialize)]
+struct Positions {
+    #[serde(default)]
+    uplink: Vec<ValueSpans>,
+    #[serde(default)]
+    link: Vec<ValueSpans>,
+    #[serde(default)]
+    destination: Vec<ValueSpans>,
+    #[serde(default, rename = "nexthop-group")]
+    nexthop_group: ValueSpans,
+}
+
+impl Locator {
+    /// The byte span of the key's value in `text`; `None` when the key is not written
+    /// there (it took its default).
+    fn span(&self, text: &str) -> Option<std::ops::Range<usize>> {
+        let p: Positions = toml::from_str(text).ok()?;
+        let (table, key) = match *self {
+            Self::Uplink(i, k) => (p.uplink.get(i)?, k),
+            Self::Link(i, k) => (p.link.get(i)?, k),
+            Self::Destination(i, k) => (p.destination.get(i)?, k),
+            Self::NexthopGroup(k) => (&p.nexthop_group, k),
+        };
+        table.get(key).map(toml::Spanned::span)
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEAF: &str = r#"
+[lq-telemetry]
+enabled = true
+role = "load-balancer"
+
+[receiver]
+interfaces = ["eth1", "eth2"]
+
+[[uplink]]
+id = 1
+spine = "10.0.0.1"
+interface = "eth1"
+gateway = "10.1.1.1"
+
+[[uplink]]
+id = 2
+spine = "10.0.0.2"
+interface = "eth2"
+gateway = "10.1.2.1"
+
+[[destination]]
+prefix = "10.4.0.0/24"
+remote-node = "10.0.1.4"
+"#;
+
+    fn parse(text: &str) -> Result<Config, ConfigFileError> {
+        Config::parse(text, Path::new("leaf.toml"))
+    }
+
+    fn err(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_leaf_config_loads_with_the_model_defaults() {
+        let c = parse(LEAF).unwrap();
+        assert_eq!(c.lq_telemetry.notify_interval_ms.0, 20);
+        assert_eq!(c.lq_telemetry.change_threshold.0, 25);
+        assert_eq!(c.lq_telemetry.miss_count.0, 3);
+        assert_eq!(c.udp.port, 52525);
+        let m = c.nnh_mapping();
+        assert_eq!(m.uplinks.len(), 2);
+        assert_eq!(m.destinations.len(), 1);
+        assert_eq!(c.controller().dead_interval_ns(), 60_000_000);
+    }
+
+    #[test]
+    fn unknown_keys_name_the_line() {
+        let e = err(&LEAF.replace(
+            "role = \"load-balancer\"",
+            "role = \"load-balancer\"\nnotify-intervl-ms = 20",
+        ));
+        assert!(e.starts_with("leaf.toml:5:"), "{e}");
+        assert!(e.contains("unknown field `notify-intervl-ms`"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_line_and_the_range() {
+        let e = err(&LEAF.replace(
+            "role = \"load-balancer\"",
+            "role = \"load-balancer\"\nmiss-count = 11",
+        ));
+        assert!(e.starts_with("leaf.toml:5:"), "{e}");
+        assert!(e.contains("11 is out of range: allowed 2..=10"), "{e}");
+        let e = err(&LEAF.replace("[receiver]", "[damping]\ngain = 0.1\n[receiver]"));
+        assert!(e.contains("allowed 0.25..=1.0"), "{e}");
+        let e = err(&LEAF.replace(
+            "role = \"load-balancer\"",
+            "role = \"load-balancer\"\nnotify-interval-ms = 5",
+        ));
+        assert!(e.contains("allowed 10..=100"), "{e}");
+    }
+
+    #[test]
+    fn weight_function_keys() {
+        assert_eq!(
+            parse(LEAF).unwrap().controller().weight_function,
+            WeightFunction::Seed
+        );
+        let c = parse(&LEAF.replace(
+            "[receiver]",
+            "[damping]\nweight-function = \"integral\"\nintegral-floor = 0.4\n[receiver]",
+        ))
+        .unwrap();
+        let WeightFunction::Integral(p) = c.controller().weight_function else {
+            panic!("not integral");
+        };
+        assert_eq!(p.floor, 0.4);
+        assert_eq!(p.deadband, IntegralParams::default().deadband);
+        let e = err(&LEAF.replace(
+            "[receiver]",
+            "[damping]\nweight-function = \"integral\"\nintegral-floor = 2\n[receiver]",
+        ));
+        assert!(e.contains("integral weight function"), "{e}");
+        let e = err(&LEAF.replace(
+            "[receiver]",
+            "[damping]\nweight-function = \"x\"\n[receiver]",
+        ));
+        assert!(
+            e.contains("weight-function") || e.contains("unknown variant"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn cross_key_rules() {
+        assert!(err(&LEAF.replace("enabled = true", "enabled = false")).contains("enabled = true"));
+        assert!(
+            err(&LEAF.replace("role = \"load-balancer\"", "role = \"helper\""))
+                .contains("needs router-id")
+        );
+        assert!(
+            err(&LEAF.replace("enabled = true", "enabled = true\nas-qualified = true"))
+                .contains("local-as")
+        );
+        assert!(
+            err(&LEAF.replace(
+                "[receiver]",
+                "[damping]\nreweight-interval-ms = 10\n[receiver]"
+            ))
+            .contains("T_reweight >= T_notify")
+        );
+        assert!(err(&LEAF.replace("id = 2", "id = 1")).contains("unique"));
+        assert!(err(&LEAF.replace("10.4.0.0/24", "10.4.0.1/24")).contains("host bits"));
+        assert!(
+            err(&LEAF.replace("spine = \"10.0.0.1\"", "spine = \"10.0.0\""))
+                .contains("dotted-quad")
+        );
+    }
+
+    /// AS fields follow `as-qualified` (seed 003 sections 5.6, 6.2), reported at the value.
+    #[test]
+    fn as_fields_are_checked_against_as_qualified() {
+        // Unqualified: a spine AS would key entries that never match (line 18, column 12).
+        let e = err(&LEAF.replace(
+            "spine = \"10.0.0.2\"",
+            "spine = \"10.0.0.2\"\nspine-as = 65002",
+        ));
+        assert!(
+            e.starts_with(
+                "leaf.toml:18:12: [[uplink]] id = 2: spine-as = 65002 needs as-qualified = true"
+            ),
+            "{e}"
+        );
+        let e = err(&LEAF.replace(
+            "remote-node = \"10.0.1.4\"",
+            "remote-node = \"10.0.1.4\"\nremote-as = 65104",
+        ));
+        assert!(
+            e.starts_with("leaf.toml:24:13: [[destination]] 10.4.0.0/24: remote-as"),
+            "{e}"
+        );
+
+        // Qualified: AS 0 never matches. Unwritten keys have no position to name.
+        let q = LEAF.replace(
+            "enabled = true",
+            "enabled = true\nas-qualified = true\nlocal-as = 65000",
+        );
+        let e = err(&q);
+        assert!(
+            e.starts_with("leaf.toml: [[uplink]] id = 1: spine-as = 0 with as-qualified = true"),
+            "{e}"
+        );
+        let q = q
+            .replace(
+                "spine = \"10.0.0.1\"",
+                "spine = \"10.0.0.1\"\nspine-as = 65001",
+            )
+            .replace("spine = \"10.0.0.2\"", "spine = \"10.0.0.2\"\nspine-as = 0");
+        let e = err(&q);
+        assert!(
+            e.starts_with("leaf.toml:21:12: [[uplink]] id = 2: spine-as = 0"),
+            "{e}"
+        );
+        let q = q.replace("spine-as = 0", "spine-as = 65002");
+        assert!(err(&q).contains("[[destination]] 10.4.0.0/24: remote-as = 0"));
+        let q = q.replace(
+            "remote-node = \"10.0.1.4\"",
+            "remote-node = \"10.0.1.4\"\nremote-as = 65104",
+        );
+        assert!(parse(&q).is_ok());
+
+        // The helper's [[link]] remote-as, both ways.
+        let spine = "[lq-telemetry]\nenabled = true\nrole = \"helper\"\nrouter-id = \"10.0.0.2\"\n";
+        let link = "[[link]]\ninterface = \"eth1\"\nremote-node = [\"10.0.1.1\"]\n";
+        let e = err(&format!("{spine}{link}remote-as = 5\n"));
+        assert!(
+            e.starts_with("leaf.toml:8:13: [[link]] eth1: remote-as = 5 needs as-qualified"),
+            "{e}"
+        );
+        let qspine = spine.replace(
+            "enabled = true",
+            "enabled = true\nas-qualified = true\nlocal-as = 65000",
+        );
+        let e = err(&format!("{qspine}{link}"));
+        assert!(
+            e.contains("[[link]] eth1: remote-as = 0 with as-qualified = true"),
+            "{e}"
+        );
+        assert!(parse(&format!("{qspine}{link}remote-as = 65101\n")).is_ok());
+    }
+
+    /// Nexthop ids are id-base + uplink id and id-base + 0x10000 + n: they must fit in
+    /// 32 bits, or they would wrap onto other objects.
+    #[test]
+    fn id_base_plus_ids_cannot_overflow() {
+        let with_base = |b: u64| format!("{LEAF}[nexthop-group]\nid-base = {b}\n");
+        // LEAF: uplinks 1 and 2, one destination (group id-base + 0x10000). The group is
+        // the larger id: id-base may be at most u32::MAX - 0x10000.
+        let max = u64::from(u32::MAX) - 0x1_0000;
+        assert!(parse(&with_base(max)).is_ok());
+        let e = err(&with_base(max + 1));
+        assert!(
+            e.starts_with("leaf.toml:25:11: id-base = 4294901760: group ids"),
+            "{e}"
+        );
+        assert!(e.contains("at most 4294901759"), "{e}");
+        let e = err(&with_base(u64::from(u32::MAX)));
+        assert!(
+            e.starts_with("leaf.toml:25:11: id-base = 4294967295 + [[uplink]] id = 1 overflows"),
+            "{e}"
+        );
+        // More destinations need more room.
+        let two = format!(
+            "{}[[destination]]\nprefix = \"10.5.0.0/24\"\n",
+            with_base(max)
+        );
+        assert!(err(&two).contains("for 2 [[destination]] entries overflow"));
+    }
+
+    #[test]
+    fn helper_and_export_error_classes() {
+        let spine = "[lq-telemetry]\nenabled = true\nrole = \"helper\"\nrouter-id = \"10.0.0.2\"\n";
+        assert!(err(spine).contains("needs at least one [[link]]"));
+        let link = "[[link]]\ninterface = \"eth1\"\nremote-node = [\"10.0.1.1\"]\n";
+        assert!(parse(&format!("{spine}{link}")).is_ok());
+        assert!(err(&format!("{spine}{link}[helper]\nalpha-rise = 0.9\n")).contains("alpha"));
+        assert!(
+            err(&format!("{spine}{link}[helper]\nsend-to = \"unicast\"\n")).contains("needs peer")
+        );
+        assert!(
+            err(&format!(
+                "{spine}[[link]]\ninterface = \"eth1\"\nremote-node = []\n"
+            ))
+            .contains("lists no node")
+        );
+        assert!(err(&format!("{spine}[[link]]\ninterface = \"eth1\"\nremote-node = [\"10.0.1.1\"]\nremote-as = 5\n")).contains("as-qualified"));
+        let ipfix = "[pfc]\ninterfaces = [\"eth1\"]\n[ipfix]\ncollector = \"127.0.0.1:4739\"\n";
+        assert!(parse(&format!("{LEAF}{ipfix}")).is_ok());
+        assert!(err(&format!("{LEAF}{ipfix}total-element-id = 0\n")).contains("outside 1..=32767"));
+        assert!(err(&format!("{LEAF}{ipfix}iana-ids = true\n")).contains("outside 128..=32767"));
+        assert!(err(&format!("{LEAF}{ipfix}dscp = 64\n")).contains("0..=63"));
+        assert!(
+            err(&format!("{LEAF}[ipfix]\ncollector = \"127.0.0.1:4739\"\n"))
+                .contains("needs [pfc] interfaces")
+        );
+        let e = err(&format!("{LEAF}[ipfix]\ncollector = \"nowhere\"\n"));
+        assert!(
+            e.contains("leaf.toml:") && e.contains("socket address"),
+            "{e}"
+        );
+        assert!(err(&format!("{LEAF}[metrics]\nlisten = 5\n")).contains("leaf.toml:"));
+        let eth = "[[pfc.ethtool]]\ninterface = \"eth1\"\ndirection = \"transmitted\"\n";
+        assert!(parse(&format!("{LEAF}{eth}preset = \"mlx5\"\n")).is_ok());
+        assert!(err(&format!("{LEAF}{eth}preset = \"acme\"\n")).contains("unknown preset"));
+        assert!(err(&format!("{LEAF}{eth}template = \"tx_pause\"\n")).contains("{n}"));
+        assert!(err(&format!("{LEAF}{eth}\n")).contains("exactly one of template and preset"));
+        let rx = "[pfc]\ninterfaces = [\"eth1\"]\n[[pfc.ethtool]]\ninterface = \"eth1\"\ndirection = \"received\"\npreset = \"mlx5\"\n";
+        assert!(err(&format!("{LEAF}{rx}")).contains("one source per counter"));
+    }
+
+    #[test]
+    fn prefixes_parse() {
+        assert!(parse_prefix("10.4.0.0/24").is_ok());
+        assert!(parse_prefix("0.0.0.0/0").is_ok());
+        assert!(parse_prefix("10.4.0.1/32").is_ok());
+        assert!(parse_prefix("10.4.0.1/24").is_err());
+        assert!(parse_prefix("2001:db8::/32").is_ok());
+        assert!(parse_prefix("2001:db8::1/64").is_err());
+        assert!(parse_prefix("10.4.0.0/33").is_err());
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    use super::Config;
+
+    /// Every file in examples/ loads and validates.
+    #[test]
+    fn every_example_config_loads() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                Config::load(&p).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 2, "no examples found in {}", dir.display());
+    }
+}

@@ -1,0 +1,15 @@
+//! The deterministic, I/O-free controller core of `lqd` (seed 003 section 6): from the
+//! path quality table to weighted-ECMP weights and the rtnetlink messages that program
+//! them. Time is always an input, so everything here runs in virtual time under test.
+//!
+//! * [`config`]: parameters and their ranges (section 10).
+//! * [`path_quality`]: NNH mapping and per-destination member quality (6.1-6.3).
+//! * [`heartbeat`]: neighbor liveness, entry ageing, T_notify mismatch (6.5, 10).
+//! * [`weights`]: targets, damping, quantisation, bucket remapping (6.3, 6.4).
+//! * [`integral`]: the capacity x integral-controller weight function (4.1, issue 12).
+
+pub mod config;
+pub mod heartbeat;
+pub mod integral;
+pub mod path_quality;
+pub mod weights;

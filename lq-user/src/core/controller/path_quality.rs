@@ -1,0 +1,708 @@
+//! From the path quality table to one quality per next-hop member and destination (seed
+//! 003 sections 6.1-6.3).
+//!
+//! Inputs: the NNH mapping ([`NnhMapping`], section 6.1), the local uplink qualities
+//! ([`LocalQuality`], the "local DLB" of 6.3), a snapshot of the path table written by the
+//! XDP receiver (section 6.2) and the set of failed spines from the heartbeat (6.5).
+//! Output: per destination, `path_quality(member) = min(local_quality, remote LQS)`.
+//!
+//! The seed's weights read only LQS (and the entry's age) from a [`PathValue`], because
+//! section 5.5 says receivers MUST NOT use the diagnostics fields for forwarding. The
+//! [`MemberSignal`]s (CL, available bandwidth and, when present, diagnostics link capacity
+//! and queue depth) are computed alongside for `weight-function = "integral"`, which
+//! departs from 5.5 knowingly (docs/weights.md: a clamped LQS carries no information on an
+//! all-loaded fabric).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use lq_common::maps::{NeighborKey, PathKey, PathValue};
+use tracing::debug;
+
+use super::config::{ControllerConfig, ParallelLinkAggregation};
+use super::heartbeat::entry_expired;
+
+/// A node identity: (AS, Router-ID), AS 0 when unqualified (section 6.2).
+pub type NodeId = NeighborKey;
+
+/// Shorthand for a [`NodeId`].
+pub const fn node(node_as: u32, node_id: u32) -> NodeId {
+    NeighborKey { node_as, node_id }
+}
+
+/// Identifier of a local uplink (the leaf's ifIndex, or any stable id the caller uses).
+pub type UplinkId = u32;
+
+/// A destination prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Prefix {
+    /// Network address.
+    pub addr: IpAddr,
+    /// Prefix length.
+    pub len: u8,
+}
+
+/// One next-hop member: a local uplink towards a spine. Several uplinks to the same spine
+/// are separate members (each has its own local quality and its own kernel nexthop).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Uplink {
+    /// The spine at the far end.
+    pub spine: NodeId,
+    /// Capacity in Gbps (slow plane: used only when capacity weighting is on, 4.1).
+    pub capacity_gbps: f64,
+}
+
+/// The NNH mapping of section 6.1 plus the leaf's next-hop members.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NnhMapping {
+    /// Next-hop members by local uplink id.
+    pub uplinks: BTreeMap<UplinkId, Uplink>,
+    /// Destination -> remote node R through which it is reachable (the NNH). `None`: the
+    /// destination is known (it has a group) but the mapping is missing: local-only (6.1).
+    pub destinations: BTreeMap<Prefix, Option<NodeId>>,
+    /// Provisioned capacity of a spine -> remote link `(spine, remote, link_id)`, used only
+    /// by [`ParallelLinkAggregation::CapacityWeightedMean`]; a missing link counts as 1 so
+    /// that the rule degrades to a plain mean.
+    pub remote_link_capacity: BTreeMap<(NodeId, NodeId, u32), f64>,
+}
+
+/// Local quality of each uplink, 0..=255 (section 6.3 `local_quality(S)`). Until the helper
+/// pipeline measures it, it is 255 for an up uplink and 0 for a down one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LocalQuality {
+    quality: BTreeMap<UplinkId, u8>,
+}
+
+impl LocalQuality {
+    /// Mark an uplink up (255) or down (0).
+    pub fn set_up(&mut self, uplink: UplinkId, up: bool) {
+        self.quality.insert(uplink, if up { 255 } else { 0 });
+    }
+
+    /// Set a measured quality.
+    pub fn set(&mut self, uplink: UplinkId, quality: u8) {
+        self.quality.insert(uplink, quality);
+    }
+
+    /// The quality of an uplink; an uplink never reported is taken as down, so a member is
+    /// only used once the link state is known.
+    pub fn get(&self, uplink: UplinkId) -> u8 {
+        self.quality.get(&uplink).copied().unwrap_or(0)
+    }
+}
+
+/// Where a destination's qualities came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QualitySource {
+    /// Remote LQS entries were combined with local quality (6.3).
+    Remote,
+    /// No NNH mapping for the destination: local-only (DLB) quality (6.1).
+    LocalOnlyNoMapping,
+    /// A mapping, but no path table entry for the remote through any member's spine.
+    LocalOnlyNoEntries,
+}
+
+/// The quality of one member for one destination.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemberQuality {
+    /// The member.
+    pub uplink: UplinkId,
+    /// Its spine.
+    pub spine: NodeId,
+    /// Its capacity (Gbps).
+    pub capacity_gbps: f64,
+    /// Local uplink quality.
+    pub local: u8,
+    /// Aggregated remote LQS through that spine, `None` when there is no entry.
+    pub remote: Option<u8>,
+    /// `min(local, remote)`. When `remote` is `None`: `local` if no member's spine has
+    /// an entry for the destination's remote node (local-only fallback, 6.1), else 0 (a
+    /// spine that has not advertised R is not confirmed healthy, 4.1).
+    pub quality: u8,
+}
+
+/// The qualities of every member for one destination.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DestinationQuality {
+    /// How they were obtained.
+    pub source: QualitySource,
+    /// One per member, in uplink id order.
+    pub members: Vec<MemberQuality>,
+}
+
+/// The result of [`compute`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PathQualityReport {
+    /// Per destination.
+    pub destinations: BTreeMap<Prefix, DestinationQuality>,
+    /// Per destination, the congestion and capacity signals of every member (same order as
+    /// `destinations[..].members`); read only by `weight-function = "integral"`.
+    pub signals: BTreeMap<Prefix, Vec<MemberSignal>>,
+    /// Entries whose remote node is the NNH of no destination: kept, unused (6.1).
+    pub unknown_remote_entries: usize,
+    /// Entries from nodes that are not the spine of any member (unused).
+    pub unknown_spine_entries: usize,
+    /// Entries counted as LQS 0 because they aged out or their spine failed (6.5).
+    pub failed_entries: usize,
+}
+
+/// The path table reduced to what forwarding may use: the effective LQS of every
+/// `(spine, remote, link)` after ageing and failure (section 6.5 and the wire spec: a
+/// failed neighbor's or an unrefreshed entry counts as LQS 0 / CL 7).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathSnapshot {
+    links: BTreeMap<(NodeId, NodeId), Vec<(u32, u8)>>,
+    signals: BTreeMap<(NodeId, NodeId), Vec<(u32, LinkSignal)>>,
+    failed_entries: usize,
+}
+
+/// What an entry says besides its LQS, for the integral weight function: the CL (which,
+/// unlike the LQS, does not clamp when every loaded link is at U ~ 1, A.4/A.5), the
+/// available bandwidth (5.4) and, only when the helper sends diagnostics (V = 1), the link
+/// capacity and queue depth (5.5). A failed or aged entry reads CL 7, no bandwidth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkSignal {
+    /// The entry is live: fresh and its spine not failed (6.5).
+    pub live: bool,
+    /// CL 0..=7.
+    pub cl: u8,
+    /// Available bandwidth, binary32 bits (Gbps).
+    pub available_bits: u32,
+    /// Diagnostics link capacity, binary32 bits (Gbps).
+    pub capacity_bits: Option<u32>,
+    /// Diagnostics normalised queue depth 0..=255.
+    pub queue_depth: Option<u8>,
+}
+
+/// The signals of one member towards one destination, folded over the parallel
+/// spine -> remote links: the worst CL and queue, the summed bandwidths.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MemberSignal {
+    /// The member.
+    pub uplink: UplinkId,
+    /// Some spine -> remote link entry is live (not aged, spine not failed, 6.5).
+    pub live: bool,
+    /// Worst CL of the spine -> remote links; `None` without an entry.
+    pub cl: Option<u8>,
+    /// Worst queue depth (fraction of the buffer), when diagnostics are present.
+    pub queue: Option<f64>,
+    /// Summed available bandwidth (Gbps); `None` without an entry.
+    pub available_gbps: Option<f64>,
+    /// Summed diagnostics link capacity (Gbps), when every link carries it.
+    pub link_capacity_gbps: Option<f64>,
+}
+
+impl PathSnapshot {
+    /// Build from a copy of the BPF path table.
+    pub fn from_map(
+        table: &BTreeMap<PathKey, PathValue>,
+        now_ns: u64,
+        dead_interval_ns: u64,
+        failed_spines: &BTreeSet<NodeId>,
+    ) -> Self {
+        Self::from_entries(
+            table.iter().map(|(k, v)| (*k, *v)),
+            now_ns,
+            dead_interval_ns,
+            failed_spines,
+        )
+    }
+
+    /// Build from any iteration of the path table (e.g. a BPF map iterator).
+    pub fn from_entries(
+        entries: impl IntoIterator<Item = (PathKey, PathValue)>,
+        now_ns: u64,
+        dead_interval_ns: u64,
+        failed_spines: &BTreeSet<NodeId>,
+    ) -> Self {
+        let mut s = Self::default();
+        for (k, v) in entries {
+            let spine = node(k.spine_as, k.spine_id);
+            let remote = node(k.remote_as, k.remote_id);
+            let failed = failed_spines.contains(&spine)
+                || entry_expired(v.last_update_ns, now_ns, dead_interval_ns);
+            let lqs = if failed {
+                s.failed_entries += 1;
+                0
+            } else {
+                v.lqs
+            };
+            s.links
+                .entry((spine, remote))
+                .or_default()
+                .push((k.link_id, lqs));
+            let diag = v.flags & lq_common::maps::PATH_FLAG_DIAGNOSTICS != 0;
+            let signal = if failed {
+                LinkSignal {
+                    cl: 7,
+                    ..LinkSignal::default()
+                }
+            } else {
+                LinkSignal {
+                    live: true,
+                    cl: v.cl.min(7),
+                    available_bits: v.available_bandwidth_bits,
+                    capacity_bits: diag.then_some(v.link_capacity_bits),
+                    queue_depth: diag.then_some(v.queue_depth),
+                }
+            };
+            s.signals
+                .entry((spine, remote))
+                .or_default()
+                .push((k.link_id, signal));
+        }
+        for v in s.links.values_mut() {
+            // Map iteration order is arbitrary; sorting keeps every result deterministic.
+            v.sort_unstable();
+        }
+        for v in s.signals.values_mut() {
+            v.sort_unstable_by_key(|x| x.0);
+        }
+        s
+    }
+
+    /// Signals of every link from `spine` to `remote`, by link id.
+    pub fn signals(&self, spine: NodeId, remote: NodeId) -> &[(u32, LinkSignal)] {
+        self.signals
+            .get(&(spine, remote))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// Effective LQS of every link from `spine` to `remote`, by link id.
+    pub fn links(&self, spine: NodeId, remote: NodeId) -> &[(u32, u8)] {
+        self.links
+            .get(&(spine, remote))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+}
+
+/// Fold the LQS of parallel spine -> remote links into one value (section 6.3 permits the
+/// minimum or a weighted average). `None` when there is no link.
+fn aggregate(
+    rule: ParallelLinkAggregation,
+    mapping: &NnhMapping,
+    spine: NodeId,
+    remote: NodeId,
+    links: &[(u32, u8)],
+) -> Option<u8> {
+    match rule {
+        ParallelLinkAggregation::Minimum => links.iter().map(|&(_, q)| q).min(),
+        ParallelLinkAggregation::CapacityWeightedMean => {
+            if links.is_empty() {
+                return None;
+            }
+            let (mut num, mut den) = (0.0f64, 0.0f64);
+            for &(link, q) in links {
+                let c = mapping
+                    .remote_link_capacity
+                    .get(&(spine, remote, link))
+                    .copied()
+                    .filter(|c| c.is_finite() && *c >= 0.0)
+                    .unwrap_or(1.0);
+                num += c * f64::from(q);
+                den += c;
+            }
+            if den <= 0.0 {
+                // Every link provisioned at capacity 0: nothing usable.
+                return Some(0);
+            }
+            // Floor so that the mean never rounds a near-dead bundle up; clamp is exact for
+            // a convex combination of values in 0..=255.
+            Some((num / den).floor().clamp(0.0, 255.0) as u8)
+        }
+    }
+}
+
+/// Compute the per-destination member qualities (section 6.3).
+pub fn compute(
+    config: &ControllerConfig,
+    mapping: &NnhMapping,
+    local: &LocalQuality,
+    snapshot: &PathSnapshot,
+) -> PathQualityReport {
+    let mut report = PathQualityReport {
+        failed_entries: snapshot.failed_entries,
+        ..Default::default()
+    };
+    let spines: BTreeSet<NodeId> = mapping.uplinks.values().map(|u| u.spine).collect();
+    let remotes: BTreeSet<NodeId> = mapping.destinations.values().flatten().copied().collect();
+    for (&(spine, remote), links) in &snapshot.links {
+        if !spines.contains(&spine) {
+            report.unknown_spine_entries += links.len();
+        } else if !remotes.contains(&remote) {
+            report.unknown_remote_entries += links.len();
+        }
+    }
+
+    for (prefix, remote) in &mapping.destinations {
+        let mut signals = Vec::with_capacity(mapping.uplinks.len());
+        let mut members = Vec::with_capacity(mapping.uplinks.len());
+        let mut any_remote = false;
+        for (&uplink, u) in &mapping.uplinks {
+            let local_q = local.get(uplink);
+            let remote_q = remote.and_then(|r| {
+                aggregate(
+                    config.parallel_links,
+                    mapping,
+                    u.spine,
+                    r,
+                    snapshot.links(u.spine, r),
+                )
+            });
+            any_remote |= remote_q.is_some();
+            signals.push(member_signal(
+                uplink,
+                remote.map_or(&[][..], |r| snapshot.signals(u.spine, r)),
+            ));
+            members.push(MemberQuality {
+                uplink,
+                spine: u.spine,
+                capacity_gbps: u.capacity_gbps,
+                local: local_q,
+                remote: remote_q,
+                quality: remote_q.map_or(local_q, |r| r.min(local_q)),
+            });
+        }
+        if any_remote {
+            // Some spine has advertised R, so R's entries are what confirms a path. A spine
+            // that has not (yet) advertised R is not confirmed healthy by the fast plane
+            // and is not eligible (section 4.1: LQS > 0 required); giving it local-only
+            // quality would rank an unconfirmed spine above every confirmed one. Only when
+            // no spine has any entry for R does the local-only fallback apply (6.1).
+            for m in members.iter_mut().filter(|m| m.remote.is_none()) {
+                m.quality = 0;
+            }
+        }
+        let source = match remote {
+            None => QualitySource::LocalOnlyNoMapping,
+            Some(_) if !any_remote => QualitySource::LocalOnlyNoEntries,
+            Some(_) => QualitySource::Remote,
+        };
+        if source != QualitySource::Remote {
+            debug!(
+                ?prefix,
+                ?source,
+                "destination falls back to local-only quality (6.1)"
+            );
+        }
+        report
+            .destinations
+            .insert(*prefix, DestinationQuality { source, members });
+        report.signals.insert(*prefix, signals);
+    }
+    report
+}
+
+/// Fold the signals of parallel links (see [`MemberSignal`]); binary32 values that are not
+/// finite and >= 0 (the receiver refuses them, but the table is shared) count as absent.
+fn member_signal(uplink: UplinkId, links: &[(u32, LinkSignal)]) -> MemberSignal {
+    let gbps = |bits: u32| {
+        let x = f64::from(f32::from_bits(bits));
+        (x.is_finite() && x >= 0.0).then_some(x)
+    };
+    if links.is_empty() {
+        return MemberSignal {
+            uplink,
+            ..MemberSignal::default()
+        };
+    }
+    let mut capacity = Some(0.0);
+    for (_, l) in links {
+        capacity = match (capacity, l.capacity_bits.and_then(gbps)) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+    MemberSignal {
+        uplink,
+        live: links.iter().any(|(_, l)| l.live),
+        cl: links.iter().map(|(_, l)| l.cl).max(),
+        queue: links
+            .iter()
+            .filter_map(|(_, l)| l.queue_depth)
+            .max()
+            .map(|q| f64::from(q) / 255.0),
+        available_gbps: Some(
+            links
+                .iter()
+                .filter_map(|(_, l)| gbps(l.available_bits))
+                .sum(),
+        ),
+        link_capacity_gbps: capacity,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    pub(crate) fn prefix(a: u8) -> Prefix {
+        Prefix {
+            addr: IpAddr::V4(Ipv4Addr::new(10, 1, a, 0)),
+            len: 24,
+        }
+    }
+
+    pub(crate) fn key(spine: u32, remote: u32, link: u32) -> PathKey {
+        PathKey {
+            spine_as: 0,
+            spine_id: spine,
+            remote_as: 0,
+            remote_id: remote,
+            link_id: link,
+        }
+    }
+
+    pub(crate) fn value(lqs: u8, t: u64) -> PathValue {
+        PathValue {
+            last_update_ns: t,
+            lqs,
+            ..Default::default()
+        }
+    }
+
+    /// Four spines 1..=4, one uplink each (ids 11..=14), destination 10.1.4.0/24 behind
+    /// remote leaf 104 (seed section 8 / Appendix B).
+    pub(crate) fn fabric() -> (NnhMapping, LocalQuality) {
+        let mut m = NnhMapping::default();
+        let mut l = LocalQuality::default();
+        for s in 1..=4u32 {
+            m.uplinks.insert(
+                10 + s,
+                Uplink {
+                    spine: node(0, s),
+                    capacity_gbps: 400.0,
+                },
+            );
+            l.set_up(10 + s, true);
+        }
+        m.destinations.insert(prefix(4), Some(node(0, 104)));
+        (m, l)
+    }
+
+    fn qualities(r: &PathQualityReport, p: Prefix) -> Vec<u8> {
+        r.destinations[&p]
+            .members
+            .iter()
+            .map(|m| m.quality)
+            .collect()
+    }
+
+    fn run(
+        cfg: &ControllerConfig,
+        m: &NnhMapping,
+        l: &LocalQuality,
+        t: &BTreeMap<PathKey, PathValue>,
+        now: u64,
+    ) -> PathQualityReport {
+        let snap = PathSnapshot::from_map(t, now, cfg.dead_interval_ns(), &BTreeSet::new());
+        compute(cfg, m, l, &snap)
+    }
+
+    #[test]
+    fn min_of_local_and_remote() {
+        let cfg = ControllerConfig::default();
+        let (m, mut l) = fabric();
+        l.set(13, 100);
+        let mut t = BTreeMap::new();
+        for (s, q) in [(1, 237), (2, 72), (3, 237), (4, 237)] {
+            t.insert(key(s, 104, 7), value(q, 0));
+        }
+        let r = run(&cfg, &m, &l, &t, 1_000);
+        assert_eq!(qualities(&r, prefix(4)), [237, 72, 100, 237]);
+        assert_eq!(r.destinations[&prefix(4)].source, QualitySource::Remote);
+    }
+
+    #[test]
+    fn missing_mapping_or_entries_fall_back_to_local() {
+        let cfg = ControllerConfig::default();
+        let (mut m, mut l) = fabric();
+        l.set_up(12, false);
+        m.destinations.insert(prefix(5), None);
+        m.destinations.insert(prefix(6), Some(node(0, 106)));
+        let mut t = BTreeMap::new();
+        t.insert(key(1, 104, 7), value(50, 0));
+        // An entry for a remote no destination maps to: kept, counted, unused.
+        t.insert(key(1, 999, 7), value(1, 0));
+        t.insert(key(1, 998, 8), value(1, 0));
+        // An entry from a node that is no member's spine.
+        t.insert(key(77, 104, 7), value(1, 0));
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(5)), [255, 0, 255, 255]);
+        assert_eq!(
+            r.destinations[&prefix(5)].source,
+            QualitySource::LocalOnlyNoMapping
+        );
+        assert_eq!(qualities(&r, prefix(6)), [255, 0, 255, 255]);
+        assert_eq!(
+            r.destinations[&prefix(6)].source,
+            QualitySource::LocalOnlyNoEntries
+        );
+        // Spines 2-4 have no entry for 104 while spine 1 has: they are not confirmed
+        // healthy (4.1) and get nothing, whatever their local quality.
+        assert_eq!(qualities(&r, prefix(4)), [50, 0, 0, 0]);
+        assert_eq!(r.unknown_remote_entries, 2);
+        assert_eq!(r.unknown_spine_entries, 1);
+    }
+
+    /// Seed 003 section 4.1: a path is eligible only if confirmed healthy by the fast
+    /// plane. A spine that has not (yet) advertised the destination's remote node must not
+    /// get local-only quality 255, more than the spines that did advertise it.
+    #[test]
+    fn a_spine_that_has_not_advertised_the_remote_is_not_confirmed() {
+        let cfg = ControllerConfig::default();
+        let (m, l) = fabric();
+        let mut t = BTreeMap::new();
+        for s in 1..=3 {
+            t.insert(key(s, 104, 7), value(200, 0));
+        }
+        // Spine 4 has advertised another remote only (it is alive, just not for 104).
+        t.insert(key(4, 105, 7), value(250, 0));
+        let r = run(&cfg, &m, &l, &t, 0);
+        let d = &r.destinations[&prefix(4)];
+        assert_eq!(d.source, QualitySource::Remote);
+        assert_eq!(qualities(&r, prefix(4)), [200, 200, 200, 0]);
+        assert_eq!(d.members[3].remote, None);
+        // And so no weight (6.3): the first application goes straight to the target.
+        let mut c = crate::core::controller::weights::WeightController::new(cfg).unwrap();
+        let apps = c.update(&r, 0);
+        let kernel: Vec<UplinkId> = apps[0].1.kernel.iter().map(|&(u, _)| u).collect();
+        assert_eq!(kernel, [11, 12, 13]);
+
+        // Once spine 4 advertises 104 it takes part like the others.
+        t.insert(key(4, 104, 7), value(200, 0));
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(4)), [200, 200, 200, 200]);
+
+        // No spine has advertised 104 at all: local-only fallback (6.1), all usable.
+        let mut t = BTreeMap::new();
+        t.insert(key(4, 105, 7), value(250, 0));
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(
+            r.destinations[&prefix(4)].source,
+            QualitySource::LocalOnlyNoEntries
+        );
+        assert_eq!(qualities(&r, prefix(4)), [255, 255, 255, 255]);
+    }
+
+    #[test]
+    fn parallel_links_minimum_and_capacity_weighted_mean() {
+        let (mut m, l) = fabric();
+        let mut t = BTreeMap::new();
+        for s in 1..=4 {
+            t.insert(key(s, 104, 7), value(200, 0));
+        }
+        t.insert(key(1, 104, 8), value(100, 0));
+        let cfg = ControllerConfig::default();
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(4)), [100, 200, 200, 200]);
+
+        let cfg = ControllerConfig {
+            parallel_links: ParallelLinkAggregation::CapacityWeightedMean,
+            ..Default::default()
+        };
+        // Unprovisioned capacities: plain mean.
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(4)), [150, 200, 200, 200]);
+        // 300 G at LQS 200 and 100 G at LQS 100: (3 x 200 + 100) / 4 = 175.
+        m.remote_link_capacity
+            .insert((node(0, 1), node(0, 104), 7), 300.0);
+        m.remote_link_capacity
+            .insert((node(0, 1), node(0, 104), 8), 100.0);
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(4)), [175, 200, 200, 200]);
+    }
+
+    #[test]
+    fn shared_link_uses_the_per_destination_entry() {
+        let cfg = ControllerConfig::default();
+        let (mut m, l) = fabric();
+        m.destinations.insert(prefix(5), Some(node(0, 105)));
+        let mut t = BTreeMap::new();
+        for s in 1..=4 {
+            // One link 7 from every spine reaches both 104 and 105 (section 6.2 case 3).
+            t.insert(key(s, 104, 7), value(240, 0));
+            t.insert(key(s, 105, 7), value(240, 0));
+        }
+        t.insert(key(2, 105, 7), value(30, 0));
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, prefix(4)), [240, 240, 240, 240]);
+        assert_eq!(qualities(&r, prefix(5)), [240, 30, 240, 240]);
+    }
+
+    #[test]
+    fn parallel_local_uplinks_to_one_spine_are_separate_members() {
+        let cfg = ControllerConfig::default();
+        let (mut m, mut l) = fabric();
+        m.uplinks.insert(
+            21,
+            Uplink {
+                spine: node(0, 1),
+                capacity_gbps: 400.0,
+            },
+        );
+        l.set(21, 90);
+        let mut t = BTreeMap::new();
+        for s in 1..=4 {
+            t.insert(key(s, 104, 7), value(200, 0));
+        }
+        let r = run(&cfg, &m, &l, &t, 0);
+        let d = &r.destinations[&prefix(4)];
+        assert_eq!(d.members.len(), 5);
+        assert_eq!(qualities(&r, prefix(4)), [200, 200, 200, 200, 90]);
+        assert_eq!(d.members[4].spine, node(0, 1));
+    }
+
+    #[test]
+    fn aged_entries_and_failed_spines_count_as_zero() {
+        let cfg = ControllerConfig::default();
+        let (m, l) = fabric();
+        let mut t = BTreeMap::new();
+        t.insert(key(1, 104, 7), value(200, 0));
+        t.insert(key(2, 104, 7), value(200, 10_000_000));
+        t.insert(key(3, 104, 7), value(200, 10_000_000));
+        t.insert(key(4, 104, 7), value(200, 10_000_000));
+        // Spine 1's entry is 60 ms + 1 ns old: not refreshed for more than miss_count x
+        // T_notify, so expired.
+        let failed = BTreeSet::from([node(0, 4)]);
+        let snap = PathSnapshot::from_map(&t, 60_000_001, cfg.dead_interval_ns(), &failed);
+        let r = compute(&cfg, &m, &l, &snap);
+        assert_eq!(qualities(&r, prefix(4)), [0, 200, 200, 0]);
+        assert_eq!(r.failed_entries, 2);
+    }
+
+    #[test]
+    fn diagnostics_never_change_the_output() {
+        // Section 5.5: diagnostics MUST NOT be used for forwarding decisions.
+        let cfg = ControllerConfig {
+            parallel_links: ParallelLinkAggregation::CapacityWeightedMean,
+            ..Default::default()
+        };
+        let (m, l) = fabric();
+        let mut plain = BTreeMap::new();
+        for s in 1..=4 {
+            plain.insert(key(s, 104, 7), value(100 + s as u8, 5));
+            plain.insert(key(s, 104, 8), value(50 + s as u8, 5));
+        }
+        let base = run(&cfg, &m, &l, &plain, 10);
+        let mut noisy = plain.clone();
+        for (i, v) in noisy.values_mut().enumerate() {
+            let i = i as u8;
+            v.flags ^= lq_common::maps::PATH_FLAG_DIAGNOSTICS
+                | lq_common::maps::PATH_FLAG_DROPS
+                | lq_common::maps::PATH_FLAG_PFC_FABRIC;
+            v.link_capacity_bits = 400.0f32.to_bits() + u32::from(i) * 1_000_000;
+            v.queue_depth = 255 - i;
+            v.ecn_marking_rate = 31;
+            v.pfc_pause_fraction = i % 32;
+        }
+        // The seed's qualities are untouched; only the integral function's signals (a
+        // deliberate departure, docs/weights.md) carry the diagnostics.
+        let noisy = run(&cfg, &m, &l, &noisy, 10);
+        assert_eq!(noisy.destinations, base.destinations);
+        assert_ne!(noisy.signals, base.signals);
+    }
+}

@@ -1,0 +1,1092 @@
+//! Weighted ECMP targets (seed 003 section 6.3), receiver damping (6.4) and the
+//! quantisation of applied weights to kernel nexthop-group weights.
+//!
+//! Per destination the controller keeps the applied fractions (summing to 1) and moves
+//! them towards the targets at most once per T_reweight, by `w += g (target - w)`. Time is
+//! an input (`u64` ns), so the whole schedule is reproducible in virtual time; the caller
+//! asks [`WeightController::next_due`] when to call [`WeightController::tick`] again.
+
+use std::collections::BTreeMap;
+
+use tracing::{debug, trace};
+
+use super::config::{ConfigError, ControllerConfig, IntegralParams, WeightFunction};
+use super::integral::{self, MemberState};
+use super::path_quality::{MemberQuality, MemberSignal, PathQualityReport, Prefix, UplinkId};
+
+/// The input of the target computation for one member.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemberInput {
+    /// The member.
+    pub uplink: UplinkId,
+    /// path_quality (6.3): min(local, remote).
+    pub quality: u8,
+    /// Local uplink usable (local quality > 0): the all-zero fallback spreads over these.
+    pub local_up: bool,
+    /// Capacity in Gbps, used only with capacity weighting (4.1).
+    pub capacity_gbps: f64,
+}
+
+impl From<&MemberQuality> for MemberInput {
+    fn from(m: &MemberQuality) -> Self {
+        Self {
+            uplink: m.uplink,
+            quality: m.quality,
+            local_up: m.local > 0,
+            capacity_gbps: m.capacity_gbps,
+        }
+    }
+}
+
+/// Target fractions, one per member in input order, summing to 1 (or all 0 when no member
+/// is usable at all).
+///
+/// Section 6.3: `target(S) = path_quality(S) / sum(path_quality)`; LQS 0 gets 0 unless all
+/// paths are 0, then equal weights (here: over the members whose local uplink is up, since
+/// a down uplink cannot forward at all). With `capacity_weighting` each quality is scaled
+/// by the member's capacity, the `f(capacity, quality)` of section 4.1.
+pub fn target_weights(members: &[MemberInput], capacity_weighting: bool) -> Vec<f64> {
+    let score = |m: &MemberInput| {
+        let c = if capacity_weighting {
+            if m.capacity_gbps.is_finite() && m.capacity_gbps > 0.0 {
+                m.capacity_gbps
+            } else {
+                0.0
+            }
+        } else {
+            1.0
+        };
+        f64::from(m.quality) * c
+    };
+    let total: f64 = members.iter().map(score).sum();
+    if total > 0.0 {
+        return members.iter().map(|m| score(m) / total).collect();
+    }
+    let up = members.iter().filter(|m| m.local_up).count();
+    members
+        .iter()
+        .map(|m| {
+            if m.local_up && up > 0 {
+                1.0 / up as f64
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// One application of weights to the kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Application {
+    /// When it was applied.
+    pub at_ns: u64,
+    /// Applied fractions of every member (including 0s), by uplink id; sum 1 or all 0.
+    pub fractions: Vec<(UplinkId, f64)>,
+    /// Kernel weights of the group members: fraction-0 members are not members. Empty when
+    /// no member is usable (the caller must then remove the route or the group).
+    pub kernel: Vec<(UplinkId, u32)>,
+    /// Applied outside the T_reweight schedule (first application, a path_quality
+    /// transition to or from 0, or a member set change; section 6.4).
+    pub immediate: bool,
+    /// The applied fractions equal the targets: no further step is due.
+    pub converged: bool,
+}
+
+/// Damping state of one destination.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DestinationWeights {
+    members: Vec<UplinkId>,
+    qualities: Vec<u8>,
+    up: Vec<bool>,
+    target: Vec<f64>,
+    applied: Vec<f64>,
+    last_apply_ns: Option<u64>,
+    /// Integral weight function only: per-member state, signals, last step, and whether a
+    /// step is pending (`None` in seed mode).
+    integral: Vec<MemberState>,
+    signals: Vec<MemberSignal>,
+    capacities: Vec<f64>,
+    last_step_ns: Option<u64>,
+    at_rest: Option<bool>,
+}
+
+impl DestinationWeights {
+    /// New inputs (path qualities changed or were re-evaluated). Returns the application
+    /// when one happens now; otherwise the new target waits for [`Self::next_due`].
+    pub fn update(
+        &mut self,
+        config: &ControllerConfig,
+        members: &[MemberInput],
+        now_ns: u64,
+    ) -> Option<Application> {
+        self.update_with(config, members, &[], now_ns)
+    }
+
+    /// [`Self::update`] with the members' congestion and capacity signals, which only the
+    /// integral weight function reads (members without a signal: no entry).
+    pub fn update_with(
+        &mut self,
+        config: &ControllerConfig,
+        members: &[MemberInput],
+        signals: &[MemberSignal],
+        now_ns: u64,
+    ) -> Option<Application> {
+        if let WeightFunction::Integral(p) = config.weight_function {
+            return self.update_integral(config, &p, members, signals, now_ns);
+        }
+        let mut sorted: Vec<MemberInput> = members.to_vec();
+        sorted.sort_by_key(|m| m.uplink);
+        sorted.dedup_by_key(|m| m.uplink);
+        let ids: Vec<UplinkId> = sorted.iter().map(|m| m.uplink).collect();
+        let qualities: Vec<u8> = sorted.iter().map(|m| m.quality).collect();
+        let up: Vec<bool> = sorted.iter().map(|m| m.local_up).collect();
+        let target = target_weights(&sorted, config.capacity_weighting);
+
+        let first = self.last_apply_ns.is_none();
+        let membership_changed = ids != self.members;
+        // Section 6.4: a path_quality transition to or from 0 is applied at once. A local
+        // uplink going up or down changes the all-zero fallback set: the same kind of
+        // event (a path appearing or disappearing).
+        let zero_transition = membership_changed
+            || qualities
+                .iter()
+                .zip(&self.qualities)
+                .any(|(a, b)| (*a == 0) != (*b == 0))
+            || up != self.up;
+
+        if membership_changed {
+            // Carry the applied weights of the members that stay; new ones start at 0.
+            let old: BTreeMap<UplinkId, f64> = self
+                .members
+                .iter()
+                .copied()
+                .zip(self.applied.iter().copied())
+                .collect();
+            self.applied = ids
+                .iter()
+                .map(|id| old.get(id).copied().unwrap_or(0.0))
+                .collect();
+            normalise(&mut self.applied);
+        }
+        self.members = ids;
+        self.qualities = qualities;
+        self.up = up;
+        self.target = target;
+
+        if first {
+            // Nothing was programmed yet: there is no old distribution to damp from.
+            self.applied = self.target.clone();
+            return Some(self.finish(config, now_ns, true));
+        }
+        if zero_transition {
+            debug!("path quality transition to or from 0: applying at once (6.4)");
+            self.step(config);
+            return Some(self.finish(config, now_ns, true));
+        }
+        self.tick(config, now_ns)
+    }
+
+    /// Starts from weights found in the kernel (a restarted daemon adopting its own
+    /// groups), so the first update is a damped step from them rather than a jump to the
+    /// target.
+    pub fn seed(&mut self, applied: &[(UplinkId, f64)], now_ns: u64) {
+        let mut sorted = applied.to_vec();
+        sorted.sort_by_key(|(id, _)| *id);
+        sorted.dedup_by_key(|(id, _)| *id);
+        self.members = sorted.iter().map(|(id, _)| *id).collect();
+        self.applied = sorted.iter().map(|(_, w)| *w).collect();
+        normalise(&mut self.applied);
+        self.target = self.applied.clone();
+        self.qualities = Vec::new();
+        self.up = Vec::new();
+        self.last_apply_ns = Some(now_ns);
+    }
+
+    /// Apply a damped step if one is due at `now_ns`.
+    pub fn tick(&mut self, config: &ControllerConfig, now_ns: u64) -> Option<Application> {
+        if let WeightFunction::Integral(p) = config.weight_function {
+            return self.tick_integral(config, &p, now_ns);
+        }
+        let due = self.next_due(config, now_ns)?;
+        if now_ns < due {
+            trace!(
+                due,
+                now_ns, "reweight deferred to the next T_reweight boundary"
+            );
+            return None;
+        }
+        self.step(config);
+        Some(self.finish(config, now_ns, false))
+    }
+
+    /// When the next damped step is due (at or after `now_ns`), `None` when converged.
+    pub fn next_due(&self, config: &ControllerConfig, now_ns: u64) -> Option<u64> {
+        if let Some(rest) = self.at_rest {
+            if rest {
+                return None;
+            }
+            let boundary = self
+                .last_step_ns
+                .map_or(now_ns, |t| t.saturating_add(config.t_reweight_ns()));
+            return Some(boundary.max(now_ns));
+        }
+        if self.converged() {
+            return None;
+        }
+        let boundary = self
+            .last_apply_ns
+            .map_or(now_ns, |t| t.saturating_add(config.t_reweight_ns()));
+        Some(boundary.max(now_ns))
+    }
+
+    /// Are the applied fractions at the targets (integral: is the controller at rest)?
+    pub fn converged(&self) -> bool {
+        match self.at_rest {
+            Some(rest) => rest && self.applied == self.target,
+            None => self.applied == self.target,
+        }
+    }
+
+    /// Integral weight function: new inputs (see [`integral`]).
+    fn update_integral(
+        &mut self,
+        config: &ControllerConfig,
+        p: &IntegralParams,
+        members: &[MemberInput],
+        signals: &[MemberSignal],
+        now_ns: u64,
+    ) -> Option<Application> {
+        let mut sorted: Vec<MemberInput> = members.to_vec();
+        sorted.sort_by_key(|m| m.uplink);
+        sorted.dedup_by_key(|m| m.uplink);
+        let ids: Vec<UplinkId> = sorted.iter().map(|m| m.uplink).collect();
+        let qualities: Vec<u8> = sorted.iter().map(|m| m.quality).collect();
+        let up: Vec<bool> = sorted.iter().map(|m| m.local_up).collect();
+        let first = self.last_apply_ns.is_none();
+        let membership_changed = ids != self.members;
+        // Eligibility changes are failures or recoveries: at once (6.4).
+        let live = |sg: &[MemberSignal], id: UplinkId| {
+            sg.iter()
+                .find(|s| s.uplink == id)
+                .is_none_or(|s| s.cl.is_none() || s.live)
+        };
+        let zero_transition = membership_changed
+            || up != self.up
+            || ids
+                .iter()
+                .any(|id| live(signals, *id) != live(&self.signals, *id));
+        if membership_changed || self.integral.len() != ids.len() {
+            let old: BTreeMap<UplinkId, (f64, MemberState)> = self
+                .members
+                .iter()
+                .copied()
+                .zip(self.applied.iter().copied().enumerate().map(|(k, w)| {
+                    // After `seed` (weights adopted from the kernel) there is no state yet.
+                    (w, self.integral.get(k).copied().unwrap_or_default())
+                }))
+                .collect();
+            let carried: Vec<(f64, MemberState)> = ids
+                .iter()
+                .map(|id| {
+                    old.get(id)
+                        .copied()
+                        .unwrap_or((0.0, MemberState::default()))
+                })
+                .collect();
+            self.applied = carried.iter().map(|x| x.0).collect();
+            self.integral = carried.iter().map(|x| x.1).collect();
+            normalise(&mut self.applied);
+        }
+        self.signals = ids
+            .iter()
+            .map(|id| {
+                signals
+                    .iter()
+                    .find(|s| s.uplink == *id)
+                    .copied()
+                    .unwrap_or(MemberSignal {
+                        uplink: *id,
+                        ..MemberSignal::default()
+                    })
+            })
+            .collect();
+        for (st, sg) in self.integral.iter_mut().zip(&self.signals) {
+            st.observe(p, sg.available_gbps, now_ns);
+        }
+        self.capacities = sorted.iter().map(|m| m.capacity_gbps).collect();
+        self.members = ids;
+        self.qualities = qualities;
+        self.up = up;
+        self.target.resize(self.members.len(), 0.0);
+        self.at_rest = Some(false);
+        if first || zero_transition {
+            self.integral_targets(p, false);
+            self.applied = self.target.clone();
+            self.last_step_ns = Some(now_ns);
+            return Some(self.finish(config, now_ns, true));
+        }
+        self.tick_integral(config, p, now_ns)
+    }
+
+    /// Targets from the current state; with `step`, one controller step first.
+    fn integral_targets(&mut self, p: &IntegralParams, step: bool) -> bool {
+        // Eligible: the local uplink is up and the path is not failed (heartbeat, ageing,
+        // 6.5). Not `quality > 0`: on an all-loaded fabric every LQS is ~0 (A.4 clamps at
+        // U ~ 1) although every path forwards.
+        let eligible: Vec<bool> = (0..self.members.len())
+            .map(|i| self.up[i] && (self.signals[i].cl.is_none() || self.signals[i].live))
+            .collect();
+        let capacity: Vec<f64> = (0..self.members.len())
+            .map(|i| {
+                integral::path_capacity(self.capacity_of(i), &self.signals[i], &self.integral[i])
+            })
+            .collect();
+        let congestion: Vec<f64> = self.signals.iter().map(integral::congestion).collect();
+        let mut changed = false;
+        let mut frozen = self.integral.clone();
+        let state = if step {
+            &mut self.integral
+        } else {
+            &mut frozen
+        };
+        let floors: Vec<f64> = self
+            .signals
+            .iter()
+            .map(|s| {
+                if s.link_capacity_gbps.is_some() {
+                    p.floor
+                } else {
+                    p.floor_estimated
+                }
+            })
+            .collect();
+        let t = integral::step(
+            p,
+            &floors,
+            &eligible,
+            &capacity,
+            &congestion,
+            &self.applied,
+            state,
+            &mut changed,
+        );
+        self.target = match t {
+            Some(t) => t,
+            None => {
+                // Nothing eligible: the all-zero fallback of 6.3 over the up uplinks.
+                let n = self.up.iter().filter(|u| **u).count();
+                self.up
+                    .iter()
+                    .map(|u| if *u && n > 0 { 1.0 / n as f64 } else { 0.0 })
+                    .collect()
+            }
+        };
+        step && changed
+    }
+
+    /// Integral weight function: one step if due; an application when a fraction moved by
+    /// at least the hysteresis.
+    fn tick_integral(
+        &mut self,
+        config: &ControllerConfig,
+        p: &IntegralParams,
+        now_ns: u64,
+    ) -> Option<Application> {
+        let due = self.next_due(config, now_ns)?;
+        if now_ns < due {
+            return None;
+        }
+        let changed = self.integral_targets(p, true);
+        self.last_step_ns = Some(now_ns);
+        self.at_rest = Some(!changed);
+        let moved = self
+            .applied
+            .iter()
+            .zip(&self.target)
+            .map(|(a, t)| (a - t).abs())
+            .fold(0.0f64, f64::max);
+        if moved >= p.hysteresis.max(1e-12) {
+            self.applied = self.target.clone();
+            return Some(self.finish(config, now_ns, false));
+        }
+        if !changed {
+            // At rest within the hysteresis: what is programmed stays; the target shown is
+            // what is applied, so that the schedule ends.
+            self.target = self.applied.clone();
+        }
+        None
+    }
+
+    fn capacity_of(&self, i: usize) -> f64 {
+        self.capacities.get(i).copied().unwrap_or(1.0)
+    }
+
+    /// Applied fractions by uplink id.
+    pub fn applied(&self) -> Vec<(UplinkId, f64)> {
+        self.members
+            .iter()
+            .copied()
+            .zip(self.applied.iter().copied())
+            .collect()
+    }
+
+    /// Target fractions by uplink id.
+    pub fn target(&self) -> Vec<(UplinkId, f64)> {
+        self.members
+            .iter()
+            .copied()
+            .zip(self.target.iter().copied())
+            .collect()
+    }
+
+    /// One damped step (6.4): `w += g (target - w)`, members with target 0 dropped at once
+    /// (pruning a dead path cannot oscillate), renormalised to 1; within half a quantum of
+    /// the target the step snaps to it so that the schedule ends.
+    fn step(&mut self, config: &ControllerConfig) {
+        let g = config.gain;
+        for (w, t) in self.applied.iter_mut().zip(&self.target) {
+            *w = if *t == 0.0 { 0.0 } else { *w + g * (*t - *w) };
+        }
+        normalise(&mut self.applied);
+        let eps = 0.5 / f64::from(config.weight_resolution.max_weight());
+        let close = self
+            .applied
+            .iter()
+            .zip(&self.target)
+            .all(|(w, t)| (w - t).abs() <= eps);
+        if close {
+            self.applied = self.target.clone();
+        }
+    }
+
+    fn finish(&mut self, config: &ControllerConfig, now_ns: u64, immediate: bool) -> Application {
+        // Every application, immediate or scheduled, is this interval's one (6.4).
+        self.last_apply_ns = Some(now_ns);
+        let fractions = self.applied();
+        let kernel = quantize(&fractions, config.weight_resolution.max_weight());
+        Application {
+            at_ns: now_ns,
+            fractions,
+            kernel,
+            immediate,
+            converged: self.converged(),
+        }
+    }
+}
+
+/// Scale to sum 1; all 0 stays all 0.
+fn normalise(w: &mut [f64]) {
+    let s: f64 = w.iter().sum();
+    if s > 0.0 && s.is_finite() {
+        for x in w.iter_mut() {
+            *x /= s;
+        }
+    } else {
+        w.iter_mut().for_each(|x| *x = 0.0);
+    }
+}
+
+/// Integer kernel weights 1..=`max_weight` for fractions, by largest remainder.
+///
+/// The total is chosen so that the largest fraction maps to (at most) `max_weight`, which
+/// uses the whole resolution. Members with fraction 0 (or not finite) are left out: a
+/// kernel weight cannot be 0, so they must leave the group. Ties of remainders go to the
+/// member listed first (callers list by uplink id), so the result is deterministic.
+pub fn quantize(fractions: &[(UplinkId, f64)], max_weight: u32) -> Vec<(UplinkId, u32)> {
+    let max_weight = max_weight.max(1);
+    let pos: Vec<(UplinkId, f64)> = fractions
+        .iter()
+        .copied()
+        .filter(|(_, f)| f.is_finite() && *f > 0.0)
+        .collect();
+    let sum: f64 = pos.iter().map(|(_, f)| f).sum();
+    let fmax = pos.iter().map(|(_, f)| f / sum).fold(0.0f64, f64::max);
+    // Positive finite inputs give a positive sum, but an overflow to infinity must not.
+    if pos.is_empty() || !sum.is_finite() || sum <= 0.0 || fmax <= 0.0 {
+        return Vec::new();
+    }
+    let total = (f64::from(max_weight) / fmax).floor();
+    let mut out: Vec<(UplinkId, u64, f64)> = pos
+        .iter()
+        .map(|&(id, f)| {
+            let exact = f / sum * total;
+            let fl = exact.floor();
+            (id, fl as u64, exact - fl)
+        })
+        .collect();
+    let floors: u64 = out.iter().map(|(_, w, _)| w).sum();
+    let extra = (total as u64).saturating_sub(floors).min(out.len() as u64) as usize;
+    let mut order: Vec<usize> = (0..out.len()).collect();
+    // Largest remainder first; equal remainders: earlier member first (stable sort).
+    order.sort_by(|&a, &b| out[b].2.total_cmp(&out[a].2));
+    for &i in order.iter().take(extra) {
+        out[i].1 += 1;
+    }
+    out.into_iter()
+        .map(|(id, w, _)| (id, (w.clamp(1, u64::from(max_weight))) as u32))
+        .collect()
+}
+
+/// Buckets each member of a resilient group of `buckets` buckets wants, computed as the
+/// kernel does (net/ipv4/nexthop.c, `nh_res_group_rebalance`): cumulative upper bounds
+/// `DIV_ROUND_CLOSEST(buckets * cumulative_weight, total_weight)`, members in id order.
+pub fn bucket_shares(buckets: u16, weights: &[(UplinkId, u32)]) -> Vec<(UplinkId, u64)> {
+    let mut w: Vec<(UplinkId, u32)> = weights.to_vec();
+    w.sort_by_key(|(id, _)| *id);
+    let total: u64 = w.iter().map(|(_, x)| u64::from(*x)).sum();
+    if total == 0 {
+        return w.into_iter().map(|(id, _)| (id, 0)).collect();
+    }
+    let n = u64::from(buckets);
+    let (mut cum, mut prev) = (0u64, 0u64);
+    w.into_iter()
+        .map(|(id, x)| {
+            cum += u64::from(x);
+            let upper = (n * cum + total / 2) / total;
+            let share = upper - prev;
+            prev = upper;
+            (id, share)
+        })
+        .collect()
+}
+
+/// The minimum fraction of the `buckets` buckets of a resilient group that must move when
+/// its weights change from `old` to `new`: sum of the positive differences of the bucket
+/// shares, divided by the bucket count. Members absent from one side have share 0.
+pub fn remap(buckets: u16, old: &[(UplinkId, u32)], new: &[(UplinkId, u32)]) -> f64 {
+    if buckets == 0 {
+        return 0.0;
+    }
+    let old: BTreeMap<UplinkId, u64> = bucket_shares(buckets, old).into_iter().collect();
+    let moved: u64 = bucket_shares(buckets, new)
+        .into_iter()
+        .map(|(id, b)| b.saturating_sub(old.get(&id).copied().unwrap_or(0)))
+        .sum();
+    moved as f64 / f64::from(buckets)
+}
+
+/// Damping state of every destination.
+#[derive(Clone, Debug)]
+pub struct WeightController {
+    config: ControllerConfig,
+    destinations: BTreeMap<Prefix, DestinationWeights>,
+}
+
+impl WeightController {
+    /// A controller for a configuration (validated here).
+    pub fn new(config: ControllerConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            destinations: BTreeMap::new(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ControllerConfig {
+        &self.config
+    }
+
+    /// New path qualities for every destination. Destinations absent from the report are
+    /// forgotten. Returns the applications that happen now.
+    pub fn update(
+        &mut self,
+        report: &PathQualityReport,
+        now_ns: u64,
+    ) -> Vec<(Prefix, Application)> {
+        self.destinations
+            .retain(|p, _| report.destinations.contains_key(p));
+        let mut out = Vec::new();
+        for (p, d) in &report.destinations {
+            let inputs: Vec<MemberInput> = d.members.iter().map(MemberInput::from).collect();
+            let signals = report.signals.get(p).map_or(&[][..], Vec::as_slice);
+            if let Some(a) = self.update_one_with(*p, &inputs, signals, now_ns) {
+                out.push((*p, a));
+            }
+        }
+        out
+    }
+
+    /// New inputs for one destination.
+    pub fn update_one(
+        &mut self,
+        prefix: Prefix,
+        members: &[MemberInput],
+        now_ns: u64,
+    ) -> Option<Application> {
+        self.update_one_with(prefix, members, &[], now_ns)
+    }
+
+    /// New inputs for one destination, with the members' signals (integral function).
+    pub fn update_one_with(
+        &mut self,
+        prefix: Prefix,
+        members: &[MemberInput],
+        signals: &[MemberSignal],
+        now_ns: u64,
+    ) -> Option<Application> {
+        self.destinations.entry(prefix).or_default().update_with(
+            &self.config,
+            members,
+            signals,
+            now_ns,
+        )
+    }
+
+    /// Apply every damped step due at `now_ns`.
+    pub fn tick(&mut self, now_ns: u64) -> Vec<(Prefix, Application)> {
+        let cfg = &self.config;
+        self.destinations
+            .iter_mut()
+            .filter_map(|(p, d)| d.tick(cfg, now_ns).map(|a| (*p, a)))
+            .collect()
+    }
+
+    /// The earliest time at which [`Self::tick`] has work, `None` when all converged.
+    pub fn next_due(&self, now_ns: u64) -> Option<u64> {
+        self.destinations
+            .values()
+            .filter_map(|d| d.next_due(&self.config, now_ns))
+            .min()
+    }
+
+    /// Seeds a destination with weights adopted from the kernel (see
+    /// [`DestinationWeights::seed`]).
+    pub fn seed(&mut self, prefix: Prefix, applied: &[(UplinkId, f64)], now_ns: u64) {
+        self.destinations
+            .entry(prefix)
+            .or_default()
+            .seed(applied, now_ns);
+    }
+
+    /// The state of one destination.
+    pub fn destination(&self, prefix: &Prefix) -> Option<&DestinationWeights> {
+        self.destinations.get(prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::controller::path_quality::tests::{fabric, key, prefix, value};
+    use crate::core::controller::path_quality::{PathSnapshot, compute};
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::time::Duration;
+
+    const MS: u64 = 1_000_000;
+
+    fn members(q: &[u8]) -> Vec<MemberInput> {
+        q.iter()
+            .enumerate()
+            .map(|(i, &quality)| MemberInput {
+                uplink: 11 + i as u32,
+                quality,
+                local_up: true,
+                capacity_gbps: 400.0,
+            })
+            .collect()
+    }
+
+    fn pct(a: &Application, uplink: UplinkId) -> String {
+        let f = a
+            .fractions
+            .iter()
+            .find(|(id, _)| *id == uplink)
+            .map_or(f64::NAN, |x| x.1);
+        format!("{:.2}", f * 100.0)
+    }
+
+    #[test]
+    fn appendix_b_targets() {
+        let t = target_weights(&members(&[237, 72, 237, 237]), false);
+        let s: Vec<String> = t.iter().map(|x| format!("{:.2}", x * 100.0)).collect();
+        assert_eq!(s, ["30.27", "9.20", "30.27", "30.27"]);
+        assert!((t.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    /// Appendix B.3 and B.4 in virtual time: g = 0.5, T_reweight = 20 ms, the triggered
+    /// advertisement (S2: LQS 72) handled at T = 104 ms.
+    #[test]
+    fn appendix_b_damped_schedule_and_recovery() {
+        let cfg = ControllerConfig::default();
+        let mut c = WeightController::new(cfg).unwrap();
+        let p = prefix(4);
+        // B.1: steady state, equal weights.
+        let a = c.update_one(p, &members(&[237, 237, 237, 237]), 0).unwrap();
+        assert!(a.immediate && a.converged);
+        assert_eq!(pct(&a, 12), "25.00");
+        assert_eq!(a.kernel, [(11, 255), (12, 255), (13, 255), (14, 255)]);
+        assert_eq!(c.next_due(50 * MS), None);
+
+        // B.3: S2 drops to 72 at T = 104 ms.
+        let a = c
+            .update_one(p, &members(&[237, 72, 237, 237]), 104 * MS)
+            .unwrap();
+        assert!(!a.immediate);
+        assert_eq!(pct(&a, 12), "17.10");
+        let mut seen = vec![(104, pct(&a, 12))];
+        let mut now = 104 * MS;
+        while let Some(due) = c.next_due(now) {
+            assert!(c.tick(due - 1).is_empty(), "nothing before the boundary");
+            let v = c.tick(due);
+            assert_eq!(v.len(), 1);
+            seen.push((due / MS, pct(&v[0].1, 12)));
+            now = due;
+            if due >= 184 * MS {
+                break;
+            }
+        }
+        let want: Vec<(u64, String)> = [
+            (104, "17.10"),
+            (124, "13.15"),
+            (144, "11.17"),
+            (164, "10.18"),
+            (184, "9.69"),
+        ]
+        .iter()
+        .map(|(t, s)| (*t, s.to_string()))
+        .collect();
+        assert_eq!(seen, want);
+        // The other spines share the rest equally at every step.
+        let d = c.destination(&p).unwrap();
+        let w = d.applied();
+        assert!((w[0].1 - w[2].1).abs() < 1e-12 && (w[0].1 - w[3].1).abs() < 1e-12);
+        // The schedule ends: converged to the target.
+        let mut steps = 0;
+        while let Some(due) = c.next_due(now) {
+            c.tick(due);
+            now = due;
+            steps += 1;
+            assert!(steps < 10);
+        }
+        let a = c.destination(&p).unwrap();
+        assert!(a.converged());
+        assert_eq!(format!("{:.2}", a.applied()[1].1 * 100.0), "9.20");
+
+        // B.4: S2 recovers (LQS 228 in the seed's text; the test uses 237 so that the
+        // targets are exactly equal again) at T = 500 ms: damped return to 25 %.
+        let a = c
+            .update_one(p, &members(&[237, 237, 237, 237]), 500 * MS)
+            .unwrap();
+        assert!(!a.immediate);
+        assert_eq!(pct(&a, 12), "17.10");
+        let mut now = 500 * MS;
+        let mut last = a;
+        let mut steps = 1;
+        while let Some(due) = c.next_due(now) {
+            assert_eq!(due, now + 20 * MS);
+            let v = c.tick(due);
+            let w12: f64 = v[0].1.fractions[1].1;
+            let prev: f64 = last.fractions[1].1;
+            assert!(w12 > prev && w12 <= 0.25, "monotone approach");
+            last = v[0].1.clone();
+            now = due;
+            steps += 1;
+        }
+        assert!(steps <= 8, "{steps}");
+        assert!(last.converged);
+        assert_eq!(last.kernel, [(11, 255), (12, 255), (13, 255), (14, 255)]);
+    }
+
+    #[test]
+    fn all_paths_zero_means_equal_over_up_uplinks() {
+        let mut m = members(&[0, 0, 0, 0]);
+        m[2].local_up = false;
+        let t = target_weights(&m, false);
+        let third = 1.0 / 3.0;
+        assert_eq!(t, [third, third, 0.0, third]);
+        m.iter_mut().for_each(|x| x.local_up = false);
+        assert_eq!(target_weights(&m, false), [0.0; 4]);
+        let mut d = DestinationWeights::default();
+        let a = d.update(&ControllerConfig::default(), &m, 0).unwrap();
+        assert!(a.kernel.is_empty());
+        assert!(a.fractions.iter().all(|(_, f)| *f == 0.0));
+    }
+
+    #[test]
+    fn capacity_weighting() {
+        let mut m = members(&[200, 200, 100, 0]);
+        m[1].capacity_gbps = 100.0;
+        let t = target_weights(&m, true);
+        // 400x200 : 100x200 : 400x100 : 0 = 4 : 1 : 2 : 0.
+        let want = [4.0 / 7.0, 1.0 / 7.0, 2.0 / 7.0, 0.0];
+        for (a, b) in t.iter().zip(want) {
+            assert!((a - b).abs() < 1e-12);
+        }
+        assert_eq!(target_weights(&m, false)[1], 0.4);
+    }
+
+    #[test]
+    fn a_path_to_zero_is_pruned_at_once_and_a_return_is_immediate() {
+        let cfg = ControllerConfig::default();
+        let mut d = DestinationWeights::default();
+        d.update(&cfg, &members(&[200, 200, 200, 200]), 0);
+        // 5 ms later (inside T_reweight) spine 2 fails: applied at once, its weight 0.
+        let a = d
+            .update(&cfg, &members(&[200, 0, 200, 200]), 5 * MS)
+            .unwrap();
+        assert!(a.immediate && a.converged);
+        assert_eq!(a.fractions[1].1, 0.0);
+        assert_eq!(a.kernel, [(11, 255), (13, 255), (14, 255)]);
+        // Back 3 ms later (still inside the interval of the last application): immediate,
+        // damped from 0.
+        let a = d
+            .update(&cfg, &members(&[200, 200, 200, 200]), 8 * MS)
+            .unwrap();
+        assert!(a.immediate && !a.converged);
+        assert_eq!(format!("{:.4}", a.fractions[1].1), "0.1250");
+        assert!(a.kernel.iter().any(|(id, _)| *id == 12));
+        // The immediate application counts as this interval's: the next step is at 28 ms.
+        assert_eq!(d.next_due(&cfg, 9 * MS), Some(28 * MS));
+    }
+
+    #[test]
+    fn a_second_change_inside_t_reweight_waits_for_the_boundary() {
+        let cfg = ControllerConfig::default();
+        let mut c = WeightController::new(cfg).unwrap();
+        let p = prefix(4);
+        c.update_one(p, &members(&[200, 200, 200, 200]), 0);
+        assert!(
+            c.update_one(p, &members(&[200, 100, 200, 200]), 30 * MS)
+                .is_some()
+        );
+        // 10 ms later: deferred.
+        assert!(
+            c.update_one(p, &members(&[200, 50, 200, 200]), 40 * MS)
+                .is_none()
+        );
+        assert_eq!(c.next_due(40 * MS), Some(50 * MS));
+        assert!(c.tick(49 * MS).is_empty());
+        let v = c.tick(50 * MS);
+        assert_eq!(v.len(), 1);
+        // Stepped towards the newest target (50/650).
+        let d = c.destination(&p).unwrap();
+        assert_eq!(d.target()[1].1, 50.0 / 650.0);
+        // A late caller is served at once.
+        assert_eq!(c.next_due(95 * MS), Some(95 * MS));
+    }
+
+    #[test]
+    fn gain_one_jumps_to_target_and_t_reweight_is_respected() {
+        let cfg = ControllerConfig {
+            gain: 1.0,
+            t_reweight: Duration::from_millis(40),
+            ..Default::default()
+        };
+        let mut c = WeightController::new(cfg).unwrap();
+        let p = prefix(4);
+        c.update_one(p, &members(&[237, 237, 237, 237]), 0);
+        assert!(
+            c.update_one(p, &members(&[237, 72, 237, 237]), 39 * MS)
+                .is_none()
+        );
+        assert_eq!(c.next_due(39 * MS), Some(40 * MS));
+        let v = c.tick(40 * MS);
+        assert!(v[0].1.converged);
+        assert_eq!(pct(&v[0].1, 12), "9.20");
+        assert_eq!(c.next_due(41 * MS), None);
+    }
+
+    #[test]
+    fn membership_change_is_immediate_and_carries_weights() {
+        let cfg = ControllerConfig::default();
+        let mut d = DestinationWeights::default();
+        d.update(&cfg, &members(&[200, 200]), 0);
+        let mut m = members(&[200, 200, 200]);
+        m.reverse(); // order of the input does not matter
+        let a = d.update(&cfg, &m, MS).unwrap();
+        assert!(a.immediate);
+        assert_eq!(
+            a.fractions.iter().map(|x| x.0).collect::<Vec<_>>(),
+            [11, 12, 13]
+        );
+        // Old members 0.5 -> 0.5 + (1/3 - 0.5)/2, new member 1/6.
+        assert_eq!(format!("{:.4}", a.fractions[2].1), "0.1667");
+    }
+
+    #[test]
+    fn quantize_largest_remainder() {
+        assert_eq!(quantize(&[], 255), []);
+        assert_eq!(quantize(&[(1, 0.0), (2, f64::NAN)], 255), []);
+        assert_eq!(quantize(&[(1, 1.0)], 255), [(1, 255)]);
+        // Appendix B targets: total = floor(255 / 0.302682) = 842.
+        let t = target_weights(&members(&[237, 72, 237, 237]), false);
+        let f: Vec<(u32, f64)> = (11..).zip(t).collect();
+        let q = quantize(&f, 255);
+        assert_eq!(q, [(11, 255), (12, 77), (13, 255), (14, 255)]);
+        // Ties of remainders go to the first member: 3 x 1/3 at max 2 -> total 6, exact.
+        assert_eq!(
+            quantize(&[(1, 1.0), (2, 1.0), (3, 1.0)], 2),
+            [(1, 2), (2, 2), (3, 2)]
+        );
+        // total = floor(4 / 0.4) = 10: 4, 3, 3 exact.
+        assert_eq!(
+            quantize(&[(1, 0.4), (2, 0.3), (3, 0.3)], 4),
+            [(1, 4), (2, 3), (3, 3)]
+        );
+        // A tiny share still gets weight 1 (it is a member).
+        assert_eq!(quantize(&[(1, 0.999), (2, 0.001)], 255), [(1, 255), (2, 1)]);
+        // Tie on the remainder: 1/2, 1/4, 1/4 at max 3: total 6 -> 3, 1.5, 1.5: one extra
+        // goes to the first of the tied members.
+        assert_eq!(
+            quantize(&[(1, 0.5), (2, 0.25), (3, 0.25)], 3),
+            [(1, 3), (2, 2), (3, 1)]
+        );
+        // 16-bit resolution.
+        let q = quantize(&f_b(), 65_535);
+        assert_eq!(q[0].1, 65_535);
+        assert!(q.iter().all(|(_, w)| (1..=65_535).contains(w)));
+    }
+
+    fn f_b() -> Vec<(u32, f64)> {
+        (11..)
+            .zip(target_weights(&members(&[237, 72, 237, 237]), false))
+            .collect()
+    }
+
+    #[test]
+    fn remap_fraction() {
+        let eq = [(1, 1), (2, 1), (3, 1), (4, 1)];
+        assert_eq!(remap(128, &eq, &eq), 0.0);
+        assert_eq!(
+            bucket_shares(128, &eq),
+            [(1, 32), (2, 32), (3, 32), (4, 32)]
+        );
+        // Member 2 leaves: its 32 buckets move.
+        assert_eq!(remap(128, &eq, &[(1, 1), (3, 1), (4, 1)]), 32.0 / 128.0);
+        // Appendix B target kernel weights: 255, 77, 255, 255 over 842.
+        let b = [(1, 255), (2, 77), (3, 255), (4, 255)];
+        let shares = bucket_shares(128, &b);
+        assert_eq!(shares.iter().map(|x| x.1).sum::<u64>(), 128);
+        let moved = remap(128, &eq, &b);
+        // Cumulative rounding as in the kernel: 39, 11, 39, 39. Member 2 goes 32 -> 11, so
+        // 3 x 7 = 21 buckets move to the others.
+        assert_eq!(shares, [(1, 39), (2, 11), (3, 39), (4, 39)]);
+        assert_eq!(moved, 21.0 / 128.0);
+        assert_eq!(remap(0, &eq, &b), 0.0);
+        assert_eq!(remap(8, &[], &eq), 1.0);
+    }
+
+    #[test]
+    fn from_path_table_to_weights() {
+        let cfg = ControllerConfig::default();
+        let (m, l) = fabric();
+        let mut t = BTreeMap::new();
+        for (s, q) in [(1, 237), (2, 72), (3, 237), (4, 237)] {
+            t.insert(key(s, 104, 7), value(q, 100 * MS));
+        }
+        let snap = PathSnapshot::from_map(&t, 104 * MS, cfg.dead_interval_ns(), &BTreeSet::new());
+        let r = compute(&cfg, &m, &l, &snap);
+        let mut c = WeightController::new(cfg).unwrap();
+        let v = c.update(&r, 104 * MS);
+        assert_eq!(v.len(), 1);
+        assert_eq!(pct(&v[0].1, 12), "9.20"); // first application: straight to the target
+        // The destination disappears from the mapping: forgotten.
+        c.update(&PathQualityReport::default(), 105 * MS);
+        assert!(c.destination(&prefix(4)).is_none());
+    }
+
+    #[test]
+    fn integral_keeps_capacity_shares_when_every_lqs_is_zero() {
+        // Elastic load: every path at U ~ 1, LQS 0 everywhere, CL 1 on all: the seed's
+        // function falls back to equal weights; the integral one keeps capacity shares.
+        let cfg = ControllerConfig {
+            weight_function: WeightFunction::Integral(IntegralParams::default()),
+            ..Default::default()
+        };
+        let p = prefix(4);
+        let m = members(&[0, 0, 0, 0]);
+        let sig = |cl: u8, live: bool, cap: f64| MemberSignal {
+            live,
+            cl: Some(cl),
+            link_capacity_gbps: Some(cap),
+            available_gbps: Some(0.0),
+            ..MemberSignal::default()
+        };
+        let caps = [400.0, 100.0, 400.0, 400.0];
+        let signals = |live2: bool| -> Vec<MemberSignal> {
+            m.iter()
+                .zip(caps)
+                .enumerate()
+                .map(|(k, (x, c))| MemberSignal {
+                    uplink: x.uplink,
+                    ..sig(1, k != 1 || live2, c)
+                })
+                .collect()
+        };
+        let mut c = WeightController::new(cfg).unwrap();
+        let a = c.update_one_with(p, &m, &signals(true), 0).unwrap();
+        assert!(a.immediate);
+        assert_eq!(pct(&a, 12), format!("{:.2}", 100.0 / 13.0 * 100.0 / 100.0));
+        // Nothing moves: no further application, the controller rests.
+        for k in 1..20 {
+            assert!(
+                c.update_one_with(p, &m, &signals(true), k * 20 * MS)
+                    .is_none()
+            );
+        }
+        assert_eq!(c.next_due(400 * MS), None);
+        // The spine of member 12 fails (heartbeat): removed at once.
+        let a = c.update_one_with(p, &m, &signals(false), 401 * MS).unwrap();
+        assert!(a.immediate);
+        assert_eq!(pct(&a, 12), "0.00");
+        assert_eq!(pct(&a, 11), "33.33");
+        // The seed's function on the same inputs: all-zero fallback, equal weights.
+        let mut seed = WeightController::new(ControllerConfig::default()).unwrap();
+        let a = seed.update_one_with(p, &m, &signals(true), 0).unwrap();
+        assert_eq!(pct(&a, 12), "25.00");
+    }
+
+    #[test]
+    fn integral_throttles_a_dropping_path_slowly_with_hysteresis() {
+        let cfg = ControllerConfig {
+            weight_function: WeightFunction::Integral(IntegralParams::default()),
+            ..Default::default()
+        };
+        let p = prefix(4);
+        let m = members(&[0, 0, 0, 0]);
+        let signals: Vec<MemberSignal> = m
+            .iter()
+            .enumerate()
+            .map(|(k, x)| MemberSignal {
+                uplink: x.uplink,
+                live: true,
+                cl: Some(if k == 1 { 7 } else { 1 }),
+                ..MemberSignal::default()
+            })
+            .collect();
+        let mut c = WeightController::new(cfg).unwrap();
+        c.update_one_with(p, &m, &signals, 0).unwrap();
+        let mut apps = Vec::new();
+        let mut t = 0;
+        while let Some(due) = c.next_due(t) {
+            t = due;
+            apps.extend(c.tick(t));
+            assert!(t < 10_000 * MS, "never rests");
+        }
+        // Down to the estimated-capacity floor 0.25, 0.25 / 3.25 of the group, within the
+        // hysteresis (a last step smaller than 0.02 is not programmed).
+        let last = &apps.last().unwrap().1;
+        let f = last.fractions.iter().find(|x| x.0 == 12).unwrap().1;
+        assert!((f - 0.25 / 3.25).abs() < 0.02, "{f}");
+        assert!(f > 0.25 / 3.25);
+        // Monotone, and each application moved the share by at least the hysteresis.
+        let s: Vec<f64> = apps
+            .iter()
+            .map(|(_, a)| a.fractions.iter().find(|x| x.0 == 12).unwrap().1)
+            .collect();
+        for w in s.windows(2) {
+            assert!(w[1] < w[0]);
+        }
+        assert!(apps.len() < 12, "{}", apps.len());
+    }
+
+    #[test]
+    fn invalid_config_is_refused() {
+        let cfg = ControllerConfig {
+            gain: 2.0,
+            ..Default::default()
+        };
+        assert!(WeightController::new(cfg).is_err());
+    }
+}

@@ -1,0 +1,15 @@
+//! The deterministic core. Everything here is fed typed inputs with time as an argument
+//! (nanoseconds on a monotonic clock) and returns typed decisions, so it runs in virtual
+//! time under test and in the simulator exactly as in the daemon. It may import
+//! `lq_common` and itself, nothing of `sys`, `roles`, `daemon`, `views` or `transport`, and
+//! no crate that does I/O (the wall test in `tests/walls.rs` says which).
+//!
+//! * [`controller`]: the load-balancer's controller (seed 003 section 6).
+//! * [`helper`]: the helper's congestion pipeline and advertiser (Appendix A, 7.2).
+//! * [`pfc`]: the PFC counter model (seed 000 section 5).
+//! * [`sim`]: the fabric simulator that drives both roles (`lqd sim`).
+
+pub mod controller;
+pub mod helper;
+pub mod pfc;
+pub mod sim;

@@ -1,0 +1,732 @@
+//! The elastic load model of `lqd sim`: a fluid model of TCP-like flows over a two-hop
+//! leaf -> spine -> leaf path, with the kernel's resilient nexthop group in front.
+//!
+//! Every `dt`:
+//! 1. flows due start (jobs together, Poisson arrivals at their times); each flow hashes to
+//!    a bucket of its source's resilient group for the destination, and the bucket names the
+//!    member (spine) it takes. Buckets move as the kernel moves them
+//!    (`nh_res_table_upkeep`): when the weights change, buckets of over-weight members that
+//!    have been idle for `idle_timer`, or any once the group has been unbalanced for
+//!    `unbalanced_timer`, go to under-weight members; a removed member's buckets go at once;
+//! 2. each flow offers `min(rate, pacing, what is left to send) x dt` to its first queue
+//!    (leaf -> spine), whose output feeds the second (spine -> destination). A queue serves
+//!    its capacity (times the payload share `goodput`) per second, the backlog of each flow
+//!    in proportion to what it holds; arrivals beyond the buffer (`buffer_ms` of its rate,
+//!    tbf's `latency`) are dropped, and every flow whose arrivals were dropped sees a loss;
+//! 3. rates follow AIMD: slow start doubles the rate every RTT until the first loss, then
+//!    `increase_mss_per_rtt` segments per RTT per RTT, times `beta` on a loss (at most once
+//!    per RTT); the RTT is `base_rtt` plus the queueing delay of both queues;
+//! 4. a flow completes when all its bytes have left the second queue.
+//!
+//! The spine -> destination queues feed the helpers' real pipelines (A.2 counters: TX
+//! octets, queue gauge, drops) and so LQS, CL and available bandwidth.
+
+use std::collections::HashMap;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use super::scenario::{Balancing, Elastic};
+use crate::core::controller::path_quality::UplinkId;
+use crate::core::controller::weights::bucket_shares;
+
+/// One directed link's queue.
+#[derive(Clone, Debug)]
+pub struct Queue {
+    /// Line rate (bit/s).
+    pub rate_bps: f64,
+    /// Buffer (bytes).
+    pub buffer_bytes: f64,
+    /// Backlog (bytes).
+    pub backlog: f64,
+    /// Octets transmitted, cumulative (line octets).
+    pub tx_bytes: f64,
+    /// Drop events (packets), cumulative.
+    pub drops: u64,
+    /// Sum of the flows' inputs this step (scratch).
+    input: f64,
+}
+
+/// A resilient nexthop group of one (source, destination).
+#[derive(Clone, Debug)]
+struct Group {
+    source: usize,
+    destination: usize,
+    /// Member spines, in uplink id order.
+    members: Vec<usize>,
+    /// Kernel weights per member (0: not a member).
+    weights: Vec<u32>,
+    /// Member index of every bucket.
+    buckets: Vec<usize>,
+    /// Last time a bucket carried traffic; `None`: never (idle since the group exists).
+    last_active: Vec<Option<u64>>,
+    unbalanced_since: Option<u64>,
+    /// (first queue, second queue) per member.
+    queues: Vec<(usize, usize)>,
+}
+
+impl Group {
+    fn wanted(&self, n: u16) -> Vec<u64> {
+        let w: Vec<(UplinkId, u32)> = self
+            .weights
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| **w > 0)
+            .map(|(k, w)| (k as UplinkId + 1, *w))
+            .collect();
+        let mut out = vec![0u64; self.members.len()];
+        for (id, b) in bucket_shares(n, &w) {
+            out[id as usize - 1] = b;
+        }
+        out
+    }
+
+    /// The kernel's upkeep: move buckets from over-weight to under-weight members.
+    fn upkeep(&mut self, t: u64, idle_ns: u64, unbalanced_ns: u64) {
+        let n = self.buckets.len() as u16;
+        let wanted = self.wanted(n);
+        let mut have = vec![0u64; self.members.len()];
+        for &m in &self.buckets {
+            have[m] += 1;
+        }
+        if have == wanted {
+            self.unbalanced_since = None;
+            return;
+        }
+        let since = *self.unbalanced_since.get_or_insert(t);
+        let force = unbalanced_ns > 0 && t.saturating_sub(since) >= unbalanced_ns;
+        for b in 0..self.buckets.len() {
+            let m = self.buckets[b];
+            if have[m] <= wanted[m] {
+                continue;
+            }
+            let removed = self.weights[m] == 0;
+            let idle = self.last_active[b].is_none_or(|a| t.saturating_sub(a) >= idle_ns);
+            if !(removed || idle || force) {
+                continue;
+            }
+            let Some(to) = (0..self.members.len()).find(|&k| have[k] < wanted[k]) else {
+                break;
+            };
+            have[m] -= 1;
+            have[to] += 1;
+            self.buckets[b] = to;
+        }
+        if have == wanted {
+            self.unbalanced_since = None;
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Flow {
+    group: usize,
+    bucket: usize,
+    start_ns: u64,
+    size: f64,
+    /// Bytes not yet sent (net of drops, which are sent again).
+    unsent: f64,
+    delivered: f64,
+    /// Backlog in the first and second queue.
+    b1: f64,
+    b2: f64,
+    /// The flow's current first and second queue.
+    q: (usize, usize),
+    rate: f64,
+    pacing: Option<f64>,
+    slow_start: bool,
+    last_cut_ns: u64,
+    done_ns: Option<u64>,
+    /// Which traffic block.
+    block: usize,
+}
+
+/// Result of one job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct JobStats {
+    /// Its name.
+    pub name: String,
+    /// Flows completed / started.
+    pub completed: usize,
+    /// Flows.
+    pub flows: usize,
+    /// Job completion time (s): last completion minus start; `None` if unfinished.
+    pub jct_s: Option<f64>,
+    /// Mean over consecutive share samples of half the sum of absolute share changes.
+    pub weight_swing: f64,
+    /// Largest such change.
+    pub weight_swing_max: f64,
+    /// The weight swing over samples 500 ms apart (the netns demo's timeline period).
+    pub weight_swing_500ms: f64,
+    /// Mean share of the degraded spine.
+    pub degraded_share: f64,
+}
+
+/// Result of one Poisson load.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PoissonStats {
+    /// Its name.
+    pub name: String,
+    /// Flows completed.
+    pub completed: usize,
+    /// Flows started.
+    pub flows: usize,
+    /// Bytes delivered by the end / bytes of the started flows.
+    pub delivered_fraction: f64,
+    /// Flow completion time percentiles (s) of the completed flows.
+    pub p50_fct_s: f64,
+    /// 99th percentile.
+    pub p99_fct_s: f64,
+    /// Weight swing within the window.
+    pub weight_swing: f64,
+    /// Largest change within the window.
+    pub weight_swing_max: f64,
+    /// The weight swing over samples 500 ms apart within the window.
+    pub weight_swing_500ms: f64,
+    /// Mean share of the degraded spine within the window.
+    pub degraded_share: f64,
+}
+
+/// What the elastic model measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ElasticStats {
+    /// `lq`, `ecmp` or `static`.
+    pub balancing: String,
+    /// Jobs.
+    pub jobs: Vec<JobStats>,
+    /// Poisson loads.
+    pub poisson: Vec<PoissonStats>,
+}
+
+/// The model's state.
+pub struct ElasticModel {
+    spec: Elastic,
+    balancing: Balancing,
+    /// Queues; `queue_of[(from, to)]` indexes them.
+    pub queues: Vec<Queue>,
+    queue_of: HashMap<(usize, usize), usize>,
+    groups: Vec<Group>,
+    group_of: HashMap<(usize, usize), usize>,
+    flows: Vec<Flow>,
+    active: Vec<usize>,
+    /// Pending starts (ns, group, size, pacing, block), sorted by time descending.
+    pending: Vec<(u64, usize, f64, Option<f64>, usize)>,
+    next_capacity: usize,
+    rng: SmallRng,
+    /// Share samples of the watched group: (t, fractions).
+    samples: Vec<(u64, Vec<f64>)>,
+    next_sample: u64,
+}
+
+impl ElasticModel {
+    /// Builds the queues and groups. `uplinks(leaf)` gives a leaf's uplink spines in uplink
+    /// id order; `capacity(a, b)` a link's line rate (Gbps).
+    pub fn new(
+        spec: &Elastic,
+        balancing: Balancing,
+        seed: u64,
+        uplinks: &dyn Fn(usize) -> Vec<usize>,
+        capacity: &dyn Fn(usize, usize) -> Option<f64>,
+    ) -> Self {
+        let mut m = Self {
+            spec: spec.clone(),
+            balancing,
+            queues: Vec::new(),
+            queue_of: HashMap::new(),
+            groups: Vec::new(),
+            group_of: HashMap::new(),
+            flows: Vec::new(),
+            active: Vec::new(),
+            pending: Vec::new(),
+            next_capacity: 0,
+            rng: SmallRng::seed_from_u64(seed ^ 0xe1a5_71c0),
+            samples: Vec::new(),
+            next_sample: 0,
+        };
+        let mut pairs: Vec<(usize, usize)> = Vec::new();
+        for j in &spec.jobs {
+            pairs.extend(j.sources.iter().map(|&s| (s, j.destination)));
+        }
+        for p in &spec.poisson {
+            pairs.extend(p.sources.iter().map(|&s| (s, p.destination)));
+        }
+        pairs.push((spec.watch_source, spec.watch_destination));
+        for (s, d) in pairs {
+            m.group(s, d, uplinks, capacity);
+        }
+        // Starts.
+        for (bi, j) in spec.jobs.iter().enumerate() {
+            for k in 0..j.flows as usize {
+                let src = j.sources[k % j.sources.len()];
+                let g = m.group_of[&(src, j.destination)];
+                m.pending.push((j.at_ns, g, j.size_bytes, None, bi));
+            }
+        }
+        for (pi, p) in spec.poisson.iter().enumerate() {
+            let mut rng = SmallRng::seed_from_u64(p.seed);
+            let mut t = 0.0f64;
+            let mut k = 0usize;
+            loop {
+                let u: f64 = rng.random_range(1e-9..1.0);
+                t += -u.ln() / p.rate_per_s;
+                if t * 1e9 >= p.duration_ns as f64 {
+                    break;
+                }
+                let src = p.sources[k % p.sources.len()];
+                k += 1;
+                let g = m.group_of[&(src, p.destination)];
+                let at = p.at_ns + (t * 1e9) as u64;
+                m.pending
+                    .push((at, g, p.size_bytes, p.pacing_bps, spec.jobs.len() + pi));
+            }
+        }
+        m.pending.sort_by_key(|p| std::cmp::Reverse(p.0));
+        m
+    }
+
+    fn queue(&mut self, a: usize, b: usize, gbps: f64) -> usize {
+        if let Some(&q) = self.queue_of.get(&(a, b)) {
+            return q;
+        }
+        let rate_bps = gbps * 1e9;
+        self.queues.push(Queue {
+            rate_bps,
+            buffer_bytes: (rate_bps / 8.0 * self.spec.buffer_s).max(3.0 * self.spec.mss_bytes),
+            backlog: 0.0,
+            tx_bytes: 0.0,
+            drops: 0,
+            input: 0.0,
+        });
+        self.queue_of.insert((a, b), self.queues.len() - 1);
+        self.queues.len() - 1
+    }
+
+    fn group(
+        &mut self,
+        s: usize,
+        d: usize,
+        uplinks: &dyn Fn(usize) -> Vec<usize>,
+        capacity: &dyn Fn(usize, usize) -> Option<f64>,
+    ) {
+        if self.group_of.contains_key(&(s, d)) {
+            return;
+        }
+        let members = uplinks(s);
+        let mut queues = Vec::new();
+        for &h in &members {
+            let q1 = self.queue(s, h, capacity(s, h).unwrap_or(0.0));
+            let q2 = self.queue(h, d, capacity(h, d).unwrap_or(0.0));
+            queues.push((q1, q2));
+        }
+        let n = usize::from(self.spec.buckets);
+        let k = members.len().max(1);
+        let g = Group {
+            source: s,
+            destination: d,
+            weights: vec![1; members.len()],
+            buckets: (0..n).map(|b| b * k / n).collect(),
+            last_active: vec![None; n],
+            unbalanced_since: None,
+            members,
+            queues,
+        };
+        self.groups.push(g);
+        self.group_of.insert((s, d), self.groups.len() - 1);
+    }
+
+    /// A (source, destination) pair whose source has no uplink towards a helper: its
+    /// flows could go nowhere (the scenario names a node that is not a load-balancer).
+    pub fn memberless_group(&self) -> Option<(usize, usize)> {
+        self.groups
+            .iter()
+            .find(|g| g.members.is_empty())
+            .map(|g| (g.source, g.destination))
+    }
+
+    /// The queue of a directed link, if the model loads it.
+    pub fn queue_index(&self, from: usize, to: usize) -> Option<usize> {
+        self.queue_of.get(&(from, to)).copied()
+    }
+
+    /// Every (source, destination) group.
+    pub fn group_pairs(&self) -> Vec<(usize, usize)> {
+        self.groups
+            .iter()
+            .map(|g| (g.source, g.destination))
+            .collect()
+    }
+
+    /// Capacity steps due at `t`: (from, to, new Gbps).
+    pub fn capacity_steps(&mut self, t: u64) -> Vec<(usize, usize, f64)> {
+        let mut out = Vec::new();
+        while let Some(c) = self.spec.capacity.get(self.next_capacity) {
+            if c.at_ns > t {
+                break;
+            }
+            out.push((c.from, c.to, c.gbps));
+            if let Some(&q) = self.queue_of.get(&(c.from, c.to)) {
+                let q = &mut self.queues[q];
+                q.rate_bps = c.gbps * 1e9;
+                q.buffer_bytes =
+                    (q.rate_bps / 8.0 * self.spec.buffer_s).max(3.0 * self.spec.mss_bytes);
+            }
+            self.next_capacity += 1;
+        }
+        out
+    }
+
+    /// Sets the kernel weights of a group from the load-balancer's applied fractions
+    /// (by uplink id order; `None`: no application yet, equal).
+    pub fn set_weights(&mut self, s: usize, d: usize, lq: Option<Vec<u32>>, t: u64) {
+        let Some(&gi) = self.group_of.get(&(s, d)) else {
+            return;
+        };
+        let g = &self.groups[gi];
+        let w: Vec<u32> = match self.balancing {
+            Balancing::Ecmp => vec![1; g.members.len()],
+            Balancing::Static => g
+                .queues
+                .iter()
+                .map(|&(q1, q2)| {
+                    let c = self.queues[q1].rate_bps.min(self.queues[q2].rate_bps);
+                    (c / 1e6).round().max(1.0) as u32
+                })
+                .collect(),
+            Balancing::Lq => lq.unwrap_or_else(|| vec![1; g.members.len()]),
+        };
+        let g = &mut self.groups[gi];
+        if g.weights != w {
+            g.weights = w;
+            let (idle, unb) = (self.spec.idle_timer_ns, self.spec.unbalanced_timer_ns);
+            g.upkeep(t, idle, unb);
+        }
+    }
+
+    /// One fluid step ending at `t + dt`.
+    pub fn step(&mut self, t: u64) {
+        let dt = self.spec.dt_ns as f64 / 1e9;
+        // Starts.
+        while let Some(&(at, g, size, pacing, block)) = self.pending.last() {
+            if at > t {
+                break;
+            }
+            self.pending.pop();
+            let bucket = self.rng.random_range(0..self.groups[g].buckets.len());
+            let rtt = self.spec.base_rtt_s;
+            self.flows.push(Flow {
+                group: g,
+                bucket,
+                start_ns: at,
+                size,
+                unsent: size,
+                delivered: 0.0,
+                b1: 0.0,
+                b2: 0.0,
+                q: (0, 0),
+                rate: 10.0 * self.spec.mss_bytes / rtt,
+                pacing: pacing.map(|p| p / 8.0),
+                slow_start: true,
+                last_cut_ns: 0,
+                done_ns: None,
+                block,
+            });
+            self.active.push(self.flows.len() - 1);
+        }
+        // Resilient upkeep (the kernel runs it periodically while unbalanced).
+        let (idle, unb) = (self.spec.idle_timer_ns, self.spec.unbalanced_timer_ns);
+        for g in &mut self.groups {
+            if g.unbalanced_since.is_some() {
+                g.upkeep(t, idle, unb);
+            }
+        }
+        // Members, inputs to the first queues.
+        for q in &mut self.queues {
+            q.input = 0.0;
+        }
+        let mut input1 = Vec::with_capacity(self.active.len());
+        for &fi in &self.active {
+            let f = &mut self.flows[fi];
+            let g = &mut self.groups[f.group];
+            let m = g.buckets[f.bucket];
+            g.last_active[f.bucket] = Some(t);
+            // A moved bucket takes its flow, backlog and all, to the new member's queues
+            // (the fluid limit of in-flight data re-routed).
+            f.q = g.queues[m];
+            let r = f.pacing.map_or(f.rate, |p| f.rate.min(p));
+            let x = (r * dt).min(f.unsent).max(0.0);
+            input1.push(x);
+            self.queues[f.q.0].input += x;
+        }
+        // First queues: serve, drop.
+        let good = self.spec.goodput;
+        let serve = |q: &Queue| q.rate_bps / 8.0 * good * dt;
+        let mut backlog1 = vec![0.0; self.queues.len()];
+        for &fi in &self.active {
+            let f = &self.flows[fi];
+            backlog1[f.q.0] += f.b1;
+        }
+        let mut lost = vec![false; self.active.len()];
+        let mut out1 = vec![0.0; self.active.len()];
+        // Per queue: fraction served of what it holds, fraction of arrivals dropped.
+        let nq = self.queues.len();
+        let mut served_frac = vec![0.0; nq];
+        let mut drop_frac = vec![0.0; nq];
+        let hop = |queues: &mut Vec<Queue>,
+                   backlog: &[f64],
+                   served_frac: &mut [f64],
+                   drop_frac: &mut [f64],
+                   mss: f64| {
+            for (k, q) in queues.iter_mut().enumerate() {
+                let hold = backlog[k] + q.input;
+                if hold <= 0.0 {
+                    served_frac[k] = 0.0;
+                    drop_frac[k] = 0.0;
+                    q.backlog = 0.0;
+                    continue;
+                }
+                let s = serve(q).min(hold);
+                let left = hold - s;
+                let over = (left - q.buffer_bytes).max(0.0);
+                served_frac[k] = s / hold;
+                drop_frac[k] = if q.input > 0.0 {
+                    (over / q.input).min(1.0)
+                } else {
+                    0.0
+                };
+                q.backlog = left - over;
+                q.tx_bytes += s / good;
+                if over > 0.0 {
+                    q.drops += (over / mss).ceil() as u64;
+                }
+            }
+        };
+        let mss = self.spec.mss_bytes;
+        hop(
+            &mut self.queues,
+            &backlog1,
+            &mut served_frac,
+            &mut drop_frac,
+            mss,
+        );
+        for (k, &fi) in self.active.iter().enumerate() {
+            let f = &mut self.flows[fi];
+            let q = f.q.0;
+            let arrive = input1[k];
+            let dropped = arrive * drop_frac[q];
+            let kept = arrive - dropped;
+            f.unsent -= kept;
+            if dropped > 0.0 {
+                lost[k] = true;
+            }
+            let hold = f.b1 + kept;
+            // Served in proportion to what the flow holds (FIFO in the fluid limit);
+            // the dropped share is what exceeded the buffer.
+            let s = (f.b1 + arrive) * served_frac[q];
+            let s = s.min(hold);
+            f.b1 = hold - s;
+            out1[k] = s;
+        }
+        // Second queues.
+        for q in &mut self.queues {
+            q.input = 0.0;
+        }
+        let mut backlog2 = vec![0.0; nq];
+        for (k, &fi) in self.active.iter().enumerate() {
+            let f = &self.flows[fi];
+            self.queues[f.q.1].input += out1[k];
+            backlog2[f.q.1] += f.b2;
+        }
+        // The first queues' tx was counted; count the second hop separately.
+        let tx_before: Vec<f64> = self.queues.iter().map(|q| q.tx_bytes).collect();
+        let backlog_first: Vec<f64> = self.queues.iter().map(|q| q.backlog).collect();
+        hop(
+            &mut self.queues,
+            &backlog2,
+            &mut served_frac,
+            &mut drop_frac,
+            mss,
+        );
+        // A queue is either a first or a second hop in this model (leaf -> spine or spine ->
+        // leaf), so the two passes touch disjoint queues; keep the first pass's backlog
+        // where the second had nothing.
+        for (k, q) in self.queues.iter_mut().enumerate() {
+            if q.input <= 0.0 && backlog2[k] <= 0.0 {
+                q.backlog = backlog_first[k];
+                q.tx_bytes = tx_before[k];
+            }
+        }
+        let now = t + self.spec.dt_ns;
+        for (k, &fi) in self.active.iter().enumerate() {
+            let f = &mut self.flows[fi];
+            let q = f.q.1;
+            let arrive = out1[k];
+            let dropped = arrive * drop_frac[q];
+            if dropped > 0.0 {
+                lost[k] = true;
+                // Lost after the first hop: to be sent again.
+                f.unsent += dropped;
+            }
+            let hold = f.b2 + arrive - dropped;
+            let s = ((f.b2 + arrive) * served_frac[q]).min(hold);
+            f.b2 = hold - s;
+            f.delivered += s;
+            // AIMD.
+            let (q1, q2) = (&self.queues[f.q.0], &self.queues[f.q.1]);
+            let rtt = self.spec.base_rtt_s
+                + q1.backlog / (q1.rate_bps / 8.0).max(1.0)
+                + q2.backlog / (q2.rate_bps / 8.0).max(1.0);
+            let since_cut = now.saturating_sub(f.last_cut_ns) as f64 / 1e9;
+            if lost[k] && since_cut >= rtt {
+                f.rate *= self.spec.beta;
+                f.slow_start = false;
+                f.last_cut_ns = now;
+            } else if !lost[k] {
+                if f.slow_start {
+                    f.rate *= 2f64.powf((dt / rtt).min(4.0));
+                } else {
+                    f.rate += self.spec.increase_mss_per_rtt * mss / rtt * dt / rtt;
+                }
+            }
+            let cap = f.pacing.unwrap_or(f64::INFINITY).min(1.25e9);
+            // At least half a segment per RTT (a TCP never stops), at most the pacing rate;
+            // max then min, so that a pacing rate below the floor wins without a panic.
+            f.rate = f.rate.max(mss / rtt.max(1e-6) * 0.5).min(cap.max(mss));
+            if f.delivered >= f.size * (1.0 - 1e-9) && f.unsent <= 1e-6 {
+                f.done_ns = Some(now);
+            }
+        }
+        self.active.retain(|&fi| self.flows[fi].done_ns.is_none());
+        // Share samples of the watched group.
+        if now >= self.next_sample {
+            self.next_sample = now + self.spec.sample_ns;
+            if let Some(&gi) = self
+                .group_of
+                .get(&(self.spec.watch_source, self.spec.watch_destination))
+            {
+                let w = &self.groups[gi].weights;
+                let s: f64 = w.iter().map(|x| f64::from(*x)).sum();
+                let f: Vec<f64> = w
+                    .iter()
+                    .map(|x| if s > 0.0 { f64::from(*x) / s } else { 0.0 })
+                    .collect();
+                self.samples.push((now, f));
+            }
+        }
+    }
+
+    /// Statistics at the end.
+    pub fn stats(&self) -> ElasticStats {
+        let degraded = self
+            .group_of
+            .get(&(self.spec.watch_source, self.spec.watch_destination))
+            .and_then(|&g| {
+                self.groups[g]
+                    .members
+                    .iter()
+                    .position(|&m| m == self.spec.degraded)
+            });
+        // The netns demo's timeline samples every 500 ms: the same statistic on every
+        // k-th sample, for the calibration (docs/sim.md).
+        let k500 = (500_000_000 / self.spec.sample_ns).max(1) as usize;
+        let window = |from: u64, to: u64| -> (f64, f64, f64, f64) {
+            let v: Vec<&(u64, Vec<f64>)> = self
+                .samples
+                .iter()
+                .filter(|(t, _)| *t >= from && *t <= to)
+                .collect();
+            let change = |a: &[f64], b: &[f64]| {
+                a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f64>() / 2.0
+            };
+            let mut sw = Vec::new();
+            for w in v.windows(2) {
+                sw.push(change(&w[0].1, &w[1].1));
+            }
+            let v500: Vec<&&(u64, Vec<f64>)> = v.iter().step_by(k500).collect();
+            let mut sw500 = Vec::new();
+            for w in v500.windows(2) {
+                sw500.push(change(&w[0].1, &w[1].1));
+            }
+            let mean = |x: &[f64]| {
+                if x.is_empty() {
+                    0.0
+                } else {
+                    x.iter().sum::<f64>() / x.len() as f64
+                }
+            };
+            let share: Vec<f64> = v
+                .iter()
+                .map(|(_, f)| degraded.map_or(0.0, |k| f[k]))
+                .collect();
+            (
+                mean(&sw),
+                sw.iter().copied().fold(0.0, f64::max),
+                mean(&share),
+                mean(&sw500),
+            )
+        };
+        let mut jobs = Vec::new();
+        for (bi, j) in self.spec.jobs.iter().enumerate() {
+            let fl: Vec<&Flow> = self.flows.iter().filter(|f| f.block == bi).collect();
+            let done: Vec<u64> = fl.iter().filter_map(|f| f.done_ns).collect();
+            let last = done.iter().copied().max();
+            let jct = (done.len() == j.flows as usize)
+                .then(|| last.map(|l| (l - j.at_ns) as f64 / 1e9))
+                .flatten();
+            let end = last.unwrap_or(u64::MAX);
+            let (sw, swmax, share, sw500) = window(j.at_ns, end);
+            jobs.push(JobStats {
+                name: j.name.clone(),
+                completed: done.len(),
+                flows: j.flows as usize,
+                jct_s: jct,
+                weight_swing: sw,
+                weight_swing_max: swmax,
+                weight_swing_500ms: sw500,
+                degraded_share: share,
+            });
+        }
+        let mut poisson = Vec::new();
+        for (pi, p) in self.spec.poisson.iter().enumerate() {
+            let b = self.spec.jobs.len() + pi;
+            let fl: Vec<&Flow> = self.flows.iter().filter(|f| f.block == b).collect();
+            let mut fct: Vec<f64> = fl
+                .iter()
+                .filter_map(|f| f.done_ns.map(|d| (d - f.start_ns) as f64 / 1e9))
+                .collect();
+            fct.sort_by(f64::total_cmp);
+            let pct = |q: f64| {
+                if fct.is_empty() {
+                    0.0
+                } else {
+                    fct[((fct.len() as f64 * q).ceil() as usize).clamp(1, fct.len()) - 1]
+                }
+            };
+            let size: f64 = fl.iter().map(|f| f.size).sum();
+            let del: f64 = fl.iter().map(|f| f.delivered.min(f.size)).sum();
+            let (sw, swmax, share, sw500) = window(p.window.0, p.window.1);
+            poisson.push(PoissonStats {
+                name: p.name.clone(),
+                completed: fct.len(),
+                flows: fl.len(),
+                delivered_fraction: if size > 0.0 { del / size } else { 0.0 },
+                p50_fct_s: pct(0.5),
+                p99_fct_s: pct(0.99),
+                weight_swing: sw,
+                weight_swing_max: swmax,
+                weight_swing_500ms: sw500,
+                degraded_share: share,
+            });
+        }
+        ElasticStats {
+            balancing: match self.balancing {
+                Balancing::Lq => "lq",
+                Balancing::Ecmp => "ecmp",
+                Balancing::Static => "static",
+            }
+            .into(),
+            jobs,
+            poisson,
+        }
+    }
+}

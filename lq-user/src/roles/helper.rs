@@ -1,0 +1,614 @@
+//! The helper role's I/O shell (seed 003 sections 7.2 and 7.3, Appendix A): every
+//! T_sample it reads the monitored links' counters, feeds the deterministic pipeline and
+//! advertiser of [`crate::core::helper`], and sends the advertiser's datagrams out of every link
+//! with TTL 255 on a socket bound to that link.
+
+use std::{
+    io,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+};
+
+use rand::{RngCore, SeedableRng, rngs::SmallRng};
+use serde_json::{Value, json};
+use socket2::{SockAddr, Socket};
+use tracing::{debug, info, warn};
+
+use crate::{
+    config::{Config, SendTo},
+    core::helper::{
+        advertiser::{
+            Advertiser, AdvertiserError, Identity, MonitoredLink, Outgoing, PathMtu, RemoteNode,
+        },
+        notification::ThresholdCrossed,
+        pipeline::{LinkPipeline, LinkReport, RawSample},
+    },
+    sys::{
+        clock::{boottime_ns, os_random_u64},
+        netlink::ifindex,
+    },
+};
+
+/// How late a periodic timer may fire and still send "at" its deadline (see
+/// [`HelperRole::advertise_due`]).
+const MAX_ANCHORED_LATENESS_NS: u64 = 2_000_000;
+
+/// Where the counters of the monitored links come from (the kernel sampler in production,
+/// a scripted source in tests and `lqd sim`).
+pub trait CounterSource {
+    /// One sample per monitored link, in the order of `[[link]]`, read at `t_ns`.
+    fn sample(&mut self, t_ns: u64) -> Result<Vec<RawSample>, String>;
+
+    /// Per link, how the last sample was obtained (speed source, qdisc, caveats), for
+    /// `lqd show local`.
+    fn describe(&self) -> Vec<Value> {
+        Vec::new()
+    }
+
+    /// Per link, in the order of `[[link]]`, its MTU as of the last sample (`None`:
+    /// unknown). Empty when the source does not know: the MTUs read at start stay.
+    fn link_mtus(&self) -> &[Option<u32>] {
+        &[]
+    }
+}
+
+/// One sample of every monitored link.
+#[derive(Debug)]
+pub struct SampleBatch {
+    /// When it was taken (CLOCK_BOOTTIME ns).
+    pub t_ns: u64,
+    /// One sample per link, or why the counters could not be read.
+    pub samples: Result<Vec<RawSample>, String>,
+    /// How they were obtained ([`CounterSource::describe`]).
+    pub described: Vec<Value>,
+    /// The links' MTUs as of this sample ([`CounterSource::link_mtus`]).
+    pub link_mtus: Vec<Option<u32>>,
+    /// How long reading them took.
+    pub took_ns: u64,
+}
+
+/// Errors of the helper role.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperRoleError {
+    /// Socket set-up.
+    #[error("advertisement socket on {iface}: {source}")]
+    Socket {
+        /// The link.
+        iface: String,
+        /// The cause.
+        source: io::Error,
+    },
+    /// A monitored interface does not exist.
+    #[error(transparent)]
+    Rtnl(#[from] crate::sys::netlink::RtnlError),
+    /// Advertiser configuration.
+    #[error(transparent)]
+    Advertiser(#[from] AdvertiserError),
+}
+
+struct Link {
+    iface: String,
+    ifindex: u32,
+    pipeline: LinkPipeline,
+    socket: Socket,
+    to: SockAddr,
+    /// The link's MTU: the datagrams sent out of every link must fit the smallest.
+    mtu: u32,
+}
+
+/// The helper role: pipelines, advertiser, sockets.
+pub struct HelperRole {
+    links: Vec<Link>,
+    advertiser: Advertiser<SmallRng>,
+    /// The counter source, until [`HelperRole::spawn_sampler`] moves it to its thread.
+    source: Option<Box<dyn CounterSource + Send>>,
+    /// How the last samples were obtained ([`CounterSource::describe`]).
+    described: Vec<Value>,
+    /// `[helper] mtu`: an upper bound on the links' MTUs, if configured.
+    mtu_cap: Option<u32>,
+    reports: Vec<Option<LinkReport>>,
+    notifications: Vec<ThresholdCrossed>,
+    /// Datagrams sent, and send errors (counted, logged once a second at most).
+    pub sent: u64,
+    /// Send errors.
+    pub send_errors: u64,
+    last_error_log_ns: u64,
+}
+
+impl HelperRole {
+    /// Opens one socket per `[[link]]` and builds the advertiser.
+    pub fn start(
+        cfg: &Config,
+        source: Box<dyn CounterSource + Send>,
+    ) -> Result<Self, HelperRoleError> {
+        let params = cfg.helper_params();
+        let t = &cfg.lq_telemetry;
+        let mut links = Vec::new();
+        let mut monitored = Vec::new();
+        for l in &cfg.link {
+            let idx = ifindex(&l.interface)?;
+            let socket =
+                crate::sys::socket::open_advertisement_socket(&l.interface, idx, cfg.helper.ipv6)
+                    .map_err(|source| HelperRoleError::Socket {
+                    iface: l.interface.clone(),
+                    source,
+                })?;
+            let ip: IpAddr = match (cfg.helper.send_to, l.peer) {
+                (SendTo::Unicast, Some(p)) => p,
+                _ if cfg.helper.ipv6 => IpAddr::V6(Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1)),
+                _ => IpAddr::V4(Ipv4Addr::new(224, 0, 0, 1)),
+            };
+            let to = match ip {
+                IpAddr::V6(a) => {
+                    SockAddr::from(std::net::SocketAddrV6::new(a, cfg.udp.port, 0, idx))
+                }
+                IpAddr::V4(a) => SockAddr::from(SocketAddr::new(IpAddr::V4(a), cfg.udp.port)),
+            };
+            monitored.push(MonitoredLink {
+                link_id: idx,
+                remotes: l
+                    .remote_node
+                    .iter()
+                    .map(|r| RemoteNode {
+                        node_id: r.0,
+                        node_as: l.remote_as,
+                    })
+                    .collect(),
+            });
+            let mtu = crate::sys::socket::link_mtu(&socket, &l.interface).map_err(|source| {
+                HelperRoleError::Socket {
+                    iface: l.interface.clone(),
+                    source,
+                }
+            })?;
+            links.push(Link {
+                iface: l.interface.clone(),
+                ifindex: idx,
+                pipeline: LinkPipeline::new(idx, &params),
+                socket,
+                to,
+                mtu,
+            });
+            info!(iface = %l.interface, link_id = idx, to = %ip, mtu, "monitoring link");
+        }
+        let identity = Identity {
+            node_id: t.router_id.map_or(0, |r| r.0),
+            node_as: t.as_qualified.then(|| t.local_as.unwrap_or(0)),
+            pfc_fabric: t.pfc_fabric,
+        };
+        let mut seed_rng = SmallRng::seed_from_u64(os_random_u64());
+        // The wire spec: a sender starts its sequence numbers at a random value.
+        let first_sequence = (seed_rng.next_u32() & 0xffff) as u16;
+        let advertiser = Advertiser::new(
+            params,
+            identity,
+            monitored,
+            PathMtu::smallest(links.iter().map(|l| l.mtu), cfg.helper.mtu, cfg.helper.ipv6),
+            first_sequence,
+            SmallRng::seed_from_u64(seed_rng.next_u64()),
+        )?;
+        info!(
+            path_mtu = advertiser.path_mtu().mtu,
+            entries_per_datagram = advertiser.entries_per_datagram(),
+            "advertisements split for the smallest link MTU"
+        );
+        let n = links.len();
+        Ok(Self {
+            mtu_cap: cfg.helper.mtu,
+            links,
+            advertiser,
+            source: Some(source),
+            described: Vec::new(),
+            reports: vec![None; n],
+            notifications: Vec::new(),
+            sent: 0,
+            send_errors: 0,
+            last_error_log_ns: 0,
+        })
+    }
+
+    /// One sample at `now_ns` (CLOCK_BOOTTIME), read on the calling thread: returns the
+    /// datagrams sent. Does nothing once the source runs on its own thread.
+    pub fn sample(&mut self, now_ns: u64) -> usize {
+        let Some(source) = self.source.as_mut() else {
+            return 0;
+        };
+        let samples = source.sample(now_ns);
+        let batch = SampleBatch {
+            t_ns: now_ns,
+            samples,
+            described: source.describe(),
+            link_mtus: source.link_mtus().to_vec(),
+            took_ns: 0,
+        };
+        self.on_batch(batch, now_ns)
+    }
+
+    /// Reads the counters on a thread of its own every `t_sample` and hands each batch to
+    /// the returned channel: reading them (rtnetlink dumps) can wait on kernel locks for
+    /// tens of ms when other namespaces churn, and must not hold the periodic send.
+    /// Batches the loop has not taken yet (4) are not queued further: the oldest wait,
+    /// new ones are dropped.
+    pub fn spawn_sampler(
+        &mut self,
+        t_sample: std::time::Duration,
+    ) -> io::Result<tokio::sync::mpsc::Receiver<SampleBatch>> {
+        let mut source = self
+            .source
+            .take()
+            .ok_or_else(|| io::Error::other("the counter source already has its thread"))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let period = u64::try_from(t_sample.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        std::thread::Builder::new()
+            .name("lqd-sampler".into())
+            .spawn(move || {
+                let mut next = boottime_ns();
+                loop {
+                    next = next.saturating_add(period);
+                    let now = boottime_ns();
+                    if next > now {
+                        std::thread::sleep(std::time::Duration::from_nanos(next - now));
+                    } else {
+                        // Behind (a slow read): skip the missed ticks.
+                        next = now;
+                    }
+                    let t_ns = boottime_ns();
+                    let samples = source.sample(t_ns);
+                    let batch = SampleBatch {
+                        t_ns,
+                        samples,
+                        described: source.describe(),
+                        link_mtus: source.link_mtus().to_vec(),
+                        took_ns: boottime_ns().saturating_sub(t_ns),
+                    };
+                    match tx.try_send(batch) {
+                        Ok(()) | Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {}
+                        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
+                    }
+                }
+            })?;
+        Ok(rx)
+    }
+
+    /// Feeds one batch of samples to the pipelines and the advertiser at `now_ns`
+    /// (CLOCK_BOOTTIME) and sends what is due: returns the datagrams sent.
+    pub fn on_batch(&mut self, batch: SampleBatch, now_ns: u64) -> usize {
+        self.described = batch.described;
+        let samples = match batch.samples {
+            Ok(s) => s,
+            Err(e) => {
+                self.log_error(now_ns, &format!("reading link counters failed: {e}"));
+                return 0;
+            }
+        };
+        self.follow_link_mtus(now_ns, &batch.link_mtus);
+        let mut fresh = Vec::with_capacity(samples.len());
+        for (i, (link, s)) in self.links.iter_mut().zip(&samples).enumerate() {
+            if let Some(r) = link.pipeline.on_sample(s) {
+                self.reports[i] = Some(r);
+                fresh.push(r);
+            }
+        }
+        let out = self.advertiser.on_sample(now_ns, &fresh);
+        self.transmit(now_ns, out)
+    }
+
+    /// The periodic timer fired at `now_ns` (CLOCK_BOOTTIME) between samples: sends the
+    /// periodic advertisement with the last reports, so the jittered period of seed 003
+    /// section 7.2 is kept to the timer's precision rather than rounded up to the next
+    /// T_sample tick. Returns the datagrams sent.
+    pub fn advertise_due(&mut self, now_ns: u64) -> usize {
+        // A timer that fired a little late sends "at" its deadline: the next period is
+        // drawn from the deadline, so wake-up latency does not add to every period (it
+        // would shift all of them above the uniform [0.9, 1.1] x T_notify). Much later than
+        // that, the send counts from now, so a stalled loop does not send a burst.
+        let at = match self.advertiser.next_due_at() {
+            Some(due) if now_ns >= due && now_ns - due <= MAX_ANCHORED_LATENESS_NS => due,
+            _ => now_ns,
+        };
+        let out = self.advertiser.on_sample(at, &[]);
+        self.transmit(now_ns, out)
+    }
+
+    /// Sends the advertiser's datagrams (if any) out of every link.
+    fn transmit(&mut self, now_ns: u64, out: Option<Outgoing>) -> usize {
+        self.notifications
+            .extend(self.advertiser.take_notifications());
+        let Some(out) = out else {
+            return 0;
+        };
+        let mut n = 0;
+        let mut errors = Vec::new();
+        for d in &out.datagrams {
+            for link in &self.links {
+                match link.socket.send_to(d, &link.to) {
+                    Ok(_) => n += 1,
+                    Err(e) => errors.push(format!("{}: {e}", link.iface)),
+                }
+            }
+        }
+        self.sent += n as u64;
+        if !errors.is_empty() {
+            self.send_errors += errors.len() as u64;
+            self.log_error(
+                now_ns,
+                &format!("sending advertisements failed: {}", errors.join("; ")),
+            );
+        }
+        debug!(mode = ?out.mode, datagrams = out.datagrams.len(), first_sequence = out.first_sequence, "advertised");
+        n
+    }
+
+    /// Takes the links' MTUs from the source's last link dump (IFLA_MTU) and re-splits
+    /// the advertisements when the smallest changed (an operator changed a link's MTU).
+    fn follow_link_mtus(&mut self, now_ns: u64, link_mtus: &[Option<u32>]) {
+        let mut changed = false;
+        for (link, mtu) in self.links.iter_mut().zip(link_mtus) {
+            if let Some(m) = mtu.filter(|m| *m != link.mtu) {
+                info!(iface = %link.iface, old = link.mtu, new = m, "link MTU changed");
+                link.mtu = m;
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+        let old = self.advertiser.path_mtu();
+        let path = PathMtu::smallest(self.links.iter().map(|l| l.mtu), self.mtu_cap, old.ipv6);
+        if let Err(e) = self.advertiser.set_path_mtu(path) {
+            self.send_errors += 1;
+            self.log_error(
+                now_ns,
+                &format!("link MTU change refused, keeping MTU {}: {e}", old.mtu),
+            );
+        }
+    }
+
+    fn log_error(&mut self, now_ns: u64, msg: &str) {
+        if now_ns.saturating_sub(self.last_error_log_ns) > 1_000_000_000 {
+            warn!("{msg}");
+            self.last_error_log_ns = now_ns;
+        }
+    }
+
+    /// When the advertiser is next due (absolute CLOCK_BOOTTIME ns).
+    pub fn next_due_at(&self) -> Option<u64> {
+        self.advertiser.next_due_at()
+    }
+
+    /// Notifications raised since the last call.
+    pub fn take_notifications(&mut self) -> Vec<ThresholdCrossed> {
+        std::mem::take(&mut self.notifications)
+    }
+
+    /// The YANG `local` container: what this node advertises.
+    pub fn local_yang(&self) -> Value {
+        crate::views::yang_state::local_json(
+            self.advertiser.last_sequence(),
+            &self.advertiser.entries(),
+        )
+    }
+
+    /// The typed state the daemon publishes to its clients (see [`crate::views::snapshot`]).
+    pub fn snapshot(&self) -> crate::views::snapshot::HelperSnapshot {
+        crate::views::snapshot::HelperSnapshot {
+            local: self.local_view(),
+            advertised: self.advertiser.entries(),
+        }
+    }
+
+    /// Every link's raw and smoothed metrics, LQS, CL and hysteresis state (`lqd show
+    /// local`).
+    pub fn local_view(&self) -> crate::views::snapshot::LocalView {
+        use crate::views::snapshot::{
+            LinkReportView, LocalLinkView, LocalView, MetricsView, RawMetricsView,
+        };
+        let described = &self.described;
+        let links = self
+            .links
+            .iter()
+            .zip(&self.reports)
+            .enumerate()
+            .map(|(i, (l, r))| LocalLinkView {
+                source: r
+                    .as_ref()
+                    .map(|_| described.get(i).cloned().unwrap_or(Value::Null)),
+                interface: l.iface.clone(),
+                link_id: l.ifindex,
+                measured: r.is_some(),
+                report: r.as_ref().map(|r| LinkReportView {
+                    oper_up: r.oper_up,
+                    raw: RawMetricsView {
+                        u: r.raw.m.u,
+                        e: r.raw.m.e,
+                        f: r.raw.m.f,
+                        d: r.raw.m.d,
+                        x: r.raw.x,
+                    },
+                    smoothed: MetricsView {
+                        u: r.smooth.u,
+                        e: r.smooth.e,
+                        f: r.smooth.f,
+                        d: r.smooth.d,
+                    },
+                    lqs: r.lqs,
+                    lqs_last_sent: self.advertiser.lqs_last_sent(l.ifindex),
+                    computed_cl: r.computed_cl,
+                    cl: r.cl,
+                    state: r.band.as_str().to_string(),
+                    hold_down: r.hold_down_since_ns.is_some(),
+                    capacity_gbps: r.capacity.to_string(),
+                    available_bandwidth_gbps: r.available_bandwidth.to_string(),
+                }),
+            })
+            .collect();
+        let st = self.advertiser.stats();
+        LocalView {
+            links,
+            last_sequence_number: self.advertiser.last_sequence(),
+            periodic: st.periodic,
+            triggered: st.triggered,
+            datagrams_sent: self.sent,
+            send_errors: self.send_errors,
+            path_mtu: self.advertiser.path_mtu().mtu,
+            entries_per_datagram: self.advertiser.entries_per_datagram(),
+        }
+    }
+
+    /// [`Self::local_view`] as JSON.
+    pub fn local_json(&self) -> Value {
+        serde_json::to_value(self.local_view()).unwrap_or(Value::Null)
+    }
+}
+
+/// The kernel counters of the configured `[[link]]`s (rtnetlink link and qdisc
+/// statistics, seed 003 Appendix A.1), read by [`crate::sys::sampler::Sampler`], with
+/// two eBPF-fed sources: ECN-eligible packets counted by `lq_ecn_egress` on each link
+/// (E = marked / eligible, A.2), and, for links with PFC counting (`[pfc] interfaces`), the
+/// paused time of the link's PFC priorities (F, A.2; the largest paused fraction among
+/// them, as the issue asks, taken as the priority with the most paused time).
+pub fn kernel_source(
+    cfg: &Config,
+    pfc_pin_dir: Option<&std::path::Path>,
+) -> Result<Box<dyn CounterSource + Send>, HelperRoleError> {
+    use crate::sys::sampler::{LinkConfig, Sampler};
+    let other = |what: &str, e: String| HelperRoleError::Socket {
+        iface: what.into(),
+        source: io::Error::other(e),
+    };
+    let links = cfg
+        .link
+        .iter()
+        .map(|l| LinkConfig {
+            name: l.interface.clone(),
+            rate_bps: l.rate_mbit.map(|m| m * 1_000_000),
+        })
+        .collect();
+    let mut sampler = Sampler::new(links).map_err(|e| other("rtnetlink", e.to_string()))?;
+
+    // ECN-eligible counter: its own instance of the embedded object, kept alive (the tcx
+    // links detach when it is dropped).
+    let mut ebpf = aya::EbpfLoader::new()
+        .load(crate::sys::bpf::path_table::EBPF_OBJECT)
+        .map_err(|e| other("eBPF object", e.to_string()))?;
+    {
+        use aya::programs::{LinkOrder, SchedClassifier, TcAttachType, tc::TcAttachOptions};
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut(lq_common::maps::ECN_PROGRAM)
+            .ok_or_else(|| other("eBPF object", "no ECN program".into()))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| other("ECN program", e.to_string()))?;
+        prog.load()
+            .map_err(|e| other("ECN program", e.to_string()))?;
+        for l in &cfg.link {
+            if let Err(tcx) = prog.attach_with_options(
+                &l.interface,
+                TcAttachType::Egress,
+                TcAttachOptions::TcxOrder(LinkOrder::default()),
+            ) {
+                warn!(iface = %l.interface, error = %tcx, "tcx egress attach failed; trying a clsact qdisc");
+                let _ = aya::programs::tc::qdisc_add_clsact(&l.interface);
+                prog.attach_with_options(
+                    &l.interface,
+                    TcAttachType::Egress,
+                    TcAttachOptions::Netlink(Default::default()),
+                )
+                .map_err(|e| other(&l.interface, e.to_string()))?;
+            }
+        }
+    }
+    let map = ebpf
+        .take_map(lq_common::maps::ECN_ELIGIBLE_MAP)
+        .ok_or_else(|| other("eBPF object", "no ECN map".into()))?;
+    let eligible: aya::maps::PerCpuHashMap<aya::maps::MapData, u32, u64> =
+        aya::maps::PerCpuHashMap::try_from(map).map_err(|e| other("ECN map", e.to_string()))?;
+    sampler.set_ecn_eligible_source(Box::new(move |ifindex: u32, _name: &str| {
+        // No entry yet: no ECN-capable packet has left this link, a count of 0.
+        Some(eligible.get(&ifindex, 0).map_or(0, |v| v.iter().sum()))
+    }));
+
+    if let Some(dir) = pfc_pin_dir {
+        let reader = crate::sys::bpf::pfc::PfcReader::open(dir)
+            .map_err(|e| other("PFC maps", e.to_string()))?;
+        // The priorities that matter: the link's DCB configuration when the driver has one
+        // (dcbnl IEEE PFC pfc_en), else `pfc-priorities`, else all eight.
+        let mut rtnl = crate::sys::netlink::Rtnl::open().ok();
+        let prios: std::collections::BTreeMap<String, Vec<u8>> = cfg
+            .link
+            .iter()
+            .filter(|l| cfg.pfc.interfaces.contains(&l.interface))
+            .map(|l| {
+                let dcb = rtnl
+                    .as_mut()
+                    .and_then(|r| crate::sys::netlink::dcb::pfc_enabled(r, &l.interface).ok().flatten())
+                    .filter(|en| *en != 0);
+                let p = match dcb {
+                    Some(en) => {
+                        info!(iface = %l.interface, pfc_en = en, "PFC priorities from the link's DCB configuration");
+                        crate::sys::netlink::dcb::priorities(en)
+                    }
+                    None if !l.pfc_priorities.is_empty() => l.pfc_priorities.clone(),
+                    None => (0..8).collect(),
+                };
+                (l.interface.clone(), p)
+            })
+            .collect();
+        sampler.set_pause_source(Box::new(move |ifindex: u32, name: &str| {
+            let ps = prios.get(name)?;
+            let now = crate::sys::clock::monotonic_ns();
+            ps.iter()
+                .filter_map(|p| reader.paused_ns(ifindex, *p, now).ok())
+                .max()
+        }));
+    }
+    Ok(Box::new(KernelSource {
+        sampler,
+        last: Vec::new(),
+        mtus: Vec::new(),
+        _ecn: ebpf,
+    }))
+}
+
+/// [`CounterSource`] over the kernel sampler. All samples of one step carry the step's
+/// time, so the pipeline and the advertiser share one clock.
+struct KernelSource {
+    sampler: crate::sys::sampler::Sampler,
+    last: Vec<Value>,
+    mtus: Vec<Option<u32>>,
+    _ecn: aya::Ebpf,
+}
+
+impl CounterSource for KernelSource {
+    fn sample(&mut self, t_ns: u64) -> Result<Vec<RawSample>, String> {
+        let samples = self.sampler.sample().map_err(|e| e.to_string())?;
+        self.last = samples
+            .iter()
+            .map(|s| {
+                json!({
+                    "speed-source": s.speed_source.as_str(),
+                    "link-speed-bps": s.raw.link_speed_bps,
+                    "qdisc": s.qdisc,
+                    "ecn-eligible-packets": s.raw.ecn_eligible,
+                    "ecn-marked-packets": s.raw.ecn_marked,
+                    "pfc-paused-ns": s.raw.pause_ns,
+                    "notes": s.notes,
+                })
+            })
+            .collect();
+        self.mtus.clear();
+        self.mtus.extend(samples.iter().map(|s| s.mtu));
+        Ok(samples
+            .into_iter()
+            .map(|s| RawSample { t_ns, ..s.raw })
+            .collect())
+    }
+
+    fn describe(&self) -> Vec<Value> {
+        self.last.clone()
+    }
+
+    fn link_mtus(&self) -> &[Option<u32>] {
+        &self.mtus
+    }
+}

@@ -1,0 +1,527 @@
+//! The slow plane (seed 003 section 4.1): "A path is eligible for forwarding only if
+//! permitted by the slow plane (BGP route installed) AND confirmed healthy by the fast
+//! plane (LQS > 0)".
+//!
+//! [`SlowPlane`] is the deterministic core: fed typed route and nexthop events (a kernel
+//! dump, then RTNLGRP_IPV4_ROUTE / IPV6_ROUTE / NEXTHOP notifications; see [`monitor`]),
+//! it keeps the routes of the followed protocols (`bgp` by default) and answers which
+//! destinations lq steers and which uplinks are eligible for each: the next hops of the
+//! best such route, resolved through zebra's nexthop objects where the route points at one,
+//! and never more. A route with a next hop that is not an lq uplink is left to the routing
+//! daemon alone. No time and no I/O here.
+//!
+//! The NNH mapping of those destinations (section 6.1) comes from covering rules of the
+//! configuration (`[[slow-plane.map]]`); a destination without one falls back to
+//! local-only quality, as section 6.1 prescribes.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
+
+pub use crate::sys::netlink::route::{Hop, Message, RouteMsg};
+use crate::{
+    core::controller::path_quality::{NodeId, Prefix, UplinkId},
+    sys::netlink::nexthop::{NexthopMsg, RTPROT_LQ},
+};
+
+/// The main routing table, where zebra installs BGP's routes.
+pub const RT_TABLE_MAIN: u32 = 254;
+
+/// An event for the core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteEvent {
+    /// A route appeared or was replaced.
+    NewRoute(RouteMsg),
+    /// A route went.
+    DelRoute(RouteMsg),
+    /// A nexthop object appeared or changed.
+    NewNexthop(NexthopMsg),
+    /// A nexthop object went.
+    DelNexthop(u32),
+    /// Notifications were lost (socket overrun): forget everything; a fresh dump follows.
+    Reset,
+}
+
+/// One lq uplink as the kernel names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UplinkPort {
+    /// lq's uplink id.
+    pub id: UplinkId,
+    /// Its interface's ifindex.
+    pub oif: u32,
+    /// The spine's address on it.
+    pub gateway: IpAddr,
+}
+
+/// A covering rule `prefix -> remote node` (section 6.1, provisioned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapRule {
+    /// Covering prefix.
+    pub prefix: Prefix,
+    /// The remote leaf.
+    pub remote: NodeId,
+}
+
+/// What the core follows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Route protocols followed (RTPROT_BGP = 186 ...).
+    pub protocols: BTreeSet<u8>,
+    /// The table the followed routes live in (main).
+    pub source_table: u32,
+    /// lq's own table, where its steered copies live.
+    pub lq_table: u32,
+    /// lq's uplinks.
+    pub uplinks: Vec<UplinkPort>,
+    /// Covering rules, any order.
+    pub rules: Vec<MapRule>,
+}
+
+/// Counters of the core.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Routes of followed protocols seen (adds and replaces).
+    pub route_updates: u64,
+    /// Route withdrawals of followed protocols seen.
+    pub route_withdrawals: u64,
+    /// Followed routes left to the routing daemon: a next hop that is no lq uplink.
+    pub foreign_next_hops: u64,
+    /// Resynchronisations after lost notifications.
+    pub resets: u64,
+}
+
+/// The slow plane's state: followed routes, nexthop objects, lq's own routes.
+#[derive(Clone, Debug)]
+pub struct SlowPlane {
+    settings: Settings,
+    /// Followed routes by (prefix, metric): the kernel's key within one table.
+    routes: BTreeMap<(Prefix, u32), RouteMsg>,
+    /// Every nexthop object by id (zebra's, lq's and others').
+    nexthops: BTreeMap<u32, NexthopMsg>,
+    /// lq's routes in its own table: prefix -> nexthop id (for adoption after a restart).
+    lq_routes: BTreeMap<Prefix, Option<u32>>,
+    /// Counters.
+    pub counters: Counters,
+}
+
+/// Protocol names as iproute2's rt_protos and FRR's rt_netlink.c use them.
+pub fn protocol_number(name: &str) -> Option<u8> {
+    Some(match name {
+        "kernel" => 2,
+        "boot" => 3,
+        "static" => 4,
+        "babel" => 42,
+        "bgp" => 186,
+        "isis" => 187,
+        "ospf" => 188,
+        "rip" => 189,
+        "zstatic" => 196,
+        other => return other.parse().ok(),
+    })
+}
+
+fn route_prefix(r: &RouteMsg) -> Option<Prefix> {
+    let addr = match (r.dst, r.family as i32) {
+        (Some(a), _) => a,
+        (None, libc::AF_INET) => IpAddr::from([0u8; 4]),
+        (None, libc::AF_INET6) => IpAddr::from([0u8; 16]),
+        _ => return None,
+    };
+    Some(Prefix {
+        addr,
+        len: r.dst_len,
+    })
+}
+
+fn covers(rule: &Prefix, p: &Prefix) -> bool {
+    if rule.len > p.len {
+        return false;
+    }
+    match (rule.addr, p.addr) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(rule.len)).unwrap_or(0);
+            u32::from(a) & mask == u32::from(b) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(rule.len))
+                .unwrap_or(0);
+            u128::from(a) & mask == u128::from(b) & mask
+        }
+        _ => false,
+    }
+}
+
+impl SlowPlane {
+    /// An empty state.
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            routes: BTreeMap::new(),
+            nexthops: BTreeMap::new(),
+            lq_routes: BTreeMap::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Replaces the settings (a reload); the kernel state is kept.
+    pub fn set_settings(&mut self, settings: Settings) {
+        self.settings = settings;
+    }
+
+    /// Applies one event.
+    pub fn apply(&mut self, event: RouteEvent) {
+        match event {
+            RouteEvent::Reset => {
+                self.routes.clear();
+                self.nexthops.clear();
+                self.lq_routes.clear();
+                self.counters.resets += 1;
+            }
+            RouteEvent::NewNexthop(n) => {
+                if let Some(id) = n.id {
+                    self.nexthops.insert(id, n);
+                }
+            }
+            RouteEvent::DelNexthop(id) => {
+                self.nexthops.remove(&id);
+            }
+            RouteEvent::NewRoute(r) => {
+                let Some(p) = route_prefix(&r) else { return };
+                if r.table == self.settings.lq_table && r.protocol == RTPROT_LQ {
+                    self.lq_routes.insert(p, r.nhid);
+                } else if self.followed(&r) {
+                    self.counters.route_updates += 1;
+                    self.routes.insert((p, r.priority), r);
+                } else if r.table == self.settings.source_table {
+                    // Another protocol took the (prefix, metric) slot (a replace).
+                    self.routes.remove(&(p, r.priority));
+                }
+            }
+            RouteEvent::DelRoute(r) => {
+                let Some(p) = route_prefix(&r) else { return };
+                if r.table == self.settings.lq_table && r.protocol == RTPROT_LQ {
+                    self.lq_routes.remove(&p);
+                } else if r.table == self.settings.source_table
+                    && self.routes.remove(&(p, r.priority)).is_some()
+                {
+                    self.counters.route_withdrawals += 1;
+                }
+            }
+        }
+    }
+
+    fn followed(&self, r: &RouteMsg) -> bool {
+        r.table == self.settings.source_table
+            && r.kind == crate::sys::netlink::route::RTN_UNICAST
+            && self.settings.protocols.contains(&r.protocol)
+    }
+
+    /// The next hops of a route: its nexthop object's (a group's members' when a group),
+    /// else its own. A route whose nexthop object is gone (the kernel flushes those without
+    /// a route notification) has none.
+    fn hops(&self, r: &RouteMsg) -> Vec<Hop> {
+        let Some(id) = r.nhid else {
+            return r.hops.clone();
+        };
+        let Some(nh) = self.nexthops.get(&id) else {
+            return Vec::new();
+        };
+        let one = |n: &NexthopMsg| {
+            n.oif.map(|oif| Hop {
+                oif,
+                gateway: n.gateway,
+            })
+        };
+        if nh.group.is_empty() {
+            one(nh).into_iter().collect()
+        } else {
+            nh.group
+                .iter()
+                .map(|m| self.nexthops.get(&m.id).and_then(one))
+                .collect::<Option<Vec<_>>>()
+                .unwrap_or_default()
+        }
+    }
+
+    fn uplink_of(&self, hop: &Hop) -> Option<UplinkId> {
+        let on_oif: Vec<&UplinkPort> = self
+            .settings
+            .uplinks
+            .iter()
+            .filter(|u| u.oif == hop.oif)
+            .collect();
+        match on_oif.as_slice() {
+            [] => None,
+            [one] => Some(one.id),
+            // Several uplinks share the interface: the gateway tells them apart.
+            many => many
+                .iter()
+                .find(|u| Some(u.gateway) == hop.gateway)
+                .map(|u| u.id),
+        }
+    }
+
+    /// The destinations lq steers and the eligible uplinks of each: per prefix the best
+    /// (lowest metric) followed route, if all its next hops are lq uplinks.
+    pub fn eligible(&self) -> BTreeMap<Prefix, BTreeSet<UplinkId>> {
+        let mut out = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for ((prefix, _metric), r) in &self.routes {
+            // Keys sort by metric within a prefix: the first one is the best.
+            if !seen.insert(*prefix) {
+                continue;
+            }
+            let hops = self.hops(r);
+            let members: Option<BTreeSet<UplinkId>> =
+                hops.iter().map(|h| self.uplink_of(h)).collect();
+            match members {
+                Some(m) if !m.is_empty() => {
+                    out.insert(*prefix, m);
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// How many followed routes are left to the routing daemon because a next hop is no
+    /// lq uplink (for the counters).
+    pub fn foreign_routes(&self) -> usize {
+        let steered = self.eligible().len();
+        let prefixes: BTreeSet<&Prefix> = self.routes.keys().map(|(p, _)| p).collect();
+        prefixes.len().saturating_sub(steered)
+    }
+
+    /// lq's routes in its table (prefix -> nexthop id), as the kernel reports them.
+    pub fn lq_routes(&self) -> &BTreeMap<Prefix, Option<u32>> {
+        &self.lq_routes
+    }
+
+    /// A nexthop object by id.
+    pub fn nexthop(&self, id: u32) -> Option<&NexthopMsg> {
+        self.nexthops.get(&id)
+    }
+
+    /// The remote node of `prefix` by the longest covering rule (section 6.1).
+    pub fn remote_of(&self, prefix: &Prefix) -> Option<NodeId> {
+        self.settings
+            .rules
+            .iter()
+            .filter(|r| covers(&r.prefix, prefix))
+            .max_by_key(|r| r.prefix.len)
+            .map(|r| r.remote)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::controller::path_quality::node;
+    use crate::sys::netlink::nexthop::GroupMember;
+
+    fn p(s: &str) -> Prefix {
+        let (a, l) = s.split_once('/').unwrap();
+        Prefix {
+            addr: a.parse().unwrap(),
+            len: l.parse().unwrap(),
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            protocols: [186].into(),
+            source_table: 254,
+            lq_table: 76,
+            uplinks: vec![
+                UplinkPort {
+                    id: 1,
+                    oif: 11,
+                    gateway: "10.0.1.1".parse().unwrap(),
+                },
+                UplinkPort {
+                    id: 2,
+                    oif: 12,
+                    gateway: "10.0.2.1".parse().unwrap(),
+                },
+            ],
+            rules: vec![
+                MapRule {
+                    prefix: p("10.2.0.0/16"),
+                    remote: node(65102, 2),
+                },
+                MapRule {
+                    prefix: p("10.2.3.0/24"),
+                    remote: node(65103, 3),
+                },
+            ],
+        }
+    }
+
+    fn route(prefix: &str, proto: u8, metric: u32, nhid: Option<u32>, hops: &[u32]) -> RouteMsg {
+        let pr = p(prefix);
+        RouteMsg {
+            family: 2,
+            dst_len: pr.len,
+            table: 254,
+            protocol: proto,
+            kind: 1,
+            priority: metric,
+            dst: Some(pr.addr),
+            nhid,
+            hops: hops.iter().map(|&oif| Hop { oif, gateway: None }).collect(),
+        }
+    }
+
+    fn gw(id: u32, oif: u32) -> NexthopMsg {
+        NexthopMsg {
+            id: Some(id),
+            oif: Some(oif),
+            protocol: 11,
+            ..Default::default()
+        }
+    }
+
+    fn group(id: u32, members: &[u32]) -> NexthopMsg {
+        NexthopMsg {
+            id: Some(id),
+            protocol: 11,
+            group: members
+                .iter()
+                .map(|&id| GroupMember { id, weight: 1 })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_zebra_group_route_makes_its_members_eligible_and_a_withdrawal_shrinks_them() {
+        let mut s = SlowPlane::new(settings());
+        s.apply(RouteEvent::NewNexthop(gw(5, 11)));
+        s.apply(RouteEvent::NewNexthop(gw(6, 12)));
+        s.apply(RouteEvent::NewNexthop(group(7, &[5, 6])));
+        s.apply(RouteEvent::NewRoute(route(
+            "10.2.3.0/24",
+            186,
+            20,
+            Some(7),
+            &[],
+        )));
+        assert_eq!(s.eligible()[&p("10.2.3.0/24")], [1, 2].into());
+        // BGP withdraws the path via uplink 2: zebra replaces the group's members.
+        s.apply(RouteEvent::NewNexthop(group(7, &[5])));
+        assert_eq!(s.eligible()[&p("10.2.3.0/24")], [1].into());
+        // ... or points the route at another object.
+        s.apply(RouteEvent::NewRoute(route(
+            "10.2.3.0/24",
+            186,
+            20,
+            Some(6),
+            &[],
+        )));
+        assert_eq!(s.eligible()[&p("10.2.3.0/24")], [2].into());
+        s.apply(RouteEvent::DelRoute(route(
+            "10.2.3.0/24",
+            186,
+            20,
+            None,
+            &[],
+        )));
+        assert!(s.eligible().is_empty());
+        assert_eq!(s.counters.route_withdrawals, 1);
+    }
+
+    #[test]
+    fn a_route_whose_object_is_gone_has_no_eligible_members() {
+        let mut s = SlowPlane::new(settings());
+        s.apply(RouteEvent::NewNexthop(gw(5, 11)));
+        s.apply(RouteEvent::NewRoute(route(
+            "10.2.3.0/24",
+            186,
+            20,
+            Some(5),
+            &[],
+        )));
+        assert_eq!(s.eligible().len(), 1);
+        s.apply(RouteEvent::DelNexthop(5));
+        assert!(s.eligible().is_empty());
+    }
+
+    #[test]
+    fn multipath_routes_other_protocols_and_foreign_next_hops() {
+        let mut s = SlowPlane::new(settings());
+        s.apply(RouteEvent::NewRoute(route(
+            "10.9.0.0/24",
+            186,
+            20,
+            None,
+            &[11, 12],
+        )));
+        s.apply(RouteEvent::NewRoute(route(
+            "10.8.0.0/24",
+            2,
+            0,
+            None,
+            &[11, 12],
+        )));
+        s.apply(RouteEvent::NewRoute(route(
+            "10.7.0.0/24",
+            186,
+            20,
+            None,
+            &[11, 99],
+        )));
+        let e = s.eligible();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[&p("10.9.0.0/24")], [1, 2].into());
+        assert_eq!(s.foreign_routes(), 1);
+    }
+
+    #[test]
+    fn the_best_metric_wins() {
+        let mut s = SlowPlane::new(settings());
+        s.apply(RouteEvent::NewRoute(route(
+            "10.9.0.0/24",
+            186,
+            30,
+            None,
+            &[11, 12],
+        )));
+        s.apply(RouteEvent::NewRoute(route(
+            "10.9.0.0/24",
+            186,
+            20,
+            None,
+            &[12],
+        )));
+        assert_eq!(s.eligible()[&p("10.9.0.0/24")], [2].into());
+    }
+
+    #[test]
+    fn lq_routes_are_tracked_apart_and_reset_forgets() {
+        let mut s = SlowPlane::new(settings());
+        let mut r = route("10.9.0.0/24", RTPROT_LQ, 0, Some(77), &[]);
+        r.table = 76;
+        s.apply(RouteEvent::NewRoute(r.clone()));
+        assert_eq!(s.lq_routes()[&p("10.9.0.0/24")], Some(77));
+        assert!(s.eligible().is_empty());
+        s.apply(RouteEvent::Reset);
+        assert!(s.lq_routes().is_empty());
+        assert_eq!(s.counters.resets, 1);
+    }
+
+    #[test]
+    fn the_longest_covering_rule_names_the_remote() {
+        let s = SlowPlane::new(settings());
+        assert_eq!(s.remote_of(&p("10.2.3.0/24")), Some(node(65103, 3)));
+        assert_eq!(s.remote_of(&p("10.2.9.0/24")), Some(node(65102, 2)));
+        assert_eq!(s.remote_of(&p("10.3.0.0/24")), None);
+        assert_eq!(s.remote_of(&p("10.0.0.0/8")), None);
+    }
+}

@@ -1,0 +1,304 @@
+//! The load-balancer's slow-plane steering (seed 003 section 4.1), a child module of
+//! [`crate::roles::load_balancer`]: turns the core's eligible sets ([`crate::roles::load_balancer::slow_plane`]) into
+//! lqd's groups and routes, and restricts each destination's members to them.
+//!
+//! lq's steered copy of a BGP route is the same prefix in lq's own table (`[slow-plane]
+//! table`, default 76), reached through a policy rule `lookup 76` before the main table.
+//! Not the main table with a better metric: zebra reads such a route as a kernel route
+//! (distance 0), selects it and uninstalls BGP's own route (seen with FRR 8.4), which would
+//! withdraw lq's copy in turn. A destination lq does not steer finds nothing in lq's table
+//! and falls through to the main table, i.e. to FRR's routes; so does every destination
+//! once lqd removes its copies on exit. FRR's routes and nexthop objects are never touched.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tracing::{info, warn};
+
+use super::slow_plane::{RouteEvent, SlowPlane, UplinkPort};
+use super::{GROUP_ID_OFFSET, GroupState, LoadBalancer, LoadBalancerError, format_prefix};
+use crate::{
+    core::controller::path_quality::{PathQualityReport, Prefix, UplinkId},
+    sys::netlink::{
+        RtnlError, encode_route_delete, ifindex, nexthop::RTPROT_LQ, route as route_msg,
+    },
+};
+
+/// Slow-plane groups are `id_base + GROUP_ID_OFFSET + SLOW_GROUP_OFFSET + k`, apart from the
+/// `[[destination]]` groups (`+ n`), so a restart tells them apart.
+pub const SLOW_GROUP_OFFSET: u32 = 0x8000;
+const SLOW_GROUP_SPAN: u32 = 0x100_0000;
+
+impl LoadBalancer {
+    fn slow_range(&self) -> std::ops::Range<u32> {
+        let first = self.cfg.nexthop_group.id_base + GROUP_ID_OFFSET + SLOW_GROUP_OFFSET;
+        first..first + SLOW_GROUP_SPAN
+    }
+
+    fn slow_settings(&self) -> Option<crate::roles::load_balancer::slow_plane::Settings> {
+        let sp = self.cfg.slow_plane.as_ref()?;
+        let mut ports = Vec::new();
+        for u in &self.cfg.uplink {
+            match ifindex(&u.interface) {
+                Ok(oif) => ports.push(UplinkPort {
+                    id: UplinkId::from(u.id),
+                    oif,
+                    gateway: u.gateway,
+                }),
+                Err(e) => {
+                    warn!(error = %e, "slow plane: uplink interface not found; its routes are left to the routing daemon")
+                }
+            }
+        }
+        Some(sp.settings(ports))
+    }
+
+    /// With `[slow-plane]`: the core and the policy rules (IPv4, IPv6) to lq's table.
+    pub(super) fn slow_plane_start(&mut self) -> Result<(), LoadBalancerError> {
+        let Some(settings) = self.slow_settings() else {
+            return Ok(());
+        };
+        let (table, priority) = (settings.lq_table, self.slow_rule_priority());
+        if let Some(rtnl) = self.rtnl.as_mut() {
+            for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+                match rtnl.request("policy rule", |seq| {
+                    route_msg::encode_rule(true, family, table, priority, seq)
+                }) {
+                    Ok(()) => info!(
+                        family,
+                        table, priority, "policy rule: lookup lq's table before main"
+                    ),
+                    Err(RtnlError::Refused { source, .. })
+                        if source.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) if family == libc::AF_INET6 as u8 => {
+                        warn!(error = %e, "IPv6 policy rule refused: IPv6 routes are not steered");
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        info!(protocols = ?settings.protocols, table, "slow plane: following the routing daemon's routes (seed 003 section 4.1)");
+        self.slow = Some(SlowPlane::new(settings));
+        Ok(())
+    }
+
+    fn slow_rule_priority(&self) -> u32 {
+        self.cfg
+            .slow_plane
+            .as_ref()
+            .map_or(1000, |s| s.rule_priority)
+    }
+
+    /// Whether `[slow-plane]` is on (the daemon then feeds [`Self::route_events`]).
+    pub fn slow_plane_enabled(&self) -> bool {
+        self.slow.is_some()
+    }
+
+    /// After a reload: the settings again, and the slow plane's destinations back into the
+    /// freshly built NNH mapping.
+    pub(super) fn slow_plane_reload(&mut self) {
+        if let (Some(settings), Some(_)) = (self.slow_settings(), self.slow.as_ref())
+            && let Some(slow) = self.slow.as_mut()
+        {
+            slow.set_settings(settings);
+        }
+        self.slow_sync();
+    }
+
+    /// Feeds route and nexthop events to the core and brings lqd's groups and routes in
+    /// line at once: a destination BGP withdrew loses lq's route here, before any step.
+    /// Returns how many destinations came or went.
+    pub fn route_events(&mut self, events: Vec<RouteEvent>) -> usize {
+        let Some(slow) = self.slow.as_mut() else {
+            return 0;
+        };
+        for e in events {
+            slow.apply(e);
+        }
+        self.slow_sync()
+    }
+
+    fn slow_sync(&mut self) -> usize {
+        // Out of `self` for the pass, so the kernel can be programmed while it is read.
+        let Some(slow) = self.slow.take() else {
+            return 0;
+        };
+        let changed = self.slow_sync_with(&slow);
+        self.slow = Some(slow);
+        changed
+    }
+
+    fn slow_sync_with(&mut self, slow: &SlowPlane) -> usize {
+        let eligible = slow.eligible();
+        let range = self.slow_range();
+        let mut changed = 0;
+        // Gone: BGP's route went (or no longer runs over lq's uplinks only).
+        let gone: Vec<(Prefix, GroupState)> = self
+            .groups
+            .iter()
+            .filter(|(p, g)| g.table.is_some() && !eligible.contains_key(p))
+            .map(|(p, g)| (*p, g.clone()))
+            .collect();
+        for (p, g) in gone {
+            self.groups.remove(&p);
+            if !self.cfg.destination.iter().any(|d| d.prefix.0 == p) {
+                self.mapping.destinations.remove(&p);
+            }
+            self.slow_remove(&p, g.table, Some(g.id));
+            info!(prefix = %format_prefix(&p), group = g.id, "slow plane: the routing daemon's route went; lq's route removed");
+            changed += 1;
+        }
+        // Stale copies of lq's (a killed lqd's) that no destination owns.
+        let stale: Vec<(Prefix, Option<u32>)> = slow
+            .lq_routes()
+            .iter()
+            .filter(|(p, _)| !self.groups.contains_key(p) && !eligible.contains_key(p))
+            .map(|(p, id)| (*p, *id))
+            .collect();
+        for (p, id) in stale {
+            let id = id.filter(|id| {
+                range.contains(id) && slow.nexthop(*id).is_none_or(|n| n.protocol == RTPROT_LQ)
+            });
+            self.slow_remove(&p, Some(slow.settings().lq_table), id);
+        }
+        // New: adopt lq's route and group a previous lqd left, or allocate a group id.
+        let now = super::monotonic_ns();
+        let mut used: BTreeSet<u32> = self.groups.values().map(|g| g.id).collect();
+        used.extend(slow.lq_routes().values().flatten().copied());
+        let mut next = range.start;
+        for (p, members) in &eligible {
+            if self.groups.contains_key(p) {
+                continue;
+            }
+            if self.cfg.destination.iter().any(|d| d.prefix.0 == *p) {
+                // A `[[destination]]` of the same prefix is lqd's own and wins.
+                continue;
+            }
+            let mut state = GroupState {
+                table: Some(slow.settings().lq_table),
+                ..Default::default()
+            };
+            let adopted = slow
+                .lq_routes()
+                .get(p)
+                .copied()
+                .flatten()
+                .filter(|id| range.contains(id))
+                .and_then(|id| slow.nexthop(id).map(|g| (id, g)))
+                .filter(|(_, g)| g.protocol == RTPROT_LQ && !g.group.is_empty());
+            if let Some((id, g)) = adopted {
+                let base = self.cfg.nexthop_group.id_base;
+                state.id = id;
+                state.kernel = g
+                    .group
+                    .iter()
+                    .map(|m| (m.id.saturating_sub(base), m.weight))
+                    .filter(|(u, _)| members.contains(u))
+                    .collect();
+                state.route_installed = true;
+                let applied = self.fractions_of(&state.kernel);
+                self.weights.seed(*p, &applied, now);
+                info!(prefix = %format_prefix(p), group = id, weights = ?state.kernel, "slow plane: adopted lq's existing route and group");
+            } else {
+                // An id some other daemon holds is skipped, never taken over: zebra reads
+                // lq's groups as kernel nexthop groups and, when lqd deletes one that a
+                // route of its RIB still names, installs it again under the same id as
+                // its own (seen with FRR 8.4 after an lqd restart).
+                while used.contains(&next) || slow.nexthop(next).is_some() {
+                    next += 1;
+                }
+                if !range.contains(&next) {
+                    warn!(prefix = %format_prefix(p), "slow plane: group ids exhausted; left to the routing daemon");
+                    continue;
+                }
+                state.id = next;
+                used.insert(next);
+            }
+            self.mapping.destinations.insert(*p, slow.remote_of(p));
+            info!(prefix = %format_prefix(p), group = state.id, eligible = ?members, remote = ?slow.remote_of(p), "slow plane: steering the routing daemon's route");
+            self.groups.insert(*p, state);
+            changed += 1;
+        }
+        changed
+    }
+
+    /// Deletes lq's route for `p` in `table` and lq's group `id` (never anyone else's:
+    /// the route delete names protocol lq, the id is in lq's range).
+    fn slow_remove(&mut self, p: &Prefix, table: Option<u32>, id: Option<u32>) {
+        let Some(rtnl) = self.rtnl.as_mut() else {
+            return;
+        };
+        if let Some(table) = table
+            && let Err(e) = rtnl.request("delete route", |seq| encode_route_delete(p, table, seq))
+        {
+            tracing::debug!(error = %e, "lq's route already gone");
+        }
+        if let Some(id) = id {
+            let _ = rtnl.delete_nexthop(id);
+        }
+    }
+
+    /// Keeps only the members the slow plane permits (section 4.1), per steered destination.
+    pub(super) fn restrict_to_slow_plane(&self, report: &mut PathQualityReport) {
+        let Some(slow) = self.slow.as_ref() else {
+            return;
+        };
+        let eligible: BTreeMap<Prefix, BTreeSet<UplinkId>> = slow.eligible();
+        for (p, dq) in report.destinations.iter_mut() {
+            if self.groups.get(p).is_some_and(|g| g.table.is_some())
+                && let Some(set) = eligible.get(p)
+            {
+                dq.members.retain(|m| set.contains(&m.uplink));
+            }
+        }
+    }
+
+    /// On exit: removes lq's steered routes and groups, so forwarding falls back to the
+    /// routing daemon's own routes (a copy nobody follows any more could keep traffic on a
+    /// path BGP withdraws later). The policy rule stays: with an empty table it is inert.
+    pub fn withdraw_slow_plane(&mut self) {
+        let steered: Vec<(Prefix, GroupState)> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.table.is_some())
+            .map(|(p, g)| (*p, g.clone()))
+            .collect();
+        for (p, g) in &steered {
+            self.groups.remove(p);
+            self.slow_remove(p, g.table, Some(g.id));
+        }
+        if !steered.is_empty() {
+            info!(
+                routes = steered.len(),
+                "slow plane: lq's routes removed; forwarding is the routing daemon's"
+            );
+        }
+    }
+
+    /// The slow plane's state for `lqd show`.
+    pub fn slow_plane_json(&self) -> serde_json::Value {
+        let Some(slow) = self.slow.as_ref() else {
+            return serde_json::Value::Null;
+        };
+        let c = slow.counters;
+        let steered: Vec<serde_json::Value> = slow
+            .eligible()
+            .iter()
+            .map(|(p, m)| {
+                serde_json::json!({
+                    "prefix": format_prefix(p),
+                    "eligible-uplinks": m,
+                    "group-id": self.groups.get(p).map(|g| g.id),
+                    "remote": slow.remote_of(p).map(|r| format!("{}/{}", r.node_as, std::net::Ipv4Addr::from(r.node_id))),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "table": slow.settings().lq_table,
+            "steered": steered,
+            "route-updates": c.route_updates,
+            "route-withdrawals": c.route_withdrawals,
+            "foreign-routes": slow.foreign_routes(),
+            "resets": c.resets,
+        })
+    }
+}

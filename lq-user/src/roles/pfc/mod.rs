@@ -1,0 +1,516 @@
+//! The PFC service of the daemon (seed 000): attaches the PFC counter to `[pfc]`
+//! interfaces and, with `[ipfix]`, exports the per-priority received counts as IPFIX
+//! Options Template records every interval, through the counter model that assigns epochs
+//! (a reset starts a new epoch; a missing reading is never exported as zero).
+//!
+//! Transmitted counts are exported only from a source that confirms emission (seed 000
+//! section 5); none is configured by default, so only template 256 carries data.
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, time::Duration};
+
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use crate::{
+    config::{Config, IpfixTransport},
+    core::pfc::counter::{CounterTracker, RawReading, SourceInstance},
+    ipfix::{Direction, ExporterConfig, PfcRecord, UdpExporter},
+    sys::{
+        bpf::pfc::{PfcCounter, PfcReader},
+        clock::{monotonic_ns, unix_ms_now},
+    },
+};
+
+/// Errors of the PFC service.
+#[derive(Debug, thiserror::Error)]
+pub enum PfcServiceError {
+    /// Loading or attaching the tc program.
+    #[error(transparent)]
+    Pfc(#[from] crate::sys::bpf::pfc::PfcError),
+    /// The exporter.
+    #[error(transparent)]
+    Export(#[from] crate::ipfix::ExportError),
+    /// Element identities.
+    #[error(transparent)]
+    Elements(#[from] crate::ipfix::ConfigError),
+    /// An ethtool source's statistic names (configuration validation refuses this first).
+    #[error("{0}")]
+    Ethtool(String),
+    /// TLS without its files (configuration validation refuses this first).
+    #[error("[ipfix] transport = \"tls\" needs tls-ca, tls-cert and tls-key")]
+    TlsFiles,
+    /// TLS certificates and keys.
+    #[error(transparent)]
+    Tls(#[from] crate::ipfix::TlsConfigError),
+    /// A bond or team device where a physical interface belongs (seed 000: never an
+    /// aggregate LAG counter).
+    #[error("{section} names an aggregate interface")]
+    Aggregate {
+        /// `[pfc] interfaces` or `[[pfc.ethtool]]`.
+        section: &'static str,
+        /// The aggregate and its members.
+        #[source]
+        source: crate::sys::lag::Aggregate,
+    },
+}
+
+/// The export transport.
+enum Exporter {
+    Udp(UdpExporter),
+    Tcp(crate::ipfix::TcpExporter),
+    Tls(crate::ipfix::TlsExporter),
+}
+
+impl Exporter {
+    /// Sends (UDP) or queues (TCP, TLS: a worker sends, reconnects and resends) the
+    /// records; returns the messages written.
+    fn export(&mut self, records: &[PfcRecord]) -> Result<usize, crate::ipfix::ExportError> {
+        match self {
+            Self::Udp(e) => e.export(records),
+            Self::Tcp(e) => e.export(records),
+            Self::Tls(e) => e.export(records),
+        }
+    }
+}
+
+/// Counting and, optionally, exporting.
+pub struct PfcService {
+    counter: PfcCounter,
+    reader: PfcReader,
+    exporter: Option<Exporter>,
+    interval: Duration,
+    trackers: BTreeMap<(u32, u8, Direction), CounterTracker>,
+    /// NIC sources, each keeping its socket, statistic layout and link speed between
+    /// exports (one statistics ioctl per source per export).
+    ethtool: Vec<(Direction, crate::sys::ethtool::StatsReader)>,
+    first_epoch: u32,
+    next_export_ns: u64,
+    /// Messages exported and export errors.
+    pub messages: u64,
+    /// Export errors (the collector unreachable etc.); counting goes on regardless.
+    pub export_errors: u64,
+    /// Readings of narrow counters not exported because their wraps could not be proven
+    /// (unknown link speed, or a read gap long enough for a full wrap).
+    pub withheld_readings: u64,
+    /// The counters whose last reading was withheld (to log each change once).
+    withholding: std::collections::BTreeSet<(u32, u8, Direction)>,
+}
+
+/// The PFC pin folder of an instance.
+pub fn pin_dir(cfg: &Config, instance: &str) -> PathBuf {
+    cfg.pfc.pin_dir.clone().unwrap_or_else(|| {
+        PathBuf::from(crate::sys::bpf::path_table::DEFAULT_PIN_ROOT).join(format!("{instance}-pfc"))
+    })
+}
+
+impl PfcService {
+    /// Loads the counter (reusing pinned maps: counts survive restarts), attaches it to the
+    /// configured interfaces, and connects the exporter.
+    pub fn start(cfg: &Config, instance: &str) -> Result<Self, PfcServiceError> {
+        // Seed 000: a record identifies a LAG's member interface, never the aggregate. Checked
+        // before anything is loaded or attached, with the members named.
+        for iface in &cfg.pfc.interfaces {
+            crate::sys::lag::refuse_aggregate(iface).map_err(|source| {
+                PfcServiceError::Aggregate {
+                    section: "[pfc] interfaces",
+                    source,
+                }
+            })?;
+        }
+        for e in &cfg.pfc.ethtool {
+            crate::sys::lag::refuse_aggregate(&e.interface).map_err(|source| {
+                PfcServiceError::Aggregate {
+                    section: "[[pfc.ethtool]] interface",
+                    source,
+                }
+            })?;
+        }
+        let dir = pin_dir(cfg, instance);
+        let mut counter = PfcCounter::load(&dir)?;
+        for iface in &cfg.pfc.interfaces {
+            let a = counter.attach(iface, cfg.pfc.speed_mbps)?;
+            info!(%iface, ifindex = a.info.ifindex, mode = ?a.mode, "PFC counter attached");
+        }
+        let reader = counter.reader()?;
+        let (exporter, interval) = match &cfg.ipfix {
+            Some(x) => {
+                let ec = ExporterConfig {
+                    observation_domain_id: x.observation_domain_id,
+                    observation_point_id: x.observation_point_id,
+                    elements: x.elements()?,
+                    template_refresh: Duration::from_secs(u64::from(x.template_refresh_s)),
+                    ..ExporterConfig::default()
+                };
+                let tcp = || crate::ipfix::TcpConfig {
+                    exporter: ExporterConfig {
+                        max_message_len: 16384,
+                        ..ec.clone()
+                    },
+                    dscp: x.dscp,
+                    socket_priority: x.socket_priority,
+                    ..crate::ipfix::TcpConfig::default()
+                };
+                let e = match x.transport {
+                    IpfixTransport::Udp => {
+                        let e = UdpExporter::connect(x.collector, ec)?;
+                        crate::sys::socket::set_traffic_class(
+                            e.socket(),
+                            x.dscp,
+                            x.socket_priority,
+                        );
+                        Exporter::Udp(e)
+                    }
+                    IpfixTransport::Tcp => {
+                        Exporter::Tcp(crate::ipfix::TcpExporter::connect(x.collector, tcp())?)
+                    }
+                    IpfixTransport::Tls => {
+                        let (Some(ca), Some(cert), Some(key)) =
+                            (&x.tls_ca, &x.tls_cert, &x.tls_key)
+                        else {
+                            return Err(PfcServiceError::TlsFiles);
+                        };
+                        let name = x
+                            .tls_server_name
+                            .clone()
+                            .unwrap_or_else(|| x.collector.ip().to_string());
+                        let tls = crate::ipfix::TlsClientConfig::from_files(ca, cert, key, &name)?;
+                        Exporter::Tls(crate::ipfix::TlsExporter::connect(x.collector, tcp(), tls)?)
+                    }
+                };
+                info!(collector = %x.collector, transport = ?x.transport, interval_ms = x.interval_ms, "IPFIX export");
+                (Some(e), Duration::from_millis(u64::from(x.interval_ms)))
+            }
+            None => (None, Duration::from_secs(1)),
+        };
+        // Epochs must differ from any exported before this start: derive them from the wall
+        // clock (seconds), so a restart never reuses an epoch of the previous run.
+        let first_epoch = (unix_ms_now() / 1000) as u32;
+        let mut ethtool = Vec::new();
+        for e in &cfg.pfc.ethtool {
+            let map = e.stat_map().map_err(PfcServiceError::Ethtool)?;
+            let dir = match e.direction {
+                crate::config::PfcDirection::Received => Direction::Received,
+                crate::config::PfcDirection::Transmitted => Direction::Transmitted,
+            };
+            info!(iface = %e.interface, direction = ?dir, "PFC counters from ethtool statistics");
+            ethtool.push((
+                dir,
+                crate::sys::ethtool::StatsReader::new(&e.interface, map),
+            ));
+        }
+        Ok(Self {
+            counter,
+            reader,
+            ethtool,
+            exporter,
+            interval,
+            trackers: BTreeMap::new(),
+            first_epoch,
+            next_export_ns: 0,
+            messages: 0,
+            export_errors: 0,
+            withheld_readings: 0,
+            withholding: std::collections::BTreeSet::new(),
+        })
+    }
+
+    /// When the next export is due (CLOCK_MONOTONIC ns), if exporting.
+    pub fn next_due(&self) -> Option<u64> {
+        self.exporter.as_ref().map(|_| self.next_export_ns)
+    }
+
+    /// Exports if due at `now_ns`.
+    pub fn tick(&mut self, now_ns: u64) {
+        if self.exporter.is_none() || now_ns < self.next_export_ns {
+            return;
+        }
+        self.next_export_ns = now_ns + self.interval.as_nanos() as u64;
+        let records = match self.records() {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(error = %e, "reading PFC counters failed; nothing exported this interval");
+                return;
+            }
+        };
+        if let Some(x) = self.exporter.as_mut() {
+            match x.export(&records) {
+                Ok(n) => self.messages += n as u64,
+                Err(e) => {
+                    self.export_errors += 1;
+                    warn!(error = %e, "IPFIX export failed; counting continues");
+                }
+            }
+        }
+    }
+
+    fn records(&mut self) -> Result<Vec<PfcRecord>, crate::sys::bpf::pfc::PfcError> {
+        let instance = u64::from(self.reader.instance());
+        let mono = monotonic_ns();
+        let unix = unix_ms_now();
+        let mut out = Vec::new();
+        for (ifindex, cfg) in self.reader.interfaces()? {
+            let counts = self.reader.rx_priorities(ifindex)?;
+            for (prio, c) in counts.iter().enumerate() {
+                // A missing reading is never exported as zero.
+                let Some(value) = *c else { continue };
+                let first_epoch = self.first_epoch;
+                let t = self
+                    .trackers
+                    .entry((ifindex, prio as u8, Direction::Received))
+                    .or_insert_with(|| CounterTracker::new(64, cfg.speed_mbps, first_epoch));
+                let (total, _) = t.update(RawReading {
+                    value,
+                    instance: SourceInstance {
+                        ifindex,
+                        id: instance,
+                    },
+                    mono_ns: mono,
+                    unix_ms: unix,
+                });
+                out.push(PfcRecord {
+                    direction: Direction::Received,
+                    interface: ifindex,
+                    priority: prio as u8,
+                    observed_ms: total.unix_ms,
+                    total: total.value,
+                    epoch: total.epoch,
+                });
+            }
+        }
+        // NIC counters: wrap accounting for narrow counters and reset detection (a new
+        // device identity or a decrease beyond a wrap) start a new epoch; a source that
+        // cannot be read exports nothing this interval, never zeros.
+        for (dir, src) in &mut self.ethtool {
+            let dir = &*dir;
+            let width_bits = src.width_bits();
+            let s = match src.read() {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(iface = src.iface(), error = %e, "ethtool PFC counters unreadable; not exported this interval");
+                    continue;
+                }
+            };
+            let r = crate::roles::pfc::tx::TxReading {
+                counts: s.counts,
+                width_bits,
+                instance: SourceInstance {
+                    ifindex: s.ifindex,
+                    id: s.device_id,
+                },
+            };
+            // The link speed bounds how many frames can have passed: what tells a wrap of
+            // a narrow counter from a reset (read once per source, cached by the reader).
+            let speed = s.speed_mbps;
+            for (prio, c) in r.counts.iter().enumerate() {
+                let Some(value) = *c else { continue };
+                let first_epoch = self.first_epoch;
+                let key = (r.instance.ifindex, prio as u8, *dir);
+                let t = self
+                    .trackers
+                    .entry(key)
+                    .or_insert_with(|| CounterTracker::new(r.width_bits, speed, first_epoch));
+                let (total, how) = t.update(RawReading {
+                    value,
+                    instance: r.instance,
+                    mono_ns: mono,
+                    unix_ms: unix,
+                });
+                // Seed 000: a narrow source whose wraps cannot be accounted for is not
+                // exported as pfcControlFrameTotalCount; the tracker began a new epoch.
+                if !how.exportable() {
+                    self.withheld_readings += 1;
+                    if self.withholding.insert(key) {
+                        warn!(
+                            ifindex = key.0,
+                            priority = key.1,
+                            direction = ?dir,
+                            width_bits = r.width_bits,
+                            speed_mbps = speed,
+                            interval_ms = self.interval.as_millis() as u64,
+                            "narrow PFC counter: wraps unprovable (unknown link speed, or a read gap long enough for a full wrap); reading not exported"
+                        );
+                    }
+                    continue;
+                }
+                if self.withholding.remove(&key) {
+                    info!(ifindex = key.0, priority = key.1, direction = ?dir, epoch = total.epoch, "narrow PFC counter: wraps provable again; exporting in a new epoch");
+                }
+                out.push(PfcRecord {
+                    direction: *dir,
+                    interface: r.instance.ifindex,
+                    priority: prio as u8,
+                    observed_ms: total.unix_ms,
+                    total: total.value,
+                    epoch: total.epoch,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Received PFC frames by (ifindex, priority), summed over CPUs.
+    pub fn rx_counts(&self) -> Result<BTreeMap<(u32, u8), u64>, crate::sys::bpf::pfc::PfcError> {
+        Ok(self
+            .reader
+            .rx_counts()?
+            .into_iter()
+            .map(|(k, v)| ((k.ifindex, k.priority as u8), v))
+            .collect())
+    }
+
+    /// The attached interfaces.
+    pub fn counter(&self) -> &PfcCounter {
+        &self.counter
+    }
+}
+
+/// `lqd show pfc`: per interface and priority, received PFC frames, paused time and
+/// rejected frames, read from the pins (works without a daemon).
+pub mod tx;
+
+pub fn show_json(pin_dir: &std::path::Path) -> Result<Value, crate::sys::bpf::pfc::PfcError> {
+    let reader = PfcReader::open(pin_dir)?;
+    let now = crate::sys::clock::monotonic_ns();
+    let mut ifaces = Vec::new();
+    for (ifindex, c) in reader.interfaces()? {
+        let counts = reader.rx_priorities(ifindex)?;
+        let mut prios = Vec::new();
+        for (p, v) in counts.iter().enumerate() {
+            prios.push(json!({
+                "priority": p,
+                "rx-frames": v,
+                "paused-ns": reader.paused_ns(ifindex, p as u8, now).ok(),
+            }));
+        }
+        ifaces.push(json!({
+            "ifindex": ifindex,
+            "mac": c.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
+            "speed-mbps": c.speed_mbps,
+            "priorities": prios,
+        }));
+    }
+    let rejects: serde_json::Map<String, Value> = reader
+        .rejects()?
+        .iter()
+        .map(|(r, n)| (r.name().to_string(), json!(n)))
+        .collect();
+    Ok(json!({ "interfaces": ifaces, "rejected": rejects, "counter-instance": reader.instance() }))
+}
+
+/// The table form of [`show_json`].
+pub fn show_table(v: &Value) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    for i in v["interfaces"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "ifindex {}  mac {}  speed {} Mbit/s",
+            i["ifindex"],
+            i["mac"].as_str().unwrap_or("?"),
+            i["speed-mbps"]
+        );
+        let _ = writeln!(
+            s,
+            "  {:<9} {:>14} {:>14}",
+            "PRIORITY", "RX-FRAMES", "PAUSED-MS"
+        );
+        for p in i["priorities"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                s,
+                "  {:<9} {:>14} {:>14}",
+                p["priority"],
+                p["rx-frames"]
+                    .as_u64()
+                    .map_or("missing".into(), |n| n.to_string()),
+                p["paused-ns"]
+                    .as_u64()
+                    .map_or("-".into(), |n| format!("{:.3}", n as f64 / 1e6))
+            );
+        }
+    }
+    let _ = writeln!(s, "rejected: {}", v["rejected"]);
+    s
+}
+
+/// `lqd ipfix collect`: receives IPFIX over UDP on `listen` and prints every PFC record as
+/// a JSON line, following seed 000's collector rules (records of other templates counted,
+/// priorities never summed, an interval only with a confirmed epoch of the same exporter,
+/// problems flagged, refused templates reported with the reason). Each exporter (source
+/// address and port) is its own Transport Session: templates, last readings and interval
+/// counts never mix between exporters ([`crate::ipfix::collect`]).
+pub fn collect(
+    listen: SocketAddr,
+    elements: crate::ipfix::ElementIds,
+    mut out: impl std::io::Write,
+) -> anyhow::Result<()> {
+    let sock = std::net::UdpSocket::bind(listen)?;
+    let mut sessions = crate::ipfix::collect::UdpSessions::new(elements);
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let (n, from) = sock.recv_from(&mut buf)?;
+        for line in sessions.datagram(from, &buf[..n]) {
+            writeln!(out, "{line}")?;
+        }
+        out.flush()?;
+    }
+}
+
+/// `lqd ipfix collect --tcp` (and `--tls-*`): receives IPFIX over TCP, or TLS 1.3 with
+/// client-certificate verification, on `listen`, and prints the same JSON lines as
+/// [`collect`] (with `"transport"`), plus one line per session event: `"session": "open"`,
+/// `"closed"` (with `"error"` when not clean) or `"refused"` (a TLS client without a
+/// certificate from the configured CA), `"templates"` when a message carried templates and
+/// `"unknown-sets"` for data sets whose template the session has not sent (RFC 7011
+/// section 8: templates first, once per Transport Session).
+pub fn collect_tcp(
+    listen: SocketAddr,
+    tls: Option<crate::ipfix::TlsServerConfig>,
+    elements: crate::ipfix::ElementIds,
+    out: impl std::io::Write + Send + 'static,
+) -> anyhow::Result<()> {
+    let collector = crate::ipfix::TcpCollector::bind(listen, tls)?;
+    collect_tcp_on(collector, elements, out)
+}
+
+/// [`collect_tcp`] on a bound collector (stopped through its
+/// [`crate::ipfix::TcpCollector::stop_handle`]).
+pub fn collect_tcp_on(
+    collector: crate::ipfix::TcpCollector,
+    elements: crate::ipfix::ElementIds,
+    out: impl std::io::Write + Send + 'static,
+) -> anyhow::Result<()> {
+    use std::sync::{Arc, Mutex};
+
+    use crate::ipfix::{SessionEvent, collect::Session};
+
+    let transport = if collector.is_tls() { "tls" } else { "tcp" };
+    let out = Arc::new(Mutex::new(out));
+    collector.run(move |peer| {
+        let out = out.clone();
+        let from = peer.to_string();
+        // Templates and last readings belong to one Transport Session (RFC 7011 section 8,
+        // seed 000 section 7): a reading is never compared with another connection's.
+        let mut session = Session::new(from.clone(), transport, elements);
+        move |ev: SessionEvent<'_>| {
+            let lines = match ev {
+                SessionEvent::Open => {
+                    vec![json!({"exporter": from, "transport": transport, "session": "open"})]
+                }
+                SessionEvent::Refused(e) => vec![
+                    json!({"exporter": from, "transport": transport, "session": "refused", "error": e}),
+                ],
+                SessionEvent::Closed(e) => vec![
+                    json!({"exporter": from, "transport": transport, "session": "closed", "error": e}),
+                ],
+                SessionEvent::Message(m) => session.message(m),
+            };
+            let mut o = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for l in lines {
+                // A closed output (e.g. a pipe) cannot be reported anywhere better.
+                let _ = writeln!(o, "{l}");
+            }
+            let _ = o.flush();
+        }
+    })?;
+    Ok(())
+}

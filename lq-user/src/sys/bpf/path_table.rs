@@ -1,0 +1,665 @@
+//! The leaf's path quality table (seed 003 section 6.2) as the XDP receiver keeps it in
+//! pinned BPF maps: loading and attaching the receiver, writing its configuration, and
+//! reading the table, the neighbors and the counters (from a running daemon or from the
+//! pins alone, so `lqd show` works without a daemon and a restart keeps the table).
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{
+        Array, HashMap, Map, MapData, PerCpuArray, RingBuf,
+        lpm_trie::{Key, LpmTrie},
+    },
+    programs::{ProgramError, Xdp, XdpMode},
+};
+use lq_common::maps::{
+    AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP,
+    NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathKey,
+    PathSlot, PathValue, ReceiverConfig, XDP_PROGRAM,
+};
+use lq_common::{maps::as_range_prefixes, wire::AsRange};
+
+/// The eBPF object built by `build.rs` (crate `lq-ebpf`), embedded so `lqd` is one file.
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lq"));
+
+/// Maps the receiver pins under its instance folder, so a daemon restart keeps them.
+pub const PINNED_MAPS: [&str; 5] = [
+    PATH_TABLE_MAP,
+    NEIGHBOR_MAP,
+    COUNTER_MAP,
+    CONFIG_MAP,
+    AS_PLAN_MAP,
+];
+
+/// Default bpffs folder of one `lqd` instance.
+pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/lq";
+
+/// Errors of the path table edge.
+#[derive(Debug, thiserror::Error)]
+pub enum PathTableError {
+    /// The object, its pin folder or its maps could not be set up.
+    #[error(transparent)]
+    Pinned(#[from] LoadPinnedError),
+    /// A program operation failed.
+    #[error("XDP program {what}: {source}")]
+    Program {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: ProgramError,
+    },
+    /// A map operation failed.
+    #[error("map {map}: {source}")]
+    Map {
+        /// The map name.
+        map: &'static str,
+        /// The cause.
+        source: aya::maps::MapError,
+    },
+    /// Reading a map with BPF_MAP_LOOKUP_BATCH failed.
+    #[error("map {map}: batched read")]
+    BatchRead {
+        /// The map name.
+        map: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The map is missing from the object (a build mismatch).
+    #[error("map {0} not found in the eBPF object")]
+    MissingMap(&'static str),
+    /// Too many AS ranges.
+    #[error("the AS plan has {0} ranges; the receiver holds at most {AS_PLAN_MAX}")]
+    AsPlanTooLarge(usize),
+    /// The pin folder is not on a bpffs.
+    #[error(
+        "{0} is not on a bpf filesystem: mount one (`mount -t bpf bpf /sys/fs/bpf`); under `ip netns exec`, /sys is remounted without it: use `lqd run --netns NAME` instead"
+    )]
+    NotBpffs(PathBuf),
+    /// No pinned maps: no receiver has run with this pin folder.
+    #[error("no pinned path table at {0}: is lqd running as a load-balancer with this --pin-dir?")]
+    NotPinned(PathBuf),
+}
+
+fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> PathTableError {
+    move |source| PathTableError::Map { map, source }
+}
+
+/// Why [`load_pinned`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadPinnedError {
+    /// lqd was built with AYA_BUILD_SKIP=1: it has no eBPF object.
+    #[error(
+        "this lqd was built without its eBPF object (AYA_BUILD_SKIP=1); build it with `cargo xtask build`"
+    )]
+    NoObject,
+    /// bpffs is not mounted or the folder cannot be created.
+    #[error(
+        "cannot create the pin folder {path}: {source} (is bpffs mounted on /sys/fs/bpf? `mount -t bpf bpf /sys/fs/bpf`)"
+    )]
+    PinFolder {
+        /// The folder.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The object did not load (verifier, permissions, kernel too old).
+    #[error(
+        "loading the eBPF object failed: {0} (lqd needs root or CAP_BPF + CAP_NET_ADMIN, and a kernel with BTF)"
+    )]
+    Load(#[from] aya::EbpfError),
+}
+
+/// Loads a fresh instance of the embedded object with the maps named in `maps` pinned
+/// under `pin_dir`: an existing pin is reused (so a restart keeps tables and counters), a
+/// missing one is created. Every service that owns pinned maps (the receiver, the PFC
+/// counter) loads its instance this way.
+pub fn load_pinned(pin_dir: &Path, maps: &[&'static str]) -> Result<Ebpf, LoadPinnedError> {
+    if EBPF_OBJECT.is_empty() {
+        return Err(LoadPinnedError::NoObject);
+    }
+    std::fs::create_dir_all(pin_dir).map_err(|source| LoadPinnedError::PinFolder {
+        path: pin_dir.into(),
+        source,
+    })?;
+    let paths: Vec<PathBuf> = maps.iter().map(|m| pin_dir.join(m)).collect();
+    let mut loader = EbpfLoader::new();
+    for (name, path) in maps.iter().zip(&paths) {
+        loader.map_pin_path(name, path.as_path());
+    }
+    Ok(loader.load(EBPF_OBJECT)?)
+}
+
+/// BPF_FS_MAGIC from statfs(2).
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Checks that `pin_dir` (or its nearest existing ancestor) lies on a bpffs, with an error
+/// that says what to do. `ip netns exec` mounts a fresh /sys without /sys/fs/bpf.
+pub fn check_bpffs(pin_dir: &Path) -> Result<(), PathTableError> {
+    let mut p = pin_dir;
+    while !p.exists() {
+        match p.parent() {
+            Some(parent) => p = parent,
+            None => break,
+        }
+    }
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+        .map_err(|_| PathTableError::NotBpffs(p.into()))?;
+    // SAFETY: statfs is plain data; valid path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and output struct.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 || st.f_type as i64 != BPF_FS_MAGIC {
+        return Err(PathTableError::NotBpffs(p.into()));
+    }
+    Ok(())
+}
+
+/// Receiver settings the daemon writes into the program's configuration map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceiverSettings {
+    /// UDP destination port.
+    pub udp_port: u16,
+    /// The local `as-qualified` setting.
+    pub as_qualified: bool,
+    /// The AS plan (empty: none).
+    pub as_plan: Vec<AsRange>,
+    /// miss_count x T_notify, in nanoseconds.
+    pub dead_interval_ns: u64,
+    /// Pass consumed LQ datagrams to the stack instead of dropping them.
+    pub pass_through: bool,
+}
+
+impl ReceiverSettings {
+    /// The kernel-side configuration struct.
+    pub fn to_config(&self) -> Result<ReceiverConfig, PathTableError> {
+        if self.as_plan.len() > AS_PLAN_MAX {
+            return Err(PathTableError::AsPlanTooLarge(self.as_plan.len()));
+        }
+        let mut cfg = ReceiverConfig {
+            dead_interval_ns: self.dead_interval_ns,
+            udp_port: self.udp_port,
+            as_qualified: u8::from(self.as_qualified),
+            pass_through: u8::from(self.pass_through),
+            as_plan_len: self.as_plan.len() as u32,
+            ..ReceiverConfig::default()
+        };
+        cfg.as_plan[..self.as_plan.len()].copy_from_slice(&self.as_plan);
+        Ok(cfg)
+    }
+}
+
+/// A loaded XDP receiver with its maps pinned under `pin_dir`.
+pub struct XdpReceiver {
+    ebpf: Ebpf,
+    pin_dir: PathBuf,
+    /// Interfaces attached; the links live in the program and detach when it is dropped.
+    attached: Vec<String>,
+}
+
+/// How the program ended up attached to an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// In the driver (veth and most physical NICs).
+    Native,
+    /// Generic XDP in the stack: works everywhere, slower.
+    Generic,
+}
+
+impl XdpReceiver {
+    /// Loads the receiver, reusing maps already pinned under `pin_dir` (a restart keeps the
+    /// table and the counters), and writes `settings`. Does not attach.
+    pub fn load(pin_dir: &Path, settings: &ReceiverSettings) -> Result<Self, PathTableError> {
+        let ebpf = load_pinned(pin_dir, &PINNED_MAPS)?;
+        let mut this = Self {
+            ebpf,
+            pin_dir: pin_dir.into(),
+            attached: Vec::new(),
+        };
+        this.configure(settings)?;
+        let prog: &mut Xdp = this.program()?;
+        prog.load().map_err(|source| PathTableError::Program {
+            what: "load (verifier)".into(),
+            source,
+        })?;
+        Ok(this)
+    }
+
+    fn program(&mut self) -> Result<&mut Xdp, PathTableError> {
+        self.ebpf
+            .program_mut(XDP_PROGRAM)
+            .ok_or(PathTableError::MissingMap(XDP_PROGRAM))?
+            .try_into()
+            .map_err(|source| PathTableError::Program {
+                what: "type".into(),
+                source,
+            })
+    }
+
+    /// Rewrites the configuration (SIGHUP reload): takes effect for the next frame.
+    pub fn configure(&mut self, settings: &ReceiverSettings) -> Result<(), PathTableError> {
+        let cfg = settings.to_config()?;
+        // The AS plan trie first, so the plan is complete before the config says it exists.
+        let map = self
+            .ebpf
+            .map_mut(AS_PLAN_MAP)
+            .ok_or(PathTableError::MissingMap(AS_PLAN_MAP))?;
+        let mut trie: LpmTrie<&mut MapData, [u8; 4], u8> =
+            LpmTrie::try_from(map).map_err(map_err(AS_PLAN_MAP))?;
+        let wanted: Vec<(u32, [u8; 4])> = cfg
+            .as_plan()
+            .iter()
+            .flat_map(|r| as_range_prefixes(*r))
+            .map(|(len, first)| (len, first.to_be_bytes()))
+            .collect();
+        for (len, data) in &wanted {
+            trie.insert(&Key::new(*len, *data), 1, 0)
+                .map_err(map_err(AS_PLAN_MAP))?;
+        }
+        let stale: Vec<Key<[u8; 4]>> = trie
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !wanted.contains(&(k.prefix_len(), k.data())))
+            .collect();
+        for key in &stale {
+            trie.remove(key).map_err(map_err(AS_PLAN_MAP))?;
+        }
+        let map = self
+            .ebpf
+            .map_mut(CONFIG_MAP)
+            .ok_or(PathTableError::MissingMap(CONFIG_MAP))?;
+        let mut array: Array<&mut MapData, ReceiverConfig> =
+            Array::try_from(map).map_err(map_err(CONFIG_MAP))?;
+        array.set(0, cfg, 0).map_err(map_err(CONFIG_MAP))
+    }
+
+    /// Attaches to `iface`: native mode first, generic as a fallback (with a warning).
+    pub fn attach(&mut self, iface: &str) -> Result<AttachMode, PathTableError> {
+        let prog = self.program()?;
+        match prog.attach(iface, XdpMode::Driver) {
+            Ok(_) => {
+                self.attached.push(iface.into());
+                Ok(AttachMode::Native)
+            }
+            Err(native) => {
+                tracing::warn!(%iface, error = %native, "native XDP attach failed; falling back to generic XDP (slower)");
+                prog.attach(iface, XdpMode::Skb)
+                    .map_err(|source| PathTableError::Program {
+                        what: format!("attach to {iface}"),
+                        source,
+                    })?;
+                self.attached.push(iface.into());
+                Ok(AttachMode::Generic)
+            }
+        }
+    }
+
+    /// The interfaces the program is attached to.
+    pub fn attached(&self) -> impl Iterator<Item = &str> {
+        self.attached.iter().map(String::as_str)
+    }
+
+    /// The pin folder.
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+
+    /// The loaded object, for tests (TestRun) and benchmarks.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    /// The change-event ring buffer (not pinned: events are only for the running daemon).
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, PathTableError> {
+        let map = self
+            .ebpf
+            .take_map(EVENT_MAP)
+            .ok_or(PathTableError::MissingMap(EVENT_MAP))?;
+        RingBuf::try_from(map).map_err(map_err(EVENT_MAP))
+    }
+
+    /// A reader over this receiver's maps.
+    pub fn reader(&self) -> Result<TableReader, PathTableError> {
+        TableReader::open(&self.pin_dir)
+    }
+}
+
+/// Why an entry's effective values differ from the received ones (or not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryState {
+    /// Refreshed within miss_count x T_notify, from a live neighbor: as received.
+    Fresh,
+    /// Not refreshed for more than miss_count x T_notify (wire spec, "entry ageing").
+    Aged,
+    /// Its neighbor (the spine) failed (seed 003 section 6.5).
+    NeighborFailed,
+}
+
+impl EntryState {
+    /// The name shown by `lqd show paths`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Fresh => "fresh",
+            Self::Aged => "aged",
+            Self::NeighborFailed => "neighbor-failed",
+        }
+    }
+}
+
+/// CL of an entry that counts as failed (section 6.5: LQS 0 / CL 7).
+pub const FAILED_CL: u8 = 7;
+
+/// An entry as forwarding sees it, next to what was last received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EffectiveEntry {
+    /// The received value with LQS 0 / CL 7 when the entry is aged or its neighbor failed.
+    pub effective: PathValue,
+    /// The last received value, unchanged.
+    pub received: PathValue,
+    /// Which of the two cases applies.
+    pub state: EntryState,
+}
+
+impl EffectiveEntry {
+    /// Section 6.5: a failed neighbor's entries, and an entry not refreshed for more than
+    /// `dead_interval_ns`, count as LQS 0 / CL 7. The views show these effective values
+    /// (what forwarding uses), not the last received ones. Uses the same "for more than"
+    /// comparison as the controller and the XDP receiver.
+    pub fn new(
+        received: &PathValue,
+        spine_failed: bool,
+        now_ns: u64,
+        dead_interval_ns: u64,
+    ) -> Self {
+        let state = if spine_failed {
+            EntryState::NeighborFailed
+        } else if crate::core::controller::heartbeat::entry_expired(
+            received.last_update_ns,
+            now_ns,
+            dead_interval_ns,
+        ) {
+            EntryState::Aged
+        } else {
+            EntryState::Fresh
+        };
+        let mut effective = *received;
+        if state != EntryState::Fresh {
+            effective.lqs = 0;
+            effective.cl = FAILED_CL;
+        }
+        Self {
+            effective,
+            received: *received,
+            state,
+        }
+    }
+
+    /// Adds what only `lqd show paths` shows to an entry rendered from
+    /// [`EffectiveEntry::effective`]: the last received LQS and CL (not YANG leaves, so
+    /// never in `show state`) and the entry state.
+    pub fn annotate(&self, o: &mut serde_json::Value) {
+        o["received-lqs"] = self.received.lqs.into();
+        o["received-cl"] = self.received.cl.into();
+        o["entry-state"] = self.state.as_str().into();
+    }
+}
+
+/// The effective values of every entry, given which spines failed (section 6.5).
+pub fn effective_paths(
+    paths: &BTreeMap<PathKey, PathValue>,
+    spine_failed: impl Fn(&NeighborKey) -> bool,
+    now_ns: u64,
+    dead_interval_ns: u64,
+) -> BTreeMap<PathKey, EffectiveEntry> {
+    paths
+        .iter()
+        .map(|(k, v)| {
+            let spine = NeighborKey {
+                node_as: k.spine_as,
+                node_id: k.spine_id,
+            };
+            (
+                *k,
+                EffectiveEntry::new(v, spine_failed(&spine), now_ns, dead_interval_ns),
+            )
+        })
+        .collect()
+}
+
+/// `union bpf_attr` for BPF_MAP_*_BATCH (linux/bpf.h, `batch`).
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// BPF_MAP_LOOKUP_BATCH (linux/bpf.h `enum bpf_cmd`).
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+
+/// Every element of an array map of `len` elements of type `V`, in index order, with as few
+/// BPF_MAP_LOOKUP_BATCH calls as the kernel allows (usually one): the path table has 32 768
+/// slots, and one lookup syscall per slot would cost the reader tens of milliseconds.
+fn read_array_batched<V: aya::Pod + Default + Clone>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    len: usize,
+) -> Result<Vec<V>, std::io::Error> {
+    use std::os::fd::AsRawFd;
+    let mut keys = vec![0u32; len];
+    let mut values = vec![V::default(); len];
+    let (mut done, mut cursor_in, mut cursor_out) = (0usize, 0u32, 0u32);
+    while done < len {
+        let mut attr = BatchAttr {
+            in_batch: if done == 0 {
+                0
+            } else {
+                (&raw const cursor_in) as u64
+            },
+            out_batch: (&raw mut cursor_out) as u64,
+            keys: keys[done..].as_mut_ptr() as u64,
+            values: values[done..].as_mut_ptr() as u64,
+            count: (len - done) as u32,
+            map_fd: fd.as_raw_fd() as u32,
+            ..BatchAttr::default()
+        };
+        // SAFETY: attr is a valid bpf_attr prefix for this command; keys and values have
+        // room for `count` elements of the map's key and value sizes (u32, V); cursor_out
+        // outlives the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                (&raw mut attr).cast::<libc::c_void>(),
+                size_of::<BatchAttr>() as libc::c_uint,
+            )
+        };
+        let err = (r < 0).then(std::io::Error::last_os_error);
+        done += attr.count as usize;
+        match err {
+            None if attr.count == 0 => break,
+            None => cursor_in = cursor_out,
+            // ENOENT: the last batch (its elements are in `count`).
+            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+            Some(e) => return Err(e),
+        }
+    }
+    values.truncate(done);
+    Ok(values)
+}
+
+/// Reads the pinned maps of one receiver instance.
+pub struct TableReader {
+    /// The path table's slots (an array map of [`PathSlot`]), read in one batched syscall.
+    paths: MapData,
+    neighbors: HashMap<MapData, NeighborKey, NeighborValue>,
+    counters: PerCpuArray<MapData, u64>,
+    config: Array<MapData, ReceiverConfig>,
+}
+
+impl TableReader {
+    /// Opens the maps pinned under `pin_dir`.
+    pub fn open(pin_dir: &Path) -> Result<Self, PathTableError> {
+        let open = |name: &'static str| -> Result<MapData, PathTableError> {
+            let path = pin_dir.join(name);
+            if !path.exists() {
+                return Err(PathTableError::NotPinned(pin_dir.into()));
+            }
+            MapData::from_pin(&path).map_err(map_err(name))
+        };
+        Ok(Self {
+            paths: open(PATH_TABLE_MAP)?,
+            neighbors: HashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP)?))
+                .map_err(map_err(NEIGHBOR_MAP))?,
+            counters: PerCpuArray::try_from(Map::PerCpuArray(open(COUNTER_MAP)?))
+                .map_err(map_err(COUNTER_MAP))?,
+            config: Array::try_from(Map::Array(open(CONFIG_MAP)?)).map_err(map_err(CONFIG_MAP))?,
+        })
+    }
+
+    /// Every path entry, sorted by key.
+    pub fn paths(&self) -> Result<BTreeMap<PathKey, PathValue>, PathTableError> {
+        use std::os::fd::AsFd;
+        let slots =
+            read_array_batched::<PathSlot>(self.paths.fd().as_fd(), PATH_TABLE_CAPACITY as usize)
+                .map_err(|source| PathTableError::BatchRead {
+                map: PATH_TABLE_MAP,
+                source,
+            })?;
+        Ok(slots
+            .into_iter()
+            .filter(|s| s.used != 0)
+            .map(|s| (s.key, s.value))
+            .collect())
+    }
+
+    /// Every neighbor, sorted by key.
+    pub fn neighbors(&self) -> Result<BTreeMap<NeighborKey, NeighborValue>, PathTableError> {
+        self.neighbors
+            .iter()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(NEIGHBOR_MAP))
+    }
+
+    /// Counters summed over CPUs, indexed by [`Counter`].
+    pub fn counters(&self) -> Result<[u64; COUNTER_COUNT as usize], PathTableError> {
+        let mut out = [0u64; COUNTER_COUNT as usize];
+        for c in Counter::ALL {
+            let per_cpu = self
+                .counters
+                .get(&(c as u32), 0)
+                .map_err(map_err(COUNTER_MAP))?;
+            out[c as usize] = per_cpu.iter().sum();
+        }
+        Ok(out)
+    }
+
+    /// The configuration the daemon wrote.
+    pub fn config(&self) -> Result<ReceiverConfig, PathTableError> {
+        self.config.get(&0, 0).map_err(map_err(CONFIG_MAP))
+    }
+
+    /// Every path entry with its effective values at `now_ns`, from the pins alone (no
+    /// daemon needed): a spine is failed when silent for more than the configured dead
+    /// interval, the rule the XDP receiver applies (`lq_common::receive::neighbor_failed`).
+    pub fn effective_paths(
+        &self,
+        now_ns: u64,
+    ) -> Result<BTreeMap<PathKey, EffectiveEntry>, PathTableError> {
+        let dead = self.config()?.dead_interval_ns;
+        let neighbors = self.neighbors()?;
+        let paths = self.paths()?;
+        Ok(effective_paths(
+            &paths,
+            |spine| {
+                neighbors.get(spine).is_some_and(|n| {
+                    crate::core::controller::heartbeat::silent_for_more_than(
+                        n.last_seen_ns,
+                        now_ns,
+                        dead,
+                    )
+                })
+            },
+            now_ns,
+            dead,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEAD: u64 = 60_000_000;
+
+    fn value(lqs: u8, cl: u8, t: u64) -> PathValue {
+        PathValue {
+            last_update_ns: t,
+            lqs,
+            cl,
+            ..Default::default()
+        }
+    }
+
+    fn key(spine: u32, link: u32) -> PathKey {
+        PathKey {
+            spine_as: 0,
+            spine_id: spine,
+            remote_as: 0,
+            remote_id: 104,
+            link_id: link,
+        }
+    }
+
+    /// Section 6.5: a failed neighbor's entries and aged entries are shown as LQS 0 /
+    /// CL 7, with the received values kept apart; at exactly the dead interval an entry is
+    /// still fresh ("for more than").
+    #[test]
+    fn failed_neighbors_and_aged_entries_show_lqs_0_cl_7() {
+        let mut t = BTreeMap::new();
+        t.insert(key(1, 7), value(200, 1, 1_000));
+        t.insert(key(2, 7), value(180, 2, 1_000 + DEAD));
+        t.insert(key(3, 7), value(150, 3, 0));
+        let failed = NeighborKey {
+            node_as: 0,
+            node_id: 2,
+        };
+        let now = 1_000 + DEAD;
+        let e = effective_paths(&t, |s| *s == failed, now, DEAD);
+        let shown: Vec<(u8, u8, EntryState)> = e
+            .values()
+            .map(|x| (x.effective.lqs, x.effective.cl, x.state))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (200, 1, EntryState::Fresh),
+                (0, 7, EntryState::NeighborFailed),
+                (0, 7, EntryState::Aged),
+            ]
+        );
+        let f = &e[&key(2, 7)];
+        assert_eq!((f.received.lqs, f.received.cl), (180, 2));
+        assert_eq!(f.effective.last_update_ns, f.received.last_update_ns);
+        let mut o = crate::views::yang_state::path_entry_json(&key(2, 7), &f.effective);
+        f.annotate(&mut o);
+        assert_eq!(o["lqs"], 0);
+        assert_eq!(o["cl"], 7);
+        assert_eq!(o["received-lqs"], 180);
+        assert_eq!(o["received-cl"], 2);
+        assert_eq!(o["entry-state"], "neighbor-failed");
+        // One nanosecond later the first entry has not been refreshed for more than the
+        // dead interval.
+        let e = effective_paths(&t, |_| false, now + 1, DEAD);
+        assert_eq!(e[&key(1, 7)].state, EntryState::Aged);
+        assert_eq!(e[&key(2, 7)].state, EntryState::Fresh);
+    }
+}

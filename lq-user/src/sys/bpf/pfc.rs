@@ -1,0 +1,401 @@
+//! PFC telemetry in `lqd`: the tc PFC counter's loader and reader ([`PfcCounter`],
+//! [`PfcReader`]), the counter model that turns raw sources into exportable totals
+//! ([`counter`]), and the transmit-side sources that confirm emission ([`ethtool`]).
+//!
+//! Received counts come from `lq_pfc_ingress` (tc ingress, tcx; clsact on kernels before
+//! 6.6), whose maps are pinned under the instance folder so a daemon restart keeps them.
+//! Transmitted counts come only from sources that confirm the frame left on the link:
+//! NIC ethtool counters mapped by configuration, or, for a veth, the peer's receive count.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf,
+    maps::{HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
+    programs::{
+        LinkOrder, ProgramError, SchedClassifier, TcAttachType,
+        tc::{self, TcAttachOptions},
+    },
+};
+use lq_common::pfc::{
+    PFC_IF_CONFIG_MAP, PFC_IF_CONFIGURED, PFC_PAUSE_MAP, PFC_PRIORITIES, PFC_PROGRAM,
+    PFC_REJECT_COUNT, PFC_REJECT_MAP, PFC_RX_COUNTER_MAP, PfcIfConfig, PfcKey, PfcPause, PfcReject,
+};
+
+use crate::sys::lag;
+pub use crate::sys::netdev::{InterfaceInfo, driver_name, interface_info};
+
+/// Maps the PFC counter pins under its instance folder, so a daemon restart keeps them.
+pub const PINNED_MAPS: [&str; 4] = [
+    PFC_RX_COUNTER_MAP,
+    PFC_PAUSE_MAP,
+    PFC_IF_CONFIG_MAP,
+    PFC_REJECT_MAP,
+];
+
+/// Default bpffs folder of the PFC counter of one `lqd` instance.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/lq/pfc";
+
+/// Errors of the PFC edge.
+#[derive(Debug, thiserror::Error)]
+pub enum PfcError {
+    /// The object, its pin folder or its maps could not be set up.
+    #[error(transparent)]
+    Pinned(#[from] crate::sys::bpf::path_table::LoadPinnedError),
+    /// A program operation failed.
+    #[error("tc program {what}: {source}")]
+    Program {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: ProgramError,
+    },
+    /// A map operation failed.
+    #[error("map {map}: {source}")]
+    Map {
+        /// The map name.
+        map: &'static str,
+        /// The cause.
+        source: aya::maps::MapError,
+    },
+    /// The program or a map is missing from the object.
+    #[error("{0} not found in the eBPF object")]
+    Missing(&'static str),
+    /// No pinned maps under the folder.
+    #[error(
+        "no pinned PFC counters at {0}: is lqd running with PFC telemetry and this pin folder?"
+    )]
+    NotPinned(PathBuf),
+    /// An interface query failed.
+    #[error("interface {iface}: {source}")]
+    Interface {
+        /// The interface.
+        iface: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The interface delivers frames with FCS errors (`rx-all`): the counter cannot tell
+    /// valid from invalid frames there, so it must not be used (seed 000 section 5).
+    #[error(
+        "interface {0} has rx-all on: frames with FCS errors would be counted; turn it off (`ethtool -K {0} rx-all off`)"
+    )]
+    RxAll(String),
+    /// A bond or team device: its counter mixes the member links (seed 000).
+    #[error(transparent)]
+    Aggregate(#[from] lag::Aggregate),
+}
+
+fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> PfcError {
+    move |source| PfcError::Map { map, source }
+}
+
+/// How the counter ended up attached to an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcMode {
+    /// A tcx link (kernel >= 6.6).
+    Tcx,
+    /// A clsact qdisc with a direct-action filter (older kernels).
+    Clsact,
+}
+
+/// One attached interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attached {
+    /// The interface name.
+    pub iface: String,
+    /// What was written to the configuration map (ifindex, MAC, speed).
+    pub info: InterfaceInfo,
+    /// How the program is attached.
+    pub mode: TcMode,
+}
+
+/// The loaded tc PFC counter with its maps pinned under `pin_dir`.
+pub struct PfcCounter {
+    ebpf: Ebpf,
+    pin_dir: PathBuf,
+    attached: Vec<Attached>,
+}
+
+impl PfcCounter {
+    /// Loads the counter, reusing maps already pinned under `pin_dir` (a restart keeps the
+    /// counts). Does not attach.
+    pub fn load(pin_dir: &Path) -> Result<Self, PfcError> {
+        let ebpf = crate::sys::bpf::path_table::load_pinned(pin_dir, &PINNED_MAPS)?;
+        let mut this = Self {
+            ebpf,
+            pin_dir: pin_dir.into(),
+            attached: Vec::new(),
+        };
+        this.program()?.load().map_err(|source| PfcError::Program {
+            what: "load (verifier)".into(),
+            source,
+        })?;
+        Ok(this)
+    }
+
+    fn program(&mut self) -> Result<&mut SchedClassifier, PfcError> {
+        self.ebpf
+            .program_mut(PFC_PROGRAM)
+            .ok_or(PfcError::Missing(PFC_PROGRAM))?
+            .try_into()
+            .map_err(|source| PfcError::Program {
+                what: "type".into(),
+                source,
+            })
+    }
+
+    /// Writes the configuration of `iface` (its ifindex, MAC and link speed, in the calling
+    /// thread's network namespace; `speed_mbps` overrides the speed the driver reports),
+    /// creates its eight counters at zero if they do not exist yet, and attaches at
+    /// ingress: tcx first, a clsact filter where tcx is unavailable.
+    pub fn attach(&mut self, iface: &str, speed_mbps: Option<u32>) -> Result<Attached, PfcError> {
+        // Seed 000: never an aggregate LAG counter; the members are what to attach to.
+        lag::refuse_aggregate(iface)?;
+        let mut info = interface_info(iface).map_err(|source| PfcError::Interface {
+            iface: iface.into(),
+            source,
+        })?;
+        if crate::sys::netdev::rx_all(iface) == Some(true) {
+            return Err(PfcError::RxAll(iface.into()));
+        }
+        if let Some(s) = speed_mbps {
+            info.speed_mbps = s;
+        }
+        self.configure(&info)?;
+        let prog = self.program()?;
+        let mode = match prog.attach_with_options(
+            iface,
+            TcAttachType::Ingress,
+            TcAttachOptions::TcxOrder(LinkOrder::default()),
+        ) {
+            Ok(_) => TcMode::Tcx,
+            Err(tcx) => {
+                tracing::warn!(%iface, error = %tcx, "tcx attach failed; falling back to a clsact qdisc");
+                // EEXIST: the qdisc is already there.
+                let _ = tc::qdisc_add_clsact(iface);
+                prog.attach_with_options(
+                    iface,
+                    TcAttachType::Ingress,
+                    TcAttachOptions::Netlink(Default::default()),
+                )
+                .map_err(|source| PfcError::Program {
+                    what: format!("attach to {iface}"),
+                    source,
+                })?;
+                TcMode::Clsact
+            }
+        };
+        let a = Attached {
+            iface: iface.into(),
+            info,
+            mode,
+        };
+        self.attached.push(a.clone());
+        Ok(a)
+    }
+
+    /// Writes one interface's configuration and creates its counters (keeping existing
+    /// ones: a restart must not reset them).
+    pub fn configure(&mut self, info: &InterfaceInfo) -> Result<(), PfcError> {
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| PfcError::Interface {
+            iface: "possible cpus".into(),
+            source: e,
+        })?;
+        {
+            let map = self
+                .ebpf
+                .map_mut(PFC_RX_COUNTER_MAP)
+                .ok_or(PfcError::Missing(PFC_RX_COUNTER_MAP))?;
+            let mut counters: PerCpuHashMap<&mut MapData, PfcKey, u64> =
+                PerCpuHashMap::try_from(map).map_err(map_err(PFC_RX_COUNTER_MAP))?;
+            for priority in 0..PFC_PRIORITIES {
+                let key = PfcKey {
+                    ifindex: info.ifindex,
+                    priority,
+                };
+                let zeros =
+                    PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| PfcError::Interface {
+                        iface: "per-cpu values".into(),
+                        source: e,
+                    })?;
+                match counters.insert(key, zeros, u64::from(aya_noexist())) {
+                    Ok(()) => {}
+                    Err(aya::maps::MapError::SyscallError(e))
+                        if e.io_error.raw_os_error() == Some(libc::EEXIST) => {}
+                    Err(e) => return Err(map_err(PFC_RX_COUNTER_MAP)(e)),
+                }
+            }
+        }
+        let map = self
+            .ebpf
+            .map_mut(PFC_IF_CONFIG_MAP)
+            .ok_or(PfcError::Missing(PFC_IF_CONFIG_MAP))?;
+        let mut cfg: HashMap<&mut MapData, u32, PfcIfConfig> =
+            HashMap::try_from(map).map_err(map_err(PFC_IF_CONFIG_MAP))?;
+        cfg.insert(
+            info.ifindex,
+            PfcIfConfig {
+                mac: info.mac,
+                _pad: [0; 2],
+                speed_mbps: info.speed_mbps,
+                flags: PFC_IF_CONFIGURED,
+            },
+            0,
+        )
+        .map_err(map_err(PFC_IF_CONFIG_MAP))
+    }
+
+    /// The interfaces attached by this instance.
+    pub fn attached(&self) -> &[Attached] {
+        &self.attached
+    }
+
+    /// The pin folder.
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+
+    /// A reader over this counter's pinned maps.
+    pub fn reader(&self) -> Result<PfcReader, PfcError> {
+        PfcReader::open(&self.pin_dir)
+    }
+
+    /// The loaded object, for tests (TestRun).
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+}
+
+const fn aya_noexist() -> u32 {
+    1 // BPF_NOEXIST
+}
+
+/// One received-count reading of one (interface, priority).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxReading {
+    /// The key.
+    pub key: PfcKey,
+    /// Frames with this priority's bit set, summed over CPUs, since the map was created.
+    pub count: u64,
+}
+
+/// Reads the pinned maps of one PFC counter instance (works without the daemon).
+pub struct PfcReader {
+    counters: PerCpuHashMap<MapData, PfcKey, u64>,
+    pause: HashMap<MapData, PfcKey, PfcPause>,
+    config: HashMap<MapData, u32, PfcIfConfig>,
+    rejects: PerCpuArray<MapData, u64>,
+    instance: u32,
+}
+
+impl PfcReader {
+    /// Opens the maps pinned under `pin_dir`.
+    pub fn open(pin_dir: &Path) -> Result<Self, PfcError> {
+        let open = |name: &'static str| -> Result<MapData, PfcError> {
+            let path = pin_dir.join(name);
+            if !path.exists() {
+                return Err(PfcError::NotPinned(pin_dir.into()));
+            }
+            MapData::from_pin(&path).map_err(map_err(name))
+        };
+        let counters = open(PFC_RX_COUNTER_MAP)?;
+        let instance = counters.info().map_err(map_err(PFC_RX_COUNTER_MAP))?.id();
+        Ok(Self {
+            counters: PerCpuHashMap::try_from(Map::PerCpuHashMap(counters))
+                .map_err(map_err(PFC_RX_COUNTER_MAP))?,
+            pause: HashMap::try_from(Map::HashMap(open(PFC_PAUSE_MAP)?))
+                .map_err(map_err(PFC_PAUSE_MAP))?,
+            config: HashMap::try_from(Map::HashMap(open(PFC_IF_CONFIG_MAP)?))
+                .map_err(map_err(PFC_IF_CONFIG_MAP))?,
+            rejects: PerCpuArray::try_from(Map::PerCpuArray(open(PFC_REJECT_MAP)?))
+                .map_err(map_err(PFC_REJECT_MAP))?,
+            instance,
+        })
+    }
+
+    /// The kernel's id of the counter map: it changes only when the map is recreated (the
+    /// pins were removed), i.e. when the counters were reset. Feed it to
+    /// [`counter::CounterTracker`] as the source instance.
+    pub fn instance(&self) -> u32 {
+        self.instance
+    }
+
+    /// Every received count, summed over CPUs, sorted by (ifindex, priority).
+    pub fn rx_counts(&self) -> Result<BTreeMap<PfcKey, u64>, PfcError> {
+        self.counters
+            .iter()
+            .map(|r| r.map(|(k, v)| (k, v.iter().sum())))
+            .collect::<Result<_, _>>()
+            .map_err(map_err(PFC_RX_COUNTER_MAP))
+    }
+
+    /// One received count; `None` when the counter does not exist (never configured): a
+    /// missing reading, not zero.
+    pub fn rx_count(&self, ifindex: u32, priority: u8) -> Result<Option<u64>, PfcError> {
+        let key = PfcKey {
+            ifindex,
+            priority: u32::from(priority),
+        };
+        match self.counters.get(&key, 0) {
+            Ok(v) => Ok(Some(v.iter().sum())),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err(PFC_RX_COUNTER_MAP)(e)),
+        }
+    }
+
+    /// The eight counts of one interface in priority order; `None` for a missing one.
+    pub fn rx_priorities(&self, ifindex: u32) -> Result<[Option<u64>; 8], PfcError> {
+        let mut out = [None; 8];
+        for (n, slot) in out.iter_mut().enumerate() {
+            *slot = self.rx_count(ifindex, n as u8)?;
+        }
+        Ok(out)
+    }
+
+    /// The pause state of one (interface, priority); `None` before its first frame.
+    pub fn pause(&self, ifindex: u32, priority: u8) -> Result<Option<PfcPause>, PfcError> {
+        let key = PfcKey {
+            ifindex,
+            priority: u32::from(priority),
+        };
+        match self.pause.get(&key, 0) {
+            Ok(v) => Ok(Some(v)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_err(PFC_PAUSE_MAP)(e)),
+        }
+    }
+
+    /// Total paused nanoseconds of one (interface, priority) up to `now` (CLOCK_MONOTONIC,
+    /// [`monotonic_ns`]): 0 before its first frame. F over an interval is the difference
+    /// of two readings divided by the interval, capped at 1.
+    pub fn paused_ns(&self, ifindex: u32, priority: u8, now: u64) -> Result<u64, PfcError> {
+        Ok(self
+            .pause(ifindex, priority)?
+            .map_or(0, |p| p.paused_until(now)))
+    }
+
+    /// The configuration of every interface.
+    pub fn interfaces(&self) -> Result<BTreeMap<u32, PfcIfConfig>, PfcError> {
+        self.config
+            .iter()
+            .collect::<Result<_, _>>()
+            .map_err(map_err(PFC_IF_CONFIG_MAP))
+    }
+
+    /// Frames not counted, by reason, summed over CPUs.
+    pub fn rejects(&self) -> Result<[(PfcReject, u64); PFC_REJECT_COUNT as usize], PfcError> {
+        let mut out = PfcReject::ALL.map(|r| (r, 0));
+        for (r, n) in out.iter_mut() {
+            *n = self
+                .rejects
+                .get(&(*r as u32), 0)
+                .map_err(map_err(PFC_REJECT_MAP))?
+                .iter()
+                .sum();
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,189 @@
+//! The slow plane's I/O edge: a NETLINK_ROUTE socket subscribed to RTNLGRP_IPV4_ROUTE,
+//! RTNLGRP_IPV6_ROUTE and RTNLGRP_NEXTHOP, a dump of nexthop objects and routes at start,
+//! and the typed [`RouteEvent`]s for the core. Subscribing before dumping leaves no gap;
+//! a notification overrun (ENOBUFS) is answered with [`RouteEvent::Reset`] and a fresh
+//! dump. Undecodable messages are counted and skipped, never fatal.
+
+use std::{
+    io,
+    os::fd::{AsRawFd, OwnedFd, RawFd},
+};
+
+use tracing::warn;
+
+use super::route::{self as route_msg, Message, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE};
+use crate::roles::load_balancer::slow_plane::RouteEvent;
+use crate::sys::netlink::nexthop::{self, RTNLGRP_NEXTHOP};
+
+/// The monitor socket.
+pub struct RouteMonitor {
+    fd: OwnedFd,
+    buf: Vec<u8>,
+    seq: u32,
+    /// Messages that could not be decoded.
+    pub decode_errors: u64,
+}
+
+impl AsRawFd for RouteMonitor {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl RouteMonitor {
+    /// Opens the socket in the calling thread's namespace and subscribes.
+    pub fn open() -> io::Result<Self> {
+        let fd = crate::sys::netlink::route_socket()?;
+        // A 512-leaf fabric's full table arrives as one burst at start: a large buffer
+        // (beyond rmem_max when privileged) keeps it from overrunning.
+        let size: libc::c_int = 8 << 20;
+        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            // SAFETY: valid fd and option value.
+            if unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&raw const size).cast(),
+                    4,
+                )
+            } == 0
+            {
+                break;
+            }
+        }
+        for group in [RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_NEXTHOP] {
+            // SAFETY: valid fd and option value.
+            if unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_NETLINK,
+                    libc::NETLINK_ADD_MEMBERSHIP,
+                    (&raw const group).cast(),
+                    4,
+                )
+            } != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Self {
+            fd,
+            buf: vec![0; 256 * 1024],
+            seq: 0,
+            decode_errors: 0,
+        })
+    }
+
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        // SAFETY: fcntl on a valid fd.
+        let flags = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_GETFL) };
+        let flags = if on {
+            flags | libc::O_NONBLOCK
+        } else {
+            flags & !libc::O_NONBLOCK
+        };
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_SETFL, flags) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self) -> io::Result<Option<usize>> {
+        loop {
+            // SAFETY: valid fd and buffer.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr().cast(),
+                    self.buf.len(),
+                    0,
+                )
+            };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+    }
+
+    fn decode(&mut self, n: usize, out: &mut Vec<RouteEvent>, done: &mut Option<u32>) {
+        for m in route_msg::parse(&self.buf[..n]) {
+            match m {
+                Ok(Message::NewRoute(r)) => out.push(RouteEvent::NewRoute(r)),
+                Ok(Message::DelRoute(r)) => out.push(RouteEvent::DelRoute(r)),
+                Ok(Message::NewNexthop(nh)) => out.push(RouteEvent::NewNexthop(nh)),
+                Ok(Message::DelNexthop(nh)) => {
+                    if let Some(id) = nh.id {
+                        out.push(RouteEvent::DelNexthop(id));
+                    }
+                }
+                Ok(Message::Done(seq)) | Ok(Message::Error(seq, _)) => *done = Some(seq),
+                Ok(Message::Other) => {}
+                Err(e) => {
+                    self.decode_errors += 1;
+                    warn!(error = %e, "undecodable route notification skipped");
+                }
+            }
+        }
+    }
+
+    /// A full dump (nexthop objects first, so routes resolve at once), blocking, with the
+    /// notifications that arrive meanwhile.
+    pub fn dump(&mut self) -> io::Result<Vec<RouteEvent>> {
+        self.set_nonblocking(false)?;
+        let mut out = vec![RouteEvent::Reset];
+        let requests: [fn(u32) -> Vec<u8>; 2] =
+            [nexthop::encode_get_dump, route_msg::encode_route_dump];
+        for build in requests {
+            self.seq = self.seq.wrapping_add(1);
+            let seq = self.seq;
+            let msg = build(seq);
+            // SAFETY: valid fd and buffer.
+            if unsafe { libc::send(self.fd.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            loop {
+                let n = match self.recv() {
+                    Ok(Some(n)) => n,
+                    Ok(None) => continue,
+                    // Overrun during the dump: the dump itself still completes.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => continue,
+                    Err(e) => return Err(e),
+                };
+                let mut done = None;
+                self.decode(n, &mut out, &mut done);
+                if done == Some(seq) {
+                    break;
+                }
+            }
+        }
+        self.set_nonblocking(true)?;
+        Ok(out)
+    }
+
+    /// Every notification queued now (non-blocking). On an overrun, a reset and a dump.
+    pub fn drain(&mut self) -> io::Result<Vec<RouteEvent>> {
+        let mut out = Vec::new();
+        loop {
+            match self.recv() {
+                Ok(Some(n)) => {
+                    let mut done = None;
+                    self.decode(n, &mut out, &mut done);
+                }
+                Ok(None) => return Ok(out),
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    warn!("route notifications overran the socket: dumping the kernel state again");
+                    return self.dump();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

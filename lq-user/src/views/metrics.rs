@@ -1,0 +1,264 @@
+//! The opt-in Prometheus text endpoint (`[metrics] listen`): LQS and CL of advertised and
+//! received links, weights, neighbor states, receiver discard counters, PFC counters and
+//! export health, in the text exposition format 0.0.4.
+
+use std::fmt::Write as _;
+
+use std::net::Ipv4Addr;
+
+use crate::views::snapshot::{ClientStats, LinkReportView, Snapshot};
+
+/// Escapes a label value (backslash, double quote, newline).
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+struct Out(String);
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+    fn sample(&mut self, name: &str, labels: &[(&str, String)], value: f64) {
+        let l: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
+            .collect();
+        if l.is_empty() {
+            let _ = writeln!(self.0, "{name} {value}");
+        } else {
+            let _ = writeln!(self.0, "{name}{{{}}} {value}", l.join(","));
+        }
+    }
+}
+
+/// Renders every metric the running roles have, from the loop's latest snapshot, and the
+/// client counters of the daemon's endpoints.
+pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
+    let mut o = Out(String::new());
+    o.family("lq_up", "gauge", "1 while lqd runs.");
+    o.sample("lq_up", &[], 1.0);
+    if let Some(lb) = &snap.load_balancer {
+        if let Some(c) = &lb.receiver_counters {
+            o.family(
+                "lq_receiver_events_total",
+                "counter",
+                "XDP receiver outcomes: accepted and each discard reason of the wire spec.",
+            );
+            for (name, v) in c {
+                o.sample(
+                    "lq_receiver_events_total",
+                    &[("event", (*name).to_string())],
+                    *v as f64,
+                );
+            }
+        }
+        o.family(
+            "lq_neighbor_state",
+            "gauge",
+            "1 for the neighbor's current state (active, stale, failed).",
+        );
+        for n in &lb.neighbors {
+            o.sample(
+                "lq_neighbor_state",
+                &[
+                    ("node_as", n.key.node_as.to_string()),
+                    ("node_id", Ipv4Addr::from(n.key.node_id).to_string()),
+                    ("state", n.state.as_str().to_string()),
+                ],
+                1.0,
+            );
+        }
+        let w = &lb.weights;
+        o.family(
+            "lq_path_quality",
+            "gauge",
+            "Path quality min(local, remote) per destination and member (seed 003 6.3).",
+        );
+        for d in &w.destinations {
+            for m in &d.members {
+                let l = [
+                    ("destination", d.prefix.clone()),
+                    ("uplink", m.uplink.to_string()),
+                    ("spine", m.spine.clone()),
+                ];
+                o.sample("lq_path_quality", &l, f64::from(m.path_quality));
+            }
+        }
+        o.family("lq_weight", "gauge", "Weights per destination and member: target and applied fractions, kernel integer weight.");
+        for d in &w.destinations {
+            for m in &d.members {
+                for (kind, value) in [
+                    ("target", m.target),
+                    ("applied", m.applied),
+                    ("kernel", f64::from(m.kernel_weight)),
+                ] {
+                    let l = [
+                        ("destination", d.prefix.clone()),
+                        ("uplink", m.uplink.to_string()),
+                        ("kind", kind.into()),
+                    ];
+                    o.sample("lq_weight", &l, value);
+                }
+            }
+        }
+        o.family(
+            "lq_group_replaces_total",
+            "counter",
+            "Nexthop group replaces done.",
+        );
+        o.sample("lq_group_replaces_total", &[], w.group_replaces as f64);
+        o.family(
+            "lq_group_replace_errors_total",
+            "counter",
+            "Nexthop group replaces the kernel refused.",
+        );
+        o.sample("lq_group_replace_errors_total", &[], w.group_errors as f64);
+    }
+    if let Some(h) = &snap.helper {
+        let h = &h.local;
+        let measured: Vec<(&str, &LinkReportView)> = h
+            .links
+            .iter()
+            .filter_map(|l| l.report.as_ref().map(|r| (l.interface.as_str(), r)))
+            .collect();
+        for (name, help, value) in [
+            (
+                "lq_local_lqs",
+                "LQS this node computes for its egress link (Appendix A.4).",
+                (|r: &LinkReportView| r.lqs) as fn(&LinkReportView) -> u8,
+            ),
+            (
+                "lq_local_cl",
+                "Advertised CL of the egress link (after A.6 hysteresis).",
+                |r: &LinkReportView| r.cl,
+            ),
+        ] {
+            o.family(name, "gauge", help);
+            for (iface, r) in &measured {
+                o.sample(
+                    name,
+                    &[("interface", (*iface).to_string())],
+                    f64::from(value(r)),
+                );
+            }
+        }
+        o.family(
+            "lq_advertisements_total",
+            "counter",
+            "Advertisements built, by mode.",
+        );
+        o.sample(
+            "lq_advertisements_total",
+            &[("mode", "periodic".into())],
+            h.periodic as f64,
+        );
+        o.sample(
+            "lq_advertisements_total",
+            &[("mode", "triggered".into())],
+            h.triggered as f64,
+        );
+        o.family(
+            "lq_advertisement_send_errors_total",
+            "counter",
+            "Datagrams that could not be sent.",
+        );
+        o.sample(
+            "lq_advertisement_send_errors_total",
+            &[],
+            h.send_errors as f64,
+        );
+    }
+    if let Some(p) = &snap.pfc {
+        if let Some(counts) = &p.rx_counts {
+            o.family(
+                "lq_pfc_rx_frames_total",
+                "counter",
+                "Valid PFC frames received per interface and priority (IEEE 802.1Qbb).",
+            );
+            for ((ifindex, prio), v) in counts {
+                o.sample(
+                    "lq_pfc_rx_frames_total",
+                    &[
+                        ("ifindex", ifindex.to_string()),
+                        ("priority", prio.to_string()),
+                    ],
+                    *v as f64,
+                );
+            }
+        }
+        o.family(
+            "lq_ipfix_messages_total",
+            "counter",
+            "IPFIX messages exported.",
+        );
+        o.sample("lq_ipfix_messages_total", &[], p.messages as f64);
+        o.family(
+            "lq_ipfix_export_errors_total",
+            "counter",
+            "IPFIX exports that failed (counting continues).",
+        );
+        o.sample("lq_ipfix_export_errors_total", &[], p.export_errors as f64);
+    }
+    if let Some(c) = clients {
+        o.family(
+            "lq_client_connections_total",
+            "counter",
+            "Client connections of the metrics endpoint and the control socket, by outcome (refused: at the bound; timed-out: missed a read or write deadline).",
+        );
+        for (endpoint, stats) in [("metrics", &c.metrics), ("control", &c.control)] {
+            for (outcome, v) in stats.outcomes() {
+                o.sample(
+                    "lq_client_connections_total",
+                    &[("endpoint", endpoint.into()), ("outcome", outcome.into())],
+                    v as f64,
+                );
+            }
+        }
+        o.family(
+            "lq_monitor_clients_dropped_total",
+            "counter",
+            "`lqd monitor` clients dropped because they fell behind the notifications.",
+        );
+        o.sample(
+            "lq_monitor_clients_dropped_total",
+            &[],
+            c.monitors_dropped
+                .load(std::sync::atomic::Ordering::Relaxed) as f64,
+        );
+    }
+    o.0
+}
+
+/// An HTTP/1.0 response with the metrics.
+pub fn http_response(body: &str) -> String {
+    format!(
+        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(esc("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let cfg: crate::config::Config =
+            toml::from_str("[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n")
+                .expect("minimal config");
+        let snap = Snapshot::empty(std::sync::Arc::new(cfg));
+        let body = render(&snap, Some(&ClientStats::default()));
+        assert!(body.contains("# TYPE lq_up gauge\nlq_up 1\n"), "{body}");
+        assert!(
+            body.contains(
+                "lq_client_connections_total{endpoint=\"control\",outcome=\"refused\"} 0\n"
+            ),
+            "{body}"
+        );
+    }
+}

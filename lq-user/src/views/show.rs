@@ -1,0 +1,425 @@
+//! `lqd show`: operator views, as a table or as JSON. The path table and the counters
+//! are read from the pinned maps (so they work without a running daemon, and after a
+//! crash); weights and neighbor states come from the running daemon's control socket.
+
+use std::{fmt::Write as _, net::Ipv4Addr, path::Path};
+
+use anyhow::Result;
+use lq_common::maps::{COUNTER_COUNT, Counter, PATH_FLAG_PFC_FABRIC};
+use serde::Deserialize as _;
+use serde_json::{Value, json};
+
+use crate::{
+    sys::{bpf::path_table::TableReader, clock::monotonic_ns},
+    views::snapshot::{LocalView, WeightsView},
+};
+
+fn ip(v: u32) -> String {
+    Ipv4Addr::from(v).to_string()
+}
+
+/// The path quality table as JSON (one object per entry).
+pub fn paths_json(pin_dir: &Path) -> Result<Value> {
+    let reader = TableReader::open(pin_dir)?;
+    let now = monotonic_ns();
+    let list: Vec<Value> = reader
+        .effective_paths(now)?
+        .iter()
+        .map(|(k, e)| {
+            // The YANG link-quality entry (one rendering for `show paths` and `show
+            // state`) with the effective LQS / CL (seed 003 section 6.5), plus the spine
+            // and what only the table knows, including the received LQS / CL.
+            let v = &e.received;
+            let mut o = crate::views::yang_state::path_entry_json(k, &e.effective);
+            e.annotate(&mut o);
+            o["spine-as"] = json!(k.spine_as);
+            o["spine-node-id"] = json!(ip(k.spine_id));
+            o["sequence-number"] = json!(v.sequence);
+            o["age-ms"] = json!(now.saturating_sub(v.last_update_ns) as f64 / 1e6);
+            o["pfc-fabric"] = json!(v.flags & PATH_FLAG_PFC_FABRIC != 0);
+            o
+        })
+        .collect();
+    Ok(Value::Array(list))
+}
+
+/// The path table as a human table.
+pub fn paths_table(v: &Value) -> String {
+    let mut s = format!(
+        "{:<16} {:<16} {:>6} {:>4} {:>3} {:>12} {:>6} {:>9}  {}\n",
+        "SPINE", "REMOTE", "LINK", "LQS", "CL", "AVAIL-GBPS", "SEQ", "AGE-MS", "FLAGS"
+    );
+    for e in v.as_array().into_iter().flatten() {
+        let node = |id: &str, asn: &str| {
+            let a = e[asn].as_u64().unwrap_or(0);
+            let n = e[id].as_str().unwrap_or("?");
+            if a == 0 {
+                n.to_string()
+            } else {
+                format!("{a}:{n}")
+            }
+        };
+        let mut flags = Vec::new();
+        if let Some(state) = e["entry-state"].as_str().filter(|s| *s != "fresh") {
+            flags.push(state);
+        }
+        if e["pfc-fabric"] == json!(true) {
+            flags.push("pfc");
+        }
+        if e.get("diagnostics").is_some() {
+            flags.push("diag");
+            if e["diagnostics"]["drops-active"] == json!(true) {
+                flags.push("drops");
+            }
+        }
+        let _ = writeln!(
+            s,
+            "{:<16} {:<16} {:>6} {:>4} {:>3} {:>12} {:>6} {:>9.1}  {}",
+            node("spine-node-id", "spine-as"),
+            node("remote-node-id", "remote-as"),
+            e["link-id"],
+            e["lqs"],
+            e["cl"],
+            e["available-bandwidth"].as_str().unwrap_or("?"),
+            e["sequence-number"],
+            e["age-ms"].as_f64().unwrap_or(0.0),
+            flags.join(",")
+        );
+    }
+    s
+}
+
+/// Receiver counters (summed over CPUs) as JSON: one member per counter name.
+pub fn counters_json(pin_dir: &Path) -> Result<Value> {
+    let reader = TableReader::open(pin_dir)?;
+    let c: [u64; COUNTER_COUNT as usize] = reader.counters()?;
+    let mut o = serde_json::Map::new();
+    for counter in Counter::ALL {
+        o.insert(counter.name().into(), json!(c[counter as usize]));
+    }
+    Ok(Value::Object(o))
+}
+
+/// Counters as `name value` lines.
+pub fn counters_table(v: &Value) -> String {
+    let mut s = String::new();
+    for (k, n) in v.as_object().into_iter().flatten() {
+        let _ = writeln!(s, "{k:<20} {n}");
+    }
+    s
+}
+
+/// Neighbors from the pinned table (when no daemon answers): failed when silent for the
+/// configured dead interval, active otherwise.
+pub fn neighbors_from_pins(pin_dir: &Path) -> Result<Value> {
+    let reader = TableReader::open(pin_dir)?;
+    let dead = reader.config()?.dead_interval_ns;
+    let now = monotonic_ns();
+    let list: Vec<Value> = reader
+        .neighbors()?
+        .iter()
+        .map(|(k, v)| {
+            let silent = now.saturating_sub(v.last_seen_ns);
+            json!({
+                "node-as": k.node_as,
+                "node-id": ip(k.node_id),
+                "state": if silent > dead { "failed" } else { "active" },
+                "last-sequence": v.last_sequence,
+                "accepted": v.accepted,
+                "last-seen-ms-ago": silent as f64 / 1e6,
+            })
+        })
+        .collect();
+    Ok(Value::Array(list))
+}
+
+/// One row of `lqd show neighbors`, from the daemon's answer or from the pins.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct NeighborRow {
+    /// Node AS.
+    pub node_as: u32,
+    /// Router-ID.
+    pub node_id: String,
+    /// active, stale or failed.
+    pub state: String,
+    /// Last accepted sequence number.
+    pub last_sequence: u16,
+    /// Datagrams accepted.
+    pub accepted: u64,
+    /// Silence so far.
+    pub last_seen_ms_ago: f64,
+    /// Observed advertisement interval (daemon answers only).
+    #[serde(default)]
+    pub observed_interval_ms: Option<f64>,
+}
+
+/// Neighbors as a table.
+pub fn neighbors_table(v: &Value) -> String {
+    let rows: Vec<NeighborRow> = match Vec::deserialize(v) {
+        Ok(r) => r,
+        Err(e) => return format!("unexpected neighbors answer: {e}\n"),
+    };
+    let mut s = format!(
+        "{:<12} {:<16} {:<8} {:>8} {:>10} {:>12}\n",
+        "AS", "NODE-ID", "STATE", "SEQ", "ACCEPTED", "LAST-SEEN-MS"
+    );
+    for n in &rows {
+        let _ = writeln!(
+            s,
+            "{:<12} {:<16} {:<8} {:>8} {:>10} {:>12.1}",
+            n.node_as, n.node_id, n.state, n.last_sequence, n.accepted, n.last_seen_ms_ago
+        );
+    }
+    s
+}
+
+/// Weights per destination as a table: target, applied and kernel weight per member.
+pub fn weights_table(v: &Value) -> String {
+    match WeightsView::deserialize(v) {
+        Ok(w) => weights_view_table(&w),
+        Err(e) => format!("unexpected weights answer: {e}\n"),
+    }
+}
+
+/// [`weights_table`] from the typed view.
+pub fn weights_view_table(w: &WeightsView) -> String {
+    let mut s = String::new();
+    for d in &w.destinations {
+        let _ = writeln!(
+            s,
+            "{}  group {}  ({})",
+            d.prefix,
+            d.group_id.map_or_else(|| "-".into(), |g| g.to_string()),
+            d.quality_source
+        );
+        let _ = writeln!(
+            s,
+            "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>8} {:>8} {:>7}",
+            "UPLINK", "IFACE", "SPINE", "LOCAL", "REMOTE", "PATH-Q", "TARGET", "APPLIED", "KERNEL"
+        );
+        for m in &d.members {
+            let pct = |x: f64| format!("{:.2}%", x * 100.0);
+            let _ = writeln!(
+                s,
+                "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>8} {:>8} {:>7}",
+                m.uplink,
+                m.interface.as_deref().unwrap_or("-"),
+                m.spine,
+                m.local_quality,
+                m.remote_lqs.map_or_else(|| "-".into(), |r| r.to_string()),
+                m.path_quality,
+                pct(m.target),
+                pct(m.applied),
+                m.kernel_weight
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "group replaces: {}  refused: {}",
+        w.group_replaces, w.group_errors
+    );
+    s
+}
+
+/// Pretty JSON (the state view has no table form: it is YANG data).
+pub fn pretty_json(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
+}
+
+/// The helper role's links as a table.
+pub fn local_table(v: &Value) -> String {
+    match LocalView::deserialize(v) {
+        Ok(l) => local_view_table(&l),
+        Err(e) => format!("unexpected local answer: {e}\n"),
+    }
+}
+
+/// [`local_table`] from the typed view.
+pub fn local_view_table(v: &LocalView) -> String {
+    let mut s = format!(
+        "{:<10} {:>5} {:>5} {:>5} {:>5} {:>5} {:>2}  {:>5} {:>5} {:>5} {:>5}  {:>4} {:>3} {:>3}  {:<10} {:>10}\n",
+        "IFACE",
+        "LINK",
+        "U",
+        "E",
+        "F",
+        "D",
+        "X",
+        "U~",
+        "E~",
+        "F~",
+        "D~",
+        "LQS",
+        "CLc",
+        "CL",
+        "STATE",
+        "AVAIL-GBPS"
+    );
+    let f = |x: f64| format!("{x:.2}");
+    for l in &v.links {
+        let Some(r) = l.report.as_ref().filter(|_| l.measured) else {
+            let _ = writeln!(
+                s,
+                "{:<10} {:>5}  (not measured yet)",
+                l.interface, l.link_id
+            );
+            continue;
+        };
+        let (raw, m) = (&r.raw, &r.smoothed);
+        let _ = writeln!(
+            s,
+            "{:<10} {:>5} {:>5} {:>5} {:>5} {:>5} {:>2}  {:>5} {:>5} {:>5} {:>5}  {:>4} {:>3} {:>3}  {:<10} {:>10}",
+            l.interface,
+            l.link_id,
+            f(raw.u),
+            f(raw.e),
+            f(raw.f),
+            f(raw.d),
+            u8::from(raw.x),
+            f(m.u),
+            f(m.e),
+            f(m.f),
+            f(m.d),
+            r.lqs,
+            r.computed_cl,
+            r.cl,
+            format!("{}{}", r.state, if r.hold_down { "*" } else { "" }),
+            r.available_bandwidth_gbps
+        );
+    }
+    let _ = writeln!(
+        s,
+        "sequence {}  periodic {}  triggered {}  datagrams sent {}  send errors {}   (~ smoothed, * hold-down running)",
+        v.last_sequence_number
+            .map_or_else(|| "-".into(), |n| n.to_string()),
+        v.periodic,
+        v.triggered,
+        v.datagrams_sent,
+        v.send_errors
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::snapshot::{DestinationWeights, MemberWeights};
+
+    /// The table renders the typed view the daemon serialises: a round trip through the
+    /// control socket's JSON gives the same table, aligned.
+    #[test]
+    fn weights_table_from_the_typed_view() {
+        let w = WeightsView {
+            destinations: vec![DestinationWeights {
+                prefix: "10.4.0.0/24".into(),
+                quality_source: "Remote".into(),
+                group_id: Some(7),
+                members: vec![MemberWeights {
+                    uplink: 1,
+                    interface: Some("up1".into()),
+                    spine: "10.0.0.1".into(),
+                    spine_as: 0,
+                    local_quality: 255,
+                    remote_lqs: Some(72),
+                    path_quality: 72,
+                    target: 0.25,
+                    applied: 0.5,
+                    kernel_weight: 128,
+                    nexthop_id: 9,
+                }],
+            }],
+            group_replaces: 3,
+            ..WeightsView::default()
+        };
+        let json = serde_json::to_value(&w).unwrap();
+        assert_eq!(json["destinations"][0]["members"][0]["remote-lqs"], 72);
+        let t = weights_table(&json);
+        assert_eq!(t, weights_view_table(&w));
+        assert!(
+            t.contains("  1        up1        10.0.0.1           255     72      72   25.00%   50.00%     128\n"),
+            "{t}"
+        );
+        assert!(t.ends_with("group replaces: 3  refused: 0\n"), "{t}");
+        assert!(weights_table(&json!([])).starts_with("unexpected weights answer"));
+    }
+
+    /// `show local`'s JSON keeps its keys (measured and unmeasured links) and the table
+    /// reads it back.
+    #[test]
+    fn local_view_round_trip() {
+        use crate::views::snapshot::{LinkReportView, LocalLinkView};
+        let v = LocalView {
+            links: vec![
+                LocalLinkView {
+                    source: Some(json!({"qdisc": "tbf"})),
+                    interface: "s1".into(),
+                    link_id: 4,
+                    measured: true,
+                    report: Some(LinkReportView {
+                        lqs: 237,
+                        cl: 1,
+                        state: "normal".into(),
+                        hold_down: true,
+                        available_bandwidth_gbps: "100.000".into(),
+                        ..LinkReportView::default()
+                    }),
+                },
+                LocalLinkView {
+                    interface: "s2".into(),
+                    link_id: 5,
+                    ..LocalLinkView::default()
+                },
+            ],
+            last_sequence_number: Some(9),
+            periodic: 3,
+            ..LocalView::default()
+        };
+        let j = serde_json::to_value(&v).unwrap();
+        let keys: Vec<&str> = j["links"][0]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys[..6],
+            [
+                "source",
+                "interface",
+                "link-id",
+                "measured",
+                "oper-up",
+                "raw"
+            ]
+        );
+        assert_eq!(
+            j["links"][1],
+            json!({"interface": "s2", "link-id": 5, "measured": false})
+        );
+        assert_eq!(LocalView::deserialize(&j).unwrap(), v);
+        let t = local_table(&j);
+        assert!(t.contains(" 237   0   1  normal*"), "{t}");
+        assert!(t.contains("s2             5  (not measured yet)"), "{t}");
+        assert!(t.contains("sequence 9  periodic 3"), "{t}");
+    }
+
+    #[test]
+    fn neighbors_table_reads_daemon_and_pin_rows() {
+        let v = json!([{"node-as": 0, "node-id": "10.0.0.1", "state": "active",
+            "last-sequence": 5, "accepted": 9, "last-seen-ms-ago": 3.25}]);
+        let t = neighbors_table(&v);
+        assert!(
+            t.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("0            10.0.0.1         active"),
+            "{t}"
+        );
+        assert!(
+            t.ends_with("         3.2\n") || t.ends_with("         3.3\n"),
+            "{t}"
+        );
+    }
+}

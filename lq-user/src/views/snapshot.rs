@@ -1,0 +1,367 @@
+//! Typed snapshots of a running daemon's state, published by its event loop and read by
+//! everything that answers clients: the control socket (`lqd show`), the Prometheus
+//! endpoint and the YANG state document. Clients are served by their own tasks from the
+//! latest snapshot, so no client, however slow or silent, can hold the loop (a spine that
+//! pauses for 3 x T_notify is declared failed by every leaf, seed 003 section 6.5).
+//!
+//! The views render from these structs; the JSON of `lqd show --json` is their serde form
+//! (field order = declaration order, as the control socket always answered).
+
+use std::{
+    collections::BTreeMap,
+    net::Ipv4Addr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use lq_common::{
+    maps::{NeighborKey, NeighborValue, PathKey, PathValue},
+    wire::Entry,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::{config::Config, views::yang_state::NeighborStateName};
+
+/// Everything a client may ask for, as of `taken_mono_ns`.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// CLOCK_MONOTONIC time the snapshot was built.
+    pub taken_mono_ns: u64,
+    /// The running configuration (the YANG state's configuration leaves).
+    pub config: Arc<Config>,
+    /// The load-balancer role's state, when it runs.
+    pub load_balancer: Option<LoadBalancerSnapshot>,
+    /// The helper role's state, when it runs.
+    pub helper: Option<HelperSnapshot>,
+    /// PFC counting and export, when configured.
+    pub pfc: Option<PfcSnapshot>,
+}
+
+impl Snapshot {
+    /// A snapshot with no role state yet (before the loop's first publish).
+    pub fn empty(config: Arc<Config>) -> Self {
+        Self {
+            taken_mono_ns: 0,
+            config,
+            load_balancer: None,
+            helper: None,
+            pfc: None,
+        }
+    }
+}
+
+/// What the load-balancer role knows.
+#[derive(Clone, Debug, Default)]
+pub struct LoadBalancerSnapshot {
+    /// Weights per destination.
+    pub weights: WeightsView,
+    /// Neighbors with their heartbeat state.
+    pub neighbors: Vec<NeighborView>,
+    /// The path table as the controller last read it.
+    pub paths: BTreeMap<PathKey, PathValue>,
+    /// XDP receiver outcomes by counter name (summed over CPUs); `None` when the map
+    /// could not be read.
+    pub receiver_counters: Option<Vec<(&'static str, u64)>>,
+    /// miss_count x T_notify: entries older than this count as aged (6.5).
+    pub dead_interval_ns: u64,
+}
+
+/// `lqd show weights`: per destination, target, applied and kernel weights.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct WeightsView {
+    /// One per configured destination with a path-quality report.
+    pub destinations: Vec<DestinationWeights>,
+    /// Nexthop group replaces done.
+    pub group_replaces: u64,
+    /// Nexthop group replaces the kernel refused.
+    pub group_errors: u64,
+    /// Entries whose remote node is the NNH of no destination (6.1).
+    pub unknown_remote_entries: u64,
+    /// Entries from nodes that are not the spine of any member.
+    pub unknown_spine_entries: u64,
+    /// Entries counted as LQS 0 (aged out or spine failed, 6.5).
+    pub failed_entries: u64,
+    /// The slow plane's followed routes and counters (`[slow-plane]`), when it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_plane: Option<Value>,
+}
+
+/// One destination's group.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct DestinationWeights {
+    /// `10.4.0.0/24`.
+    pub prefix: String,
+    /// How the member qualities were obtained.
+    pub quality_source: String,
+    /// The nexthop group, once created.
+    pub group_id: Option<u32>,
+    /// One per member uplink.
+    pub members: Vec<MemberWeights>,
+}
+
+/// One member of a destination's group.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MemberWeights {
+    /// Uplink id.
+    pub uplink: u32,
+    /// Its interface, when configured.
+    pub interface: Option<String>,
+    /// Its spine's Router-ID.
+    pub spine: String,
+    /// Its spine's AS.
+    pub spine_as: u32,
+    /// Local uplink quality.
+    pub local_quality: u8,
+    /// Remote LQS through the spine, `None` without an entry.
+    pub remote_lqs: Option<u8>,
+    /// min(local, remote) (6.3).
+    pub path_quality: u8,
+    /// Target fraction.
+    pub target: f64,
+    /// Applied (damped) fraction.
+    pub applied: f64,
+    /// Integer weight in the kernel's group.
+    pub kernel_weight: u32,
+    /// The member's nexthop object id.
+    pub nexthop_id: u32,
+}
+
+/// One neighbor as the heartbeat sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NeighborView {
+    /// (node-as, node-id).
+    pub key: NeighborKey,
+    /// What the receiver recorded.
+    pub value: NeighborValue,
+    /// Heartbeat state (6.5).
+    pub state: NeighborStateName,
+    /// Observed advertisement interval, once known.
+    pub observed_interval_ns: Option<u64>,
+}
+
+impl LoadBalancerSnapshot {
+    /// `lqd show neighbors`: ages relative to `now_ns` (CLOCK_MONOTONIC).
+    pub fn neighbors_json(&self, now_ns: u64) -> Value {
+        Value::Array(
+            self.neighbors
+                .iter()
+                .map(|n| {
+                    json!({
+                        "node-as": n.key.node_as,
+                        "node-id": Ipv4Addr::from(n.key.node_id).to_string(),
+                        "state": n.state.as_str(),
+                        "last-sequence": n.value.last_sequence,
+                        "accepted": n.value.accepted,
+                        "last-seen-ms-ago": now_ns.saturating_sub(n.value.last_seen_ns) as f64 / 1e6,
+                        "observed-interval-ms": n.observed_interval_ns.map(|v| v as f64 / 1e6),
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// The YANG `neighbors` container, with the effective LQS / CL of every entry: 0 / 7
+    /// for a failed neighbor's and for aged entries (seed 003 section 6.5).
+    pub fn neighbors_yang(&self, now_ns: u64) -> Value {
+        let neighbors: BTreeMap<NeighborKey, NeighborValue> =
+            self.neighbors.iter().map(|n| (n.key, n.value)).collect();
+        let states: BTreeMap<NeighborKey, NeighborStateName> =
+            self.neighbors.iter().map(|n| (n.key, n.state)).collect();
+        let effective: BTreeMap<PathKey, PathValue> = crate::sys::bpf::path_table::effective_paths(
+            &self.paths,
+            |s| {
+                states
+                    .get(s)
+                    .is_none_or(|st| *st == NeighborStateName::Failed)
+            },
+            now_ns,
+            self.dead_interval_ns,
+        )
+        .into_iter()
+        .map(|(k, e)| (k, e.effective))
+        .collect();
+        crate::views::yang_state::neighbors_json(
+            &neighbors,
+            &effective,
+            |k, _| states.get(k).copied().unwrap_or(NeighborStateName::Failed),
+            now_ns,
+        )
+    }
+}
+
+/// What the helper role advertises: `lqd show local` and the YANG `local` container.
+#[derive(Clone, Debug, Default)]
+pub struct HelperSnapshot {
+    /// `lqd show local` (also the metrics' LQS, CL and advertisement counters).
+    pub local: LocalView,
+    /// The entries it advertises (the YANG `local` container's `link-quality`).
+    pub advertised: Vec<Entry>,
+}
+
+impl HelperSnapshot {
+    /// The YANG `local` container.
+    pub fn local_yang(&self) -> Value {
+        crate::views::yang_state::local_json(self.local.last_sequence_number, &self.advertised)
+    }
+}
+
+/// `lqd show local`: every monitored link's metrics, LQS, CL and hysteresis state, and
+/// the advertiser's counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LocalView {
+    /// One per `[[link]]`, in configuration order.
+    pub links: Vec<LocalLinkView>,
+    /// Sequence number of the last datagram built.
+    pub last_sequence_number: Option<u16>,
+    /// Advertisements built in periodic mode.
+    pub periodic: u64,
+    /// Advertisements built in triggered mode.
+    pub triggered: u64,
+    /// Datagrams sent (all links).
+    pub datagrams_sent: u64,
+    /// Datagrams that could not be sent.
+    pub send_errors: u64,
+    /// The smallest link MTU the advertisements are split for.
+    #[serde(default)]
+    pub path_mtu: u32,
+    /// Entries that fit one datagram at that MTU.
+    #[serde(default)]
+    pub entries_per_datagram: usize,
+}
+
+/// One monitored egress link of the helper.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LocalLinkView {
+    /// How the counters were read (speed source, qdisc, caveats), once measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Value>,
+    /// Interface name.
+    pub interface: String,
+    /// Its ifindex, the advertised link-id.
+    pub link_id: u32,
+    /// Whether the pipeline has reported it yet (from its second sample).
+    pub measured: bool,
+    /// The pipeline's last report.
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub report: Option<LinkReportView>,
+}
+
+/// The pipeline's report of one link (Appendix A).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LinkReportView {
+    /// Operational state.
+    pub oper_up: bool,
+    /// Raw U, E, F, D of the last sample and X (drops).
+    pub raw: RawMetricsView,
+    /// Smoothed U, E, F, D (A.3).
+    pub smoothed: MetricsView,
+    /// LQS (A.4).
+    pub lqs: u8,
+    /// LQS_last_sent (7.2).
+    pub lqs_last_sent: Option<u8>,
+    /// CL before hysteresis.
+    pub computed_cl: u8,
+    /// Advertised CL (A.6).
+    pub cl: u8,
+    /// Hysteresis band.
+    pub state: String,
+    /// Hold-down running.
+    pub hold_down: bool,
+    /// Link capacity, Gbps.
+    pub capacity_gbps: String,
+    /// Available bandwidth, Gbps.
+    pub available_bandwidth_gbps: String,
+}
+
+/// U, E, F, D.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetricsView {
+    /// Utilisation.
+    pub u: f64,
+    /// ECN marking fraction.
+    pub e: f64,
+    /// PFC paused fraction.
+    pub f: f64,
+    /// Queue depth fraction.
+    pub d: f64,
+}
+
+/// Raw U, E, F, D and the drop flag X.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RawMetricsView {
+    /// Utilisation.
+    pub u: f64,
+    /// ECN marking fraction.
+    pub e: f64,
+    /// PFC paused fraction.
+    pub f: f64,
+    /// Queue depth fraction.
+    pub d: f64,
+    /// Drops in the sample.
+    pub x: bool,
+}
+
+/// PFC counting and IPFIX export.
+#[derive(Clone, Debug, Default)]
+pub struct PfcSnapshot {
+    /// Valid PFC frames per (ifindex, priority); `None` when the maps could not be read.
+    pub rx_counts: Option<BTreeMap<(u32, u8), u64>>,
+    /// IPFIX messages exported.
+    pub messages: u64,
+    /// Failed exports.
+    pub export_errors: u64,
+}
+
+/// Connection counters of one client endpoint (metrics or control socket).
+#[derive(Debug, Default)]
+pub struct EndpointStats {
+    /// Connections accepted and served.
+    pub accepted: AtomicU64,
+    /// Connections closed at once because the endpoint was at its bound.
+    pub refused: AtomicU64,
+    /// Connections closed because the client missed its read or write deadline.
+    pub timed_out: AtomicU64,
+    /// Requests longer than the endpoint's limit.
+    pub too_large: AtomicU64,
+    /// accept() failures (e.g. out of file descriptors).
+    pub accept_errors: AtomicU64,
+}
+
+impl EndpointStats {
+    /// Adds one to a counter.
+    pub fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (outcome, count) pairs, for the metrics endpoint.
+    pub fn outcomes(&self) -> [(&'static str, u64); 5] {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("accepted", g(&self.accepted)),
+            ("refused", g(&self.refused)),
+            ("timed-out", g(&self.timed_out)),
+            ("too-large", g(&self.too_large)),
+            ("accept-error", g(&self.accept_errors)),
+        ]
+    }
+}
+
+/// Client counters of the daemon, shared by the serving tasks (live, not snapshotted).
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    /// The Prometheus endpoint.
+    pub metrics: EndpointStats,
+    /// The control socket.
+    pub control: EndpointStats,
+    /// `lqd monitor` clients dropped because they fell behind.
+    pub monitors_dropped: AtomicU64,
+}
