@@ -87,8 +87,8 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
                     .join(format!("{}-pfc", args.instance))
             });
             (
-                lq_user::roles::pfc::show_json(&dir)?,
-                lq_user::roles::pfc::show_table,
+                lq_user::tools::pfc_show::show_json(&dir)?,
+                lq_user::tools::pfc_show::show_table,
             )
         }
         ShowWhat::Weights => (
@@ -144,14 +144,19 @@ fn collect(args: &cli::CollectArgs) -> anyhow::Result<()> {
             "lqd ipfix collect: listening on {} (TLS 1.3, client certificates required)",
             args.listen
         );
-        return lq_user::roles::pfc::collect_tcp(args.listen, Some(tls), elements, io::stdout());
+        return lq_user::tools::collect::collect_tcp(
+            args.listen,
+            Some(tls),
+            elements,
+            io::stdout(),
+        );
     }
     if args.tcp {
         eprintln!("lqd ipfix collect: listening on {} (TCP)", args.listen);
-        return lq_user::roles::pfc::collect_tcp(args.listen, None, elements, io::stdout());
+        return lq_user::tools::collect::collect_tcp(args.listen, None, elements, io::stdout());
     }
     eprintln!("lqd ipfix collect: listening on {} (UDP)", args.listen);
-    lq_user::roles::pfc::collect(args.listen, elements, io::stdout().lock())
+    lq_user::tools::collect::collect(args.listen, elements, io::stdout().lock())
 }
 
 fn monitor(args: &cli::MonitorArgs) -> anyhow::Result<()> {

@@ -15,7 +15,7 @@ use lq_user::{
         CollectorStop, Direction, ElementIds, PfcRecord, TcpCollector, TcpConfig, TcpExporter,
         TlsClientConfig, TlsExporter, TlsServerConfig, encode::Encoder,
     },
-    roles::pfc::collect_tcp_on,
+    tools::collect::collect_tcp_on,
 };
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,

@@ -19,7 +19,7 @@ use std::{
     net::IpAddr,
 };
 
-pub use crate::sys::netlink::route::{Hop, Message, RouteMsg};
+pub use crate::sys::netlink::route::{Hop, Message, RouteEvent, RouteMsg};
 use crate::{
     core::controller::path_quality::{NodeId, Prefix, UplinkId},
     sys::netlink::nexthop::{NexthopMsg, RTPROT_LQ},
@@ -27,21 +27,6 @@ use crate::{
 
 /// The main routing table, where zebra installs BGP's routes.
 pub const RT_TABLE_MAIN: u32 = 254;
-
-/// An event for the core.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RouteEvent {
-    /// A route appeared or was replaced.
-    NewRoute(RouteMsg),
-    /// A route went.
-    DelRoute(RouteMsg),
-    /// A nexthop object appeared or changed.
-    NewNexthop(NexthopMsg),
-    /// A nexthop object went.
-    DelNexthop(u32),
-    /// Notifications were lost (socket overrun): forget everything; a fresh dump follows.
-    Reset,
-}
 
 /// One lq uplink as the kernel names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

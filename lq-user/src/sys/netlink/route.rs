@@ -16,6 +16,22 @@ use crate::sys::netlink::nexthop::{
 };
 use crate::sys::netlink::{RTM_DELROUTE, RTM_NEWROUTE};
 
+/// What the route monitor reports: a route or nexthop object that appeared, changed or
+/// went, in the kernel's order, for the slow plane's core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteEvent {
+    /// A route appeared or was replaced.
+    NewRoute(RouteMsg),
+    /// A route went.
+    DelRoute(RouteMsg),
+    /// A nexthop object appeared or changed.
+    NewNexthop(NexthopMsg),
+    /// A nexthop object went.
+    DelNexthop(u32),
+    /// Notifications were lost (socket overrun): forget everything; a fresh dump follows.
+    Reset,
+}
+
 /// RTM_GETROUTE.
 pub const RTM_GETROUTE: u16 = 26;
 /// RTM_NEWRULE.

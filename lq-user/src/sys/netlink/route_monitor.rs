@@ -11,8 +11,8 @@ use std::{
 
 use tracing::warn;
 
+use super::route::RouteEvent;
 use super::route::{self as route_msg, Message, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE};
-use crate::roles::load_balancer::slow_plane::RouteEvent;
 use crate::sys::netlink::nexthop::{self, RTNLGRP_NEXTHOP};
 
 /// The monitor socket.
