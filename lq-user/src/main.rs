@@ -64,9 +64,12 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
     use lq_user::{daemon, views::show};
     let instance = daemon::Instance::new(&args.instance, args.pin_dir.as_deref());
     let (value, table): (serde_json::Value, fn(&serde_json::Value) -> String) = match args.what {
-        ShowWhat::Paths => (show::paths_json(&instance.pin_dir)?, show::paths_table),
+        ShowWhat::Paths => (
+            lq_user::tools::pins::paths(&instance.pin_dir)?,
+            show::paths_table,
+        ),
         ShowWhat::Counters => (
-            show::counters_json(&instance.pin_dir)?,
+            lq_user::tools::pins::counters(&instance.pin_dir)?,
             show::counters_table,
         ),
         ShowWhat::Neighbors => {
@@ -74,7 +77,7 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
                 Ok(v) => v,
                 Err(e) => {
                     tracing::info!(error = %e, "no daemon answer; neighbor states from the pinned table");
-                    show::neighbors_from_pins(&instance.pin_dir)?
+                    lq_user::tools::pins::neighbors(&instance.pin_dir)?
                 }
             };
             (v, show::neighbors_table)
@@ -106,7 +109,7 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
 }
 
 fn sim(args: &cli::SimArgs) -> anyhow::Result<()> {
-    let mut s = lq_user::core::sim::Scenario::load(&args.scenario)?;
+    let mut s = lq_user::tools::scenario::load(&args.scenario)?;
     if let Some(v) = &args.variant {
         s = s.with_variant(v)?;
     }
@@ -139,7 +142,7 @@ fn collect(args: &cli::CollectArgs) -> anyhow::Result<()> {
     elements.validate()?;
     if let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_client_ca)
     {
-        let tls = lq_user::ipfix::TlsServerConfig::from_files(cert, key, ca)?;
+        let tls = lq_user::transport::tls::TlsServerConfig::from_files(cert, key, ca)?;
         eprintln!(
             "lqd ipfix collect: listening on {} (TLS 1.3, client certificates required)",
             args.listen

@@ -16,9 +16,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lq_user::ipfix::{
-    Direction, ElementIds, ExporterConfig, PfcRecord,
-    encode::{Encoder, unix_seconds},
+use lq_user::{
+    ipfix::{Direction, ElementIds, ExporterConfig, PfcRecord, encode::Encoder},
+    sys::clock::unix_seconds,
 };
 use serde_json::{Value, json};
 

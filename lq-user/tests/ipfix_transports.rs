@@ -11,11 +11,13 @@ use std::{
 };
 
 use lq_user::{
-    ipfix::{
-        CollectorStop, Direction, ElementIds, PfcRecord, TcpCollector, TcpConfig, TcpExporter,
-        TlsClientConfig, TlsExporter, TlsServerConfig, encode::Encoder,
-    },
+    ipfix::{Direction, ElementIds, PfcRecord, encode::Encoder},
     tools::collect::collect_tcp_on,
+    transport::{
+        collector::{CollectorStop, TcpCollector},
+        tcp::{TcpConfig, TcpExporter},
+        tls::{TlsClientConfig, TlsExporter, TlsServerConfig},
+    },
 };
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,

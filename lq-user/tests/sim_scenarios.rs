@@ -11,7 +11,7 @@ fn scenario(name: &str) -> Scenario {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../scenarios")
         .join(name);
-    Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"))
+    lq_user::tools::scenario::load(&p).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn run_lines(s: &Scenario) -> (Vec<Value>, Summary) {
@@ -238,7 +238,7 @@ fn sim_bad_scenarios() {
     let p = "duration_ms = 10\n[params]\ngain = 2.0\n[[nodes]]\nnames = [\"A\"]\ntier = 1\n";
     assert!(matches!(Scenario::parse(p, "t"), Err(SimError::Params(_))));
     assert!(matches!(
-        Scenario::load("/nonexistent.toml"),
+        lq_user::tools::scenario::load("/nonexistent.toml"),
         Err(SimError::Read { .. })
     ));
 }

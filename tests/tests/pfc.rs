@@ -222,9 +222,10 @@ fn sigint(child: &mut Child) {
 fn exports_counts_read_from_the_pins_to_tshark_and_nfacctd() {
     use lq_user::{
         core::pfc::counter::{CounterTracker, RawReading, SourceInstance},
-        ipfix::{Direction, ElementIds, ExporterConfig, PfcRecord, UdpExporter},
+        ipfix::{Direction, ElementIds, ExporterConfig, PfcRecord},
         roles::pfc::tx::TxSource,
         sys::clock::{monotonic_ns, unix_ms_now},
+        transport::udp::UdpExporter,
     };
     let t = topo();
     let mut pfc_b = TestPfc::load().unwrap();

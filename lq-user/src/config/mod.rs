@@ -892,6 +892,10 @@ pub struct SlowPlaneSection {
     pub map: Vec<DestinationSpec>,
 }
 
+/// Nexthop-group ids are `id_base + GROUP_ID_OFFSET + n`; member ids `id_base + uplink id`
+/// (the load-balancer's id plan, checked here against the 32-bit id space).
+pub const GROUP_ID_OFFSET: u32 = 0x1_0000;
+
 fn default_slow_protocols() -> Vec<String> {
     vec!["bgp".into()]
 }
@@ -1080,14 +1084,12 @@ impl Config {
                 ),
             ));
         }
-        if groups > 0 && top(u64::from(crate::roles::load_balancer::GROUP_ID_OFFSET) + groups - 1) {
+        if groups > 0 && top(u64::from(GROUP_ID_OFFSET) + groups - 1) {
             return Err((
                 vec![Locator::NexthopGroup("id-base")],
                 format!(
                     "id-base = {base}: group ids id-base + 0x10000 + n for {groups} [[destination]] entries overflow the 32-bit nexthop id: id-base is at most {}",
-                    u64::from(u32::MAX)
-                        - u64::from(crate::roles::load_balancer::GROUP_ID_OFFSET)
-                        - (groups - 1)
+                    u64::from(u32::MAX) - u64::from(GROUP_ID_OFFSET) - (groups - 1)
                 ),
             ));
         }

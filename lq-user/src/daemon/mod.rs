@@ -746,7 +746,7 @@ fn answer(request: &str, snap: &Snapshot) -> Value {
             |h| serde_json::to_value(&h.local).unwrap_or(Value::Null),
         ),
         "state" => {
-            let neighbors = lb.map(|lb| lb.neighbors_yang(now));
+            let neighbors = lb.map(|lb| lb.neighbors_yang(now, crate::sys::clock::unix_ns()));
             let local = helper.map(crate::views::snapshot::HelperSnapshot::local_yang);
             crate::views::yang_state::state_document(&snap.config, local, neighbors)
         }

@@ -181,10 +181,7 @@ pub fn collected_line(from: &str, transport: &str, r: &PfcDecoded, interval: Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipfix::{
-        ExporterConfig, PfcRecord,
-        encode::{Encoder, unix_seconds},
-    };
+    use crate::ipfix::{ExporterConfig, PfcRecord, encode::Encoder};
 
     fn reading(total: u64, ms: u64) -> PfcRecord {
         PfcRecord {
@@ -212,7 +209,7 @@ mod tests {
             "127.0.0.1:40002".parse().unwrap(),
         );
         let mut c = UdpSessions::new(config.elements);
-        let now = unix_seconds();
+        let now = 1_796_000_000;
         let mut counts = Vec::new();
         let mut feed = |from, msgs: Vec<Vec<u8>>| {
             for m in msgs {
@@ -245,7 +242,7 @@ mod tests {
         let config = ExporterConfig::default();
         let mut a = Encoder::new(config.clone()).unwrap();
         let mut c = UdpSessions::new(config.elements);
-        let now = unix_seconds();
+        let now = 1_796_000_000;
         for m in a.template_messages(now) {
             c.datagram("127.0.0.1:1".parse().unwrap(), &m);
         }

@@ -236,13 +236,6 @@ pub fn pfc_record(r: &PfcRecord, config: &ExporterConfig) -> Vec<u8> {
     out
 }
 
-/// Current Unix time in seconds (the Export Time of a message built now).
-pub fn unix_seconds() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32)
-}
-
 /// Builds messages for one Observation Domain and keeps its sequence number: the number of
 /// Data Records sent before each message, modulo 2^32 (RFC 7011 section 3.1).
 #[derive(Clone, Debug)]

@@ -4,7 +4,6 @@
 //!   ingressPhysicalInterface) and 257 (transmitted, egressPhysicalInterface), 258 for the
 //!   RFC 5610 Information Element Type Records of the new elements, one Options Template
 //!   per Set, message headers with export time and per-domain sequence numbers.
-//! * [`UdpExporter`]: UDP transport, templates first and refreshed periodically.
 //! * [`decode`]: a Collecting Process's decoder following the seed's collector rules.
 //! * [`collect`]: the collector's sessions, one per exporter (templates, last readings and
 //!   interval counts never mix between exporters).
@@ -13,17 +12,7 @@ pub mod collect;
 pub mod decode;
 pub mod encode;
 
-pub use crate::transport::tcp::{
-    CollectorStop, SessionEvent, TcpCollector, TcpConfig, TcpExporter, TransportStats,
-};
-pub use crate::transport::tls::{
-    IPFIX_TLS_PORT, TlsClientConfig, TlsConfigError, TlsExporter, TlsServerConfig,
-};
-
-use std::{
-    net::{SocketAddr, UdpSocket},
-    time::Duration,
-};
+use std::time::Duration;
 
 /// The IANA port for IPFIX over UDP and TCP.
 pub const IPFIX_PORT: u16 = 4739;
@@ -232,67 +221,6 @@ impl Default for ExporterConfig {
             max_message_len: 1400,
             template_refresh: Duration::from_secs(60),
         }
-    }
-}
-
-/// IPFIX over UDP: templates first, then data; templates again every
-/// `template_refresh`.
-pub struct UdpExporter {
-    socket: UdpSocket,
-    encoder: encode::Encoder,
-    last_templates: Option<std::time::Instant>,
-    refresh: Duration,
-}
-
-impl UdpExporter {
-    /// A socket connected to `collector` (bound in the calling thread's namespace).
-    pub fn connect(collector: SocketAddr, config: ExporterConfig) -> Result<Self, ExportError> {
-        config.elements.validate()?;
-        let bind: SocketAddr = if collector.is_ipv4() {
-            "0.0.0.0:0".parse().expect("literal")
-        } else {
-            "[::]:0".parse().expect("literal")
-        };
-        let socket = UdpSocket::bind(bind)?;
-        socket.connect(collector)?;
-        let refresh = config.template_refresh;
-        Ok(Self {
-            socket,
-            encoder: encode::Encoder::new(config)?,
-            last_templates: None,
-            refresh,
-        })
-    }
-
-    /// Sends `records` (templates first when due); returns the messages sent.
-    pub fn export(&mut self, records: &[PfcRecord]) -> Result<usize, ExportError> {
-        let now = encode::unix_seconds();
-        let mut sent = 0;
-        if self
-            .last_templates
-            .is_none_or(|t| t.elapsed() >= self.refresh)
-        {
-            for m in self.encoder.template_messages(now) {
-                self.socket.send(&m)?;
-                sent += 1;
-            }
-            self.last_templates = Some(std::time::Instant::now());
-        }
-        for m in self.encoder.data_messages(records, now) {
-            self.socket.send(&m)?;
-            sent += 1;
-        }
-        Ok(sent)
-    }
-
-    /// The socket's descriptor (for DSCP and SO_PRIORITY).
-    pub fn socket(&self) -> &std::net::UdpSocket {
-        &self.socket
-    }
-
-    /// The encoder (sequence numbers).
-    pub fn encoder(&self) -> &encode::Encoder {
-        &self.encoder
     }
 }
 

@@ -33,6 +33,21 @@ pub fn unix_ms_now() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Nanoseconds since the UNIX epoch (0 if the clock is before it).
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Seconds since the UNIX epoch, as an IPFIX Export Time (RFC 7011 section 3.1: 32 bits,
+/// wrapping in 2106).
+pub fn unix_seconds() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32)
+}
+
 /// 64 random bits from the kernel (getrandom), for seeding the helper's jitter (seed 003
 /// section 7.2); the boot time mixed with the process id if getrandom fails.
 pub fn os_random_u64() -> u64 {

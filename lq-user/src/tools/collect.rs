@@ -38,24 +38,24 @@ pub fn collect(
 /// section 8: templates first, once per Transport Session).
 pub fn collect_tcp(
     listen: SocketAddr,
-    tls: Option<crate::ipfix::TlsServerConfig>,
+    tls: Option<crate::transport::tls::TlsServerConfig>,
     elements: crate::ipfix::ElementIds,
     out: impl std::io::Write + Send + 'static,
 ) -> anyhow::Result<()> {
-    let collector = crate::ipfix::TcpCollector::bind(listen, tls)?;
+    let collector = crate::transport::collector::TcpCollector::bind(listen, tls)?;
     collect_tcp_on(collector, elements, out)
 }
 
 /// [`collect_tcp`] on a bound collector (stopped through its
-/// [`crate::ipfix::TcpCollector::stop_handle`]).
+/// [`crate::transport::collector::TcpCollector::stop_handle`]).
 pub fn collect_tcp_on(
-    collector: crate::ipfix::TcpCollector,
+    collector: crate::transport::collector::TcpCollector,
     elements: crate::ipfix::ElementIds,
     out: impl std::io::Write + Send + 'static,
 ) -> anyhow::Result<()> {
     use std::sync::{Arc, Mutex};
 
-    use crate::ipfix::{SessionEvent, collect::Session};
+    use crate::{ipfix::collect::Session, transport::collector::SessionEvent};
 
     let transport = if collector.is_tls() { "tls" } else { "tcp" };
     let out = Arc::new(Mutex::new(out));

@@ -1,8 +1,10 @@
-//! Commands beside the daemon: `lqd decode` of datagrams and capture files ([`decode`],
-//! [`pcap`]), `lqd ipfix collect` ([`collect`]), `lqd show pfc` from the pins
-//! ([`pfc_show`]).
+//! Commands beside the daemon: `lqd sim` scenario files ([`scenario`]), `lqd decode` of datagrams and capture files ([`decode`],
+//! [`pcap`]), `lqd ipfix collect` ([`collect`]), `lqd show` from the pins
+//! ([`pins`], [`pfc_show`]).
 
 pub mod collect;
 pub mod decode;
 pub mod pcap;
 pub mod pfc_show;
+pub mod pins;
+pub mod scenario;

@@ -1,16 +1,18 @@
-//! `lqd show`: operator views, as a table or as JSON. The path table and the counters
-//! are read from the pinned maps (so they work without a running daemon, and after a
-//! crash); weights and neighbor states come from the running daemon's control socket.
+//! `lqd show`: operator views, as a table or as JSON, rendered from what they are given:
+//! the path table, counters and neighbors read from the pinned maps by
+//! [`crate::tools::pins`] (so they work without a running daemon, and after a crash);
+//! weights and neighbor states from the running daemon's snapshot.
 
-use std::{fmt::Write as _, net::Ipv4Addr, path::Path};
+use std::{collections::BTreeMap, fmt::Write as _, net::Ipv4Addr};
 
-use anyhow::Result;
-use lq_common::maps::{COUNTER_COUNT, Counter, PATH_FLAG_PFC_FABRIC};
+use lq_common::maps::{
+    COUNTER_COUNT, Counter, NeighborKey, NeighborValue, PATH_FLAG_PFC_FABRIC, PathKey,
+};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 use crate::{
-    sys::{bpf::path_table::TableReader, clock::monotonic_ns},
+    core::controller::effective::EffectiveEntry,
     views::snapshot::{LocalView, WeightsView},
 };
 
@@ -18,12 +20,9 @@ fn ip(v: u32) -> String {
     Ipv4Addr::from(v).to_string()
 }
 
-/// The path quality table as JSON (one object per entry).
-pub fn paths_json(pin_dir: &Path) -> Result<Value> {
-    let reader = TableReader::open(pin_dir)?;
-    let now = monotonic_ns();
-    let list: Vec<Value> = reader
-        .effective_paths(now)?
+/// The path quality table as JSON (one object per entry), ages at `now` (CLOCK_MONOTONIC).
+pub fn paths_json(paths: &BTreeMap<PathKey, EffectiveEntry>, now: u64) -> Value {
+    let list: Vec<Value> = paths
         .iter()
         .map(|(k, e)| {
             // The YANG link-quality entry (one rendering for `show paths` and `show
@@ -40,7 +39,7 @@ pub fn paths_json(pin_dir: &Path) -> Result<Value> {
             o
         })
         .collect();
-    Ok(Value::Array(list))
+    Value::Array(list)
 }
 
 /// The path table as a human table.
@@ -90,14 +89,12 @@ pub fn paths_table(v: &Value) -> String {
 }
 
 /// Receiver counters (summed over CPUs) as JSON: one member per counter name.
-pub fn counters_json(pin_dir: &Path) -> Result<Value> {
-    let reader = TableReader::open(pin_dir)?;
-    let c: [u64; COUNTER_COUNT as usize] = reader.counters()?;
+pub fn counters_json(c: &[u64; COUNTER_COUNT as usize]) -> Value {
     let mut o = serde_json::Map::new();
     for counter in Counter::ALL {
         o.insert(counter.name().into(), json!(c[counter as usize]));
     }
-    Ok(Value::Object(o))
+    Value::Object(o)
 }
 
 /// Counters as `name value` lines.
@@ -109,14 +106,14 @@ pub fn counters_table(v: &Value) -> String {
     s
 }
 
-/// Neighbors from the pinned table (when no daemon answers): failed when silent for the
-/// configured dead interval, active otherwise.
-pub fn neighbors_from_pins(pin_dir: &Path) -> Result<Value> {
-    let reader = TableReader::open(pin_dir)?;
-    let dead = reader.config()?.dead_interval_ns;
-    let now = monotonic_ns();
-    let list: Vec<Value> = reader
-        .neighbors()?
+/// Neighbors from the pinned table (when no daemon answers): failed when silent for more
+/// than the configured dead interval `dead`, active otherwise.
+pub fn neighbors_from_table(
+    neighbors: &BTreeMap<NeighborKey, NeighborValue>,
+    dead: u64,
+    now: u64,
+) -> Value {
+    let list: Vec<Value> = neighbors
         .iter()
         .map(|(k, v)| {
             let silent = now.saturating_sub(v.last_seen_ns);
@@ -130,7 +127,7 @@ pub fn neighbors_from_pins(pin_dir: &Path) -> Result<Value> {
             })
         })
         .collect();
-    Ok(Value::Array(list))
+    Value::Array(list)
 }
 
 /// One row of `lqd show neighbors`, from the daemon's answer or from the pins.

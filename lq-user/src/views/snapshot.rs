@@ -168,29 +168,32 @@ impl LoadBalancerSnapshot {
 
     /// The YANG `neighbors` container, with the effective LQS / CL of every entry: 0 / 7
     /// for a failed neighbor's and for aged entries (seed 003 section 6.5).
-    pub fn neighbors_yang(&self, now_ns: u64) -> Value {
+    /// (`wall_now_ns`: the real time, ns since the UNIX epoch, read with `now_ns`.)
+    pub fn neighbors_yang(&self, now_ns: u64, wall_now_ns: u64) -> Value {
         let neighbors: BTreeMap<NeighborKey, NeighborValue> =
             self.neighbors.iter().map(|n| (n.key, n.value)).collect();
         let states: BTreeMap<NeighborKey, NeighborStateName> =
             self.neighbors.iter().map(|n| (n.key, n.state)).collect();
-        let effective: BTreeMap<PathKey, PathValue> = crate::sys::bpf::path_table::effective_paths(
-            &self.paths,
-            |s| {
-                states
-                    .get(s)
-                    .is_none_or(|st| *st == NeighborStateName::Failed)
-            },
-            now_ns,
-            self.dead_interval_ns,
-        )
-        .into_iter()
-        .map(|(k, e)| (k, e.effective))
-        .collect();
+        let effective: BTreeMap<PathKey, PathValue> =
+            crate::core::controller::effective::effective_paths(
+                &self.paths,
+                |s| {
+                    states
+                        .get(s)
+                        .is_none_or(|st| *st == NeighborStateName::Failed)
+                },
+                now_ns,
+                self.dead_interval_ns,
+            )
+            .into_iter()
+            .map(|(k, e)| (k, e.effective))
+            .collect();
         crate::views::yang_state::neighbors_json(
             &neighbors,
             &effective,
             |k, _| states.get(k).copied().unwrap_or(NeighborStateName::Failed),
             now_ns,
+            wall_now_ns,
         )
     }
 }

@@ -3,11 +3,7 @@
 //! `neighbors` (what it receives). `lqd show state --json` prints it; a test validates live
 //! output with yanglint against the module in `yang/`.
 
-use std::{
-    collections::BTreeMap,
-    net::Ipv4Addr,
-    time::{SystemTime, UNIX_EPOCH},
-};
+use std::{collections::BTreeMap, net::Ipv4Addr};
 
 use lq_common::{
     maps::{
@@ -127,17 +123,16 @@ pub fn local_json(last_sequence: Option<u16>, entries: &[Entry]) -> Value {
 }
 
 /// The `neighbors` container from the receiver's tables. `mono_now_ns` is the
-/// CLOCK_MONOTONIC time the tables' timestamps use; `last-seen` is converted to wall-clock
-/// time from it.
+/// CLOCK_MONOTONIC time the tables' timestamps use and `wall_now_ns` the real time (ns
+/// since the UNIX epoch) read at the same moment; `last-seen` is converted to wall-clock
+/// time from them.
 pub fn neighbors_json(
     neighbors: &BTreeMap<NeighborKey, NeighborValue>,
     paths: &BTreeMap<PathKey, PathValue>,
     state_of: impl Fn(&NeighborKey, &NeighborValue) -> NeighborStateName,
     mono_now_ns: u64,
+    wall_now: u64,
 ) -> Value {
-    let wall_now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
     let list: Vec<Value> = neighbors
         .iter()
         .map(|(k, v)| {

@@ -762,7 +762,7 @@ fn bench_export() -> Result<Export> {
     let sender = UdpSocket::bind("127.0.0.1:0").context("bind the sender")?;
     sender.connect(addr)?;
     let mut encoder = Encoder::new(ExporterConfig::default())?;
-    let t0 = lq_user::ipfix::encode::unix_seconds();
+    let t0 = lq_user::sys::clock::unix_seconds();
     let mut sent = 0u64;
     for m in encoder.template_messages(t0) {
         sender.send(&m)?;
@@ -781,7 +781,7 @@ fn bench_export() -> Result<Export> {
     for i in 0..EXPORT_ITERATIONS {
         let c = thread_cpu_ns();
         let recs = build_records(i as u64 + 1);
-        let msgs = encoder.data_messages(&recs, lq_user::ipfix::encode::unix_seconds());
+        let msgs = encoder.data_messages(&recs, lq_user::sys::clock::unix_seconds());
         for m in &msgs {
             sender.send(m)?;
         }

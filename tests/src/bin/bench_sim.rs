@@ -5,7 +5,7 @@ use std::time::Instant;
 
 fn main() -> anyhow::Result<()> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/large.toml");
-    let s = lq_user::core::sim::Scenario::load(&path)?;
+    let s = lq_user::tools::scenario::load(&path)?;
     let start = Instant::now();
     let summary = lq_user::core::sim::run(&s, &mut std::io::sink())?;
     let wall = start.elapsed().as_secs_f64();

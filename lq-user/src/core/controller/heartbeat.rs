@@ -25,7 +25,9 @@ use lq_common::wire::Mode;
 use tracing::{info, warn};
 
 use super::config::ControllerConfig;
-use super::path_quality::NodeId;
+// The node identity of section 6.2 (path_quality::NodeId), named here without importing
+// path_quality, which imports this module.
+use lq_common::maps::NeighborKey as NodeId;
 
 /// Arrivals closer together than this belong to one transmission: a sender splits a large
 /// advertisement into several back-to-back datagrams (wire spec), which must not be taken

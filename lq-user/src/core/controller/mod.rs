@@ -4,11 +4,13 @@
 //!
 //! * [`config`]: parameters and their ranges (section 10).
 //! * [`path_quality`]: NNH mapping and per-destination member quality (6.1-6.3).
+//! * [`effective`]: the effective path table, failed and aged entries as LQS 0 / CL 7 (6.5).
 //! * [`heartbeat`]: neighbor liveness, entry ageing, T_notify mismatch (6.5, 10).
 //! * [`weights`]: targets, damping, quantisation, bucket remapping (6.3, 6.4).
 //! * [`integral`]: the capacity x integral-controller weight function (4.1, issue 12).
 
 pub mod config;
+pub mod effective;
 pub mod heartbeat;
 pub mod integral;
 pub mod path_quality;

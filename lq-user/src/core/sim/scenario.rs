@@ -112,7 +112,6 @@
 //! of those links.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -642,23 +641,6 @@ impl Ctx<'_> {
 }
 
 impl Scenario {
-    /// Reads and validates a scenario file.
-    pub fn load(path: impl AsRef<Path>) -> Result<Self, SimError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let mut s = Self::parse(&text, &path.display().to_string())?;
-        if s.name.is_empty() {
-            s.name = path
-                .file_stem()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-        }
-        Ok(s)
-    }
-
     /// Parses and validates scenario text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self, SimError> {
         let cx = Ctx { text, origin };

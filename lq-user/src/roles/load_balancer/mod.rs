@@ -35,8 +35,7 @@ use crate::{
     },
 };
 
-/// Nexthop-group ids are `id_base + GROUP_ID_OFFSET + n`; member ids `id_base + uplink id`.
-pub const GROUP_ID_OFFSET: u32 = 0x1_0000;
+pub use crate::config::GROUP_ID_OFFSET;
 
 /// Errors of the load-balancer role.
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use tracing::{info, warn};
 use crate::{
     config::{Config, IpfixTransport},
     core::pfc::counter::{CounterTracker, RawReading, SourceInstance},
-    ipfix::{Direction, ExporterConfig, PfcRecord, UdpExporter},
+    ipfix::{Direction, ExporterConfig, PfcRecord},
     sys::{
         bpf::pfc::{PfcCounter, PfcReader},
         clock::{monotonic_ns, unix_ms_now},
@@ -40,7 +40,7 @@ pub enum PfcServiceError {
     TlsFiles,
     /// TLS certificates and keys.
     #[error(transparent)]
-    Tls(#[from] crate::ipfix::TlsConfigError),
+    Tls(#[from] crate::transport::tls::TlsConfigError),
     /// A bond or team device where a physical interface belongs (seed 000: never an
     /// aggregate LAG counter).
     #[error("{section} names an aggregate interface")]
@@ -55,9 +55,9 @@ pub enum PfcServiceError {
 
 /// The export transport.
 enum Exporter {
-    Udp(UdpExporter),
-    Tcp(crate::ipfix::TcpExporter),
-    Tls(crate::ipfix::TlsExporter),
+    Udp(crate::transport::udp::UdpExporter),
+    Tcp(crate::transport::tcp::TcpExporter),
+    Tls(crate::transport::tls::TlsExporter),
 }
 
 impl Exporter {
@@ -140,18 +140,18 @@ impl PfcService {
                     template_refresh: Duration::from_secs(u64::from(x.template_refresh_s)),
                     ..ExporterConfig::default()
                 };
-                let tcp = || crate::ipfix::TcpConfig {
+                let tcp = || crate::transport::tcp::TcpConfig {
                     exporter: ExporterConfig {
                         max_message_len: 16384,
                         ..ec.clone()
                     },
                     dscp: x.dscp,
                     socket_priority: x.socket_priority,
-                    ..crate::ipfix::TcpConfig::default()
+                    ..crate::transport::tcp::TcpConfig::default()
                 };
                 let e = match x.transport {
                     IpfixTransport::Udp => {
-                        let e = UdpExporter::connect(x.collector, ec)?;
+                        let e = crate::transport::udp::UdpExporter::connect(x.collector, ec)?;
                         crate::sys::socket::set_traffic_class(
                             e.socket(),
                             x.dscp,
@@ -159,9 +159,9 @@ impl PfcService {
                         );
                         Exporter::Udp(e)
                     }
-                    IpfixTransport::Tcp => {
-                        Exporter::Tcp(crate::ipfix::TcpExporter::connect(x.collector, tcp())?)
-                    }
+                    IpfixTransport::Tcp => Exporter::Tcp(
+                        crate::transport::tcp::TcpExporter::connect(x.collector, tcp())?,
+                    ),
                     IpfixTransport::Tls => {
                         let (Some(ca), Some(cert), Some(key)) =
                             (&x.tls_ca, &x.tls_cert, &x.tls_key)
@@ -172,8 +172,14 @@ impl PfcService {
                             .tls_server_name
                             .clone()
                             .unwrap_or_else(|| x.collector.ip().to_string());
-                        let tls = crate::ipfix::TlsClientConfig::from_files(ca, cert, key, &name)?;
-                        Exporter::Tls(crate::ipfix::TlsExporter::connect(x.collector, tcp(), tls)?)
+                        let tls = crate::transport::tls::TlsClientConfig::from_files(
+                            ca, cert, key, &name,
+                        )?;
+                        Exporter::Tls(crate::transport::tls::TlsExporter::connect(
+                            x.collector,
+                            tcp(),
+                            tls,
+                        )?)
                     }
                 };
                 info!(collector = %x.collector, transport = ?x.transport, interval_ms = x.interval_ms, "IPFIX export");
