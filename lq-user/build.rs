@@ -1,5 +1,7 @@
 use anyhow::{Context as _, anyhow};
 use aya_build::{Package, Toolchain};
+// A build-dependency only so that cargo reruns this script when lq-ebpf changes.
+use lq_ebpf as _;
 
 /// Builds the eBPF object (`lq-ebpf`, binary `lq`) with the nightly toolchain and
 /// bpf-linker, into OUT_DIR, where `include_bytes_aligned!` embeds it in `lqd`.

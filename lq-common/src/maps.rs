@@ -340,12 +340,19 @@ impl Counter {
 mod pod {
     // SAFETY: all of these are #[repr(C)] plain integers with explicit padding fields and
     // asserted sizes: every bit pattern is valid and there are no implicit holes.
+    // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::PathKey {}
+    // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::PathValue {}
+    // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::PathSlot {}
+    // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::NeighborKey {}
+    // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::NeighborValue {}
+    // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::PathEvent {}
+    // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::ReceiverConfig {}
 }
 

@@ -270,7 +270,9 @@ pub fn build_frame(dst: [u8; 6], src: [u8; 6], enable: u16, quanta: [u16; 8]) ->
 mod pod {
     // SAFETY: #[repr(C)] plain integers with explicit padding and asserted sizes.
     unsafe impl aya::Pod for super::PfcKey {}
+    // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::PfcPause {}
+    // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::PfcIfConfig {}
 }
 

@@ -8,6 +8,7 @@
 //! * [`hash_clear`]: `lq_clear_hash` (tc), clears a veth-carried socket hash (the demo).
 #![no_std]
 #![no_main]
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 mod ecn;
 mod hash_clear;

@@ -409,8 +409,6 @@ fn receive_payload(
     // SAFETY: this CPU's scratch slot; XDP runs with preemption disabled, so nothing else
     // uses it until this program returns.
     let buf: &mut [u8; SCRATCH_LEN] = unsafe { &mut *scratch };
-    // SAFETY: the helper copies `len` (<= SCRATCH_LEN) octets from the packet at offset `p`,
-    // which the caller checked lie inside the frame.
     // A payload longer than any valid datagram still gets checks 5 and 6 from its header
     // before check 7 refuses it, as in the reference.
     let copy = if len > MAX_PAYLOAD_LEN {
@@ -418,6 +416,8 @@ fn receive_payload(
     } else {
         len
     };
+    // SAFETY: the helper copies `copy` (<= SCRATCH_LEN) octets from the packet at offset
+    // `p`, which the caller checked lie inside the frame.
     let copied =
         unsafe { bpf_xdp_load_bytes(ctx.ctx, p as u32, buf.as_mut_ptr().cast(), copy as u32) };
     if copied != 0 {

@@ -16,6 +16,14 @@
 //! * [`views`]: show, YANG state, metrics and JSON renderings of typed snapshots.
 //! * [`tools`]: offline commands: `decode`, pcap reading.
 #![deny(unsafe_code)]
+// The dev-dependencies serve the integration tests, not the library's unit tests.
+#![cfg_attr(test, allow(unused_crate_dependencies))]
+
+// A package's dependencies are shared by its targets: these two are used by the binary
+// (tracing-subscriber, main.rs) and for a feature (rustls-pki-types' `std`, for reading
+// PEM files through `rustls::pki_types`), not by a path in the library.
+use rustls_pki_types as _;
+use tracing_subscriber as _;
 
 pub mod config;
 pub mod core;

@@ -1,4 +1,5 @@
 //! `lqd`: the lq daemon and its command-line tools.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 mod cli;
 

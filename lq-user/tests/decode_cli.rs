@@ -1,4 +1,5 @@
 //! `lqd decode HEX`: the built binary against the golden files of the spec's test vectors.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::process::{Command, Output};
 

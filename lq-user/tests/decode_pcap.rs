@@ -1,5 +1,6 @@
 //! `lqd decode --pcap`: capture files written here (classic pcap and pcapng) and, when
 //! Wireshark's tools are installed, by `text2pcap`, read by the built binary.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     path::{Path, PathBuf},

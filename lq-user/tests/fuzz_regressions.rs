@@ -6,6 +6,7 @@
 //! Each input runs on its own thread with a time bound. The bound only tells a hang (a
 //! decoder that never returns) from a slow machine: a decoder takes microseconds on these
 //! inputs, so the bound is minutes' worth of margin, not a speed goal.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     fs,

@@ -6,6 +6,7 @@
 //! * two exporters (two sockets, two source ports) with the same Observation Domain,
 //!   observation point, interface, priority and counter epoch: every interval count is
 //!   computed from the exporter's own previous reading, never the other's.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     io::{BufRead, BufReader},

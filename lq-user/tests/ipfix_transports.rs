@@ -1,5 +1,6 @@
 //! IPFIX over TCP and TLS (RFC 7011 section 10.4 and 11, RFC 9325, seed 000 section 9):
 //! exporter and collector on 127.0.0.1, no privileges needed.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     collections::BTreeSet,

@@ -2,6 +2,7 @@
 //! netns demo (scenarios/demo.toml), the seed's 6.3/6.4 weight function sloshes the weights
 //! around while the integral function keeps capacity shares, and ECMP, static capacity
 //! weights and lq keep the netns demo's order of job completion times.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use lq_user::core::sim::elastic::JobStats;
 use lq_user::core::sim::{Scenario, run};

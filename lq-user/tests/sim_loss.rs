@@ -3,6 +3,7 @@
 //! failed (miss_count = 3 silent intervals), against the binomial expectation, and how far
 //! L1's weights stray from the loss-free run. Virtual time (`lqd sim`), so it is exact and
 //! repeatable.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use lq_user::core::sim::{Scenario, run};
 use serde_json::Value;

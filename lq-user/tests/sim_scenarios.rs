@@ -1,5 +1,6 @@
 //! `lqd sim` on the shipped scenarios (seed 003 Appendix B, sections 6.4 and 9), all in
 //! virtual time.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::path::PathBuf;
 use std::time::Instant;

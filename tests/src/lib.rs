@@ -3,6 +3,7 @@
 //!
 //! Everything here runs only inside network namespaces it creates (and always deletes) or
 //! on BPF_PROG_TEST_RUN; nothing touches the root namespace's links, routes or sysctls.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 pub mod bench;
 pub mod daemon;

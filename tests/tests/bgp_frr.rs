@@ -2,6 +2,7 @@
 //! and two leaves each in its own AS, eBGP with multipath; leaf 1 runs lqd with
 //! `[slow-plane]` and no `[[destination]]`. Judged by the kernel's own tables (`ip -j`)
 //! and by ping over the fabric, FRR's state by vtysh.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},

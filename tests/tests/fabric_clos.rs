@@ -10,6 +10,7 @@
 //!
 //! There is no fallback: the test fails when a helper does not start, exits, or never
 //! advertises (L1 must hear all four spines).
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     io::{Read as _, Write as _},

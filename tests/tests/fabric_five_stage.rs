@@ -24,6 +24,7 @@
 //!
 //! L2 has no lqd: it is the far side that gives L1 a destination whose next-next-hop link
 //! (P1S1 -> L2) can be congested without sharing a queue with P1S1's advertisements to L1.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     io::ErrorKind,

@@ -2,6 +2,7 @@
 //! traffic with the Appendix A pipeline and advertises it; the leaf's lqd (XDP receiver)
 //! sees the LQS fall and recover, and a capture decoded by `lqd decode --pcap` shows the
 //! triggered datagram with TTL 255 (seed 003 sections 7.2, 7.3, Appendix A).
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket},
@@ -116,8 +117,8 @@ fn a_loaded_link_is_advertised_triggered_and_recovers_slowly() {
         let name = s.name().to_string();
         move || {
             let f = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
-            // SAFETY: setns on this thread only.
             assert_eq!(
+                // SAFETY: setns on this thread only.
                 unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) },
                 0
             );

@@ -2,6 +2,7 @@
 //! veth pair between two namespaces, a tbf shaper on one end, UDP traffic at twice the
 //! shaped rate, and the `Sampler`'s readings checked against what was sent. Everything
 //! runs in namespaces this test creates; the root namespace is never touched.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     net::UdpSocket,

@@ -12,6 +12,7 @@
 //!   (Kolmogorov-Smirnov, p > 0.01).
 //!
 //! `LQ_TEST_LQD=/path/to/old/lqd` runs them against another build.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     io::{IoSliceMut, Read as _, Write as _},

@@ -1,6 +1,7 @@
 //! The load-balancer role end to end in network namespaces: real spine senders (UDP, TTL
 //! 255) on four veth links, `lqd` with the XDP receiver on the leaf, and the weights read
 //! back from the kernel with `ip -j nexthop show` (seed 003 sections 6.3-6.5, Appendix B).
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -79,8 +80,8 @@ impl Spines {
         let name = ns.name().to_string();
         let thread = std::thread::spawn(move || {
             let f = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
-            // SAFETY: setns on this thread only.
             assert_eq!(
+                // SAFETY: setns on this thread only.
                 unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) },
                 0
             );
@@ -411,8 +412,8 @@ fn link_flaps_and_per_entry_ageing() {
     let name = f.spines.name().to_string();
     let sender = std::thread::spawn(move || {
         let file = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
-        // SAFETY: setns on this thread only.
         assert_eq!(
+            // SAFETY: setns on this thread only.
             unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) },
             0
         );
@@ -509,8 +510,8 @@ fn an_unconfirmed_spine_gets_no_weight_and_a_failed_spine_shows_lqs_0_cl_7() {
     let name = f.spines.name().to_string();
     let sender = std::thread::spawn(move || {
         let file = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
-        // SAFETY: setns on this thread only.
         assert_eq!(
+            // SAFETY: setns on this thread only.
             unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) },
             0
         );

@@ -3,6 +3,7 @@
 //! socket) prints the `lq-threshold-crossed` notifications of seed 003 section 5.6 as JSON
 //! lines: the CL rising, then falling after the hold-down. Every line is a valid
 //! notification for yanglint, and the monitor ends when the daemon goes away.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     io::{BufRead as _, BufReader},

@@ -1,5 +1,6 @@
 //! The tc PFC counter on a real veth pair in namespaces: frames injected on one end
 //! (AF_PACKET and scapy), exact per-priority counts read from the pinned maps on the other.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use lq_common::pfc::{PFC_MULTICAST, PfcClass, PfcReject, build_frame, classify};
 use lq_tests::{

@@ -2,6 +2,7 @@
 //! `lqd show pfc` counts them per priority, and `lqd ipfix collect` (in the same
 //! namespace, on loopback) receives the same totals with a counter epoch, so it can state
 //! the count over an interval.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     collections::BTreeMap,

@@ -9,6 +9,7 @@
 //! bond and must refuse it; this test machine's kernel has neither bonding nor team
 //! (`ip link add b0 type bond`: "Unknown device type"), so that part reports itself
 //! skipped there, and the refusal is covered by the unit tests of `lq_user::sys::lag`.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use lq_tests::{
     daemon::Lqd,

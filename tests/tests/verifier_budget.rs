@@ -1,5 +1,6 @@
 //! The XDP receiver loads (passes the verifier) and reports how much of the verifier's
 //! budget it uses, so a change that approaches the 1M-instruction limit shows up early.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use aya::programs::Xdp;
 use lq_common::maps::XDP_PROGRAM;

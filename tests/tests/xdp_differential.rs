@@ -13,6 +13,7 @@
 //!
 //! Environment: `LQ_DIFF_SEED` (u64) fixes the seed (printed either way), `LQ_DIFF_FRAMES`
 //! the total frame count (default 100 000; phase 2 gets a fifth of them).
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     collections::BTreeMap,

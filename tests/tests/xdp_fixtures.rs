@@ -1,6 +1,7 @@
 //! Fixture tests of the XDP receiver through BPF_PROG_TEST_RUN (katran style: a
 //! description, an input frame, the expected verdict and counter), one per receive check of
 //! `spec/lq-udp-wire.md`, then the table contents.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use lq_common::{
     maps::{Counter, NeighborKey, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_PFC_FABRIC, PathKey},

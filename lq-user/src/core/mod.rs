@@ -8,8 +8,10 @@
 //! * [`helper`]: the helper's congestion pipeline and advertiser (Appendix A, 7.2).
 //! * [`pfc`]: the PFC counter model (seed 000 section 5).
 //! * [`sim`]: the fabric simulator that drives both roles (`lqd sim`).
+//! * [`report`]: an error and its causes in one log line.
 
 pub mod controller;
 pub mod helper;
 pub mod pfc;
+pub mod report;
 pub mod sim;

@@ -233,7 +233,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         if let (Some(t), Some(h)) = (periodic.as_ref(), helper.as_ref())
             && let Err(e) = t.arm(h.next_due_at())
         {
-            warn!(error = %e, "arming the periodic advertisement timer failed");
+            warn!(error = %crate::core::report::Chain(&e), "arming the periodic advertisement timer failed");
         }
         let due = [
             lb.as_ref().and_then(|lb| lb.next_due(now)),
@@ -264,7 +264,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                             forward_notifications(h, &notify_tx);
                         }
                     }
-                    Err(e) => warn!(error = %e, "reading the periodic advertisement timer failed"),
+                    Err(e) => warn!(error = %crate::core::report::Chain(&e), "reading the periodic advertisement timer failed"),
                 }
             }
             _ = tokio::time::sleep(sleep), if lb.is_some() || pfc.is_some() => {
@@ -321,7 +321,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                             lb.route_events(events);
                         }
                     }
-                    Err(e) => warn!(error = %e, "route monitor"),
+                    Err(e) => warn!(error = %crate::core::report::Chain(&e), "route monitor"),
                 }
                 guard.clear_ready();
             }
@@ -344,10 +344,10 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                                 // Clients see the new configuration at once.
                                 last_publish_ns = 0;
                             }
-                            Err(e) => warn!(error = %e, "reload failed; the running configuration stays"),
+                            Err(e) => warn!(error = %crate::core::report::Chain(e.as_ref()), "reload failed; the running configuration stays"),
                         }
                     }
-                    Err(e) => warn!(error = %e, "reload refused; the running configuration stays"),
+                    Err(e) => warn!(error = %crate::core::report::Chain(&e), "reload refused; the running configuration stays"),
                 }
             }
         }
@@ -355,7 +355,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             && let Some(lb) = lb.as_mut()
             && let Err(e) = lb.step(monotonic_ns())
         {
-            warn!(error = %e, "control step failed");
+            warn!(error = %crate::core::report::Chain(&e), "control step failed");
         }
     }
     let _ = std::fs::remove_file(&instance.socket);
@@ -497,13 +497,13 @@ fn spawn_client_thread(
                 let control = match UnixListener::from_std(control) {
                     Ok(l) => l,
                     Err(e) => {
-                        warn!(error = %e, "control socket: no clients will be served");
+                        warn!(error = %crate::core::report::Chain(&e), "control socket: no clients will be served");
                         return;
                     }
                 };
                 let metrics = metrics.and_then(|m| {
                     TcpListener::from_std(m)
-                        .inspect_err(|e| warn!(error = %e, "metrics endpoint: not served"))
+                        .inspect_err(|e| warn!(error = %crate::core::report::Chain(&e), "metrics endpoint: not served"))
                         .ok()
                 });
                 let c = tokio::spawn(accept_control(control, ctx.clone()));
@@ -549,7 +549,7 @@ fn load(c: &AtomicU64) -> u64 {
 /// instead of spinning on it.
 async fn accept_failed(endpoint: &'static str, stats: &EndpointStats, e: &std::io::Error) {
     EndpointStats::inc(&stats.accept_errors);
-    warn!(endpoint, error = %e, "accept failed");
+    warn!(endpoint, error = %crate::core::report::Chain(&e), "accept failed");
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 

@@ -231,7 +231,7 @@ pub enum ExportError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// Socket error.
-    #[error("IPFIX transport: {0}")]
+    #[error("IPFIX transport")]
     Io(#[from] std::io::Error),
     /// A message limit too small for one record.
     #[error("max_message_len {0} cannot hold one record")]

@@ -34,7 +34,7 @@ const MAX_ANCHORED_LATENESS_NS: u64 = 2_000_000;
 
 /// Where the counters of the monitored links come from (the kernel sampler in production,
 /// a scripted source in tests and `lqd sim`).
-pub trait CounterSource {
+pub trait SampleSource {
     /// One sample per monitored link, in the order of `[[link]]`, read at `t_ns`.
     fn sample(&mut self, t_ns: u64) -> Result<Vec<RawSample>, String>;
 
@@ -58,9 +58,9 @@ pub struct SampleBatch {
     pub t_ns: u64,
     /// One sample per link, or why the counters could not be read.
     pub samples: Result<Vec<RawSample>, String>,
-    /// How they were obtained ([`CounterSource::describe`]).
+    /// How they were obtained ([`SampleSource::describe`]).
     pub described: Vec<Value>,
-    /// The links' MTUs as of this sample ([`CounterSource::link_mtus`]).
+    /// The links' MTUs as of this sample ([`SampleSource::link_mtus`]).
     pub link_mtus: Vec<Option<u32>>,
     /// How long reading them took.
     pub took_ns: u64,
@@ -70,7 +70,7 @@ pub struct SampleBatch {
 #[derive(Debug, thiserror::Error)]
 pub enum HelperRoleError {
     /// Socket set-up.
-    #[error("advertisement socket on {iface}: {source}")]
+    #[error("advertisement socket on {iface}")]
     Socket {
         /// The link.
         iface: String,
@@ -100,8 +100,8 @@ pub struct HelperRole {
     links: Vec<Link>,
     advertiser: Advertiser<SmallRng>,
     /// The counter source, until [`HelperRole::spawn_sampler`] moves it to its thread.
-    source: Option<Box<dyn CounterSource + Send>>,
-    /// How the last samples were obtained ([`CounterSource::describe`]).
+    source: Option<Box<dyn SampleSource + Send>>,
+    /// How the last samples were obtained ([`SampleSource::describe`]).
     described: Vec<Value>,
     /// `[helper] mtu`: an upper bound on the links' MTUs, if configured.
     mtu_cap: Option<u32>,
@@ -118,7 +118,7 @@ impl HelperRole {
     /// Opens one socket per `[[link]]` and builds the advertiser.
     pub fn start(
         cfg: &Config,
-        source: Box<dyn CounterSource + Send>,
+        source: Box<dyn SampleSource + Send>,
     ) -> Result<Self, HelperRoleError> {
         let params = cfg.helper_params();
         let t = &cfg.lq_telemetry;
@@ -471,7 +471,7 @@ impl HelperRole {
 pub fn kernel_source(
     cfg: &Config,
     pfc_pin_dir: Option<&std::path::Path>,
-) -> Result<Box<dyn CounterSource + Send>, HelperRoleError> {
+) -> Result<Box<dyn SampleSource + Send>, HelperRoleError> {
     use crate::sys::sampler::{LinkConfig, Sampler};
     let other = |what: &str, e: String| HelperRoleError::Socket {
         iface: what.into(),
@@ -570,7 +570,7 @@ pub fn kernel_source(
     }))
 }
 
-/// [`CounterSource`] over the kernel sampler. All samples of one step carry the step's
+/// [`SampleSource`] over the kernel sampler. All samples of one step carry the step's
 /// time, so the pipeline and the advertiser share one clock.
 struct KernelSource {
     sampler: crate::sys::sampler::Sampler,
@@ -579,7 +579,7 @@ struct KernelSource {
     _ecn: aya::Ebpf,
 }
 
-impl CounterSource for KernelSource {
+impl SampleSource for KernelSource {
     fn sample(&mut self, t_ns: u64) -> Result<Vec<RawSample>, String> {
         let samples = self.sampler.sample().map_err(|e| e.to_string())?;
         self.last = samples

@@ -7,7 +7,6 @@ use crate::sys::bpf::pfc::{PfcError, PfcReader};
 
 /// `lqd show pfc`: per interface and priority, received PFC frames, paused time and
 /// rejected frames, read from the pins (works without a daemon).
-
 pub fn show_json(pin_dir: &std::path::Path) -> Result<Value, PfcError> {
     let reader = PfcReader::open(pin_dir)?;
     let now = crate::sys::clock::monotonic_ns();

@@ -113,14 +113,14 @@ impl TcpCollector {
                 // A connection that died before accept, or a descriptor shortage: keep
                 // serving the others.
                 Err(e) => {
-                    tracing::warn!(error = %e, "IPFIX accept failed");
+                    tracing::warn!(error = %crate::core::report::Chain(&e), "IPFIX accept failed");
                     thread::sleep(Duration::from_millis(20));
                     continue;
                 }
             };
             let handler = new_session(peer);
             if let Err(e) = stream.set_nonblocking(false) {
-                tracing::warn!(error = %e, %peer, "IPFIX session setup failed");
+                tracing::warn!(error = %crate::core::report::Chain(&e), %peer, "IPFIX session setup failed");
                 continue;
             }
             if let Ok(c) = stream.try_clone() {

@@ -527,7 +527,7 @@ impl Worker {
                 c.connect_failures.fetch_add(1, Ordering::Relaxed);
                 self.shared.error(&e);
                 self.next_attempt = Instant::now() + self.backoff.next_delay();
-                tracing::debug!(collector = %self.collector, error = %e, "IPFIX connect failed");
+                tracing::debug!(collector = %self.collector, error = %crate::core::report::Chain(&e), "IPFIX connect failed");
             }
         }
     }
@@ -610,7 +610,7 @@ impl Worker {
         self.count_unacknowledged();
         self.shared.error(e);
         self.next_attempt = Instant::now() + self.backoff.next_delay();
-        tracing::warn!(collector = %self.collector, error = %e, "IPFIX session lost; reconnecting");
+        tracing::warn!(collector = %self.collector, error = %crate::core::report::Chain(&e), "IPFIX session lost; reconnecting");
     }
 }
 

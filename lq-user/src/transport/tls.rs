@@ -45,7 +45,7 @@ pub const IPFIX_TLS_PORT: u16 = 4740;
 #[derive(Debug, thiserror::Error)]
 pub enum TlsConfigError {
     /// A file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Read {
         /// The file.
         path: String,
@@ -67,7 +67,7 @@ pub enum TlsConfigError {
     #[error("invalid TLS server name {0:?}")]
     ServerName(String),
     /// rustls refused the configuration (e.g. a key that does not match the certificate).
-    #[error("TLS configuration: {0}")]
+    #[error("TLS configuration")]
     Rustls(#[from] rustls::Error),
     /// The client-certificate verifier could not be built.
     #[error("client certificate verifier: {0}")]

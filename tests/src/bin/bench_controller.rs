@@ -28,6 +28,7 @@
 //!
 //! Everything runs inside network namespaces this program creates; `NetNs` deletes them
 //! (and every veth inside) on drop, and `Lqd` stops the daemon and removes its pins.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use lq_tests::bench::{Trials, nearest_rank as pct};
 use std::{

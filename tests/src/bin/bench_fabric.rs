@@ -10,6 +10,7 @@
 //! `--draws N` there replaces the 5, and `--report PATH` re-reads an earlier report
 //! instead of running the demo. About 3 minutes per draw on 2 cores; the plot of
 //! every draw is `target/bench/fabric/plot.svg`.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     path::{Path, PathBuf},

@@ -4,6 +4,7 @@
 //! 20 ms. Checks that the weights never change, that the receiver's counters account for
 //! every flooded frame the interface received, and measures the control loop's latency
 //! (a spine's LQS change to the group replaced) under the flood.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -25,8 +26,8 @@ const GROUP: u64 = 0x4c00_0000 + 0x1_0000;
 
 fn enter(name: &str) {
     let f = std::fs::File::open(format!("/run/netns/{name}")).expect("netns");
-    // SAFETY: setns on this thread only.
     assert_eq!(
+        // SAFETY: setns on this thread only.
         unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) },
         0
     );

@@ -11,6 +11,7 @@
 //! with a lower LQS for s1 at t1 (both CLOCK_MONOTONIC). The crossing happens at the load
 //! start, so t1 - t0 includes the wait for the next sample (0 to T_sample), the pipeline,
 //! the socket and the veth.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     net::{Ipv4Addr, SocketAddr, UdpSocket},
@@ -41,8 +42,8 @@ fn mono_ns() -> u64 {
 
 fn enter(name: &str) {
     let f = std::fs::File::open(format!("/run/netns/{name}")).expect("netns");
-    // SAFETY: setns on this thread only.
     assert_eq!(
+        // SAFETY: setns on this thread only.
         unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) },
         0
     );

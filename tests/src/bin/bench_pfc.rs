@@ -26,6 +26,7 @@
 //!
 //! Everything it creates (a pin folder under /sys/fs/bpf, the sockets) is removed on drop,
 //! so errors and panics clean up too.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use lq_tests::bench::{emit, median, spread};
 use std::{

@@ -15,6 +15,7 @@
 //! Per-sample latency (one `Sampler::sample`: one RTM_GETLINK dump, one RTM_GETQDISC dump,
 //! decoding, 64 `RawSample`s) goes to stderr as min / median / max. The namespace is
 //! created here and deleted on exit; the root namespace is not touched.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     io::Write as _,

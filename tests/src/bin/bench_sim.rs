@@ -1,5 +1,6 @@
 //! `cargo xtask bench sim`: `lqd sim` on 64 spines x 512 leaves (scenarios/large.toml, its
 //! full 100 ms of virtual time) must run; its wall time is the metric.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::time::Instant;
 

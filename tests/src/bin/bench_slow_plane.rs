@@ -12,6 +12,7 @@
 //!
 //! Everything runs inside a namespace this program creates; `NetNs` deletes it on drop and
 //! `Lqd` stops the daemon and removes its pins.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
     collections::BTreeSet,

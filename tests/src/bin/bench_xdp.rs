@@ -24,6 +24,7 @@
 //!
 //! Everything it creates (pin folders under /sys/fs/bpf, network namespaces and the veths in
 //! them) is owned by guards that remove it on drop, so errors and panics clean up too.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use lq_tests::bench::{emit, median, spread};
 use std::{
@@ -671,6 +672,7 @@ fn socket_trial(prefill: bool) -> Result<SocketResult> {
                 let mut msgs: Vec<libc::mmsghdr> = iovs
                     .iter_mut()
                     .map(|iov| {
+                        // SAFETY: all zeroes is a valid mmsghdr (null pointers, zero lengths).
                         let mut m = unsafe { std::mem::zeroed::<libc::mmsghdr>() };
                         m.msg_hdr.msg_iov = iov;
                         m.msg_hdr.msg_iovlen = 1;
@@ -897,6 +899,7 @@ fn blast(dur: Duration) -> Result<(u64, u64, f64, f64)> {
     set_int_opt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
     // Unconnected (a sendto address per message): the ICMP port unreachable answers do not
     // turn into ECONNREFUSED on the socket.
+    // SAFETY: all zeroes is a valid sockaddr_in.
     let mut dst: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     dst.sin_family = libc::AF_INET as libc::sa_family_t;
     dst.sin_port = VETH_DST_PORT.to_be();

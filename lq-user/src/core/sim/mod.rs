@@ -29,7 +29,7 @@ pub use scenario::Scenario;
 #[derive(Debug, Error)]
 pub enum SimError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The path.
         path: String,
@@ -61,7 +61,7 @@ pub enum SimError {
         message: String,
     },
     /// Writing the output failed.
-    #[error("writing the output: {0}")]
+    #[error("writing the output")]
     Output(#[from] std::io::Error),
 }
 

@@ -330,7 +330,7 @@ impl LoadBalancer {
             }
             Err(e) => {
                 self.group_errors += 1;
-                error!(group = state.id, error = %e, "group replace refused");
+                error!(group = state.id, error = %crate::core::report::Chain(&e), "group replace refused");
                 return false;
             }
         }
@@ -347,7 +347,7 @@ impl LoadBalancer {
                     state.route_installed = true;
                     info!(prefix = %format_prefix(prefix), group = state.id, "route points at the nexthop group");
                 }
-                Err(e) => error!(error = %e, "route install refused"),
+                Err(e) => error!(error = %crate::core::report::Chain(&e), "route install refused"),
             }
         }
         true

@@ -233,7 +233,7 @@ impl PfcService {
         let records = match self.records() {
             Ok(r) => r,
             Err(e) => {
-                warn!(error = %e, "reading PFC counters failed; nothing exported this interval");
+                warn!(error = %crate::core::report::Chain(&e), "reading PFC counters failed; nothing exported this interval");
                 return;
             }
         };
@@ -242,7 +242,7 @@ impl PfcService {
                 Ok(n) => self.messages += n as u64,
                 Err(e) => {
                     self.export_errors += 1;
-                    warn!(error = %e, "IPFIX export failed; counting continues");
+                    warn!(error = %crate::core::report::Chain(&e), "IPFIX export failed; counting continues");
                 }
             }
         }
@@ -291,7 +291,7 @@ impl PfcService {
             let s = match src.read() {
                 Ok(s) => s,
                 Err(e) => {
-                    warn!(iface = src.iface(), error = %e, "ethtool PFC counters unreadable; not exported this interval");
+                    warn!(iface = src.iface(), error = %crate::core::report::Chain(&e), "ethtool PFC counters unreadable; not exported this interval");
                     continue;
                 }
             };

@@ -14,7 +14,7 @@ use aya::{
         Array, HashMap, Map, MapData, PerCpuArray, RingBuf,
         lpm_trie::{Key, LpmTrie},
     },
-    programs::{ProgramError, Xdp, XdpMode},
+    programs::{Xdp, XdpMode},
 };
 use lq_common::maps::{
     AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP,
@@ -47,21 +47,11 @@ pub enum PathTableError {
     #[error(transparent)]
     Pinned(#[from] LoadPinnedError),
     /// A program operation failed.
-    #[error("XDP program {what}: {source}")]
-    Program {
-        /// What was being done.
-        what: String,
-        /// The cause.
-        source: ProgramError,
-    },
+    #[error(transparent)]
+    Program(#[from] super::ProgramOpError),
     /// A map operation failed.
-    #[error("map {map}: {source}")]
-    Map {
-        /// The map name.
-        map: &'static str,
-        /// The cause.
-        source: aya::maps::MapError,
-    },
+    #[error(transparent)]
+    Map(#[from] super::MapOpError),
     /// Reading a map with BPF_MAP_LOOKUP_BATCH failed.
     #[error("map {map}: batched read")]
     BatchRead {
@@ -85,10 +75,6 @@ pub enum PathTableError {
     /// No pinned maps: no receiver has run with this pin folder.
     #[error("no pinned path table at {0}: is lqd running as a load-balancer with this --pin-dir?")]
     NotPinned(PathBuf),
-}
-
-fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> PathTableError {
-    move |source| PathTableError::Map { map, source }
 }
 
 /// Why [`load_pinned`] failed.
@@ -223,10 +209,10 @@ impl XdpReceiver {
         };
         this.configure(settings)?;
         let prog: &mut Xdp = this.program()?;
-        prog.load().map_err(|source| PathTableError::Program {
-            what: "load (verifier)".into(),
-            source,
-        })?;
+        prog.load().map_err(super::program_err::<PathTableError>(
+            "XDP",
+            "load (verifier)",
+        ))?;
         Ok(this)
     }
 
@@ -235,10 +221,7 @@ impl XdpReceiver {
             .program_mut(XDP_PROGRAM)
             .ok_or(PathTableError::MissingMap(XDP_PROGRAM))?
             .try_into()
-            .map_err(|source| PathTableError::Program {
-                what: "type".into(),
-                source,
-            })
+            .map_err(super::program_err::<PathTableError>("XDP", "type"))
     }
 
     /// Rewrites the configuration (SIGHUP reload): takes effect for the next frame.
@@ -250,7 +233,7 @@ impl XdpReceiver {
             .map_mut(AS_PLAN_MAP)
             .ok_or(PathTableError::MissingMap(AS_PLAN_MAP))?;
         let mut trie: LpmTrie<&mut MapData, [u8; 4], u8> =
-            LpmTrie::try_from(map).map_err(map_err(AS_PLAN_MAP))?;
+            LpmTrie::try_from(map).map_err(super::map_err::<PathTableError>(AS_PLAN_MAP))?;
         let wanted: Vec<(u32, [u8; 4])> = cfg
             .as_plan()
             .iter()
@@ -259,7 +242,7 @@ impl XdpReceiver {
             .collect();
         for (len, data) in &wanted {
             trie.insert(&Key::new(*len, *data), 1, 0)
-                .map_err(map_err(AS_PLAN_MAP))?;
+                .map_err(super::map_err::<PathTableError>(AS_PLAN_MAP))?;
         }
         let stale: Vec<Key<[u8; 4]>> = trie
             .keys()
@@ -267,15 +250,18 @@ impl XdpReceiver {
             .filter(|k| !wanted.contains(&(k.prefix_len(), k.data())))
             .collect();
         for key in &stale {
-            trie.remove(key).map_err(map_err(AS_PLAN_MAP))?;
+            trie.remove(key)
+                .map_err(super::map_err::<PathTableError>(AS_PLAN_MAP))?;
         }
         let map = self
             .ebpf
             .map_mut(CONFIG_MAP)
             .ok_or(PathTableError::MissingMap(CONFIG_MAP))?;
         let mut array: Array<&mut MapData, ReceiverConfig> =
-            Array::try_from(map).map_err(map_err(CONFIG_MAP))?;
-        array.set(0, cfg, 0).map_err(map_err(CONFIG_MAP))
+            Array::try_from(map).map_err(super::map_err::<PathTableError>(CONFIG_MAP))?;
+        array
+            .set(0, cfg, 0)
+            .map_err(super::map_err::<PathTableError>(CONFIG_MAP))
     }
 
     /// Attaches to `iface`: native mode first, generic as a fallback (with a warning).
@@ -289,10 +275,10 @@ impl XdpReceiver {
             Err(native) => {
                 tracing::warn!(%iface, error = %native, "native XDP attach failed; falling back to generic XDP (slower)");
                 prog.attach(iface, XdpMode::Skb)
-                    .map_err(|source| PathTableError::Program {
-                        what: format!("attach to {iface}"),
-                        source,
-                    })?;
+                    .map_err(super::program_err::<PathTableError>(
+                        "XDP",
+                        format!("attach to {iface}"),
+                    ))?;
                 self.attached.push(iface.into());
                 Ok(AttachMode::Generic)
             }
@@ -320,7 +306,7 @@ impl XdpReceiver {
             .ebpf
             .take_map(EVENT_MAP)
             .ok_or(PathTableError::MissingMap(EVENT_MAP))?;
-        RingBuf::try_from(map).map_err(map_err(EVENT_MAP))
+        RingBuf::try_from(map).map_err(super::map_err::<PathTableError>(EVENT_MAP))
     }
 
     /// A reader over this receiver's maps.
@@ -413,15 +399,19 @@ impl TableReader {
             if !path.exists() {
                 return Err(PathTableError::NotPinned(pin_dir.into()));
             }
-            MapData::from_pin(&path).map_err(map_err(name))
+            MapData::from_pin(&path).map_err(super::map_err::<PathTableError>(name))
         };
         Ok(Self {
             paths: open(PATH_TABLE_MAP)?,
             neighbors: HashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP)?))
-                .map_err(map_err(NEIGHBOR_MAP))?,
+                .map_err(super::map_err::<PathTableError>(NEIGHBOR_MAP))?,
             counters: PerCpuArray::try_from(Map::PerCpuArray(open(COUNTER_MAP)?))
-                .map_err(map_err(COUNTER_MAP))?,
-            config: Array::try_from(Map::Array(open(CONFIG_MAP)?)).map_err(map_err(CONFIG_MAP))?,
+                .map_err(super::map_err::<PathTableError>(COUNTER_MAP))?,
+            config: Array::try_from(Map::Array(open(CONFIG_MAP)?)).map_err(super::map_err::<
+                PathTableError,
+            >(
+                CONFIG_MAP
+            ))?,
         })
     }
 
@@ -446,7 +436,7 @@ impl TableReader {
         self.neighbors
             .iter()
             .collect::<Result<_, _>>()
-            .map_err(map_err(NEIGHBOR_MAP))
+            .map_err(super::map_err::<PathTableError>(NEIGHBOR_MAP))
     }
 
     /// Counters summed over CPUs, indexed by [`Counter`].
@@ -456,7 +446,7 @@ impl TableReader {
             let per_cpu = self
                 .counters
                 .get(&(c as u32), 0)
-                .map_err(map_err(COUNTER_MAP))?;
+                .map_err(super::map_err::<PathTableError>(COUNTER_MAP))?;
             out[c as usize] = per_cpu.iter().sum();
         }
         Ok(out)
@@ -464,7 +454,9 @@ impl TableReader {
 
     /// The configuration the daemon wrote.
     pub fn config(&self) -> Result<ReceiverConfig, PathTableError> {
-        self.config.get(&0, 0).map_err(map_err(CONFIG_MAP))
+        self.config
+            .get(&0, 0)
+            .map_err(super::map_err::<PathTableError>(CONFIG_MAP))
     }
 
     /// Every path entry with its effective values at `now_ns`, from the pins alone (no

@@ -16,7 +16,7 @@ use aya::{
     Ebpf,
     maps::{HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
     programs::{
-        LinkOrder, ProgramError, SchedClassifier, TcAttachType,
+        LinkOrder, SchedClassifier, TcAttachType,
         tc::{self, TcAttachOptions},
     },
 };
@@ -46,21 +46,11 @@ pub enum PfcError {
     #[error(transparent)]
     Pinned(#[from] crate::sys::bpf::path_table::LoadPinnedError),
     /// A program operation failed.
-    #[error("tc program {what}: {source}")]
-    Program {
-        /// What was being done.
-        what: String,
-        /// The cause.
-        source: ProgramError,
-    },
+    #[error(transparent)]
+    Program(#[from] super::ProgramOpError),
     /// A map operation failed.
-    #[error("map {map}: {source}")]
-    Map {
-        /// The map name.
-        map: &'static str,
-        /// The cause.
-        source: aya::maps::MapError,
-    },
+    #[error(transparent)]
+    Map(#[from] super::MapOpError),
     /// The program or a map is missing from the object.
     #[error("{0} not found in the eBPF object")]
     Missing(&'static str),
@@ -70,7 +60,7 @@ pub enum PfcError {
     )]
     NotPinned(PathBuf),
     /// An interface query failed.
-    #[error("interface {iface}: {source}")]
+    #[error("interface {iface}")]
     Interface {
         /// The interface.
         iface: String,
@@ -86,10 +76,6 @@ pub enum PfcError {
     /// A bond or team device: its counter mixes the member links (seed 000).
     #[error(transparent)]
     Aggregate(#[from] lag::Aggregate),
-}
-
-fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> PfcError {
-    move |source| PfcError::Map { map, source }
 }
 
 /// How the counter ended up attached to an interface.
@@ -129,10 +115,9 @@ impl PfcCounter {
             pin_dir: pin_dir.into(),
             attached: Vec::new(),
         };
-        this.program()?.load().map_err(|source| PfcError::Program {
-            what: "load (verifier)".into(),
-            source,
-        })?;
+        this.program()?
+            .load()
+            .map_err(super::program_err::<PfcError>("tc", "load (verifier)"))?;
         Ok(this)
     }
 
@@ -141,10 +126,7 @@ impl PfcCounter {
             .program_mut(PFC_PROGRAM)
             .ok_or(PfcError::Missing(PFC_PROGRAM))?
             .try_into()
-            .map_err(|source| PfcError::Program {
-                what: "type".into(),
-                source,
-            })
+            .map_err(super::program_err::<PfcError>("tc", "type"))
     }
 
     /// Writes the configuration of `iface` (its ifindex, MAC and link speed, in the calling
@@ -181,10 +163,10 @@ impl PfcCounter {
                     TcAttachType::Ingress,
                     TcAttachOptions::Netlink(Default::default()),
                 )
-                .map_err(|source| PfcError::Program {
-                    what: format!("attach to {iface}"),
-                    source,
-                })?;
+                .map_err(super::program_err::<PfcError>(
+                    "tc",
+                    format!("attach to {iface}"),
+                ))?;
                 TcMode::Clsact
             }
         };
@@ -210,7 +192,8 @@ impl PfcCounter {
                 .map_mut(PFC_RX_COUNTER_MAP)
                 .ok_or(PfcError::Missing(PFC_RX_COUNTER_MAP))?;
             let mut counters: PerCpuHashMap<&mut MapData, PfcKey, u64> =
-                PerCpuHashMap::try_from(map).map_err(map_err(PFC_RX_COUNTER_MAP))?;
+                PerCpuHashMap::try_from(map)
+                    .map_err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP))?;
             for priority in 0..PFC_PRIORITIES {
                 let key = PfcKey {
                     ifindex: info.ifindex,
@@ -225,7 +208,7 @@ impl PfcCounter {
                     Ok(()) => {}
                     Err(aya::maps::MapError::SyscallError(e))
                         if e.io_error.raw_os_error() == Some(libc::EEXIST) => {}
-                    Err(e) => return Err(map_err(PFC_RX_COUNTER_MAP)(e)),
+                    Err(e) => return Err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP)(e)),
                 }
             }
         }
@@ -234,7 +217,7 @@ impl PfcCounter {
             .map_mut(PFC_IF_CONFIG_MAP)
             .ok_or(PfcError::Missing(PFC_IF_CONFIG_MAP))?;
         let mut cfg: HashMap<&mut MapData, u32, PfcIfConfig> =
-            HashMap::try_from(map).map_err(map_err(PFC_IF_CONFIG_MAP))?;
+            HashMap::try_from(map).map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))?;
         cfg.insert(
             info.ifindex,
             PfcIfConfig {
@@ -245,7 +228,7 @@ impl PfcCounter {
             },
             0,
         )
-        .map_err(map_err(PFC_IF_CONFIG_MAP))
+        .map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))
     }
 
     /// The interfaces attached by this instance.
@@ -299,19 +282,22 @@ impl PfcReader {
             if !path.exists() {
                 return Err(PfcError::NotPinned(pin_dir.into()));
             }
-            MapData::from_pin(&path).map_err(map_err(name))
+            MapData::from_pin(&path).map_err(super::map_err::<PfcError>(name))
         };
         let counters = open(PFC_RX_COUNTER_MAP)?;
-        let instance = counters.info().map_err(map_err(PFC_RX_COUNTER_MAP))?.id();
+        let instance = counters
+            .info()
+            .map_err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP))?
+            .id();
         Ok(Self {
             counters: PerCpuHashMap::try_from(Map::PerCpuHashMap(counters))
-                .map_err(map_err(PFC_RX_COUNTER_MAP))?,
+                .map_err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP))?,
             pause: HashMap::try_from(Map::HashMap(open(PFC_PAUSE_MAP)?))
-                .map_err(map_err(PFC_PAUSE_MAP))?,
+                .map_err(super::map_err::<PfcError>(PFC_PAUSE_MAP))?,
             config: HashMap::try_from(Map::HashMap(open(PFC_IF_CONFIG_MAP)?))
-                .map_err(map_err(PFC_IF_CONFIG_MAP))?,
+                .map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))?,
             rejects: PerCpuArray::try_from(Map::PerCpuArray(open(PFC_REJECT_MAP)?))
-                .map_err(map_err(PFC_REJECT_MAP))?,
+                .map_err(super::map_err::<PfcError>(PFC_REJECT_MAP))?,
             instance,
         })
     }
@@ -329,7 +315,7 @@ impl PfcReader {
             .iter()
             .map(|r| r.map(|(k, v)| (k, v.iter().sum())))
             .collect::<Result<_, _>>()
-            .map_err(map_err(PFC_RX_COUNTER_MAP))
+            .map_err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP))
     }
 
     /// One received count; `None` when the counter does not exist (never configured): a
@@ -342,7 +328,7 @@ impl PfcReader {
         match self.counters.get(&key, 0) {
             Ok(v) => Ok(Some(v.iter().sum())),
             Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(map_err(PFC_RX_COUNTER_MAP)(e)),
+            Err(e) => Err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP)(e)),
         }
     }
 
@@ -364,7 +350,7 @@ impl PfcReader {
         match self.pause.get(&key, 0) {
             Ok(v) => Ok(Some(v)),
             Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(map_err(PFC_PAUSE_MAP)(e)),
+            Err(e) => Err(super::map_err::<PfcError>(PFC_PAUSE_MAP)(e)),
         }
     }
 
@@ -382,7 +368,7 @@ impl PfcReader {
         self.config
             .iter()
             .collect::<Result<_, _>>()
-            .map_err(map_err(PFC_IF_CONFIG_MAP))
+            .map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))
     }
 
     /// Frames not counted, by reason, summed over CPUs.
@@ -392,7 +378,7 @@ impl PfcReader {
             *n = self
                 .rejects
                 .get(&(*r as u32), 0)
-                .map_err(map_err(PFC_REJECT_MAP))?
+                .map_err(super::map_err::<PfcError>(PFC_REJECT_MAP))?
                 .iter()
                 .sum();
         }

@@ -401,8 +401,8 @@ impl LinkProbe {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: fd is fresh and valid.
         Ok(Self {
+            // SAFETY: fd is fresh and valid, and owned by nothing else.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }

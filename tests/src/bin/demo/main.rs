@@ -10,6 +10,7 @@
 //!
 //! Everything runs inside `lqf-*` network namespaces that are deleted on exit, Ctrl-C
 //! included.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 mod metrics;
 mod plot;
