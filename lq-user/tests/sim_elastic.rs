@@ -95,7 +95,7 @@ fn sim_elastic_integral_converges_where_seed_sloshes() {
     // The seed's function: LQS ~0 on every loaded path, 255 on a momentarily idle one.
     assert!(seed.weight_swing > 0.1, "{seed:?}");
     // The integral function: capacity shares, calm. With diagnostics the remote capacity is
-    // measured (floor 0.5): issue 12's range for the degraded share. Without, it is
+    // measured (floor 0.75): issue 12's range for the degraded share. Without, it is
     // estimated (floor 0.25, so that a cut under load can still be followed) and the share
     // sits near the floor's 2 %-4 % in this short job (docs/weights.md).
     for (j, lo) in [(&diag, 0.04), (&integral, 0.03)] {

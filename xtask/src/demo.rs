@@ -44,6 +44,14 @@ pub struct DemoArgs {
     /// docs/weights.md); `seed` runs seed 003 section 6.3 as written, lqd's own default.
     #[arg(long, value_name = "NAME")]
     pub weight_function: Option<String>,
+    /// The spines send no diagnostics block (seed 003 section 5.5): the leaves then learn
+    /// the S2->L4 cut only as congestion, not as the link capacity the helper advertises.
+    #[arg(long)]
+    pub no_diagnostics: bool,
+    /// The leaves' `miss-count` (seed 003 section 6.5, 2-10); the demo's default is 10
+    /// (200 ms), the control-plane jitter of a loaded 2-core machine (docs/weights.md).
+    #[arg(long, value_name = "N")]
+    pub miss_count: Option<u8>,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -84,6 +92,12 @@ pub fn demo(args: &DemoArgs) -> Result<i32> {
     cmd.args(["--seed-base", &args.seed_base.to_string()]);
     if let Some(w) = &args.weight_function {
         cmd.args(["--weight-function", w]);
+    }
+    if args.no_diagnostics {
+        cmd.arg("--no-diagnostics");
+    }
+    if let Some(n) = args.miss_count {
+        cmd.args(["--miss-count", &n.to_string()]);
     }
     cmd.current_dir(root);
     // Ctrl-C goes to the whole foreground group: the demo cleans up and exits; we wait.

@@ -377,6 +377,9 @@ pub struct Damping {
     /// Integral function: smallest m with a measured (diagnostics) remote capacity.
     #[serde(default)]
     pub integral_floor: Option<f64>,
+    /// Integral function: largest m (a member with spare capacity), 1..=16.
+    #[serde(default)]
+    pub integral_ceiling: Option<f64>,
     /// Integral function: smallest m with an estimated or unknown remote capacity.
     #[serde(default)]
     pub integral_floor_estimated: Option<f64>,
@@ -411,6 +414,7 @@ impl Damping {
                     decrease: self.integral_decrease.unwrap_or(d.decrease),
                     increase: self.integral_increase.unwrap_or(d.increase),
                     floor: self.integral_floor.unwrap_or(d.floor),
+                    ceiling: self.integral_ceiling.unwrap_or(d.ceiling),
                     floor_estimated: self.integral_floor_estimated.unwrap_or(d.floor_estimated),
                     hysteresis: self.integral_hysteresis.unwrap_or(d.hysteresis),
                     capacity_half_life: self

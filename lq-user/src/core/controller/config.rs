@@ -97,7 +97,16 @@ pub struct IntegralParams {
     pub increase: f64,
     /// Smallest `m` of a member whose remote capacity is measured (diagnostics link
     /// capacity, 5.5): how far congestion alone may push it below its capacity share.
+    /// Under elastic (TCP) load the capacity share is what minimises job time (TCP fills
+    /// every path), and the smallest link reads drops (CL 7) even at its capacity share,
+    /// so a measured capacity keeps at least 3/4 of its share (docs/weights.md).
     pub floor: f64,
+    /// Largest `m`: a member whose path has spare capacity (its advertised available
+    /// bandwidth over its capacity exceeds the group's mean by more than `deadband`) while
+    /// it is not more congested than the mean may take up to this multiple of its capacity
+    /// share (the tail of a job: drained paths take the flows of the busiest). 1: never
+    /// above the capacity share.
+    pub ceiling: f64,
     /// Smallest `m` of a member whose remote capacity is only estimated (peak-held
     /// available bandwidth, which misses a capacity cut under load) or unknown.
     pub floor_estimated: f64,
@@ -115,7 +124,8 @@ impl Default for IntegralParams {
             deadband: 0.15,
             decrease: 0.05,
             increase: 0.01,
-            floor: 0.5,
+            floor: 0.75,
+            ceiling: 2.0,
             floor_estimated: 0.25,
             hysteresis: 0.02,
             capacity_half_life: Duration::from_secs(30),
@@ -132,6 +142,8 @@ impl IntegralParams {
             && unit(self.increase)
             && self.floor > 0.0
             && self.floor <= 1.0
+            && self.ceiling.is_finite()
+            && (1.0..=16.0).contains(&self.ceiling)
             && self.floor_estimated > 0.0
             && self.floor_estimated <= 1.0
             && (0.0..0.5).contains(&self.hysteresis)

@@ -14,13 +14,16 @@
 //!   diagnostics link capacity (5.5) when the helper sends it, else the peak-held available
 //!   bandwidth (5.4: an idle link advertises its whole capacity), else unknown (the local
 //!   capacity alone);
-//! * modulation: `m` in `[floor, 1]` (`floor` when the remote capacity is measured,
+//! * modulation: `m` in `[floor, ceiling]` (`floor` when the remote capacity is measured,
 //!   `floor_estimated`, lower, when it is only estimated: a capacity cut under load is
 //!   seen only as congestion then) falls by a factor `1 - decrease` every T_reweight while
 //!   the member's signal `max(CL / 7, queue depth)` exceeds the group's traffic-weighted
-//!   mean by more than `deadband`, and recovers by `increase` otherwise. CL (A.5) does not
-//!   clamp like the LQS: an all-loaded fabric reads CL 1 everywhere and keeps its capacity
-//!   shares, a link that queues or drops reads CL 2..7;
+//!   mean by more than `deadband`; rises by `increase` up to `ceiling` while its spare
+//!   capacity (advertised available bandwidth over capacity, 5.4) exceeds the group's
+//!   traffic-weighted mean by more than `deadband` and it is not more congested than the
+//!   mean (a drained path takes the flows of the busiest); and returns to 1 by `increase`
+//!   otherwise. CL (A.5) does not clamp like the LQS: an all-loaded fabric reads CL 1
+//!   everywhere and keeps its capacity shares, a link that queues or drops reads CL 2..7;
 //! * hysteresis: the kernel group is reprogrammed only when a fraction moved by at least
 //!   `hysteresis` since the last application.
 
@@ -85,10 +88,49 @@ pub fn path_capacity(local_gbps: f64, s: &MemberSignal, st: &MemberState) -> f64
     remote.map_or(local, |r| r.min(local))
 }
 
+/// Spare capacity of a member's remote link, 0..=1: the advertised available bandwidth
+/// (5.4, `capacity x (1 - U) x (1 - F)`) over the remote capacity (diagnostics link
+/// capacity, else the peak-held estimate). Unknown: 0 (no evidence of spare capacity).
+pub fn headroom(s: &MemberSignal, st: &MemberState) -> f64 {
+    let capacity = s
+        .link_capacity_gbps
+        .filter(|c| c.is_finite() && *c > 0.0)
+        .or(st.peak_available.map(|x| x.0).filter(|c| *c > 0.0));
+    match (s.available_gbps, capacity) {
+        (Some(a), Some(c)) if a.is_finite() && a >= 0.0 => (a / c).clamp(0.0, 1.0),
+        _ => 0.0,
+    }
+}
+
+/// The mean of `x` over the eligible members, weighted by the fractions in force (what the
+/// group's traffic experiences on average); before any weighting exists (all 0), the plain
+/// mean.
+fn traffic_mean(eligible: &[bool], current: &[f64], x: &[f64]) -> f64 {
+    let n = eligible.len();
+    let total: f64 = (0..n).filter(|&i| eligible[i]).map(|i| current[i]).sum();
+    let count = eligible.iter().filter(|e| **e).count().max(1);
+    if total > 0.0 {
+        (0..n)
+            .filter(|&i| eligible[i])
+            .map(|i| current[i] * x[i])
+            .sum::<f64>()
+            / total
+    } else {
+        (0..n).filter(|&i| eligible[i]).map(|i| x[i]).sum::<f64>() / count as f64
+    }
+}
+
 /// One controller step over the eligible members: updates every `m` and returns the
 /// targets (fractions summing to 1 over the eligible members, 0 elsewhere), or `None` when
 /// no member is eligible. `current` are the fractions in force (the traffic weighting of
-/// the group mean); `changed` reports whether any `m` moved.
+/// the group means); `headroom` the members' spare capacity ([`headroom`]); `changed`
+/// reports whether any `m` moved.
+///
+/// Per member: more congested than the mean by more than the deadband: `m` falls by
+/// `decrease` (to `floor`); else with more spare capacity than the mean by more than the
+/// deadband: `m` rises by `increase` up to `ceiling` (a drained path takes over the flows
+/// of the busiest once the kernel moves their buckets); else `m` returns to 1 by `increase`
+/// per step (the capacity share).
 #[allow(clippy::too_many_arguments)]
 pub fn step(
     p: &IntegralParams,
@@ -96,39 +138,30 @@ pub fn step(
     eligible: &[bool],
     capacity: &[f64],
     signals: &[f64],
+    headroom: &[f64],
     current: &[f64],
     state: &mut [MemberState],
     changed: &mut bool,
 ) -> Option<Vec<f64>> {
     let n = eligible.len();
-    let total_current: f64 = (0..n).filter(|&i| eligible[i]).map(|i| current[i]).sum();
-    let count = eligible.iter().filter(|e| **e).count();
-    if count == 0 {
+    if !eligible.iter().any(|e| *e) {
         return None;
     }
-    // The traffic-weighted mean: what the group's traffic experiences on average. Before
-    // any traffic weighting exists (all 0), the plain mean.
-    let mean = if total_current > 0.0 {
-        (0..n)
-            .filter(|&i| eligible[i])
-            .map(|i| current[i] * signals[i])
-            .sum::<f64>()
-            / total_current
-    } else {
-        (0..n)
-            .filter(|&i| eligible[i])
-            .map(|i| signals[i])
-            .sum::<f64>()
-            / count as f64
-    };
+    let mean = traffic_mean(eligible, current, signals);
+    let mean_headroom = traffic_mean(eligible, current, headroom);
     *changed = false;
     for i in 0..n {
         if !eligible[i] {
             continue;
         }
         let old = state[i].m;
+        let spare = headroom.get(i).copied().unwrap_or(0.0);
         let new = if signals[i] > mean + p.deadband {
             (old * (1.0 - p.decrease)).max(floors[i])
+        } else if spare > mean_headroom + p.deadband && signals[i] <= mean {
+            (old + p.increase).min(p.ceiling.max(1.0))
+        } else if old > 1.0 {
+            (old - p.increase).max(1.0)
         } else {
             (old + p.increase).min(1.0)
         };
@@ -184,6 +217,7 @@ mod tests {
                 &[true; 4],
                 &cap,
                 &s,
+                &[0.0; 4],
                 &cur,
                 &mut st,
                 &mut changed,
@@ -196,7 +230,10 @@ mod tests {
 
     #[test]
     fn a_congested_path_is_throttled_to_the_floor_and_recovers() {
-        let p = IntegralParams::default();
+        let p = IntegralParams {
+            floor: 0.5,
+            ..IntegralParams::default()
+        };
         let mut st = vec![MemberState::default(); 4];
         let cap = [100.0; 4];
         let hot = [sig(1), sig(7), sig(1), sig(1)].map(|x| congestion(&x));
@@ -210,6 +247,7 @@ mod tests {
                 &[true; 4],
                 &cap,
                 &hot,
+                &[0.0; 4],
                 &cur,
                 &mut st,
                 &mut changed,
@@ -229,6 +267,7 @@ mod tests {
                 &[true; 4],
                 &cap,
                 &calm,
+                &[0.0; 4],
                 &cur,
                 &mut st,
                 &mut changed,
@@ -237,6 +276,94 @@ mod tests {
         }
         assert_eq!(st[1].m, 1.0);
         assert!((cur[1] - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_drained_path_takes_more_up_to_the_ceiling_then_returns() {
+        // The tail of a job: S1 and S3 drained (headroom 0.9), S4 still full, S2 (a
+        // quarter of the capacity) full. S1 and S3 rise to the ceiling; once every path is
+        // full again, everything returns to the capacity shares.
+        let p = IntegralParams::default();
+        let mut st = vec![MemberState::default(); 4];
+        let cap = [100.0, 25.0, 100.0, 100.0];
+        let cl = [0.0, 1.0 / 7.0, 0.0, 1.0 / 7.0];
+        let tail = [0.9, 0.0, 0.9, 0.0];
+        let mut changed = false;
+        let mut cur = vec![100.0 / 325.0, 25.0 / 325.0, 100.0 / 325.0, 100.0 / 325.0];
+        let base = cur.clone();
+        for _ in 0..300 {
+            cur = step(
+                &p,
+                &[p.floor; 4],
+                &[true; 4],
+                &cap,
+                &cl,
+                &tail,
+                &cur,
+                &mut st,
+                &mut changed,
+            )
+            .unwrap();
+        }
+        assert_eq!(st[0].m, p.ceiling);
+        assert_eq!(st[2].m, p.ceiling);
+        assert_eq!(st[3].m, 1.0);
+        // 200 / (200 + 25 + 200 + 100).
+        assert!((cur[0] - 200.0 / 525.0).abs() < 1e-9, "{cur:?}");
+        let full = [0.0; 4];
+        let calm = [1.0 / 7.0; 4];
+        for _ in 0..300 {
+            cur = step(
+                &p,
+                &[p.floor; 4],
+                &[true; 4],
+                &cap,
+                &calm,
+                &full,
+                &cur,
+                &mut st,
+                &mut changed,
+            )
+            .unwrap();
+        }
+        assert!(!changed);
+        for (c, b) in cur.iter().zip(&base) {
+            assert!((c - b).abs() < 1e-9, "{cur:?}");
+        }
+        // A more congested member never rises, whatever its headroom.
+        let mut st = vec![MemberState::default(); 2];
+        let c = step(
+            &p,
+            &[p.floor; 2],
+            &[true; 2],
+            &[100.0; 2],
+            &[1.0, 0.0],
+            &[1.0, 0.0],
+            &[0.5, 0.5],
+            &mut st,
+            &mut changed,
+        )
+        .unwrap();
+        assert!(st[0].m < 1.0 && c[0] < 0.5, "{c:?}");
+    }
+
+    #[test]
+    fn headroom_is_available_over_capacity() {
+        let mut s = MemberSignal {
+            available_gbps: Some(20.0),
+            link_capacity_gbps: Some(100.0),
+            ..MemberSignal::default()
+        };
+        let st = MemberState::default();
+        assert!((headroom(&s, &st) - 0.2).abs() < 1e-12);
+        s.link_capacity_gbps = None;
+        assert_eq!(
+            headroom(&s, &st),
+            0.0,
+            "no capacity known: no evidence of headroom"
+        );
+        s.available_gbps = Some(f64::NAN);
+        assert_eq!(headroom(&s, &st), 0.0);
     }
 
     #[test]
@@ -251,6 +378,7 @@ mod tests {
             &[10.0, 10.0, 30.0],
             &[0.0; 3],
             &[0.0; 3],
+            &[0.0; 3],
             &mut st,
             &mut changed,
         )
@@ -262,6 +390,7 @@ mod tests {
                 &[p.floor; 3],
                 &[false; 3],
                 &[1.0; 3],
+                &[0.0; 3],
                 &[0.0; 3],
                 &[0.0; 3],
                 &mut st,

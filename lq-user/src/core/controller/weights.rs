@@ -264,6 +264,7 @@ impl DestinationWeights {
         let up: Vec<bool> = sorted.iter().map(|m| m.local_up).collect();
         let first = self.last_apply_ns.is_none();
         let membership_changed = ids != self.members;
+        let up_changed = up != self.up;
         // Eligibility changes are failures or recoveries: at once (6.4).
         let live = |sg: &[MemberSignal], id: UplinkId| {
             sg.iter()
@@ -318,6 +319,18 @@ impl DestinationWeights {
         self.qualities = qualities;
         self.up = up;
         self.target.resize(self.members.len(), 0.0);
+        if !first && !membership_changed && !up_changed && self.all_silent() {
+            // Every helper fell silent together (6.5 failed or aged, all members at once)
+            // while every local uplink stayed as it was: the common cause is this
+            // receiver or its whole fabric, not one path, and no member is singled out.
+            // The seed's all-zero fallback (6.3, equal weights) would move every flow; the
+            // weights in force are held until a helper is heard again (then the recovery
+            // is applied at once, 6.4). A local uplink going down is still applied at once.
+            debug!("every helper silent at once: weights held (integral)");
+            self.target = self.applied.clone();
+            self.at_rest = Some(true);
+            return None;
+        }
         self.at_rest = Some(false);
         if first || zero_transition {
             self.integral_targets(p, false);
@@ -326,6 +339,12 @@ impl DestinationWeights {
             return Some(self.finish(config, now_ns, true));
         }
         self.tick_integral(config, p, now_ns)
+    }
+
+    /// Integral function: every member has an entry and none is live (every helper
+    /// failed or aged out at once).
+    fn all_silent(&self) -> bool {
+        !self.signals.is_empty() && self.signals.iter().all(|s| s.cl.is_some() && !s.live)
     }
 
     /// Targets from the current state; with `step`, one controller step first.
@@ -342,6 +361,9 @@ impl DestinationWeights {
             })
             .collect();
         let congestion: Vec<f64> = self.signals.iter().map(integral::congestion).collect();
+        let headroom: Vec<f64> = (0..self.members.len())
+            .map(|i| integral::headroom(&self.signals[i], &self.integral[i]))
+            .collect();
         let mut changed = false;
         let mut frozen = self.integral.clone();
         let state = if step {
@@ -366,6 +388,7 @@ impl DestinationWeights {
             &eligible,
             &capacity,
             &congestion,
+            &headroom,
             &self.applied,
             state,
             &mut changed,
@@ -1035,6 +1058,61 @@ mod tests {
         let mut seed = WeightController::new(ControllerConfig::default()).unwrap();
         let a = seed.update_one_with(p, &m, &signals(true), 0).unwrap();
         assert_eq!(pct(&a, 12), "25.00");
+    }
+
+    #[test]
+    fn integral_holds_the_weights_while_every_helper_is_silent_at_once() {
+        // The netns demo on a loaded 2-core machine: every spine's advertisements stop for
+        // 60-120 ms together (the receiver's or the whole machine's stall, not one path), so
+        // 6.5 fails them all at once. The seed's all-zero fallback (equal weights) would move
+        // every flow and back; the integral function holds what is in force.
+        let cfg = ControllerConfig {
+            weight_function: WeightFunction::Integral(IntegralParams::default()),
+            ..Default::default()
+        };
+        let p = prefix(4);
+        let m = members(&[0, 0, 0, 0]);
+        let caps = [0.1, 0.025, 0.1, 0.1];
+        let signals = |live: [bool; 4]| -> Vec<MemberSignal> {
+            m.iter()
+                .enumerate()
+                .map(|(k, x)| MemberSignal {
+                    uplink: x.uplink,
+                    live: live[k],
+                    cl: Some(if live[k] { 1 } else { 7 }),
+                    link_capacity_gbps: Some(caps[k]),
+                    available_gbps: Some(0.0),
+                    ..MemberSignal::default()
+                })
+                .collect()
+        };
+        let mut c = WeightController::new(cfg).unwrap();
+        let a = c.update_one_with(p, &m, &signals([true; 4]), 0).unwrap();
+        let share = format!("{:.2}", 0.025 / 0.325 * 100.0);
+        assert_eq!(pct(&a, 12), share);
+        // Every helper silent at once: no application, nothing due, the group stays.
+        assert!(
+            c.update_one_with(p, &m, &signals([false; 4]), 100 * MS)
+                .is_none()
+        );
+        assert_eq!(c.next_due(100 * MS), None);
+        assert!(c.tick(200 * MS).is_empty());
+        let d = c.destination(&p).unwrap();
+        let s2 = d.applied().iter().find(|x| x.0 == 12).unwrap().1;
+        assert!((s2 - 0.025 / 0.325).abs() < 1e-9, "{s2}");
+        // Heard again: back to the same targets at once; nothing else moved.
+        let a = c
+            .update_one_with(p, &m, &signals([true; 4]), 210 * MS)
+            .unwrap();
+        assert!(a.immediate);
+        assert_eq!(pct(&a, 12), share);
+        // One helper silent while the others are heard: that path is removed at once (6.5,
+        // 6.4), as before.
+        let a = c
+            .update_one_with(p, &m, &signals([true, false, true, true]), 300 * MS)
+            .unwrap();
+        assert!(a.immediate);
+        assert_eq!(pct(&a, 12), "0.00");
     }
 
     #[test]

@@ -66,7 +66,7 @@ fn now_s() -> f64 {
     now_ns() as f64 / 1e9
 }
 
-const USAGE: &str = "usage: demo --lqd PATH [--out DIR] [--quick] [--draws N] [--seed-base S] [--weight-function NAME] [--job-flows N] [--job-mib N] [--dynamic-secs S]";
+const USAGE: &str = "usage: demo --lqd PATH [--out DIR] [--quick] [--draws N] [--seed-base S] [--weight-function NAME] [--no-diagnostics] [--miss-count N] [--job-flows N] [--job-mib N] [--dynamic-secs S]";
 
 struct Args {
     lqd: PathBuf,
@@ -83,6 +83,17 @@ struct Args {
     /// The leaves' `weight-function`: `integral` unless given (the function built for
     /// elastic load, docs/weights.md); `--weight-function seed` shows seed 003 section 6.3.
     weight_function: Option<String>,
+    /// The spines send the diagnostics block (seed 003 section 5.5), whose link capacity
+    /// is the tbf rate the helper reads from the qdisc: the S2->L4 cut is then seen as a
+    /// capacity (issue 12 item 2: "the advertised link capacity where the helper sends
+    /// it"). `--no-diagnostics`: LQS, CL and available bandwidth only.
+    diagnostics: bool,
+    /// The leaves' `miss-count` (seed 003 section 6.5: a spine is failed after
+    /// miss_count x T_notify of silence). 10 (200 ms, the YANG maximum) by default: on the
+    /// 2-core machine, with the demo's own traffic processed in softirq, advertisements
+    /// arrive 60-1 200 ms late (146 false failures in 6 lq runs at miss-count 3, docs/weights.md),
+    /// a control-plane jitter a router's dedicated CPU does not have.
+    miss_count: u8,
 }
 
 fn args() -> Result<Args> {
@@ -96,6 +107,8 @@ fn args() -> Result<Args> {
         draws: 1,
         seed_base: 1,
         weight_function: Some("integral".into()),
+        diagnostics: true,
+        miss_count: 10,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -115,6 +128,8 @@ fn args() -> Result<Args> {
             "--draws" => a.draws = v()?.parse().context("--draws")?,
             "--seed-base" => a.seed_base = v()?.parse().context("--seed-base")?,
             "--weight-function" => a.weight_function = Some(v()?),
+            "--no-diagnostics" => a.diagnostics = false,
+            "--miss-count" => a.miss_count = v()?.parse().context("--miss-count")?,
             "--job-flows" => a.job_flows = v()?.parse().context("--job-flows")?,
             "--job-mib" => a.job_mib = v()?.parse().context("--job-mib")?,
             "--dynamic-secs" => a.dyn_secs = v()?.parse().context("--dynamic-secs")?,
@@ -248,7 +263,7 @@ impl Ctx<'_> {
             &self.a.lqd,
             self.l1(),
             &format!("lqf-l1{tag}-{}", self.pid),
-            &self.fab.leaf_config(1, &self.opts, true),
+            &leaf_config(self.fab, 1, &self.opts, self.a.miss_count),
             &self.logs,
         )
     }
@@ -299,6 +314,30 @@ struct DrawResult {
     paths_lq: [u32; 4],
     dyn_lq: DynResult,
     dyn_ecmp: DynResult,
+}
+
+/// Spine i's helper configuration (T_sample 2 ms, PFC export), with the diagnostics block
+/// when asked (`diagnostics-enabled` belongs to `[lq-telemetry]`, the first section).
+fn spine_config(fab: &Clos3, i: usize, diagnostics: bool) -> String {
+    let c = fab.spine_config(i, 2, true);
+    if diagnostics {
+        c.replacen(
+            "[lq-telemetry]\n",
+            "[lq-telemetry]\ndiagnostics-enabled = true\n",
+            1,
+        )
+    } else {
+        c
+    }
+}
+
+/// Leaf j's load-balancer configuration with the demo's `miss-count` (in `[lq-telemetry]`).
+fn leaf_config(fab: &Clos3, j: usize, o: &LbOptions, miss_count: u8) -> String {
+    fab.leaf_config(j, o, true).replacen(
+        "[lq-telemetry]\n",
+        &format!("[lq-telemetry]\nmiss-count = {miss_count}\n"),
+        1,
+    )
 }
 
 fn run() -> Result<()> {
@@ -355,13 +394,20 @@ fn run() -> Result<()> {
                 &a.lqd,
                 &fab.spines[i - 1],
                 &format!("lqf-s{i}-{pid}"),
-                &fab.spine_config(i, 2, true),
+                &spine_config(&fab, i, a.diagnostics),
                 &logs,
             )
             .with_context(|| format!("the lqd helper role did not start on S{i}"))?,
         );
     }
-    println!("==> demo: lqd helper role running on S1..S4 (LQS/CL of every link)");
+    println!(
+        "==> demo: lqd helper role running on S1..S4 (LQS/CL of every link{})",
+        if a.diagnostics {
+            ", diagnostics with the link capacity"
+        } else {
+            ""
+        }
+    );
 
     let mut leaves: Vec<Option<Daemon>> = Vec::new();
     for j in 1..=4 {
@@ -369,7 +415,7 @@ fn run() -> Result<()> {
             &a.lqd,
             &fab.leaves[j - 1],
             &format!("lqf-l{j}-{pid}"),
-            &fab.leaf_config(j, &opts, true),
+            &leaf_config(&fab, j, &opts, a.miss_count),
             &logs,
         )?));
     }
@@ -518,8 +564,9 @@ fn run() -> Result<()> {
             "hash": "fib_multipath_hash_policy=1 in every namespace, fib_multipath_hash_seed pinned per draw; lq_clear_hash clears the veth-carried socket hash on each leaf's host port",
             "tcp": "cubic (namespace default)",
         },
-        "helper": {"real": true, "note": "lqd helper role on S1..S4 (kernel counters)"},
+        "helper": {"real": true, "diagnostics": a.diagnostics, "note": "lqd helper role on S1..S4 (kernel counters); with diagnostics the advertised link capacity is the tbf rate"},
         "weight_function": a.weight_function,
+        "leaf_miss_count": a.miss_count,
         "draws": a.draws,
         "seeds": draws.iter().map(|r| r.seed).collect::<Vec<_>>(),
         "job": {
