@@ -39,6 +39,11 @@ use crate::sys::netlink::{Rtnl, RtnlError};
 // rest (the if_stats_msg filter, the qdiscs' option and xstats attributes, which neither
 // exports) are ours, from the UAPI headers named beside them.
 use crate::sys::netlink::wire::{self, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR};
+use netlink_packet_route::{
+    link::LinkMessage,
+    stats::{StatsFilterMask, StatsMessage},
+    tc::TcMessage,
+};
 
 /// RTM_NEWLINK: one link of an RTM_GETLINK dump.
 pub const RTM_NEWLINK: u16 = libc::RTM_NEWLINK;
@@ -776,34 +781,34 @@ pub fn htb_root_rate(classes: &[ClassInfo]) -> Option<u64> {
 
 // ------------------------------------------------------------------ requests
 
-/// A dump request: netlink header, then the family header (`body`).
-fn dump_request(ty: u16, seq: u32, body: &[u8]) -> Vec<u8> {
-    wire::message(ty, NLM_F_REQUEST | NLM_F_DUMP, seq, &wire::fixed_only(body))
+/// A dump request: netlink header, then `netlink-packet-route`'s message (its family
+/// header, no attributes).
+fn dump_request(ty: u16, seq: u32, msg: &impl wire::Emitable) -> Vec<u8> {
+    wire::message(ty, NLM_F_REQUEST | NLM_F_DUMP, seq, msg)
 }
 
 /// RTM_GETLINK dump of every link (ifinfomsg all zero: AF_UNSPEC, any index).
 pub fn encode_getlink_dump(seq: u32) -> Vec<u8> {
-    dump_request(RTM_GETLINK, seq, &[0; IFINFOMSG_LEN])
+    dump_request(RTM_GETLINK, seq, &LinkMessage::default())
 }
 
 /// RTM_GETSTATS dump of every link's stats64 only (if_stats_msg with filter_mask
 /// IFLA_STATS_LINK_64): far cheaper for the kernel than an RTM_GETLINK dump.
 pub fn encode_getstats_dump(seq: u32) -> Vec<u8> {
-    let mut m = [0u8; IF_STATS_MSG_LEN];
-    m[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    let mut m = StatsMessage::default();
+    m.header.filter_mask = StatsFilterMask::Link64;
     dump_request(RTM_GETSTATS, seq, &m)
 }
 
 /// RTM_GETQDISC dump of every qdisc (tcmsg all zero).
 pub fn encode_getqdisc_dump(seq: u32) -> Vec<u8> {
-    dump_request(RTM_GETQDISC, seq, &[0; TCMSG_LEN])
+    dump_request(RTM_GETQDISC, seq, &TcMessage::default())
 }
 
 /// RTM_GETTCLASS dump of the classes of one device (the kernel requires tcm_ifindex).
 pub fn encode_gettclass_dump(ifindex: u32, seq: u32) -> Vec<u8> {
-    let mut tcm = [0u8; TCMSG_LEN];
-    tcm[4..8].copy_from_slice(&ifindex.to_ne_bytes());
-    dump_request(RTM_GETTCLASS, seq, &tcm)
+    // tcm_ifindex is an int; ifindexes are positive, so the bits are the same.
+    dump_request(RTM_GETTCLASS, seq, &TcMessage::with_index(ifindex as i32))
 }
 
 // ------------------------------------------------------------------ sampler
@@ -2115,6 +2120,12 @@ mod tests {
             (c[4], &c[20..24]),
             (RTM_GETTCLASS as u8, &77u32.to_ne_bytes()[..])
         );
+        // if_stats_msg: family 0, pads, ifindex 0 (every link), filter_mask LINK_64 only.
+        let st = encode_getstats_dump(6);
+        assert_eq!(st.len(), 16 + IF_STATS_MSG_LEN);
+        assert_eq!(&st[4..6], &RTM_GETSTATS.to_ne_bytes()[..]);
+        assert_eq!(&st[16..24], &[0; 8][..]);
+        assert_eq!(&st[24..28], &1u32.to_ne_bytes()[..]);
         // Truncated fixed headers are errors, not panics.
         assert_eq!(
             decode_link(&[0; 7]),
