@@ -1,6 +1,8 @@
 //! The rtnetlink edge: a NETLINK_ROUTE socket that programs lqd's nexthop objects and the
 //! routes that point at them, and reads them back. Messages come from
-//! [`crate::sys::netlink::nexthop`] (nexthop objects) and from the small route encoder here.
+//! [`crate::sys::netlink::nexthop`] (nexthop objects, our codec) and from
+//! `netlink-packet-route`'s `RouteMessage` (routes); the socket, the framing and the
+//! attribute walking are the shared layer [`wire`] (docs/netlink.md).
 //!
 //! Everything lqd creates carries protocol [`RTPROT_LQ`]; lqd never changes or deletes an
 //! object or a route with another protocol, so it can run beside FRR.

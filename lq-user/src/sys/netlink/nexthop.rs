@@ -1,9 +1,11 @@
 //! The rtnetlink nexthop-object codec (RTM_NEWNEXTHOP / RTM_DELNEXTHOP / RTM_GETNEXTHOP).
 //!
-//! The `netlink-packet-route` and `rtnetlink` crates have no nexthop messages, so this
-//! module encodes and decodes them from the kernel UAPI (`include/uapi/linux/nexthop.h`,
-//! `rtnetlink.h`, `netlink.h`). Netlink is host byte order; the byte fixtures in the tests
-//! are for little-endian hosts.
+//! The `netlink-packet-route` (0.34) and `rtnetlink` crates have no nexthop messages, so
+//! this module encodes and decodes them from the kernel UAPI (`include/uapi/linux/nexthop.h`,
+//! `rtnetlink.h`), written against `netlink-packet-core`'s traits like the crate's own
+//! messages: the attributes implement [`Nla`] and are emitted as an [`Emitable`] body, and
+//! decoding walks frames and attributes with the shared layer ([`super::wire`]). Netlink is
+//! host byte order; the byte fixtures in the tests are for little-endian hosts.
 //!
 //! Every object `lqd` creates carries [`RTPROT_LQ`] as its protocol, so the daemon can tell
 //! its own objects from everyone else's in a dump or a multicast notification and never
