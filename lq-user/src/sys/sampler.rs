@@ -794,6 +794,9 @@ pub fn encode_getlink_dump(seq: u32) -> Vec<u8> {
 
 /// RTM_GETSTATS dump of every link's stats64 only (if_stats_msg with filter_mask
 /// IFLA_STATS_LINK_64): far cheaper for the kernel than an RTM_GETLINK dump.
+// netlink-packet-core's and -route's structs are #[non_exhaustive]: no struct expression, even with
+// `..Default::default()`, so the fields are set one by one.
+#[allow(clippy::field_reassign_with_default)]
 pub fn encode_getstats_dump(seq: u32) -> Vec<u8> {
     let mut m = StatsMessage::default();
     m.header.filter_mask = StatsFilterMask::Link64;

@@ -88,6 +88,9 @@ pub fn encode_route_delete(prefix: &Prefix, table: u32, seq: u32) -> Vec<u8> {
 
 /// A route message of `netlink-packet-route`: lqd's protocol, universe scope, unicast,
 /// RTA_DST, RTA_TABLE and (replace) RTA_NH_ID.
+// netlink-packet-core's and -route's structs are #[non_exhaustive]: no struct expression, even with
+// `..Default::default()`, so the fields are set one by one.
+#[allow(clippy::field_reassign_with_default)]
 fn encode_route(
     ty: u16,
     flags: u16,

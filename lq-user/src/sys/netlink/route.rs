@@ -238,6 +238,9 @@ pub fn encode_route_dump(seq: u32) -> Vec<u8> {
 /// RTM_NEWRULE / RTM_DELRULE: `from all lookup TABLE pref PRIORITY proto lq` for `family`.
 /// The rule sends every lookup to lq's table first; a destination lq does not steer finds
 /// no route there and falls through to the main table (FRR's routes).
+// netlink-packet-core's and -route's structs are #[non_exhaustive]: no struct expression, even with
+// `..Default::default()`, so the fields are set one by one.
+#[allow(clippy::field_reassign_with_default)]
 pub fn encode_rule(new: bool, family: u8, table: u32, priority: u32, seq: u32) -> Vec<u8> {
     let (ty, flags) = if new {
         (

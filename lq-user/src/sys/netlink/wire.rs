@@ -131,6 +131,9 @@ pub fn fixed_only(fixed: &[u8]) -> Body<'_, DefaultNla> {
 }
 
 /// One message: the netlink header (pid 0: the kernel fills in ours), then `body`.
+// netlink-packet-core's and -route's structs are #[non_exhaustive]: no struct expression, even with
+// `..Default::default()`, so the fields are set one by one.
+#[allow(clippy::field_reassign_with_default)]
 pub fn message(ty: u16, flags: u16, seq: u32, body: &impl Emitable) -> Vec<u8> {
     let len = NLMSG_HDRLEN + body.buffer_len();
     let mut header = NetlinkHeader::default();
