@@ -17,6 +17,10 @@
 
 use std::io;
 
+use netlink_packet_route::link::LinkMessage;
+
+use crate::sys::netlink::wire::{self, RouteSocket};
+
 /// The link kinds that aggregate physical links.
 pub const AGGREGATE_KINDS: [&str; 2] = ["bond", "team"];
 
@@ -105,40 +109,16 @@ pub fn refuse_aggregate(iface: &str) -> Result<(), Aggregate> {
     }
 }
 
-const RTM_NEWLINK: u16 = 16;
-const RTM_GETLINK: u16 = 18;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_DUMP: u16 = 0x300;
-const NLMSG_HDRLEN: usize = 16;
 const IFINFOMSG_LEN: usize = 16;
-const IFLA_IFNAME: u16 = 3;
-const IFLA_MASTER: u16 = 10;
-const IFLA_LINKINFO: u16 = 18;
-const IFLA_INFO_KIND: u16 = 1;
+const IFLA_IFNAME: u16 = libc::IFLA_IFNAME;
+const IFLA_MASTER: u16 = libc::IFLA_MASTER;
+const IFLA_LINKINFO: u16 = libc::IFLA_LINKINFO;
+const IFLA_INFO_KIND: u16 = libc::IFLA_INFO_KIND;
 
-fn ne_u32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn ne_u16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-/// The (type, payload) attributes of a netlink attribute stream; stops at the first
-/// malformed one.
-fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        let len = usize::from(ne_u16(b, 0)?);
-        let ty = ne_u16(b, 2)? & 0x3fff;
-        if len < 4 || len > b.len() {
-            return None;
-        }
-        let payload = &b[4..len];
-        b = b.get(len.next_multiple_of(4)..).unwrap_or(&[]);
-        Some((ty, payload))
-    })
+/// The (type, payload) attributes of a netlink attribute stream (the shared iterator);
+/// stops at the first malformed one.
+fn attrs(b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    wire::attrs(b).map_while(Result::ok)
 }
 
 fn c_string(p: &[u8]) -> String {
@@ -147,8 +127,10 @@ fn c_string(p: &[u8]) -> String {
 }
 
 /// Decodes the payload of an RTM_NEWLINK message (`struct ifinfomsg` and attributes).
+/// Lenient on purpose (a malformed attribute ends the attributes, the link stays): LAG
+/// detection wants the names and masters of every link it can read.
 pub fn parse_link(payload: &[u8]) -> Option<Link> {
-    let index = ne_u32(payload, 4)?;
+    let index = u32::from_ne_bytes(payload.get(4..8)?.try_into().ok()?);
     let mut l = Link {
         index,
         ..Link::default()
@@ -156,7 +138,12 @@ pub fn parse_link(payload: &[u8]) -> Option<Link> {
     for (ty, p) in attrs(payload.get(IFINFOMSG_LEN..)?) {
         match ty {
             IFLA_IFNAME => l.name = c_string(p),
-            IFLA_MASTER => l.master = ne_u32(p, 0).filter(|m| *m != 0),
+            IFLA_MASTER => {
+                l.master = p
+                    .get(..4)
+                    .map(|m| u32::from_ne_bytes([m[0], m[1], m[2], m[3]]))
+                    .filter(|m| *m != 0)
+            }
             IFLA_LINKINFO => {
                 l.kind = attrs(p)
                     .find(|(t, _)| *t == IFLA_INFO_KIND)
@@ -168,78 +155,34 @@ pub fn parse_link(payload: &[u8]) -> Option<Link> {
     Some(l)
 }
 
-/// The links of the calling thread's network namespace (one RTM_GETLINK dump; a reply
-/// that does not come within 2 s is an error, never a hang).
+/// The links of the calling thread's network namespace (one RTM_GETLINK dump, the request
+/// a `netlink-packet-route` [`LinkMessage`] for every family; a reply that does not come
+/// within 2 s is an error, never a hang).
 pub fn links() -> io::Result<Vec<Link>> {
-    use std::os::fd::AsRawFd as _;
-    let sock = crate::sys::netlink::route_socket()?;
-    let timeout = libc::timeval {
-        tv_sec: 2,
-        tv_usec: 0,
-    };
-    // SAFETY: valid fd and option value.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&raw const timeout).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
+    let sock = RouteSocket::open()?;
+    socket2::SockRef::from(&sock).set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
     let seq = 1u32;
-    let mut req = Vec::with_capacity(NLMSG_HDRLEN + IFINFOMSG_LEN);
-    req.extend(((NLMSG_HDRLEN + IFINFOMSG_LEN) as u32).to_ne_bytes());
-    req.extend(RTM_GETLINK.to_ne_bytes());
-    req.extend((NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    req.extend(seq.to_ne_bytes());
-    req.extend(0u32.to_ne_bytes());
-    req.extend([0u8; IFINFOMSG_LEN]); // AF_UNSPEC: every link
-    // SAFETY: all-zero sockaddr_nl is valid; the kernel is pid 0.
-    let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-    // SAFETY: a valid buffer and address.
-    let sent = unsafe {
-        libc::sendto(
-            sock.as_raw_fd(),
-            req.as_ptr().cast(),
-            req.len(),
-            0,
-            (&raw const kernel).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    sock.send(&wire::message(
+        libc::RTM_GETLINK,
+        wire::NLM_F_REQUEST | wire::NLM_F_DUMP,
+        seq,
+        &LinkMessage::default(),
+    ))?;
     let mut out = Vec::new();
     let mut buf = vec![0u8; 65536];
     loop {
-        // SAFETY: a valid buffer.
-        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut b = &buf[..n as usize];
-        while b.len() >= NLMSG_HDRLEN {
-            let (Some(len), Some(ty)) = (ne_u32(b, 0), ne_u16(b, 4)) else {
-                break;
-            };
-            let len = len as usize;
-            if len < NLMSG_HDRLEN || len > b.len() {
-                return Err(io::Error::other("malformed netlink message"));
-            }
-            let payload = &b[NLMSG_HDRLEN..len];
-            match ty {
-                NLMSG_DONE => return Ok(out),
-                NLMSG_ERROR => {
-                    let errno = ne_u32(payload, 0).map_or(0, |e| -(e as i32));
+        let n = sock.recv(&mut buf)?;
+        for f in wire::frames(&buf[..n]) {
+            let f = f.map_err(|_| io::Error::other("malformed netlink message"))?;
+            match f.ty {
+                wire::NLMSG_DONE => return Ok(out),
+                wire::NLMSG_ERROR => {
+                    let errno = f.error_code().unwrap_or(0).saturating_neg();
                     return Err(io::Error::from_raw_os_error(errno));
                 }
-                RTM_NEWLINK => out.extend(parse_link(payload)),
+                libc::RTM_NEWLINK => out.extend(parse_link(f.payload)),
                 _ => {}
             }
-            b = b.get(len.next_multiple_of(4)..).unwrap_or(&[]);
         }
     }
 }

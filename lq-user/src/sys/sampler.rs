@@ -35,28 +35,28 @@ use crate::sys::netlink::{Rtnl, RtnlError};
 
 // ------------------------------------------------------------------ kernel constants
 
-/// sizeof(struct nlmsghdr).
-const NLMSG_HDRLEN: usize = 16;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x01;
-/// NLM_F_ROOT | NLM_F_MATCH.
-const NLM_F_DUMP: u16 = 0x300;
-/// Clears NLA_F_NESTED and NLA_F_NET_BYTEORDER from an attribute type.
-const NLA_TYPE_MASK: u16 = 0x3fff;
+// Kernel constants come from `libc` and the netlink crates where they have them; the
+// rest (the if_stats_msg filter, the qdiscs' option and xstats attributes, which neither
+// exports) are ours, from the UAPI headers named beside them.
+use crate::sys::netlink::wire::{self, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR};
+use netlink_packet_route::{
+    link::LinkMessage,
+    stats::{StatsFilterMask, StatsMessage},
+    tc::TcMessage,
+};
 
 /// RTM_NEWLINK: one link of an RTM_GETLINK dump.
-pub const RTM_NEWLINK: u16 = 16;
-const RTM_GETLINK: u16 = 18;
+pub const RTM_NEWLINK: u16 = libc::RTM_NEWLINK;
+const RTM_GETLINK: u16 = libc::RTM_GETLINK;
 /// RTM_NEWQDISC: one qdisc of an RTM_GETQDISC dump.
-pub const RTM_NEWQDISC: u16 = 36;
-const RTM_GETQDISC: u16 = 38;
+pub const RTM_NEWQDISC: u16 = libc::RTM_NEWQDISC;
+const RTM_GETQDISC: u16 = libc::RTM_GETQDISC;
 /// RTM_NEWTCLASS: one class of an RTM_GETTCLASS dump.
-pub const RTM_NEWTCLASS: u16 = 40;
-const RTM_GETTCLASS: u16 = 42;
+pub const RTM_NEWTCLASS: u16 = libc::RTM_NEWTCLASS;
+const RTM_GETTCLASS: u16 = libc::RTM_GETTCLASS;
 /// RTM_NEWSTATS: one link of an RTM_GETSTATS dump.
-pub const RTM_NEWSTATS: u16 = 92;
-const RTM_GETSTATS: u16 = 94;
+pub const RTM_NEWSTATS: u16 = libc::RTM_NEWSTATS;
+const RTM_GETSTATS: u16 = libc::RTM_GETSTATS;
 /// sizeof(struct if_stats_msg).
 const IF_STATS_MSG_LEN: usize = 12;
 /// IFLA_STATS_LINK_64: struct rtnl_link_stats64 (also the filter bit 1 << (1 - 1)).
@@ -67,25 +67,25 @@ const IFINFOMSG_LEN: usize = 16;
 /// sizeof(struct tcmsg).
 const TCMSG_LEN: usize = 20;
 
-const IFLA_IFNAME: u16 = 3;
-const IFLA_MTU: u16 = 4;
-const IFLA_TXQLEN: u16 = 13;
-const IFLA_OPERSTATE: u16 = 16;
-const IFLA_STATS64: u16 = 23;
-const IFLA_CARRIER: u16 = 33;
+const IFLA_IFNAME: u16 = libc::IFLA_IFNAME;
+const IFLA_MTU: u16 = libc::IFLA_MTU;
+const IFLA_TXQLEN: u16 = libc::IFLA_TXQLEN;
+const IFLA_OPERSTATE: u16 = libc::IFLA_OPERSTATE;
+const IFLA_STATS64: u16 = libc::IFLA_STATS64;
+const IFLA_CARRIER: u16 = libc::IFLA_CARRIER;
 /// RFC 2863 operStatus values of IFLA_OPERSTATE.
-const IF_OPER_UNKNOWN: u8 = 0;
-const IF_OPER_UP: u8 = 6;
-const IFF_UP: u32 = 0x1;
-const IFF_LOWER_UP: u32 = 0x1_0000;
+const IF_OPER_UNKNOWN: u8 = libc::IF_OPER_UNKNOWN as u8;
+const IF_OPER_UP: u8 = libc::IF_OPER_UP as u8;
+const IFF_UP: u32 = libc::IFF_UP as u32;
+const IFF_LOWER_UP: u32 = libc::IFF_LOWER_UP as u32;
 
 /// The parent of an egress root qdisc (and of an htb root class in class dumps).
 pub const TC_H_ROOT: u32 = 0xFFFF_FFFF;
 
-const TCA_KIND: u16 = 1;
-const TCA_OPTIONS: u16 = 2;
-const TCA_XSTATS: u16 = 4;
-const TCA_STATS2: u16 = 7;
+const TCA_KIND: u16 = libc::TCA_KIND;
+const TCA_OPTIONS: u16 = libc::TCA_OPTIONS;
+const TCA_XSTATS: u16 = libc::TCA_XSTATS;
+const TCA_STATS2: u16 = libc::TCA_STATS2;
 const TCA_STATS_BASIC: u16 = 1;
 const TCA_STATS_QUEUE: u16 = 3;
 const TCA_STATS_APP: u16 = 4;
@@ -113,7 +113,7 @@ const TCA_CAKE_TIN_STATS_ECN_MARKED_PACKETS: u16 = 8;
 /// SIOCETHTOOL commands (linux/ethtool.h).
 const ETHTOOL_GSET: u32 = 0x1;
 const ETHTOOL_GLINKSETTINGS: u32 = 0x4c;
-const SIOCETHTOOL: libc::c_ulong = 0x8946;
+const SIOCETHTOOL: libc::c_ulong = libc::SIOCETHTOOL;
 
 /// How long the ethtool speed and an htb root class rate are reused before being read
 /// again (they change only when an operator reconfigures or the link renegotiates; an
@@ -169,60 +169,24 @@ fn ne_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// The netlink messages of one receive buffer. Stops after the first framing error.
+/// The netlink messages of one receive buffer (the shared framing). Stops after the first
+/// framing error.
 pub fn messages(buf: &[u8]) -> impl Iterator<Item = Result<NlMsg<'_>, DecodeError>> + '_ {
-    let mut rest = buf;
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || rest.is_empty() {
-            return None;
-        }
-        let (Some(len), Some(ty), Some(flags), Some(seq)) = (
-            ne_u32(rest, 0),
-            ne_u16(rest, 4),
-            ne_u16(rest, 6),
-            ne_u32(rest, 8),
-        ) else {
-            failed = true;
-            return Some(Err(DecodeError::MessageLength));
-        };
-        let len = len as usize;
-        if len < NLMSG_HDRLEN || len > rest.len() {
-            failed = true;
-            return Some(Err(DecodeError::MessageLength));
-        }
-        let payload = &rest[NLMSG_HDRLEN..len];
-        rest = rest.get(len.saturating_add(3) & !3..).unwrap_or(&[]);
-        Some(Ok(NlMsg {
-            ty,
-            flags,
-            seq,
-            payload,
-        }))
+    wire::frames(buf).map(|f| {
+        f.map(|f| NlMsg {
+            ty: f.ty,
+            flags: f.flags,
+            seq: f.seq,
+            payload: f.payload,
+        })
+        .map_err(|_| DecodeError::MessageLength)
     })
 }
 
-/// The attributes of `buf`: `(type without the nested/byte-order flags, payload)`.
+/// The attributes of `buf` (the shared iterator): `(type without the nested/byte-order
+/// flags, payload)`.
 fn attrs(buf: &[u8]) -> impl Iterator<Item = Result<(u16, &[u8]), DecodeError>> {
-    let mut rest = buf;
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || rest.is_empty() {
-            return None;
-        }
-        let (Some(len), Some(ty)) = (ne_u16(rest, 0), ne_u16(rest, 2)) else {
-            failed = true;
-            return Some(Err(DecodeError::AttrLength));
-        };
-        let len = usize::from(len);
-        if len < 4 || len > rest.len() {
-            failed = true;
-            return Some(Err(DecodeError::AttrLength));
-        }
-        let payload = &rest[4..len];
-        rest = rest.get((len + 3) & !3..).unwrap_or(&[]);
-        Some(Ok((ty & NLA_TYPE_MASK, payload)))
-    })
+    wire::attrs(buf).map(|a| a.map_err(|_| DecodeError::AttrLength))
 }
 
 fn u8_attr(what: &'static str, ty: u16, p: &[u8]) -> Result<u8, DecodeError> {
@@ -817,42 +781,37 @@ pub fn htb_root_rate(classes: &[ClassInfo]) -> Option<u64> {
 
 // ------------------------------------------------------------------ requests
 
-/// A dump request: netlink header, then the family header (`body`).
-fn dump_request(ty: u16, seq: u32, body: &[u8]) -> Vec<u8> {
-    let len = NLMSG_HDRLEN + body.len();
-    let mut b = Vec::with_capacity(len);
-    b.extend_from_slice(&(len as u32).to_ne_bytes());
-    b.extend_from_slice(&ty.to_ne_bytes());
-    b.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    b.extend_from_slice(&seq.to_ne_bytes());
-    b.extend_from_slice(&0u32.to_ne_bytes());
-    b.extend_from_slice(body);
-    b
+/// A dump request: netlink header, then `netlink-packet-route`'s message (its family
+/// header, no attributes).
+fn dump_request(ty: u16, seq: u32, msg: &impl wire::Emitable) -> Vec<u8> {
+    wire::message(ty, NLM_F_REQUEST | NLM_F_DUMP, seq, msg)
 }
 
 /// RTM_GETLINK dump of every link (ifinfomsg all zero: AF_UNSPEC, any index).
 pub fn encode_getlink_dump(seq: u32) -> Vec<u8> {
-    dump_request(RTM_GETLINK, seq, &[0; IFINFOMSG_LEN])
+    dump_request(RTM_GETLINK, seq, &LinkMessage::default())
 }
 
 /// RTM_GETSTATS dump of every link's stats64 only (if_stats_msg with filter_mask
 /// IFLA_STATS_LINK_64): far cheaper for the kernel than an RTM_GETLINK dump.
+// netlink-packet-core's and -route's structs are #[non_exhaustive]: no struct expression, even with
+// `..Default::default()`, so the fields are set one by one.
+#[allow(clippy::field_reassign_with_default)]
 pub fn encode_getstats_dump(seq: u32) -> Vec<u8> {
-    let mut m = [0u8; IF_STATS_MSG_LEN];
-    m[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    let mut m = StatsMessage::default();
+    m.header.filter_mask = StatsFilterMask::Link64;
     dump_request(RTM_GETSTATS, seq, &m)
 }
 
 /// RTM_GETQDISC dump of every qdisc (tcmsg all zero).
 pub fn encode_getqdisc_dump(seq: u32) -> Vec<u8> {
-    dump_request(RTM_GETQDISC, seq, &[0; TCMSG_LEN])
+    dump_request(RTM_GETQDISC, seq, &TcMessage::default())
 }
 
 /// RTM_GETTCLASS dump of the classes of one device (the kernel requires tcm_ifindex).
 pub fn encode_gettclass_dump(ifindex: u32, seq: u32) -> Vec<u8> {
-    let mut tcm = [0u8; TCMSG_LEN];
-    tcm[4..8].copy_from_slice(&ifindex.to_ne_bytes());
-    dump_request(RTM_GETTCLASS, seq, &tcm)
+    // tcm_ifindex is an int; ifindexes are positive, so the bits are the same.
+    dump_request(RTM_GETTCLASS, seq, &TcMessage::with_index(ifindex as i32))
 }
 
 // ------------------------------------------------------------------ sampler
@@ -1449,7 +1408,7 @@ pub fn dump_part(
         match m.ty {
             NLMSG_DONE => return Ok(true),
             NLMSG_ERROR => {
-                let errno = ne_u32(m.payload, 0).map_or(0, |e| e as i32);
+                let errno = wire::error_code(m.payload).unwrap_or(0);
                 if errno != 0 {
                     return Err(RtnlError::Refused {
                         what: format!("{what} dump"),
@@ -2164,6 +2123,12 @@ mod tests {
             (c[4], &c[20..24]),
             (RTM_GETTCLASS as u8, &77u32.to_ne_bytes()[..])
         );
+        // if_stats_msg: family 0, pads, ifindex 0 (every link), filter_mask LINK_64 only.
+        let st = encode_getstats_dump(6);
+        assert_eq!(st.len(), 16 + IF_STATS_MSG_LEN);
+        assert_eq!(&st[4..6], &RTM_GETSTATS.to_ne_bytes()[..]);
+        assert_eq!(&st[16..24], &[0; 8][..]);
+        assert_eq!(&st[24..28], &1u32.to_ne_bytes()[..]);
         // Truncated fixed headers are errors, not panics.
         assert_eq!(
             decode_link(&[0; 7]),

@@ -3,10 +3,12 @@
 //! PfcEnable bitmap of seed 002. Drivers without DCB (veth, most virtual NICs) answer with an
 //! error, and lqd then takes the priorities from the configuration.
 
+use super::wire::{self, Body, Nla};
 use crate::sys::netlink::{Rtnl, RtnlError};
 
 /// RTM_GETDCB (include/uapi/linux/rtnetlink.h).
-pub const RTM_GETDCB: u16 = 78;
+pub const RTM_GETDCB: u16 = libc::RTM_GETDCB;
+// dcbnl.h is in neither libc nor netlink-packet-route: its few constants are ours.
 /// DCB_CMD_IEEE_GET (include/uapi/linux/dcbnl.h).
 pub const DCB_CMD_IEEE_GET: u8 = 21;
 /// DCB_ATTR_IFNAME.
@@ -15,55 +17,67 @@ pub const DCB_ATTR_IFNAME: u16 = 1;
 pub const DCB_ATTR_IEEE: u16 = 13;
 /// DCB_ATTR_IEEE_PFC: struct ieee_pfc { u8 pfc_cap; u8 pfc_en; u8 mbc; u16 delay; ... }.
 pub const DCB_ATTR_IEEE_PFC: u16 = 2;
+/// sizeof(struct dcbmsg).
+const DCBMSG_LEN: usize = 4;
+
+/// The one attribute lqd sends in a dcbnl request, emitted through `netlink-packet-core`.
+enum DcbAttr<'a> {
+    /// DCB_ATTR_IFNAME: the device name, NUL-terminated.
+    IfName(&'a str),
+}
+
+impl Nla for DcbAttr<'_> {
+    fn value_len(&self) -> usize {
+        match self {
+            Self::IfName(n) => n.len() + 1,
+        }
+    }
+
+    fn kind(&self) -> u16 {
+        match self {
+            Self::IfName(_) => DCB_ATTR_IFNAME,
+        }
+    }
+
+    fn emit_value(&self, buf: &mut [u8]) {
+        match self {
+            Self::IfName(n) => {
+                let (name, nul) = buf.split_at_mut(n.len());
+                name.copy_from_slice(n.as_bytes());
+                nul.fill(0);
+            }
+        }
+    }
+}
 
 /// Encodes RTM_GETDCB / DCB_CMD_IEEE_GET for `ifname`.
 pub fn encode_ieee_get(ifname: &str, seq: u32) -> Vec<u8> {
-    let mut b = Vec::with_capacity(48);
-    b.extend_from_slice(&0u32.to_ne_bytes());
-    b.extend_from_slice(&RTM_GETDCB.to_ne_bytes());
-    b.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
-    b.extend_from_slice(&seq.to_ne_bytes());
-    b.extend_from_slice(&0u32.to_ne_bytes());
     // struct dcbmsg { u8 dcb_family; u8 cmd; u16 dcb_pad; }
-    b.extend_from_slice(&[libc::AF_UNSPEC as u8, DCB_CMD_IEEE_GET, 0, 0]);
-    let name = ifname.as_bytes();
-    b.extend_from_slice(&((4 + name.len() + 1) as u16).to_ne_bytes());
-    b.extend_from_slice(&DCB_ATTR_IFNAME.to_ne_bytes());
-    b.extend_from_slice(name);
-    b.push(0);
-    while b.len() % 4 != 0 {
-        b.push(0);
-    }
-    let len = b.len() as u32;
-    b[0..4].copy_from_slice(&len.to_ne_bytes());
-    b
+    let dcbmsg = [libc::AF_UNSPEC as u8, DCB_CMD_IEEE_GET, 0, 0];
+    wire::message(
+        RTM_GETDCB,
+        wire::NLM_F_REQUEST,
+        seq,
+        &Body {
+            fixed: &dcbmsg,
+            attrs: &[DcbAttr::IfName(ifname)],
+        },
+    )
 }
 
-fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if b.len() < 4 {
-            return None;
-        }
-        let len = usize::from(u16::from_ne_bytes([b[0], b[1]]));
-        let ty = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff;
-        if len < 4 || len > b.len() {
-            return None;
-        }
-        let payload = &b[4..len];
-        b = &b[len.next_multiple_of(4).min(b.len())..];
-        Some((ty, payload))
-    })
+/// The attributes of `b` (the shared iterator), up to the first malformed one.
+fn attrs(b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    wire::attrs(b).map_while(Result::ok)
 }
 
 /// The `pfc_en` bitmap of a DCB IEEE reply message (the netlink message, header
 /// included); `None` when the message is an error or carries no PFC configuration.
 pub fn decode_pfc_en(msg: &[u8]) -> Option<u8> {
-    let ty = u16::from_ne_bytes([*msg.get(4)?, *msg.get(5)?]);
-    if ty != RTM_GETDCB {
+    let f = wire::frames(msg).next()?.ok()?;
+    if f.ty != RTM_GETDCB {
         return None;
     }
-    let len = (u32::from_ne_bytes(msg.get(0..4)?.try_into().ok()?) as usize).min(msg.len());
-    let body = msg.get(16 + 4..len)?;
+    let body = f.payload.get(DCBMSG_LEN..)?;
     let ieee = attrs(body).find(|(t, _)| *t == DCB_ATTR_IEEE)?.1;
     let pfc = attrs(ieee).find(|(t, _)| *t == DCB_ATTR_IEEE_PFC)?.1;
     pfc.get(1).copied()
@@ -74,15 +88,14 @@ pub fn pfc_enabled(rtnl: &mut Rtnl, ifname: &str) -> Result<Option<u8>, RtnlErro
     let seq = rtnl.send_request(|seq| encode_ieee_get(ifname, seq))?;
     for _ in 0..8 {
         let buf = rtnl.recv_raw()?;
-        if buf.len() < 16 {
+        let Some(Ok(f)) = wire::frames(buf).next() else {
             continue;
-        }
-        let rseq = u32::from_ne_bytes([buf[8], buf[9], buf[10], buf[11]]);
-        if rseq != seq {
+        };
+        if f.seq != seq {
             continue;
         }
         // NLMSG_ERROR: no DCB ops on this device (EOPNOTSUPP), or no such device.
-        if u16::from_ne_bytes([buf[4], buf[5]]) == libc::NLMSG_ERROR as u16 {
+        if f.ty == wire::NLMSG_ERROR {
             return Ok(None);
         }
         return Ok(decode_pfc_en(buf));

@@ -1,6 +1,8 @@
 //! The rtnetlink edge: a NETLINK_ROUTE socket that programs lqd's nexthop objects and the
 //! routes that point at them, and reads them back. Messages come from
-//! [`crate::sys::netlink::nexthop`] (nexthop objects) and from the small route encoder here.
+//! [`crate::sys::netlink::nexthop`] (nexthop objects, our codec) and from
+//! `netlink-packet-route`'s `RouteMessage` (routes); the socket, the framing and the
+//! attribute walking are the shared layer [`wire`] (docs/netlink.md).
 //!
 //! Everything lqd creates carries protocol [`RTPROT_LQ`]; lqd never changes or deletes an
 //! object or a route with another protocol, so it can run beside FRR.
@@ -9,6 +11,7 @@ pub mod dcb;
 pub mod nexthop;
 pub mod route;
 pub mod route_monitor;
+pub mod wire;
 
 use std::{
     io,
@@ -16,25 +19,26 @@ use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
-use self::nexthop::{
-    NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST, NetlinkMessage, NexthopMsg, RTPROT_LQ,
+use netlink_packet_route::{
+    AddressFamily,
+    route::{
+        RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope,
+        RouteType,
+    },
 };
+
+use self::nexthop::{NetlinkMessage, NexthopMsg, RTPROT_LQ};
+use self::wire::{NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST, RouteSocket};
 use crate::core::controller::path_quality::Prefix;
 
 /// RTM_NEWROUTE.
-pub const RTM_NEWROUTE: u16 = 24;
+pub const RTM_NEWROUTE: u16 = libc::RTM_NEWROUTE;
 /// RTM_DELROUTE.
-pub const RTM_DELROUTE: u16 = 25;
-/// RTA_DST.
-const RTA_DST: u16 = 1;
-/// RTA_TABLE.
-const RTA_TABLE: u16 = 15;
-/// RTA_NH_ID (kernel 5.3).
-const RTA_NH_ID: u16 = 30;
+pub const RTM_DELROUTE: u16 = libc::RTM_DELROUTE;
 /// The main routing table.
-pub const RT_TABLE_MAIN: u32 = 254;
-const RTN_UNICAST: u8 = 1;
-const RT_SCOPE_UNIVERSE: u8 = 0;
+pub const RT_TABLE_MAIN: u32 = libc::RT_TABLE_MAIN as u32;
+/// RT_TABLE_COMPAT: what rtm_table says when the id needs RTA_TABLE's 32 bits.
+const RT_TABLE_COMPAT: u8 = libc::RT_TABLE_COMPAT;
 
 /// Errors of the rtnetlink edge.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +86,11 @@ pub fn encode_route_delete(prefix: &Prefix, table: u32, seq: u32) -> Vec<u8> {
     )
 }
 
+/// A route message of `netlink-packet-route`: lqd's protocol, universe scope, unicast,
+/// RTA_DST, RTA_TABLE and (replace) RTA_NH_ID.
+// netlink-packet-core's and -route's structs are #[non_exhaustive]: no struct expression, even with
+// `..Default::default()`, so the fields are set one by one.
+#[allow(clippy::field_reassign_with_default)]
 fn encode_route(
     ty: u16,
     flags: u16,
@@ -90,92 +99,33 @@ fn encode_route(
     table: u32,
     seq: u32,
 ) -> Vec<u8> {
-    let mut b = Vec::with_capacity(64);
-    b.extend_from_slice(&0u32.to_ne_bytes()); // length, patched below
-    b.extend_from_slice(&ty.to_ne_bytes());
-    b.extend_from_slice(&flags.to_ne_bytes());
-    b.extend_from_slice(&seq.to_ne_bytes());
-    b.extend_from_slice(&0u32.to_ne_bytes());
-    // struct rtmsg
-    let (family, addr): (u8, Vec<u8>) = match prefix.addr {
-        IpAddr::V4(a) => (libc::AF_INET as u8, a.octets().to_vec()),
-        IpAddr::V6(a) => (libc::AF_INET6 as u8, a.octets().to_vec()),
+    let family = match prefix.addr {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
     };
+    let mut header = RouteHeader::default();
+    header.address_family = family;
+    header.destination_prefix_length = prefix.len;
     // rtm_table holds only 8 bits; RTA_TABLE carries the full id.
-    let table8 = if table < 256 {
-        table as u8
-    } else {
-        252 /* RT_TABLE_COMPAT */
-    };
-    b.extend_from_slice(&[
-        family,
-        prefix.len,
-        0,
-        0,
-        table8,
-        RTPROT_LQ,
-        RT_SCOPE_UNIVERSE,
-        RTN_UNICAST,
-    ]);
-    b.extend_from_slice(&0u32.to_ne_bytes()); // rtm_flags
-    attr(&mut b, RTA_DST, &addr);
-    attr(&mut b, RTA_TABLE, &table.to_ne_bytes());
+    header.table = u8::try_from(table).unwrap_or(RT_TABLE_COMPAT);
+    header.protocol = RouteProtocol::from(RTPROT_LQ);
+    header.scope = RouteScope::Universe;
+    header.kind = RouteType::Unicast;
+    let mut msg = RouteMessage::default();
+    msg.header = header;
+    msg.attributes = vec![
+        RouteAttribute::Destination(RouteAddress::from(prefix.addr)),
+        RouteAttribute::Table(table),
+    ];
     if let Some(id) = nhid {
-        attr(&mut b, RTA_NH_ID, &id.to_ne_bytes());
+        msg.attributes.push(RouteAttribute::NhId(id));
     }
-    let len = b.len() as u32;
-    b[0..4].copy_from_slice(&len.to_ne_bytes());
-    b
-}
-
-fn attr(b: &mut Vec<u8>, ty: u16, payload: &[u8]) {
-    let len = 4 + payload.len();
-    b.extend_from_slice(&(len as u16).to_ne_bytes());
-    b.extend_from_slice(&ty.to_ne_bytes());
-    b.extend_from_slice(payload);
-    while !b.len().is_multiple_of(4) {
-        b.push(0);
-    }
-}
-
-/// A NETLINK_ROUTE socket in the calling thread's network namespace, close-on-exec and
-/// bound (the kernel picks the port id): the one way lqd opens an rtnetlink socket, for
-/// requests ([`Rtnl`]), notifications (the slow plane's route monitor) and dumps (LAG
-/// detection).
-pub fn route_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket syscall; the fd is owned right away.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh, valid descriptor.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: sockaddr_nl is plain data; zero is a valid initial value.
-    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    sa.nl_family = libc::AF_NETLINK as u16;
-    // SAFETY: valid fd and address of the right size.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&raw const sa).cast(),
-            size_of::<libc::sockaddr_nl>() as u32,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fd)
+    wire::message(ty, flags, seq, &msg)
 }
 
 /// A NETLINK_ROUTE socket in the calling thread's network namespace.
 pub struct Rtnl {
-    fd: OwnedFd,
+    socket: RouteSocket,
     seq: u32,
     buf: Vec<u8>,
 }
@@ -183,21 +133,11 @@ pub struct Rtnl {
 impl Rtnl {
     /// Opens and binds the socket.
     pub fn open() -> Result<Self, RtnlError> {
-        let fd = route_socket()?;
+        let socket = RouteSocket::open()?;
         // Extended ACKs make refusals explain themselves in the kernel log; harmless if absent.
-        let one: libc::c_int = 1;
-        // SAFETY: valid fd and option value.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_NETLINK,
-                libc::NETLINK_EXT_ACK,
-                (&raw const one).cast(),
-                4,
-            );
-        }
+        let _ = socket.socket().set_ext_ack(true);
         Ok(Self {
-            fd,
+            socket,
             seq: 1,
             buf: vec![0; 64 * 1024],
         })
@@ -209,34 +149,11 @@ impl Rtnl {
     }
 
     fn send(&self, msg: &[u8]) -> Result<(), RtnlError> {
-        // SAFETY: valid fd and buffer.
-        let n = unsafe { libc::send(self.fd.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        Ok(())
+        Ok(self.socket.send(msg)?)
     }
 
     fn recv(&mut self) -> Result<usize, RtnlError> {
-        loop {
-            // SAFETY: valid fd and buffer.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    self.buf.as_mut_ptr().cast(),
-                    self.buf.len(),
-                    0,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e.into());
-            }
-            return Ok(n as usize);
-        }
+        Ok(self.socket.recv(&mut self.buf)?)
     }
 
     /// Sends one request built with `seq` and returns that `seq` without waiting for a
@@ -457,7 +374,7 @@ mod tests {
     fn nlmsg_error(seq: u32, errno: i32) -> Vec<u8> {
         let mut b = Vec::new();
         b.extend_from_slice(&36u32.to_ne_bytes());
-        b.extend_from_slice(&nexthop::NLMSG_ERROR.to_ne_bytes());
+        b.extend_from_slice(&wire::NLMSG_ERROR.to_ne_bytes());
         b.extend_from_slice(&0u16.to_ne_bytes());
         b.extend_from_slice(&seq.to_ne_bytes());
         b.extend_from_slice(&0u32.to_ne_bytes());

@@ -1,9 +1,11 @@
 //! The rtnetlink nexthop-object codec (RTM_NEWNEXTHOP / RTM_DELNEXTHOP / RTM_GETNEXTHOP).
 //!
-//! The `netlink-packet-route` and `rtnetlink` crates have no nexthop messages, so this
-//! module encodes and decodes them from the kernel UAPI (`include/uapi/linux/nexthop.h`,
-//! `rtnetlink.h`, `netlink.h`). Netlink is host byte order; the byte fixtures in the tests
-//! are for little-endian hosts.
+//! The `netlink-packet-route` (0.34) and `rtnetlink` crates have no nexthop messages, so
+//! this module encodes and decodes them from the kernel UAPI (`include/uapi/linux/nexthop.h`,
+//! `rtnetlink.h`), written against `netlink-packet-core`'s traits like the crate's own
+//! messages: the attributes implement [`Nla`] and are emitted as an [`Emitable`] body, and
+//! decoding walks frames and attributes with the shared layer ([`super::wire`]). Netlink is
+//! host byte order; the byte fixtures in the tests are for little-endian hosts.
 //!
 //! Every object `lqd` creates carries [`RTPROT_LQ`] as its protocol, so the daemon can tell
 //! its own objects from everyone else's in a dump or a multicast notification and never
@@ -16,7 +18,17 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use thiserror::Error;
 
+use super::wire::{self, Body, Emitable, NLA_HEADER_SIZE, Nla};
 use crate::core::controller::config::{GroupKind, duration_ns};
+
+// The nexthop message types and attributes are in neither `libc` nor
+// `netlink-packet-route` (0.34): they are defined here, from nexthop.h and rtnetlink.h.
+// Everything else comes from the crates.
+pub use super::wire::{
+    NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE, NLM_F_REQUEST, NLMSG_DONE,
+    NLMSG_ERROR,
+};
+pub use netlink_packet_core::NLA_TYPE_MASK;
 
 /// RTM_NEWNEXTHOP (rtnetlink.h).
 pub const RTM_NEWNEXTHOP: u16 = 104;
@@ -24,25 +36,10 @@ pub const RTM_NEWNEXTHOP: u16 = 104;
 pub const RTM_DELNEXTHOP: u16 = 105;
 /// RTM_GETNEXTHOP.
 pub const RTM_GETNEXTHOP: u16 = 106;
-/// NLMSG_ERROR (netlink.h); an error code 0 is an ACK.
-pub const NLMSG_ERROR: u16 = 2;
-/// NLMSG_DONE: end of a dump.
-pub const NLMSG_DONE: u16 = 3;
 /// Multicast group of nexthop notifications (RTNLGRP_NEXTHOP).
-pub const RTNLGRP_NEXTHOP: u32 = 32;
-
-/// NLM_F_REQUEST.
-pub const NLM_F_REQUEST: u16 = 0x01;
+pub const RTNLGRP_NEXTHOP: u32 = libc::RTNLGRP_NEXTHOP;
 /// NLM_F_MULTI: part of a multipart (dump) reply.
-pub const NLM_F_MULTI: u16 = 0x02;
-/// NLM_F_ACK.
-pub const NLM_F_ACK: u16 = 0x04;
-/// NLM_F_REPLACE (new requests).
-pub const NLM_F_REPLACE: u16 = 0x100;
-/// NLM_F_CREATE (new requests).
-pub const NLM_F_CREATE: u16 = 0x400;
-/// NLM_F_DUMP = NLM_F_ROOT | NLM_F_MATCH (get requests).
-pub const NLM_F_DUMP: u16 = 0x300;
+pub const NLM_F_MULTI: u16 = netlink_packet_core::NLM_F_MULTIPART;
 
 /// Protocol of `lqd`'s nexthop objects: 0x4c, 'L'. Free in rtnetlink.h (RTPROT_* uses 0-4,
 /// 8-18, 42, 99, 186-189, 192) and in iproute2's rt_protos.
@@ -72,28 +69,22 @@ pub const NHA_RES_GROUP_IDLE_TIMER: u16 = 2;
 pub const NHA_RES_GROUP_UNBALANCED_TIMER: u16 = 3;
 /// NHA_RES_GROUP_UNBALANCED_TIME: u64 clock_t (kernel -> user only).
 pub const NHA_RES_GROUP_UNBALANCED_TIME: u16 = 4;
-/// NLA_F_NESTED: the kernel's strict parser wants it on nested attributes.
-pub const NLA_F_NESTED: u16 = 0x8000;
-/// Attribute type bits without NLA_F_NESTED / NLA_F_NET_BYTEORDER.
-pub const NLA_TYPE_MASK: u16 = 0x3fff;
-
 /// NEXTHOP_GRP_TYPE_MPATH: hash-threshold.
 pub const NEXTHOP_GRP_TYPE_MPATH: u16 = 0;
 /// NEXTHOP_GRP_TYPE_RES: resilient.
 pub const NEXTHOP_GRP_TYPE_RES: u16 = 1;
 
 /// AF_UNSPEC: the family of a group.
-pub const AF_UNSPEC: u8 = 0;
+pub const AF_UNSPEC: u8 = libc::AF_UNSPEC as u8;
 /// AF_INET.
-pub const AF_INET: u8 = 2;
+pub const AF_INET: u8 = libc::AF_INET as u8;
 /// AF_INET6.
-pub const AF_INET6: u8 = 10;
+pub const AF_INET6: u8 = libc::AF_INET6 as u8;
 
 /// Largest kernel weight of a group member: 8 bits of `weight` plus 8 of `weight_high`
 /// (weight - 1 is carried). Values above 256 need a kernel >= 6.12.
 pub const MAX_KERNEL_WEIGHT: u32 = 65_536;
 
-const NLMSG_HDRLEN: usize = 16;
 const NHMSG_LEN: usize = 8;
 const NH_GRP_LEN: usize = 8;
 
@@ -278,76 +269,118 @@ pub enum NetlinkMessage {
 
 // ---------------------------------------------------------------- encoding
 
-struct Builder {
-    buf: Vec<u8>,
+/// One attribute of `struct nhmsg`, emitted through `netlink-packet-core`'s [`Nla`].
+enum NhAttr {
+    /// NHA_ID.
+    Id(u32),
+    /// NHA_GROUP: `struct nexthop_grp { u32 id; u8 weight; u8 weight_high; u16 resvd2; }`
+    /// per member, weights already checked to be 1..=65536 (the wire carries weight - 1).
+    Group(Vec<GroupMember>),
+    /// NHA_GROUP_TYPE.
+    GroupType(u16),
+    /// NHA_BLACKHOLE.
+    Blackhole,
+    /// NHA_OIF.
+    Oif(u32),
+    /// NHA_GATEWAY: 4 or 16 octets.
+    Gateway(IpAddr),
+    /// NHA_FDB.
+    Fdb,
+    /// NHA_RES_GROUP, nested (the kernel's strict parser wants NLA_F_NESTED).
+    ResGroup(Vec<ResAttr>),
 }
 
-impl Builder {
-    fn new(ty: u16, flags: u16, seq: u32) -> Self {
-        let mut buf = Vec::with_capacity(64);
-        buf.extend_from_slice(&0u32.to_ne_bytes()); // length, patched in finish()
-        buf.extend_from_slice(&ty.to_ne_bytes());
-        buf.extend_from_slice(&flags.to_ne_bytes());
-        buf.extend_from_slice(&seq.to_ne_bytes());
-        buf.extend_from_slice(&0u32.to_ne_bytes()); // pid 0: the kernel assigns it
-        Self { buf }
-    }
+/// One attribute inside NHA_RES_GROUP.
+enum ResAttr {
+    /// NHA_RES_GROUP_BUCKETS.
+    Buckets(u16),
+    /// NHA_RES_GROUP_IDLE_TIMER.
+    IdleTimer(u32),
+    /// NHA_RES_GROUP_UNBALANCED_TIMER.
+    UnbalancedTimer(u32),
+}
 
-    fn nhmsg(&mut self, family: u8, scope: u8, protocol: u8, flags: u32) {
-        self.buf.extend_from_slice(&[family, scope, protocol, 0]);
-        self.buf.extend_from_slice(&flags.to_ne_bytes());
-    }
-
-    fn attr(&mut self, ty: u16, data: &[u8]) -> Result<(), EncodeError> {
-        let len = u16::try_from(4 + data.len()).map_err(|_| EncodeError::TooLarge)?;
-        self.buf.extend_from_slice(&len.to_ne_bytes());
-        self.buf.extend_from_slice(&ty.to_ne_bytes());
-        self.buf.extend_from_slice(data);
-        self.pad();
-        Ok(())
-    }
-
-    fn pad(&mut self) {
-        while !self.buf.len().is_multiple_of(4) {
-            self.buf.push(0);
+impl Nla for NhAttr {
+    fn value_len(&self) -> usize {
+        match self {
+            Self::Id(_) | Self::Oif(_) => 4,
+            Self::Group(m) => m.len() * NH_GRP_LEN,
+            Self::GroupType(_) => 2,
+            Self::Blackhole | Self::Fdb => 0,
+            Self::Gateway(IpAddr::V4(_)) => 4,
+            Self::Gateway(IpAddr::V6(_)) => 16,
+            Self::ResGroup(inner) => inner.as_slice().buffer_len(),
         }
     }
 
-    fn finish(mut self) -> Result<Vec<u8>, EncodeError> {
-        let len = u32::try_from(self.buf.len()).map_err(|_| EncodeError::TooLarge)?;
-        self.buf[..4].copy_from_slice(&len.to_ne_bytes());
-        Ok(self.buf)
+    fn kind(&self) -> u16 {
+        match self {
+            Self::Id(_) => NHA_ID,
+            Self::Group(_) => NHA_GROUP,
+            Self::GroupType(_) => NHA_GROUP_TYPE,
+            Self::Blackhole => NHA_BLACKHOLE,
+            Self::Oif(_) => NHA_OIF,
+            Self::Gateway(_) => NHA_GATEWAY,
+            Self::Fdb => NHA_FDB,
+            Self::ResGroup(_) => NHA_RES_GROUP | NLA_F_NESTED,
+        }
+    }
+
+    fn emit_value(&self, buf: &mut [u8]) {
+        match self {
+            Self::Id(v) | Self::Oif(v) => buf.copy_from_slice(&v.to_ne_bytes()),
+            Self::Group(members) => {
+                for (m, out) in members.iter().zip(buf.chunks_exact_mut(NH_GRP_LEN)) {
+                    let w = m.weight - 1;
+                    out[..4].copy_from_slice(&m.id.to_ne_bytes());
+                    out[4..].copy_from_slice(&[(w & 0xff) as u8, (w >> 8) as u8, 0, 0]);
+                }
+            }
+            Self::GroupType(t) => buf.copy_from_slice(&t.to_ne_bytes()),
+            Self::Blackhole | Self::Fdb => {}
+            Self::Gateway(IpAddr::V4(a)) => buf.copy_from_slice(&a.octets()),
+            Self::Gateway(IpAddr::V6(a)) => buf.copy_from_slice(&a.octets()),
+            Self::ResGroup(inner) => inner.as_slice().emit(buf),
+        }
     }
 }
 
-fn nested(attrs: &[(u16, Vec<u8>)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (ty, data) in attrs {
-        // Inner attributes are a handful of bytes: the u16 length cannot overflow.
-        let len = (4 + data.len()) as u16;
-        out.extend_from_slice(&len.to_ne_bytes());
-        out.extend_from_slice(&ty.to_ne_bytes());
-        out.extend_from_slice(data);
-        while !out.len().is_multiple_of(4) {
-            out.push(0);
+impl Nla for ResAttr {
+    fn value_len(&self) -> usize {
+        match self {
+            Self::Buckets(_) => 2,
+            Self::IdleTimer(_) | Self::UnbalancedTimer(_) => 4,
         }
     }
-    out
+
+    fn kind(&self) -> u16 {
+        match self {
+            Self::Buckets(_) => NHA_RES_GROUP_BUCKETS,
+            Self::IdleTimer(_) => NHA_RES_GROUP_IDLE_TIMER,
+            Self::UnbalancedTimer(_) => NHA_RES_GROUP_UNBALANCED_TIMER,
+        }
+    }
+
+    fn emit_value(&self, buf: &mut [u8]) {
+        match self {
+            Self::Buckets(v) => buf.copy_from_slice(&v.to_ne_bytes()),
+            Self::IdleTimer(v) | Self::UnbalancedTimer(v) => buf.copy_from_slice(&v.to_ne_bytes()),
+        }
+    }
+}
+
+/// `struct nhmsg { u8 nh_family; u8 nh_scope; u8 nh_protocol; u8 resvd; u32 nh_flags; }`.
+fn nhmsg(family: u8, scope: u8, protocol: u8, flags: u32) -> [u8; NHMSG_LEN] {
+    let f = flags.to_ne_bytes();
+    [family, scope, protocol, 0, f[0], f[1], f[2], f[3]]
 }
 
 /// RTM_NEWNEXTHOP with NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE: create
 /// the object, or replace it in place (a group's weights change without a new id).
 pub fn encode_new(msg: &NexthopMsg, seq: u32) -> Result<Vec<u8>, EncodeError> {
     let id = msg.id.ok_or(EncodeError::NoId)?;
-    let mut b = Builder::new(
-        RTM_NEWNEXTHOP,
-        NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
-        seq,
-    );
-    b.nhmsg(msg.family, msg.scope, msg.protocol, msg.flags);
-    b.attr(NHA_ID, &id.to_ne_bytes())?;
+    let mut attrs = vec![NhAttr::Id(id)];
     if !msg.group.is_empty() {
-        let mut grp = Vec::with_capacity(msg.group.len() * NH_GRP_LEN);
         let mut seen = std::collections::BTreeSet::new();
         for m in &msg.group {
             if m.id == 0 {
@@ -362,104 +395,108 @@ pub fn encode_new(msg: &NexthopMsg, seq: u32) -> Result<Vec<u8>, EncodeError> {
                     weight: m.weight,
                 });
             }
-            let w = m.weight - 1;
-            // struct nexthop_grp { u32 id; u8 weight; u8 weight_high; u16 resvd2; }
-            grp.extend_from_slice(&m.id.to_ne_bytes());
-            grp.extend_from_slice(&[(w & 0xff) as u8, (w >> 8) as u8, 0, 0]);
         }
-        b.attr(NHA_GROUP, &grp)?;
+        attrs.push(NhAttr::Group(msg.group.clone()));
     }
     if let Some(t) = msg.group_type {
-        b.attr(NHA_GROUP_TYPE, &t.to_ne_bytes())?;
+        attrs.push(NhAttr::GroupType(t));
     }
     if msg.blackhole {
-        b.attr(NHA_BLACKHOLE, &[])?;
+        attrs.push(NhAttr::Blackhole);
     }
     if let Some(oif) = msg.oif {
-        b.attr(NHA_OIF, &oif.to_ne_bytes())?;
+        attrs.push(NhAttr::Oif(oif));
     }
-    match msg.gateway {
-        Some(IpAddr::V4(a)) => b.attr(NHA_GATEWAY, &a.octets())?,
-        Some(IpAddr::V6(a)) => b.attr(NHA_GATEWAY, &a.octets())?,
-        None => {}
+    if let Some(gw) = msg.gateway {
+        attrs.push(NhAttr::Gateway(gw));
     }
     if msg.fdb {
-        b.attr(NHA_FDB, &[])?;
+        attrs.push(NhAttr::Fdb);
     }
     if let Some(r) = &msg.resilient {
-        let mut inner = Vec::new();
-        if let Some(v) = r.buckets {
-            inner.push((NHA_RES_GROUP_BUCKETS, v.to_ne_bytes().to_vec()));
-        }
-        if let Some(v) = r.idle_timer {
-            inner.push((NHA_RES_GROUP_IDLE_TIMER, v.to_ne_bytes().to_vec()));
-        }
-        if let Some(v) = r.unbalanced_timer {
-            inner.push((NHA_RES_GROUP_UNBALANCED_TIMER, v.to_ne_bytes().to_vec()));
-        }
-        b.attr(NHA_RES_GROUP | NLA_F_NESTED, &nested(&inner))?;
+        let inner = [
+            r.buckets.map(ResAttr::Buckets),
+            r.idle_timer.map(ResAttr::IdleTimer),
+            r.unbalanced_timer.map(ResAttr::UnbalancedTimer),
+        ];
+        attrs.push(NhAttr::ResGroup(inner.into_iter().flatten().collect()));
     }
-    b.finish()
+    // An attribute's length is a u16 (Nla::emit would truncate it): only a group of
+    // more than 8190 members gets there.
+    if attrs
+        .iter()
+        .any(|a| NLA_HEADER_SIZE + a.value_len() > usize::from(u16::MAX))
+    {
+        return Err(EncodeError::TooLarge);
+    }
+    let fixed = nhmsg(msg.family, msg.scope, msg.protocol, msg.flags);
+    Ok(wire::message(
+        RTM_NEWNEXTHOP,
+        NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
+        seq,
+        &Body {
+            fixed: &fixed,
+            attrs: &attrs,
+        },
+    ))
 }
 
 /// RTM_DELNEXTHOP of one id, NLM_F_REQUEST | NLM_F_ACK. The kernel wants every `nhmsg`
 /// field 0 in a delete request.
 pub fn encode_del(id: u32, seq: u32) -> Vec<u8> {
-    let mut b = Builder::new(RTM_DELNEXTHOP, NLM_F_REQUEST | NLM_F_ACK, seq);
-    b.nhmsg(0, 0, 0, 0);
-    // 8 bytes: cannot exceed a u16 length.
-    let _ = b.attr(NHA_ID, &id.to_ne_bytes());
-    b.finish().unwrap_or_default()
+    wire::message(
+        RTM_DELNEXTHOP,
+        NLM_F_REQUEST | NLM_F_ACK,
+        seq,
+        &Body {
+            fixed: &nhmsg(0, 0, 0, 0),
+            attrs: &[NhAttr::Id(id)],
+        },
+    )
 }
 
 /// RTM_GETNEXTHOP dump of every object, NLM_F_REQUEST | NLM_F_DUMP (the kernel has no
 /// protocol filter: callers keep the objects for which [`NexthopMsg::is_ours`]).
 pub fn encode_get_dump(seq: u32) -> Vec<u8> {
-    let mut b = Builder::new(RTM_GETNEXTHOP, NLM_F_REQUEST | NLM_F_DUMP, seq);
-    b.nhmsg(0, 0, 0, 0);
-    b.finish().unwrap_or_default()
+    wire::message(
+        RTM_GETNEXTHOP,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        &wire::fixed_only(&nhmsg(0, 0, 0, 0)),
+    )
 }
 
 // ---------------------------------------------------------------- decoding
 
-fn ne_u16(b: &[u8]) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(..2)?.try_into().ok()?))
-}
-fn ne_u32(b: &[u8]) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(..4)?.try_into().ok()?))
-}
-fn ne_u64(b: &[u8]) -> Option<u64> {
-    Some(u64::from_ne_bytes(b.get(..8)?.try_into().ok()?))
-}
-
-/// Iterate over the attributes of `buf`: `(type without flags, payload)`.
+/// The attributes of `buf` (the shared iterator); a malformed one is [`DecodeError::AttrLength`].
 fn attrs(buf: &[u8]) -> impl Iterator<Item = Result<(u16, &[u8]), DecodeError>> {
-    let mut rest = buf;
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || rest.is_empty() {
-            return None;
-        }
-        let (len, ty) = match (ne_u16(rest), rest.get(2..).and_then(ne_u16)) {
-            (Some(l), Some(t)) => (usize::from(l), t),
-            _ => {
-                failed = true;
-                return Some(Err(DecodeError::AttrLength));
-            }
-        };
-        if len < 4 || len > rest.len() {
-            failed = true;
-            return Some(Err(DecodeError::AttrLength));
-        }
-        let payload = &rest[4..len];
-        let next = (len + 3) & !3;
-        rest = rest.get(next..).unwrap_or(&[]);
-        Some(Ok((ty & NLA_TYPE_MASK, payload)))
-    })
+    wire::attrs(buf).map(|a| a.map_err(|_| DecodeError::AttrLength))
 }
 
 fn fixed<const N: usize>(ty: u16, p: &[u8]) -> Result<[u8; N], DecodeError> {
     p.try_into().map_err(|_| DecodeError::AttrSize(ty))
+}
+
+/// A native-endian integer of exactly its size, or the attribute's size error.
+fn ne_u16(ty: u16, p: &[u8]) -> Result<u16, DecodeError> {
+    Ok(u16::from_ne_bytes(fixed(ty, p)?))
+}
+fn ne_u32(ty: u16, p: &[u8]) -> Result<u32, DecodeError> {
+    Ok(u32::from_ne_bytes(fixed(ty, p)?))
+}
+
+/// The leading native-endian integer of an attribute that may carry more (the kernel
+/// pads NHA_RES_GROUP_BUCKETS, and older code read it so).
+fn lead_u16(ty: u16, p: &[u8]) -> Result<u16, DecodeError> {
+    p.get(..2)
+        .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+        .ok_or(DecodeError::AttrSize(ty))
+}
+fn lead_u64(ty: u16, p: &[u8]) -> Result<u64, DecodeError> {
+    p.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_ne_bytes)
+        .ok_or(DecodeError::AttrSize(ty))
 }
 
 /// Decode the payload of an RTM_NEWNEXTHOP / RTM_DELNEXTHOP message (after the netlink
@@ -479,7 +516,7 @@ pub fn decode_nexthop(payload: &[u8]) -> Result<NexthopMsg, DecodeError> {
     for a in attrs(&payload[NHMSG_LEN..]) {
         let (ty, p) = a?;
         match ty {
-            NHA_ID => m.id = Some(u32::from_ne_bytes(fixed(ty, p)?)),
+            NHA_ID => m.id = Some(ne_u32(ty, p)?),
             NHA_GROUP => {
                 if !p.len().is_multiple_of(NH_GRP_LEN) {
                     return Err(DecodeError::AttrSize(ty));
@@ -493,9 +530,9 @@ pub fn decode_nexthop(payload: &[u8]) -> Result<NexthopMsg, DecodeError> {
                     })
                     .collect();
             }
-            NHA_GROUP_TYPE => m.group_type = Some(u16::from_ne_bytes(fixed(ty, p)?)),
+            NHA_GROUP_TYPE => m.group_type = Some(ne_u16(ty, p)?),
             NHA_BLACKHOLE => m.blackhole = true,
-            NHA_OIF => m.oif = Some(u32::from_ne_bytes(fixed(ty, p)?)),
+            NHA_OIF => m.oif = Some(ne_u32(ty, p)?),
             NHA_GATEWAY => {
                 m.gateway = Some(match p.len() {
                     4 => IpAddr::V4(Ipv4Addr::from(fixed::<4>(ty, p)?)),
@@ -509,18 +546,10 @@ pub fn decode_nexthop(payload: &[u8]) -> Result<NexthopMsg, DecodeError> {
                 for a in attrs(p) {
                     let (t, q) = a?;
                     match t {
-                        NHA_RES_GROUP_BUCKETS => {
-                            r.buckets = Some(ne_u16(q).ok_or(DecodeError::AttrSize(t))?)
-                        }
-                        NHA_RES_GROUP_IDLE_TIMER => {
-                            r.idle_timer = Some(u32::from_ne_bytes(fixed(t, q)?))
-                        }
-                        NHA_RES_GROUP_UNBALANCED_TIMER => {
-                            r.unbalanced_timer = Some(u32::from_ne_bytes(fixed(t, q)?))
-                        }
-                        NHA_RES_GROUP_UNBALANCED_TIME => {
-                            r.unbalanced_time = Some(ne_u64(q).ok_or(DecodeError::AttrSize(t))?)
-                        }
+                        NHA_RES_GROUP_BUCKETS => r.buckets = Some(lead_u16(t, q)?),
+                        NHA_RES_GROUP_IDLE_TIMER => r.idle_timer = Some(ne_u32(t, q)?),
+                        NHA_RES_GROUP_UNBALANCED_TIMER => r.unbalanced_timer = Some(ne_u32(t, q)?),
+                        NHA_RES_GROUP_UNBALANCED_TIME => r.unbalanced_time = Some(lead_u64(t, q)?),
                         // NHA_RES_GROUP_PAD (alignment of the u64) and future attributes.
                         _ => {}
                     }
@@ -534,51 +563,30 @@ pub fn decode_nexthop(payload: &[u8]) -> Result<NexthopMsg, DecodeError> {
 }
 
 /// Iterate over the netlink messages in one `recv` buffer (a dump part, an ACK, or a
-/// multicast notification). Stops after the first framing error.
+/// multicast notification), framed by the shared layer. Stops after the first framing
+/// error.
 pub fn parse_messages(
     buf: &[u8],
 ) -> impl Iterator<Item = Result<NetlinkMessage, DecodeError>> + '_ {
-    let mut rest = buf;
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || rest.is_empty() {
-            return None;
-        }
-        let h = match (
-            ne_u32(rest),
-            rest.get(4..).and_then(ne_u16),
-            rest.get(6..).and_then(ne_u16),
-            rest.get(8..).and_then(ne_u32),
-            rest.get(12..).and_then(ne_u32),
-        ) {
-            (Some(len), Some(ty), Some(flags), Some(seq), Some(pid)) => NlHeader {
-                len,
-                ty,
-                flags,
-                seq,
-                pid,
-            },
-            _ => {
-                failed = true;
-                return Some(Err(DecodeError::MessageLength));
-            }
+    wire::frames(buf).map(|f| {
+        let f = f.map_err(|_| DecodeError::MessageLength)?;
+        let h = NlHeader {
+            len: f.len,
+            ty: f.ty,
+            flags: f.flags,
+            seq: f.seq,
+            pid: f.pid,
         };
-        let len = h.len as usize;
-        if len < NLMSG_HDRLEN || len > rest.len() {
-            failed = true;
-            return Some(Err(DecodeError::MessageLength));
-        }
-        let payload = &rest[NLMSG_HDRLEN..len];
-        rest = rest.get((len + 3) & !3..).unwrap_or(&[]);
-        Some(match h.ty {
-            RTM_NEWNEXTHOP => decode_nexthop(payload).map(|m| NetlinkMessage::NewNexthop(h, m)),
-            RTM_DELNEXTHOP => decode_nexthop(payload).map(|m| NetlinkMessage::DelNexthop(h, m)),
-            NLMSG_ERROR => ne_u32(payload)
-                .map(|e| NetlinkMessage::Error(h, e as i32))
+        match h.ty {
+            RTM_NEWNEXTHOP => decode_nexthop(f.payload).map(|m| NetlinkMessage::NewNexthop(h, m)),
+            RTM_DELNEXTHOP => decode_nexthop(f.payload).map(|m| NetlinkMessage::DelNexthop(h, m)),
+            NLMSG_ERROR => f
+                .error_code()
+                .map(|e| NetlinkMessage::Error(h, e))
                 .ok_or(DecodeError::Truncated),
             NLMSG_DONE => Ok(NetlinkMessage::Done(h)),
             _ => Ok(NetlinkMessage::Other(h)),
-        })
+        }
     })
 }
 

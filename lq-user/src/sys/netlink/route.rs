@@ -2,18 +2,24 @@
 //! (dumps and RTNLGRP_IPV4_ROUTE / RTNLGRP_IPV6_ROUTE notifications), the route dump request
 //! and the policy-rule request that makes lq's route table win over the main table.
 //!
-//! From the kernel UAPI (`rtnetlink.h`, `fib_rules.h`). Decoding never panics: every length
-//! is checked, unknown attributes are skipped and malformed input is an error (proptest
-//! below and the fuzz target `slow_plane_route`).
+//! The messages are `netlink-packet-route`'s ([`RouteMessage`], [`RuleMessage`]), framed by
+//! the shared layer ([`super::wire`]); nexthop messages on the same socket go to our
+//! nexthop codec. Decoding never panics: every length is checked, unknown attributes are
+//! skipped and malformed input is an error (proptest below and the fuzz target
+//! `slow_plane_route`).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
+use netlink_packet_core::Parseable;
+use netlink_packet_route::{
+    AddressFamily,
+    route::{RouteAddress, RouteAttribute, RouteMessage, RouteNextHop, RouteProtocol, RouteVia},
+    rule::{RuleAction, RuleAttribute, RuleMessage},
+};
 use thiserror::Error;
 
-use crate::sys::netlink::nexthop::{
-    self, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REQUEST, NexthopMsg, RTM_DELNEXTHOP,
-    RTM_NEWNEXTHOP, RTPROT_LQ,
-};
+use super::wire::{self, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
+use crate::sys::netlink::nexthop::{self, NexthopMsg, RTM_DELNEXTHOP, RTM_NEWNEXTHOP, RTPROT_LQ};
 use crate::sys::netlink::{RTM_DELROUTE, RTM_NEWROUTE};
 
 /// What the route monitor reports: a route or nexthop object that appeared, changed or
@@ -33,34 +39,19 @@ pub enum RouteEvent {
 }
 
 /// RTM_GETROUTE.
-pub const RTM_GETROUTE: u16 = 26;
+pub const RTM_GETROUTE: u16 = libc::RTM_GETROUTE;
 /// RTM_NEWRULE.
-pub const RTM_NEWRULE: u16 = 32;
+pub const RTM_NEWRULE: u16 = libc::RTM_NEWRULE;
 /// RTM_DELRULE.
-pub const RTM_DELRULE: u16 = 33;
-/// NLM_F_EXCL: a rule that exists already is refused with EEXIST (so lqd adds it once).
-pub const NLM_F_EXCL: u16 = 0x200;
+pub const RTM_DELRULE: u16 = libc::RTM_DELRULE;
 /// Multicast groups (rtnetlink.h `enum rtnetlink_groups`).
-pub const RTNLGRP_IPV4_ROUTE: u32 = 7;
+pub const RTNLGRP_IPV4_ROUTE: u32 = libc::RTNLGRP_IPV4_ROUTE;
 /// IPv6 routes.
-pub const RTNLGRP_IPV6_ROUTE: u32 = 11;
-
-const RTA_DST: u16 = 1;
-const RTA_OIF: u16 = 4;
-const RTA_GATEWAY: u16 = 5;
-const RTA_PRIORITY: u16 = 6;
-const RTA_MULTIPATH: u16 = 9;
-const RTA_TABLE: u16 = 15;
-const RTA_VIA: u16 = 18;
-const RTA_NH_ID: u16 = 30;
-const FRA_PRIORITY: u16 = 6;
-const FRA_TABLE: u16 = 15;
-const FRA_PROTOCOL: u16 = 21;
-const FR_ACT_TO_TBL: u8 = 1;
-const NLMSG_HDRLEN: usize = 16;
-const RTMSG_LEN: usize = 12;
+pub const RTNLGRP_IPV6_ROUTE: u32 = libc::RTNLGRP_IPV6_ROUTE;
 /// RTN_UNICAST.
-pub const RTN_UNICAST: u8 = 1;
+pub const RTN_UNICAST: u8 = libc::RTN_UNICAST;
+/// sizeof(struct rtmsg).
+const RTMSG_LEN: usize = 12;
 
 /// Errors of the route codec.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -74,6 +65,9 @@ pub enum RouteDecodeError {
     /// An attribute's length is out of bounds.
     #[error("route attribute {0} has a bad length")]
     AttrLength(u16),
+    /// `netlink-packet-route` refused the attributes (a length or a size out of bounds).
+    #[error("route attributes: {0}")]
+    Attributes(String),
     /// The nexthop codec refused a nexthop message.
     #[error("nexthop message: {0}")]
     Nexthop(String),
@@ -130,72 +124,58 @@ pub enum Message {
     Other,
 }
 
-fn ne_u16(b: &[u8]) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(..2)?.try_into().ok()?))
-}
-fn ne_u32(b: &[u8]) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(..4)?.try_into().ok()?))
-}
-
-/// Iterates `rtattr`s: (type without flag bits, payload).
-fn attrs(mut buf: &[u8]) -> impl Iterator<Item = Result<(u16, &[u8]), RouteDecodeError>> {
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || buf.len() < 4 {
-            return None;
-        }
-        let (len, ty) = (ne_u16(buf)? as usize, ne_u16(&buf[2..])? & 0x3fff);
-        if len < 4 || len > buf.len() {
-            failed = true;
-            return Some(Err(RouteDecodeError::AttrLength(ty)));
-        }
-        let payload = &buf[4..len];
-        buf = buf.get((len + 3) & !3..).unwrap_or(&[]);
-        Some(Ok((ty, payload)))
-    })
-}
-
-fn addr(family: u8, p: &[u8]) -> Option<IpAddr> {
-    match (family as i32, p.len()) {
-        (libc::AF_INET, 4) => Some(IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(p).ok()?))),
-        (libc::AF_INET6, 16) => Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(p).ok()?))),
+fn addr(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(a) => Some(IpAddr::V4(*a)),
+        RouteAddress::Inet6(a) => Some(IpAddr::V6(*a)),
         _ => None,
     }
 }
 
-/// RTA_VIA: `struct rtvia { u16 family; u8 addr[] }` (IPv4 routes via IPv6 gateways).
-fn via(p: &[u8]) -> Option<IpAddr> {
-    let family = ne_u16(p)?;
-    addr(u8::try_from(family).ok()?, p.get(2..)?)
+/// RTA_VIA: IPv4 routes via IPv6 gateways.
+fn via(v: &RouteVia) -> Option<IpAddr> {
+    match v {
+        RouteVia::Inet(a) => Some(IpAddr::V4(*a)),
+        RouteVia::Inet6(a) => Some(IpAddr::V6(*a)),
+        _ => None,
+    }
 }
 
-/// Decodes the payload (after the netlink header) of RTM_NEWROUTE / RTM_DELROUTE.
+/// Decodes the payload (after the netlink header) of RTM_NEWROUTE / RTM_DELROUTE with
+/// `netlink-packet-route`'s [`RouteMessage`].
 pub fn decode_route(payload: &[u8]) -> Result<RouteMsg, RouteDecodeError> {
-    let h = payload
-        .get(..RTMSG_LEN)
-        .ok_or(RouteDecodeError::Truncated)?;
+    if payload.len() < RTMSG_LEN {
+        return Err(RouteDecodeError::Truncated);
+    }
+    let m =
+        RouteMessage::parse(payload).map_err(|e| RouteDecodeError::Attributes(e.to_string()))?;
+    let h = &m.header;
     let mut r = RouteMsg {
-        family: h[0],
-        dst_len: h[1],
-        table: u32::from(h[4]),
-        protocol: h[5],
-        kind: h[7],
+        family: u8::from(h.address_family),
+        dst_len: h.destination_prefix_length,
+        table: u32::from(h.table),
+        protocol: u8::from(h.protocol),
+        kind: u8::from(h.kind),
         ..Default::default()
     };
     let mut oif = None;
     let mut gateway = None;
-    for a in attrs(&payload[RTMSG_LEN..]) {
-        let (ty, p) = a?;
-        let bad = || RouteDecodeError::AttrLength(ty);
-        match ty {
-            RTA_DST => r.dst = Some(addr(r.family, p).ok_or_else(bad)?),
-            RTA_OIF => oif = Some(ne_u32(p).ok_or_else(bad)?),
-            RTA_GATEWAY => gateway = Some(addr(r.family, p).ok_or_else(bad)?),
-            RTA_VIA => gateway = Some(via(p).ok_or_else(bad)?),
-            RTA_PRIORITY => r.priority = ne_u32(p).ok_or_else(bad)?,
-            RTA_TABLE => r.table = ne_u32(p).ok_or_else(bad)?,
-            RTA_NH_ID => r.nhid = Some(ne_u32(p).ok_or_else(bad)?),
-            RTA_MULTIPATH => r.hops = multipath(r.family, p)?,
+    for a in &m.attributes {
+        match a {
+            RouteAttribute::Destination(d) => {
+                r.dst = Some(addr(d).ok_or(RouteDecodeError::AttrLength(libc::RTA_DST))?)
+            }
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            RouteAttribute::Gateway(g) => {
+                gateway = Some(addr(g).ok_or(RouteDecodeError::AttrLength(libc::RTA_GATEWAY))?)
+            }
+            RouteAttribute::Via(v) => {
+                gateway = Some(via(v).ok_or(RouteDecodeError::AttrLength(libc::RTA_VIA))?)
+            }
+            RouteAttribute::Priority(p) => r.priority = *p,
+            RouteAttribute::Table(t) => r.table = *t,
+            RouteAttribute::NhId(id) => r.nhid = Some(*id),
+            RouteAttribute::MultiPath(hops) => r.hops = hops.iter().map(hop).collect(),
             _ => {}
         }
     }
@@ -207,107 +187,61 @@ pub fn decode_route(payload: &[u8]) -> Result<RouteMsg, RouteDecodeError> {
     Ok(r)
 }
 
-/// RTA_MULTIPATH: `struct rtnexthop { u16 len; u8 flags; u8 hops; i32 ifindex; }` and its
-/// own attributes (RTA_GATEWAY, RTA_VIA).
-fn multipath(family: u8, mut p: &[u8]) -> Result<Vec<Hop>, RouteDecodeError> {
-    let mut hops = Vec::new();
-    while p.len() >= 8 {
-        let len = ne_u16(p).ok_or(RouteDecodeError::AttrLength(RTA_MULTIPATH))? as usize;
-        if len < 8 || len > p.len() {
-            return Err(RouteDecodeError::AttrLength(RTA_MULTIPATH));
+/// One `struct rtnexthop` of RTA_MULTIPATH with its own RTA_GATEWAY / RTA_VIA.
+fn hop(nh: &RouteNextHop) -> Hop {
+    let mut gateway = None;
+    for a in &nh.attributes {
+        match a {
+            RouteAttribute::Gateway(g) => gateway = addr(g),
+            RouteAttribute::Via(v) => gateway = via(v),
+            _ => {}
         }
-        let oif = ne_u32(&p[4..]).ok_or(RouteDecodeError::AttrLength(RTA_MULTIPATH))?;
-        let mut gateway = None;
-        for a in attrs(&p[8..len]) {
-            let (ty, q) = a?;
-            match ty {
-                RTA_GATEWAY => gateway = addr(family, q),
-                RTA_VIA => gateway = via(q),
-                _ => {}
-            }
-        }
-        hops.push(Hop { oif, gateway });
-        p = p.get((len + 3) & !3..).unwrap_or(&[]);
     }
-    Ok(hops)
+    Hop {
+        oif: nh.interface_index,
+        gateway,
+    }
 }
 
 /// Splits a datagram of the monitor socket into messages. Stops at the first malformed
 /// header (the rest of the datagram cannot be framed).
 pub fn parse(buf: &[u8]) -> impl Iterator<Item = Result<Message, RouteDecodeError>> + '_ {
-    let mut rest = buf;
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || rest.is_empty() {
-            return None;
-        }
-        let (Some(len), Some(ty), Some(seq)) = (
-            ne_u32(rest),
-            rest.get(4..).and_then(ne_u16),
-            rest.get(8..).and_then(ne_u32),
-        ) else {
-            failed = true;
-            return Some(Err(RouteDecodeError::MessageLength));
-        };
-        let len = len as usize;
-        if len < NLMSG_HDRLEN || len > rest.len() {
-            failed = true;
-            return Some(Err(RouteDecodeError::MessageLength));
-        }
-        let payload = &rest[NLMSG_HDRLEN..len];
-        rest = rest.get((len + 3) & !3..).unwrap_or(&[]);
+    wire::frames(buf).map(|f| {
+        let f = f.map_err(|_| RouteDecodeError::MessageLength)?;
         let nh =
             |p| nexthop::decode_nexthop(p).map_err(|e| RouteDecodeError::Nexthop(e.to_string()));
-        Some(match ty {
-            RTM_NEWROUTE => decode_route(payload).map(Message::NewRoute),
-            RTM_DELROUTE => decode_route(payload).map(Message::DelRoute),
-            RTM_NEWNEXTHOP => nh(payload).map(Message::NewNexthop),
-            RTM_DELNEXTHOP => nh(payload).map(Message::DelNexthop),
-            nexthop::NLMSG_DONE => Ok(Message::Done(seq)),
-            nexthop::NLMSG_ERROR => ne_u32(payload)
-                .map(|e| Message::Error(seq, e as i32))
+        match f.ty {
+            RTM_NEWROUTE => decode_route(f.payload).map(Message::NewRoute),
+            RTM_DELROUTE => decode_route(f.payload).map(Message::DelRoute),
+            RTM_NEWNEXTHOP => nh(f.payload).map(Message::NewNexthop),
+            RTM_DELNEXTHOP => nh(f.payload).map(Message::DelNexthop),
+            wire::NLMSG_DONE => Ok(Message::Done(f.seq)),
+            wire::NLMSG_ERROR => f
+                .error_code()
+                .map(|e| Message::Error(f.seq, e))
                 .ok_or(RouteDecodeError::Truncated),
             _ => Ok(Message::Other),
-        })
+        }
     })
 }
 
-fn header(b: &mut Vec<u8>, ty: u16, flags: u16, seq: u32) {
-    b.extend_from_slice(&0u32.to_ne_bytes());
-    b.extend_from_slice(&ty.to_ne_bytes());
-    b.extend_from_slice(&flags.to_ne_bytes());
-    b.extend_from_slice(&seq.to_ne_bytes());
-    b.extend_from_slice(&0u32.to_ne_bytes());
-}
-
-fn attr(b: &mut Vec<u8>, ty: u16, payload: &[u8]) {
-    b.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-    b.extend_from_slice(&ty.to_ne_bytes());
-    b.extend_from_slice(payload);
-    while !b.len().is_multiple_of(4) {
-        b.push(0);
-    }
-}
-
-fn finish(mut b: Vec<u8>) -> Vec<u8> {
-    let len = b.len() as u32;
-    b[0..4].copy_from_slice(&len.to_ne_bytes());
-    b
-}
-
-/// RTM_GETROUTE dump of every table and family.
+/// RTM_GETROUTE dump of every table and family (an all-zero `struct rtmsg`).
 pub fn encode_route_dump(seq: u32) -> Vec<u8> {
-    let mut b = Vec::with_capacity(28);
-    header(&mut b, RTM_GETROUTE, NLM_F_REQUEST | NLM_F_DUMP, seq);
-    b.extend_from_slice(&[0u8; RTMSG_LEN]);
-    finish(b)
+    wire::message(
+        RTM_GETROUTE,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        &RouteMessage::default(),
+    )
 }
 
 /// RTM_NEWRULE / RTM_DELRULE: `from all lookup TABLE pref PRIORITY proto lq` for `family`.
 /// The rule sends every lookup to lq's table first; a destination lq does not steer finds
 /// no route there and falls through to the main table (FRR's routes).
+// netlink-packet-core's and -route's structs are #[non_exhaustive]: no struct expression, even with
+// `..Default::default()`, so the fields are set one by one.
+#[allow(clippy::field_reassign_with_default)]
 pub fn encode_rule(new: bool, family: u8, table: u32, priority: u32, seq: u32) -> Vec<u8> {
-    let mut b = Vec::with_capacity(64);
     let (ty, flags) = if new {
         (
             RTM_NEWRULE,
@@ -316,21 +250,55 @@ pub fn encode_rule(new: bool, family: u8, table: u32, priority: u32, seq: u32) -
     } else {
         (RTM_DELRULE, NLM_F_REQUEST | NLM_F_ACK)
     };
-    header(&mut b, ty, flags, seq);
-    // struct fib_rule_hdr: family, dst_len, src_len, tos, table, res1, res2, action; flags
-    let table8 = if table < 256 { table as u8 } else { 252 };
-    b.extend_from_slice(&[family, 0, 0, 0, table8, 0, 0, FR_ACT_TO_TBL]);
-    b.extend_from_slice(&0u32.to_ne_bytes());
-    attr(&mut b, FRA_TABLE, &table.to_ne_bytes());
-    attr(&mut b, FRA_PRIORITY, &priority.to_ne_bytes());
-    attr(&mut b, FRA_PROTOCOL, &[RTPROT_LQ]);
-    finish(b)
+    let mut rule = RuleMessage::default();
+    rule.header.family = AddressFamily::from(family);
+    // The header's table holds 8 bits; FRA_TABLE carries the full id.
+    rule.header.table = u8::try_from(table).unwrap_or(libc::RT_TABLE_COMPAT);
+    rule.header.action = RuleAction::ToTable;
+    rule.attributes = vec![
+        RuleAttribute::Table(table),
+        RuleAttribute::Priority(priority),
+        RuleAttribute::Protocol(RouteProtocol::from(RTPROT_LQ)),
+    ];
+    wire::message(ty, flags, seq, &rule)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    const RTA_DST: u16 = libc::RTA_DST;
+    const RTA_OIF: u16 = libc::RTA_OIF;
+    const RTA_GATEWAY: u16 = libc::RTA_GATEWAY;
+    const RTA_PRIORITY: u16 = libc::RTA_PRIORITY;
+    const RTA_MULTIPATH: u16 = libc::RTA_MULTIPATH;
+    const RTA_TABLE: u16 = libc::RTA_TABLE;
+    /// RTA_NH_ID (kernel 5.3): not in libc.
+    const RTA_NH_ID: u16 = 30;
+
+    fn header(b: &mut Vec<u8>, ty: u16, flags: u16, seq: u32) {
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        b.extend_from_slice(&ty.to_ne_bytes());
+        b.extend_from_slice(&flags.to_ne_bytes());
+        b.extend_from_slice(&seq.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+    }
+
+    fn attr(b: &mut Vec<u8>, ty: u16, payload: &[u8]) {
+        b.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+        b.extend_from_slice(&ty.to_ne_bytes());
+        b.extend_from_slice(payload);
+        while !b.len().is_multiple_of(4) {
+            b.push(0);
+        }
+    }
+
+    fn finish(mut b: Vec<u8>) -> Vec<u8> {
+        let len = b.len() as u32;
+        b[0..4].copy_from_slice(&len.to_ne_bytes());
+        b
+    }
 
     /// A route as zebra installs it: `10.98.2.1/32 nhid 8 proto bgp metric 20`.
     fn zebra_route() -> Vec<u8> {

@@ -6,18 +6,19 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd, OwnedFd, RawFd},
+    os::fd::{AsRawFd, RawFd},
 };
 
 use tracing::warn;
 
 use super::route::RouteEvent;
 use super::route::{self as route_msg, Message, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE};
+use super::wire::RouteSocket;
 use crate::sys::netlink::nexthop::{self, RTNLGRP_NEXTHOP};
 
 /// The monitor socket.
 pub struct RouteMonitor {
-    fd: OwnedFd,
+    socket: RouteSocket,
     buf: Vec<u8>,
     seq: u32,
     /// Messages that could not be decoded.
@@ -26,49 +27,36 @@ pub struct RouteMonitor {
 
 impl AsRawFd for RouteMonitor {
     fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.socket.as_raw_fd()
     }
 }
 
 impl RouteMonitor {
     /// Opens the socket in the calling thread's namespace and subscribes.
     pub fn open() -> io::Result<Self> {
-        let fd = crate::sys::netlink::route_socket()?;
+        let socket = RouteSocket::open()?;
         // A 512-leaf fabric's full table arrives as one burst at start: a large buffer
-        // (beyond rmem_max when privileged) keeps it from overrunning.
+        // (beyond rmem_max when privileged) keeps it from overrunning. netlink-sys sets
+        // only SO_RCVBUF, which rmem_max caps; SO_RCVBUFFORCE is tried first.
         let size: libc::c_int = 8 << 20;
-        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-            // SAFETY: valid fd and option value.
-            if unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&raw const size).cast(),
-                    4,
-                )
-            } == 0
-            {
-                break;
-            }
+        // SAFETY: valid fd and option value of the size given.
+        let forced = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&raw const size).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        } == 0;
+        if !forced {
+            let _ = socket.socket().set_rx_buf_sz(size);
         }
         for group in [RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_NEXTHOP] {
-            // SAFETY: valid fd and option value.
-            if unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_NETLINK,
-                    libc::NETLINK_ADD_MEMBERSHIP,
-                    (&raw const group).cast(),
-                    4,
-                )
-            } != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
+            socket.socket().add_membership(group)?;
         }
         Ok(Self {
-            fd,
+            socket,
             buf: vec![0; 256 * 1024],
             seq: 0,
             decode_errors: 0,
@@ -76,40 +64,14 @@ impl RouteMonitor {
     }
 
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        // SAFETY: fcntl on a valid fd.
-        let flags = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_GETFL) };
-        let flags = if on {
-            flags | libc::O_NONBLOCK
-        } else {
-            flags & !libc::O_NONBLOCK
-        };
-        // SAFETY: as above.
-        if unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_SETFL, flags) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        self.socket.socket().set_non_blocking(on)
     }
 
     fn recv(&mut self) -> io::Result<Option<usize>> {
-        loop {
-            // SAFETY: valid fd and buffer.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    self.buf.as_mut_ptr().cast(),
-                    self.buf.len(),
-                    0,
-                )
-            };
-            if n >= 0 {
-                return Ok(Some(n as usize));
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(None),
-                _ => return Err(e),
-            }
+        match self.socket.recv(&mut self.buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -145,10 +107,7 @@ impl RouteMonitor {
             self.seq = self.seq.wrapping_add(1);
             let seq = self.seq;
             let msg = build(seq);
-            // SAFETY: valid fd and buffer.
-            if unsafe { libc::send(self.fd.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) } < 0 {
-                return Err(io::Error::last_os_error());
-            }
+            self.socket.send(&msg)?;
             loop {
                 let n = match self.recv() {
                     Ok(Some(n)) => n,
