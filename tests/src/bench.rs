@@ -1,7 +1,36 @@
 //! Output and statistics shared by the `bench_*` programs (the `LQ-METRIC` convention of
 //! `xtask/src/bench.rs`).
 
+use std::process::ExitCode;
+
 use serde_json::json;
+
+/// The `main` of a `bench_*` program: runs `run` and reports its error chain.
+pub fn main_of(program: &str, run: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `clock` (CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID, ...) in nanoseconds.
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CPU time of the calling thread in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
 
 /// Prints one metric line, values rounded to 3 decimals.
 pub fn emit(name: &str, value: f64, unit: &str, goal: Option<&str>, baseline: Option<f64>) {

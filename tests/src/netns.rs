@@ -54,13 +54,9 @@ impl NetNs {
     /// Runs `f` on a thread that has entered this namespace (sockets created there live in
     /// it). The calling thread's namespace is never changed.
     pub fn run_in<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-        let path = format!("/run/netns/{}", self.name);
+        let name = self.name.clone();
         let handle = std::thread::spawn(move || -> Result<T> {
-            let file = File::open(&path).with_context(|| format!("open {path}"))?;
-            // SAFETY: setns on a valid namespace fd affects only this new thread.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                bail!("setns {path}: {}", std::io::Error::last_os_error());
-            }
+            enter_netns(&name)?;
             Ok(f())
         });
         handle
@@ -125,6 +121,18 @@ impl Drop for NetNs {
 }
 
 /// Creates a veth pair with one end in each namespace, addresses them and brings them up.
+/// Moves the calling thread (only it: setns acts per thread) into the named network
+/// namespace, so that the sockets it opens live there. Call it on a thread of its own.
+pub fn enter_netns(name: &str) -> Result<()> {
+    let path = format!("/run/netns/{name}");
+    let file = File::open(&path).with_context(|| format!("open {path}"))?;
+    // SAFETY: setns on a valid namespace descriptor affects only the calling thread.
+    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!("setns {path}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub fn veth_pair(
     a: &NetNs,
     a_if: &str,

@@ -116,12 +116,7 @@ fn a_loaded_link_is_advertised_triggered_and_recovers_slowly() {
     let load = std::thread::spawn({
         let name = s.name().to_string();
         move || {
-            let f = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
-            assert_eq!(
-                // SAFETY: setns on this thread only.
-                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) },
-                0
-            );
+            lq_tests::netns::enter_netns(&name).unwrap();
             // Eight sockets: their send buffers together exceed the tbf limit, so the queue
             // fills and tbf drops.
             let socks: Vec<UdpSocket> = (0..8)

@@ -64,12 +64,9 @@ fn spawn_in<T: Send + 'static>(
     ns: &NetNs,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> JoinHandle<T> {
-    let path = format!("/run/netns/{}", ns.name());
+    let name = ns.name().to_string();
     std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("open the namespace");
-        // SAFETY: setns on a valid namespace fd affects only this new thread.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        lq_tests::netns::enter_netns(&name).expect("enter the namespace");
         f()
     })
 }

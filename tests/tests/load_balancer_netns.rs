@@ -79,21 +79,8 @@ impl Spines {
         let (tx, rx) = std::sync::mpsc::channel();
         let name = ns.name().to_string();
         let thread = std::thread::spawn(move || {
-            let f = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
-            assert_eq!(
-                // SAFETY: setns on this thread only.
-                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) },
-                0
-            );
-            let mut senders: Vec<Sender> = (1..=4u8)
-                .map(|k| {
-                    Sender::bind(
-                        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k, 1)), 0),
-                        255,
-                    )
-                    .unwrap()
-                })
-                .collect();
+            lq_tests::netns::enter_netns(&name).unwrap();
+            let mut senders = spine_senders();
             tx.send(()).unwrap();
             let mut seq = [100u16, 200, 300, 400];
             while !s.load(Ordering::Relaxed) {
@@ -156,6 +143,20 @@ fn wait_for(what: &str, lqd: &Lqd, leaf: &NetNs, want: &[(u64, u64)]) -> Duratio
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The four spines' advertisement senders (10.1.k.1, TTL 255), opened on the calling
+/// thread, which must have entered the spines' namespace.
+fn spine_senders() -> Vec<Sender> {
+    (1..=4u8)
+        .map(|k| {
+            Sender::bind(
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k, 1)), 0),
+                255,
+            )
+            .unwrap()
+        })
+        .collect()
 }
 
 #[test]
@@ -411,21 +412,8 @@ fn link_flaps_and_per_entry_ageing() {
     let (d, s) = (drop_l4.clone(), stop.clone());
     let name = f.spines.name().to_string();
     let sender = std::thread::spawn(move || {
-        let file = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
-        assert_eq!(
-            // SAFETY: setns on this thread only.
-            unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) },
-            0
-        );
-        let mut senders: Vec<Sender> = (1..=4u8)
-            .map(|k| {
-                Sender::bind(
-                    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k, 1)), 0),
-                    255,
-                )
-                .unwrap()
-            })
-            .collect();
+        lq_tests::netns::enter_netns(&name).unwrap();
+        let mut senders = spine_senders();
         let mut seq = 1000u16;
         while !s.load(Ordering::Relaxed) {
             seq = seq.wrapping_add(1);
@@ -509,21 +497,8 @@ fn an_unconfirmed_spine_gets_no_weight_and_a_failed_spine_shows_lqs_0_cl_7() {
     let (p, s) = (plan.clone(), stop.clone());
     let name = f.spines.name().to_string();
     let sender = std::thread::spawn(move || {
-        let file = std::fs::File::open(format!("/run/netns/{name}")).unwrap();
-        assert_eq!(
-            // SAFETY: setns on this thread only.
-            unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) },
-            0
-        );
-        let mut senders: Vec<Sender> = (1..=4u8)
-            .map(|k| {
-                Sender::bind(
-                    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k, 1)), 0),
-                    255,
-                )
-                .unwrap()
-            })
-            .collect();
+        lq_tests::netns::enter_netns(&name).unwrap();
+        let mut senders = spine_senders();
         let mut seq = 2000u16;
         while !s.load(Ordering::Relaxed) {
             seq = seq.wrapping_add(1);

@@ -166,13 +166,9 @@ fn spawn_in<T: Send + 'static>(
     ns: &NetNs,
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> JoinHandle<Result<T>> {
-    let path = format!("/run/netns/{}", ns.name());
+    let name = ns.name().to_string();
     std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).with_context(|| format!("open {path}"))?;
-        // SAFETY: setns on a valid namespace fd affects only this thread.
-        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            bail!("setns {path}: {}", io::Error::last_os_error());
-        }
+        lq_tests::netns::enter_netns(&name)?;
         f()
     })
 }

@@ -25,12 +25,7 @@ use lq_tests::{
 const GROUP: u64 = 0x4c00_0000 + 0x1_0000;
 
 fn enter(name: &str) {
-    let f = std::fs::File::open(format!("/run/netns/{name}")).expect("netns");
-    assert_eq!(
-        // SAFETY: setns on this thread only.
-        unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) },
-        0
-    );
+    lq_tests::netns::enter_netns(name).unwrap();
 }
 
 fn group(leaf: &NetNs) -> Option<Vec<(u64, u64)>> {

@@ -41,12 +41,7 @@ fn mono_ns() -> u64 {
 }
 
 fn enter(name: &str) {
-    let f = std::fs::File::open(format!("/run/netns/{name}")).expect("netns");
-    assert_eq!(
-        // SAFETY: setns on this thread only.
-        unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) },
-        0
-    );
+    lq_tests::netns::enter_netns(name).unwrap();
 }
 
 fn main() -> Result<()> {

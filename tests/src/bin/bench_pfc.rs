@@ -78,14 +78,10 @@ const SPEED_MBPS: u32 = 100_000;
 /// Source address of the crafted frames.
 const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 
+use lq_tests::bench::thread_cpu_ns;
+
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench_pfc: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    lq_tests::bench::main_of("bench_pfc", run)
 }
 
 fn run() -> Result<()> {
@@ -147,20 +143,6 @@ fn run() -> Result<()> {
         eprintln!("  {s}");
     }
     Ok(())
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn thread_cpu_ns() -> u64 {
-    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 // ---------------------------------------------------------------------------------------

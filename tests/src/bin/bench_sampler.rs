@@ -34,16 +34,6 @@ const PAIRS: usize = 32;
 const T_SAMPLE: Duration = Duration::from_millis(2);
 const DURATION: Duration = Duration::from_secs(5);
 
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Runs an `ip -batch` or `tc -batch` file of `lines` inside `ns`.
 fn batch(ns: &NetNs, program: &str, lines: &[String]) -> Result<()> {
     let path =
@@ -108,6 +98,8 @@ fn measure(names: &[String], every: u32) -> Result<Measured> {
         tbf_links,
     })
 }
+
+use lq_tests::bench::thread_cpu_ns;
 
 fn main() -> Result<()> {
     require_root();

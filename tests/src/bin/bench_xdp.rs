@@ -85,14 +85,10 @@ const RX_IF: &str = "lqbrx0";
 const TX_ADDR: [u8; 4] = [10, 231, 0, 1];
 const RX_ADDR: [u8; 4] = [10, 231, 0, 2];
 
+use lq_tests::bench::clock_ns;
+
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench_xdp: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    lq_tests::bench::main_of("bench_xdp", run)
 }
 
 fn run() -> Result<()> {
@@ -514,16 +510,6 @@ impl ReceiveTables for HashTables {
         self.paths.insert(key, value);
         Ok(())
     }
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn set_int_opt(
