@@ -66,6 +66,27 @@ impl NetNs {
 }
 
 impl NetNs {
+    /// Starts tshark writing what `iface` receives and sends, as the capture filter
+    /// `filter` selects, to the file `pcap`, and gives it 1.5 s to open the interface (a
+    /// capture that starts late misses the first datagrams). Kill the child to stop it.
+    pub fn capture(
+        &self,
+        iface: &str,
+        filter: &str,
+        pcap: &std::path::Path,
+    ) -> Result<std::process::Child> {
+        let child = self
+            .command("tshark")
+            .args(["-q", "-i", iface, "-f", filter, "-w"])
+            .arg(pcap)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("start tshark (installed by `cargo xtask setup`)")?;
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        Ok(child)
+    }
+
     /// Overloads a link from inside this namespace until `stop` is set: eight non-blocking
     /// UDP sockets bound to `from` send 1 400-octet datagrams to `to` as fast as they can,
     /// so their send buffers together exceed a shaping qdisc's limit, its queue fills and

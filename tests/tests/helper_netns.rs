@@ -6,7 +6,7 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket},
-    process::{Command, Stdio},
+    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -84,15 +84,7 @@ fn a_loaded_link_is_advertised_triggered_and_recovers_slowly() {
     )
     .unwrap();
     let pcap = std::env::temp_dir().join(format!("{}.pcap", lq_tests::unique_name("lq-helper")));
-    let mut dump = l
-        .command("tshark")
-        .args(["-q", "-i", "l1", "-f", "udp port 52525", "-w"])
-        .arg(&pcap)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut dump = l.capture("l1", "udp port 52525", &pcap).unwrap();
     let leaf = Lqd::start(&l, LEAF).unwrap();
     let spine = Lqd::start(&s, SPINE).unwrap();
 
@@ -357,15 +349,7 @@ fn advertisements_are_split_for_the_smallest_real_link_mtu() {
     );
     let pcap = std::env::temp_dir().join(format!("{}.pcap", lq_tests::unique_name("lq-mtu")));
     // Every UDP packet, fragments included (a port filter would miss the later fragments).
-    let mut dump = l
-        .command("tshark")
-        .args(["-q", "-i", "l1", "-f", "ip proto 17", "-w"])
-        .arg(&pcap)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let mut dump = l.capture("l1", "ip proto 17", &pcap).unwrap();
     let leaf = Lqd::start(&l, LEAF).unwrap();
     let mut spine = Lqd::start(&s, &spine_cfg).unwrap();
 
