@@ -18,7 +18,7 @@ use std::{
 use bgpkit_parser::{
     models::{AsPath, BgpMessage, NetworkPrefix},
     parser::bmp::{
-        messages::{BmpMessage, BmpMessageBody, BmpPeerType, PeerFlags, PerPeerFlags},
+        messages::{BmpMessage, BmpMessageBody, PeerFlags, PerPeerFlags},
         parse_bmp_msg,
     },
 };
@@ -572,6 +572,45 @@ mod tests {
         m[1..5].copy_from_slice(&len);
         let got = decode(&m);
         assert!(matches!(got, Err(BmpError::Parse(_))), "{got:?}");
+    }
+
+    /// A real session: FRR 8.4.4's bgpd (leaf AS 65101, one eBGP peer AS 65001 announcing
+    /// 10.98.2.1/32 and 10.200.2.0/24, then withdrawing the latter), captured on a plain TCP
+    /// listener (/work/shared/recipes/frr-netns.md): Initiation, a Peer Down of the peer
+    /// not yet up, bgpd's own route (peer address 0, empty AS path), Peer Up, Route
+    /// Monitoring. Also the fuzz seed of `bmp_session`.
+    #[test]
+    fn a_captured_frr_session_parses_whole_and_maps_the_peers_routes() {
+        let bytes = include_bytes!("../../tests/golden/frr-8.4.4-session.bmp");
+        let mut f = Framer::default();
+        f.push(bytes);
+        let mut t = OriginTable::default();
+        let mut seen = BTreeMap::new();
+        let mut mapped_while_up = BTreeMap::new();
+        while let Some(m) = f.next_message() {
+            let msg = decode(&m.unwrap()).unwrap();
+            *seen
+                .entry(u8::from(msg.common_header.msg_type))
+                .or_insert(0) += 1;
+            t.apply(1, &msg);
+            mapped_while_up.extend(t.origins().0);
+        }
+        assert_eq!(f.buffered(), 0);
+        assert_eq!(t.counters.bad_messages, 0);
+        for kind in [0u8, 2, 3, 4] {
+            assert!(seen.contains_key(&kind), "type {kind}: {seen:?}");
+        }
+        // The peer's routes were learned with origin 65001 (its own networks); bgpd's own
+        // (empty AS path) has none; the withdrawal took 10.200.2.0/24 away again.
+        assert_eq!(mapped_while_up.get(&p([10, 200, 2, 0], 24)), Some(&65001));
+        assert!(!mapped_while_up.contains_key(&p([10, 98, 1, 1], 32)));
+        let (now, conflicting) = t.origins();
+        assert_eq!(now.get(&p([10, 98, 2, 1], 32)), Some(&65001), "{now:?}");
+        assert!(!now.contains_key(&p([10, 200, 2, 0], 24)), "{now:?}");
+        assert_eq!(conflicting, 0);
+        assert!(t.counters.no_origin >= 1);
+        assert!(t.end_session(1));
+        assert!(t.origins().0.is_empty());
     }
 
     #[test]

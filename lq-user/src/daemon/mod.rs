@@ -159,6 +159,16 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         }
         _ => None,
     };
+    // The NNH mapping learned through BMP (section 6.1): a station on its own thread.
+    let mut bmp = match (
+        lb.as_ref(),
+        cfg.slow_plane.as_ref().and_then(|s| s.bmp.as_ref()),
+    ) {
+        (Some(lb), Some(b)) if lb.slow_plane_enabled() => {
+            Some(crate::transport::bmp::spawn(b.listen, b.max_sessions).context("BMP station")?)
+        }
+        _ => None,
+    };
 
     crate::sys::sched::raise_fd_limit();
     std::fs::create_dir_all(RUN_DIR).with_context(|| format!("create {RUN_DIR}"))?;
@@ -324,6 +334,23 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                     Err(e) => warn!(error = %e, "route monitor"),
                 }
                 guard.clear_ready();
+            }
+            changed = async {
+                match bmp.as_mut() {
+                    Some(rx) => rx.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                match (changed, bmp.as_mut(), lb.as_mut()) {
+                    (Ok(()), Some(rx), Some(lb)) => {
+                        let snap = rx.borrow_and_update().clone();
+                        lb.bmp_update(snap);
+                    }
+                    _ => {
+                        warn!("the BMP station stopped: the learned mapping stays as it was");
+                        bmp = None;
+                    }
+                }
             }
             _ = term.recv() => { info!("SIGTERM"); break; }
             _ = int.recv() => { info!("SIGINT"); break; }
