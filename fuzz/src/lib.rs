@@ -30,6 +30,7 @@ pub type EntryPoint = fn(&[u8]);
 /// Every target: its name (the file stem in `fuzz_targets/` and the folder of its corpus and
 /// regressions) and its entry point.
 pub const TARGETS: &[(&str, EntryPoint)] = &[
+    ("bmp_session", bmp_session),
     ("config_parse", config_parse),
     ("ipfix_decode", ipfix_decode),
     ("ipfix_session", ipfix_session),
@@ -40,6 +41,56 @@ pub const TARGETS: &[(&str, EntryPoint)] = &[
     ("slow_plane_route", slow_plane_route),
     ("wire_decode", wire_decode),
 ];
+
+// ------------------------------------------------------------------ bmp_session
+
+/// A BMP session as lqd's station reads it (`lq_user::transport::bmp`): the bytes arrive in
+/// reads cut where the input says (its first byte, so libFuzzer explores the cuts), go
+/// through the bounded framer, the bgpkit-parser decoder and the origin table (seed 003
+/// section 6.1). Promised: no panic, no hang; the framer's buffer stays bounded; a framing
+/// error ends the stream; the learned origins are never more than the prefixes announced;
+/// a session's end forgets all its peers.
+pub fn bmp_session(data: &[u8]) {
+    use lq_user::core::bmp::{Framer, MAX_MESSAGE_LEN, OriginTable, decode};
+    let Some((&cut, stream)) = data.split_first() else {
+        return;
+    };
+    let chunk = usize::from(cut).max(1) * 7;
+    let mut framer = Framer::default();
+    let mut table = OriginTable::default();
+    'stream: for piece in stream.chunks(chunk) {
+        framer.push(piece);
+        assert!(
+            framer.buffered() <= MAX_MESSAGE_LEN + chunk,
+            "framer holds {} bytes",
+            framer.buffered()
+        );
+        while let Some(frame) = framer.next_message() {
+            match frame.and_then(|m| decode(&m)) {
+                Ok(msg) => {
+                    table.apply(1, &msg);
+                }
+                Err(e) => {
+                    table.bad_message();
+                    if e.is_fatal() {
+                        break 'stream;
+                    }
+                }
+            }
+        }
+    }
+    let (origins, conflicting) = table.origins();
+    assert!(
+        origins.len() as u64 + conflicting <= table.counters.announced,
+        "more prefixes mapped than announced"
+    );
+    table.end_session(1);
+    assert!(
+        table.origins().0.is_empty(),
+        "the session's end forgets its peers"
+    );
+    assert_eq!(table.peers(), 0);
+}
 
 // ------------------------------------------------------------------ slow_plane_route
 

@@ -170,3 +170,13 @@ pub fn bgpd_conf(
     c.push_str(" exit-address-family\n");
     c
 }
+
+/// The lines that make bgpd (started with `-M bmp`, as [`Frr::start`] does) a BMP client
+/// of lqd's station (`[slow-plane.bmp]`): post-policy Adj-RIB-In of IPv4 unicast, retried
+/// every 100 ms to 1 s until lqd listens. Appended to [`bgpd_conf`]'s output (still inside
+/// `router bgp`).
+pub fn bmp_target(addr: &str, port: u16) -> String {
+    format!(
+        " bmp targets lq\n  bmp connect {addr} port {port} min-retry 100 max-retry 1000\n  bmp monitor ipv4 unicast post-policy\n exit\n"
+    )
+}

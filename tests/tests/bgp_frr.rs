@@ -127,12 +127,29 @@ fn uplinks(ids: &[u64]) -> Vec<u64> {
     v
 }
 
-#[test]
-fn lqd_steers_bgp_routes_and_follows_withdrawals() {
-    require_root();
-    if !frr::available() {
-        panic!("FRR is not installed: run `cargo xtask setup` (installs frr)");
-    }
+/// Where leaf 1's bgpd finds lqd's BMP station (leaf 1's own loopback).
+const BMP_PORT: u16 = 11019;
+
+/// The fabric of both tests: spines in AS 65001/65002, leaves in 65101/65102, FRR on every
+/// node, BGP converged, and the spines advertising LQS for leaf 2 (seed 003 section 7) 20 ms
+/// apart from threads that run until `stop`. With `qualified`, the advertisements are
+/// AS-qualified (section 6.2: the entries carry remote-as 65102) and leaf 1's bgpd streams
+/// its routes to a BMP station on 127.0.0.1:BMP_PORT (lqd's `[slow-plane.bmp]`).
+struct Fabric {
+    s1: NetNs,
+    s2: NetNs,
+    l1: NetNs,
+    l2: NetNs,
+    f_l1: Frr,
+    f_l2: Frr,
+    _f_s: [Frr; 2],
+    probe: Probe,
+    lqs: Arc<Mutex<[u8; 2]>>,
+    stop: Arc<AtomicBool>,
+    senders: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn fabric(qualified: bool) -> Fabric {
     let s1 = NetNs::new("bs1").unwrap();
     let s2 = NetNs::new("bs2").unwrap();
     let l1 = NetNs::new("bl1").unwrap();
@@ -149,7 +166,7 @@ fn lqd_steers_bgp_routes_and_follows_withdrawals() {
         .unwrap();
     l2.ip(&["addr", "add", "10.200.2.1/24", "dev", "lo"])
         .unwrap();
-    let _f_s1 = Frr::start(
+    let f_s1 = Frr::start(
         &s1,
         &bgpd_conf(
             65001,
@@ -159,7 +176,7 @@ fn lqd_steers_bgp_routes_and_follows_withdrawals() {
         ),
     )
     .unwrap();
-    let _f_s2 = Frr::start(
+    let f_s2 = Frr::start(
         &s2,
         &bgpd_conf(
             65002,
@@ -169,16 +186,16 @@ fn lqd_steers_bgp_routes_and_follows_withdrawals() {
         ),
     )
     .unwrap();
-    let f_l1 = Frr::start(
-        &l1,
-        &bgpd_conf(
-            65101,
-            "10.0.1.1",
-            &[("10.1.1.1", 65001), ("10.1.2.1", 65002)],
-            &["10.200.1.0/24"],
-        ),
-    )
-    .unwrap();
+    let mut l1_conf = bgpd_conf(
+        65101,
+        "10.0.1.1",
+        &[("10.1.1.1", 65001), ("10.1.2.1", 65002)],
+        &["10.200.1.0/24"],
+    );
+    if qualified {
+        l1_conf.push_str(&frr::bmp_target("127.0.0.1", BMP_PORT));
+    }
+    let f_l1 = Frr::start(&l1, &l1_conf).unwrap();
     let f_l2 = Frr::start(
         &l2,
         &bgpd_conf(
@@ -211,8 +228,14 @@ fn lqd_steers_bgp_routes_and_follows_withdrawals() {
                     let mut seq = 1u16;
                     while !stop.load(Ordering::Relaxed) {
                         let q = lqs.lock().unwrap()[k];
-                        let h = header(ip4(10, 0, 0, k as u8 + 1), seq);
-                        let _ = tx.send(to, &h, &[entry(REMOTE, 1, q, if q == 0 { 7 } else { 0 })]);
+                        let mut h = header(ip4(10, 0, 0, k as u8 + 1), seq);
+                        let mut e = entry(REMOTE, 1, q, if q == 0 { 7 } else { 0 });
+                        if qualified {
+                            h.as_qualified = true;
+                            h.node_as = 65001 + k as u32;
+                            e.remote_as = 65102;
+                        }
+                        let _ = tx.send(to, &h, &[e]);
                         seq = seq.wrapping_add(1);
                         std::thread::sleep(Duration::from_millis(20));
                     }
@@ -221,6 +244,41 @@ fn lqd_steers_bgp_routes_and_follows_withdrawals() {
             .unwrap(),
         );
     }
+
+    Fabric {
+        s1,
+        s2,
+        l1,
+        l2,
+        f_l1,
+        f_l2,
+        _f_s: [f_s1, f_s2],
+        probe,
+        lqs,
+        stop,
+        senders,
+    }
+}
+
+#[test]
+fn lqd_steers_bgp_routes_and_follows_withdrawals() {
+    require_root();
+    if !frr::available() {
+        panic!("FRR is not installed: run `cargo xtask setup` (installs frr)");
+    }
+    let Fabric {
+        s1: _s1,
+        s2: _s2,
+        l1,
+        l2: _l2,
+        f_l1,
+        f_l2,
+        mut probe,
+        lqs,
+        stop,
+        senders,
+        _f_s,
+    } = fabric(false);
 
     let mut lqd = Lqd::start(&l1, &leaf_config()).unwrap();
     let log = |lqd: &Lqd| lqd.log_text();
@@ -321,6 +379,131 @@ fn lqd_steers_bgp_routes_and_follows_withdrawals() {
     .unwrap();
     wait("BGP withdrew the prefix", 20, || bgp_paths(&l1) == 0);
     wait("lq's route gone", 5, || lq_group(&l1).is_none());
+
+    stop.store(true, Ordering::Relaxed);
+    for s in senders {
+        let _ = s.join();
+    }
+    drop(lqd);
+}
+
+/// Leaf 1 with no `[[slow-plane.map]]`: AS-qualified advertisements and a BMP station.
+fn bmp_leaf_config() -> String {
+    let mut c = String::from(
+        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\nas-qualified = true\nlocal-as = 65101\n\n[receiver]\ninterfaces = [\"up1\", \"up2\"]\n",
+    );
+    for k in 1..=2 {
+        c.push_str(&format!(
+            "\n[[uplink]]\nid = {k}\nspine = \"10.0.0.{k}\"\nspine-as = {}\ninterface = \"up{k}\"\ngateway = \"10.1.{k}.1\"\n",
+            65000 + k
+        ));
+    }
+    c.push_str(&format!(
+        "\n[slow-plane]\n\n[slow-plane.bmp]\nlisten = \"127.0.0.1:{BMP_PORT}\"\n"
+    ));
+    c
+}
+
+/// The slow plane's entry for PREFIX in `lqd show weights --json`.
+fn steered(lqd: &Lqd) -> Value {
+    let w = lqd.show("weights").unwrap_or_default();
+    w["slow-plane"]["steered"]
+        .as_array()
+        .and_then(|a| a.iter().find(|d| d["prefix"] == PREFIX).cloned())
+        .unwrap_or_default()
+}
+
+/// Seed 003 section 6.1 learned, not typed (issue 16): a leaf with no `[[slow-plane.map]]`
+/// learns from its own bgpd over BMP (RFC 7854) that PREFIX originates in AS 65102 (leaf 2,
+/// RFC 7938), takes the AS-qualified LQ entries of that AS as the prefix's remote leaf, and
+/// so prunes a spine that advertises LQS 0 for it. Without the mapping the destination has
+/// local-only quality and keeps both spines.
+#[test]
+fn a_leaf_learns_the_nnh_mapping_over_bmp_from_frr() {
+    require_root();
+    if !frr::available() {
+        panic!("FRR is not installed: run `cargo xtask setup` (installs frr)");
+    }
+    let Fabric {
+        s1: _s1,
+        s2: _s2,
+        l1,
+        l2: _l2,
+        f_l1,
+        f_l2: _f_l2,
+        probe: _probe,
+        lqs,
+        stop,
+        senders,
+        _f_s,
+    } = fabric(true);
+
+    // FRR's own view, the judge of what BMP must carry: the prefix's AS paths end in 65102.
+    let bgp: Value = serde_json::from_str(
+        &f_l1
+            .vtysh(&["show bgp ipv4 unicast 10.200.2.0/24 json"])
+            .unwrap(),
+    )
+    .unwrap();
+    let paths = bgp["paths"].as_array().cloned().unwrap_or_default();
+    assert_eq!(paths.len(), 2, "{bgp}");
+    for p in &paths {
+        let path = p["aspath"]["string"].as_str().unwrap_or_default();
+        assert!(path.ends_with("65102"), "AS path {path:?}");
+    }
+
+    let lqd = Lqd::start(&l1, &bmp_leaf_config()).unwrap();
+    wait("the mapping learned over BMP", 30, || {
+        let d = steered(&lqd);
+        d["mapping-source"] == "bmp" && d["origin-as"] == 65102 && d["remote"] == "65102/10.0.1.2"
+    });
+    wait("lq's steered route with both spines", 20, || {
+        lq_group(&l1).is_some_and(|(_, m)| uplinks(&m) == [1, 2])
+    });
+    // The group's quality comes from the remote leaf's entries (section 6.3), not local-only.
+    wait("remote LQS in the weights", 10, || {
+        let w = lqd.show("weights").unwrap_or_default();
+        w["destinations"].as_array().is_some_and(|ds| {
+            ds.iter().any(|d| {
+                d["prefix"] == PREFIX
+                    && d["members"]
+                        .as_array()
+                        .is_some_and(|m| m.len() == 2 && m.iter().all(|m| m["remote-lqs"] == 255))
+            })
+        })
+    });
+
+    // Spine 2 advertises LQS 0 for leaf 2: only the learned mapping makes that count.
+    lqs.lock().unwrap()[1] = 0;
+    wait("spine 2 pruned through the learned mapping", 10, || {
+        lq_group(&l1).is_some_and(|(_, m)| uplinks(&m) == [1])
+    });
+    assert_eq!(bgp_paths(&l1), 2, "BGP keeps both paths");
+    lqs.lock().unwrap()[1] = 255;
+    wait("spine 2 back", 10, || {
+        lq_group(&l1).is_some_and(|(_, m)| uplinks(&m) == [1, 2])
+    });
+
+    let w = lqd.show("weights").unwrap();
+    let bmp = &w["slow-plane"]["bmp"];
+    assert_eq!(bmp["sessions"], 1, "{bmp}");
+    assert_eq!(bmp["counters"]["bad-messages"], 0, "{bmp}");
+    assert!(
+        bmp["counters"]["route-monitoring"].as_u64() >= Some(2),
+        "{bmp}"
+    );
+    assert!(
+        bmp["peers"].as_u64() >= Some(2),
+        "both spines monitored: {bmp}"
+    );
+
+    // bgpd stopped: the BMP session ends, its routes are forgotten (RFC 7854 section 3.3)
+    // and the mapping with them; the kernel routes stay while zebra keeps them (graceful
+    // or not, that is BGP's business), so only the mapping source is checked.
+    drop(f_l1);
+    wait("the BMP session ended", 20, || {
+        lqd.show("weights").unwrap_or_default()["slow-plane"]["bmp"]["sessions"] == 0
+    });
 
     stop.store(true, Ordering::Relaxed);
     for s in senders {

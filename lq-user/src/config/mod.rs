@@ -891,9 +891,32 @@ pub struct SlowPlaneSection {
     /// Priority of the policy rule `lookup <table>`: before the main table's 32766.
     #[serde(default = "default_slow_rule_priority")]
     pub rule_priority: u32,
-    /// Covering rules `prefix -> remote node` (the NNH mapping, section 6.1).
+    /// Covering rules `prefix -> remote node` (the NNH mapping, section 6.1). They win
+    /// over a mapping learned through BMP.
     #[serde(default)]
     pub map: Vec<DestinationSpec>,
+    /// `[slow-plane.bmp]`: learn the NNH mapping from the routing daemon through BMP.
+    #[serde(default)]
+    pub bmp: Option<BmpSection>,
+}
+
+/// `[slow-plane.bmp]`: lqd is a BMP station (RFC 7854) the routing daemon connects to (FRR:
+/// `bmp targets`, `bmp connect`); the origin AS of each prefix's AS_PATH names its remote
+/// leaf in an RFC 7938 fabric (one AS per leaf), matched against the AS-qualified LQ
+/// entries (seed 003 sections 6.1, 6.2).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BmpSection {
+    /// TCP address to listen on (e.g. "127.0.0.1:11019"; keep it local or filtered: BMP
+    /// has no authentication).
+    pub listen: std::net::SocketAddr,
+    /// BMP sessions served at once; more connections are closed and counted.
+    #[serde(default = "default_bmp_sessions")]
+    pub max_sessions: usize,
+}
+
+fn default_bmp_sessions() -> usize {
+    4
 }
 
 /// Nexthop-group ids are `id_base + GROUP_ID_OFFSET + n`; member ids `id_base + uplink id`
@@ -910,11 +933,27 @@ fn default_slow_rule_priority() -> u32 {
     1000
 }
 
+/// Protocol names as iproute2's rt_protos and FRR's rt_netlink.c use them.
+pub fn protocol_number(name: &str) -> Option<u8> {
+    Some(match name {
+        "kernel" => 2,
+        "boot" => 3,
+        "static" => 4,
+        "babel" => 42,
+        "bgp" => 186,
+        "isis" => 187,
+        "ospf" => 188,
+        "rip" => 189,
+        "zstatic" => 196,
+        other => return other.parse().ok(),
+    })
+}
+
 impl SlowPlaneSection {
     /// Checks protocol names, the table and the rule priority.
     pub fn validate(&self) -> Result<(), String> {
         for p in &self.protocols {
-            if crate::roles::load_balancer::slow_plane::protocol_number(p).is_none() {
+            if protocol_number(p).is_none() {
                 return Err(format!("[slow-plane] protocols: unknown protocol {p:?}"));
             }
         }
@@ -927,35 +966,12 @@ impl SlowPlaneSection {
         if self.rule_priority == 0 || self.rule_priority >= 32766 {
             return Err("[slow-plane] rule-priority must be in 1..32766 (before main)".into());
         }
-        Ok(())
-    }
-
-    /// The core's settings, with the uplinks' ifindexes looked up by the caller.
-    pub fn settings(
-        &self,
-        uplinks: Vec<crate::roles::load_balancer::slow_plane::UplinkPort>,
-    ) -> crate::roles::load_balancer::slow_plane::Settings {
-        crate::roles::load_balancer::slow_plane::Settings {
-            protocols: self
-                .protocols
-                .iter()
-                .filter_map(|p| crate::roles::load_balancer::slow_plane::protocol_number(p))
-                .collect(),
-            source_table: crate::roles::load_balancer::slow_plane::RT_TABLE_MAIN,
-            lq_table: self.table,
-            uplinks,
-            rules: self
-                .map
-                .iter()
-                .filter_map(|d| {
-                    d.remote_node
-                        .map(|r| crate::roles::load_balancer::slow_plane::MapRule {
-                            prefix: d.prefix.0,
-                            remote: node(d.remote_as, r.0),
-                        })
-                })
-                .collect(),
+        if let Some(b) = &self.bmp
+            && !(1..=64).contains(&b.max_sessions)
+        {
+            return Err("[slow-plane.bmp] max-sessions must be in 1..=64".into());
         }
+        Ok(())
     }
 }
 
@@ -1181,6 +1197,13 @@ impl Config {
             sp.validate()?;
             if self.uplink.is_empty() {
                 return Err("[slow-plane] needs at least one [[uplink]]".into());
+            }
+            if sp.bmp.is_some() && !self.lq_telemetry.as_qualified {
+                // The origin AS names the remote leaf only through the entries' remote-as
+                // (seed 003 section 6.2), which is 0 unqualified.
+                return Err(
+                    "[slow-plane.bmp] needs [lq-telemetry] as-qualified = true: the origin AS matches the LQ entries' remote-as".into(),
+                );
             }
         }
         self.controller().validate().map_err(|e| e.to_string())?;
@@ -1671,6 +1694,44 @@ remote-node = "10.0.1.4"
         assert!(parse_prefix("2001:db8::/32").is_ok());
         assert!(parse_prefix("2001:db8::1/64").is_err());
         assert!(parse_prefix("10.4.0.0/33").is_err());
+    }
+
+    /// `[slow-plane.bmp]` (issue 16): the origin AS matches remote-as, so it needs
+    /// as-qualified operation; the session limit is bounded.
+    #[test]
+    fn slow_plane_bmp_needs_as_qualified_and_bounded_sessions() {
+        let unqualified = LEAF.replace(
+            "[[destination]]\nprefix = \"10.4.0.0/24\"\nremote-node = \"10.0.1.4\"\n",
+            "[slow-plane]\n\n[slow-plane.bmp]\nlisten = \"127.0.0.1:11019\"\n",
+        );
+        assert!(unqualified.contains("[slow-plane.bmp]"));
+        let e = err(&unqualified);
+        assert!(
+            e.contains("needs [lq-telemetry] as-qualified = true"),
+            "{e}"
+        );
+        let qualified = unqualified
+            .replace(
+                "enabled = true",
+                "enabled = true\nas-qualified = true\nlocal-as = 65101",
+            )
+            .replace(
+                "spine = \"10.0.0.1\"",
+                "spine = \"10.0.0.1\"\nspine-as = 65001",
+            )
+            .replace(
+                "spine = \"10.0.0.2\"",
+                "spine = \"10.0.0.2\"\nspine-as = 65002",
+            );
+        let c = parse(&qualified).unwrap();
+        let b = c.slow_plane.unwrap().bmp.unwrap();
+        assert_eq!(b.listen, "127.0.0.1:11019".parse().unwrap());
+        assert_eq!(b.max_sessions, 4);
+        let e = err(&qualified.replace(
+            "listen = \"127.0.0.1:11019\"",
+            "listen = \"127.0.0.1:11019\"\nmax-sessions = 0",
+        ));
+        assert!(e.contains("max-sessions"), "{e}");
     }
 }
 

@@ -4,12 +4,14 @@
 //! `lq_common` and itself, nothing of `sys`, `roles`, `daemon`, `views` or `transport`, and
 //! no crate that does I/O (the wall test in `tests/walls.rs` says which).
 //!
+//! * [`bmp`]: the NNH mapping learned through BMP (RFC 7854; section 6.1).
 //! * [`controller`]: the load-balancer's controller (seed 003 section 6).
 //! * [`helper`]: the helper's congestion pipeline and advertiser (Appendix A, 7.2).
 //! * [`pfc`]: the PFC counter model (seed 000 section 5).
 //! * [`sim`]: the fabric simulator that drives both roles (`lqd sim`).
 //! * [`report`]: an error and its causes in one log line.
 
+pub mod bmp;
 pub mod controller;
 pub mod helper;
 pub mod pfc;

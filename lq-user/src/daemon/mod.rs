@@ -159,6 +159,18 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         }
         _ => None,
     };
+    // The NNH mapping learned through BMP (section 6.1): the station's socket is bound now,
+    // its thread started once the capabilities are dropped.
+    let bmp_listener = match (
+        lb.as_ref(),
+        cfg.slow_plane.as_ref().and_then(|s| s.bmp.as_ref()),
+    ) {
+        (Some(lb), Some(b)) if lb.slow_plane_enabled() => Some((
+            crate::transport::bmp::bind(b.listen).context("BMP station")?,
+            b.max_sessions,
+        )),
+        _ => None,
+    };
 
     crate::sys::sched::raise_fd_limit();
     std::fs::create_dir_all(RUN_DIR).with_context(|| format!("create {RUN_DIR}"))?;
@@ -208,6 +220,11 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     // dropped set (and, by SCHED_RESET_ON_FORK, the normal scheduling policy).
     // The counters are read on a thread of their own (started here, so with the dropped
     // capabilities and the normal policy): the loop only feeds their batches in.
+    // The BMP station parses what a peer sends: it starts with the dropped set too.
+    let mut bmp = match bmp_listener {
+        Some((l, max)) => Some(crate::transport::bmp::spawn(l, max).context("BMP station")?),
+        None => None,
+    };
     let mut batches = match helper.as_mut() {
         Some(h) => Some(h.spawn_sampler(t_sample).context("sampler thread")?),
         None => None,
@@ -324,6 +341,23 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                     Err(e) => warn!(error = %crate::core::report::Chain(&e), "route monitor"),
                 }
                 guard.clear_ready();
+            }
+            changed = async {
+                match bmp.as_mut() {
+                    Some(rx) => rx.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                match (changed, bmp.as_mut(), lb.as_mut()) {
+                    (Ok(()), Some(rx), Some(lb)) => {
+                        let snap = rx.borrow_and_update().clone();
+                        lb.bmp_update(snap);
+                    }
+                    _ => {
+                        warn!("the BMP station stopped: the learned mapping stays as it was");
+                        bmp = None;
+                    }
+                }
             }
             _ = term.recv() => { info!("SIGTERM"); break; }
             _ = int.recv() => { info!("SIGINT"); break; }

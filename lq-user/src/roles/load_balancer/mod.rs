@@ -267,6 +267,7 @@ impl LoadBalancer {
                 .set_up(UplinkId::from(u.id), self.probe.oper_up(&u.interface));
         }
         let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
+        self.slow_plane_resolve(&paths);
         let snapshot =
             PathSnapshot::from_map(&paths, now_ns, self.controller.dead_interval_ns(), &failed);
         let mut report = compute(&self.controller, &self.mapping, &self.local, &snapshot);

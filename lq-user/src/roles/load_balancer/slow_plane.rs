@@ -11,12 +11,15 @@
 //! daemon alone. No time and no I/O here.
 //!
 //! The NNH mapping of those destinations (section 6.1) comes from covering rules of the
-//! configuration (`[[slow-plane.map]]`); a destination without one falls back to
-//! local-only quality, as section 6.1 prescribes.
+//! configuration (`[[slow-plane.map]]`), else from BGP itself: the origin AS a BMP station
+//! learned for the prefix ([`crate::core::bmp`], RFC 7938: one AS per leaf), which names
+//! the remote node of that AS among the AS-qualified LQ entries. A destination without
+//! either falls back to local-only quality, as section 6.1 prescribes.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
+    sync::Arc,
 };
 
 pub use crate::sys::netlink::route::{Hop, Message, RouteEvent, RouteMsg};
@@ -86,24 +89,22 @@ pub struct SlowPlane {
     nexthops: BTreeMap<u32, NexthopMsg>,
     /// lq's routes in its own table: prefix -> nexthop id (for adoption after a restart).
     lq_routes: BTreeMap<Prefix, Option<u32>>,
+    /// What the BMP station learned last (`[slow-plane.bmp]`).
+    bmp: Option<Arc<crate::core::bmp::Snapshot>>,
     /// Counters.
     pub counters: Counters,
 }
 
-/// Protocol names as iproute2's rt_protos and FRR's rt_netlink.c use them.
-pub fn protocol_number(name: &str) -> Option<u8> {
-    Some(match name {
-        "kernel" => 2,
-        "boot" => 3,
-        "static" => 4,
-        "babel" => 42,
-        "bgp" => 186,
-        "isis" => 187,
-        "ospf" => 188,
-        "rip" => 189,
-        "zstatic" => 196,
-        other => return other.parse().ok(),
-    })
+/// Where a destination's NNH mapping comes from (section 6.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MappingSource {
+    /// A covering rule of the configuration: the remote node itself.
+    Rule(NodeId),
+    /// The origin AS BGP reports for the prefix (BMP): a remote node once an AS-qualified
+    /// LQ entry of that AS is received.
+    OriginAs(u32),
+    /// Neither: local-only quality.
+    None,
 }
 
 fn route_prefix(r: &RouteMsg) -> Option<Prefix> {
@@ -138,6 +139,33 @@ fn covers(rule: &Prefix, p: &Prefix) -> bool {
     }
 }
 
+impl Settings {
+    /// The core's settings from `[slow-plane]`, with the uplinks' ifindexes looked up by
+    /// the caller.
+    pub fn from_config(sp: &crate::config::SlowPlaneSection, uplinks: Vec<UplinkPort>) -> Self {
+        Self {
+            protocols: sp
+                .protocols
+                .iter()
+                .filter_map(|p| crate::config::protocol_number(p))
+                .collect(),
+            source_table: RT_TABLE_MAIN,
+            lq_table: sp.table,
+            uplinks,
+            rules: sp
+                .map
+                .iter()
+                .filter_map(|d| {
+                    d.remote_node.map(|r| MapRule {
+                        prefix: d.prefix.0,
+                        remote: crate::core::controller::path_quality::node(d.remote_as, r.0),
+                    })
+                })
+                .collect(),
+        }
+    }
+}
+
 impl SlowPlane {
     /// An empty state.
     pub fn new(settings: Settings) -> Self {
@@ -146,7 +174,46 @@ impl SlowPlane {
             routes: BTreeMap::new(),
             nexthops: BTreeMap::new(),
             lq_routes: BTreeMap::new(),
+            bmp: None,
             counters: Counters::default(),
+        }
+    }
+
+    /// Takes the BMP station's latest snapshot. Returns whether the learned origins
+    /// changed (then the mapping is worth recomputing).
+    pub fn set_bmp(&mut self, snapshot: Arc<crate::core::bmp::Snapshot>) -> bool {
+        let changed = self
+            .bmp
+            .as_ref()
+            .is_none_or(|old| !Arc::ptr_eq(&old.origins, &snapshot.origins));
+        self.bmp = Some(snapshot);
+        changed
+    }
+
+    /// The BMP station's latest snapshot, if it runs.
+    pub fn bmp(&self) -> Option<&crate::core::bmp::Snapshot> {
+        self.bmp.as_deref()
+    }
+
+    /// Where the mapping of `prefix` comes from: a covering rule wins over BGP's origin AS
+    /// (the operator's word over what is learned).
+    pub fn mapping_of(&self, prefix: &Prefix) -> MappingSource {
+        if let Some(r) = self.remote_of(prefix) {
+            return MappingSource::Rule(r);
+        }
+        match self.bmp.as_ref().and_then(|b| b.origins.get(prefix)) {
+            Some(a) => MappingSource::OriginAs(*a),
+            None => MappingSource::None,
+        }
+    }
+
+    /// The remote node of `prefix` given the remote nodes of the LQ entries received
+    /// (`remotes`): the rule's, else the one remote of the prefix's origin AS.
+    pub fn remote_for(&self, prefix: &Prefix, remotes: &BTreeSet<NodeId>) -> Option<NodeId> {
+        match self.mapping_of(prefix) {
+            MappingSource::Rule(r) => Some(r),
+            MappingSource::OriginAs(a) => crate::core::bmp::remote_of_origin(a, remotes),
+            MappingSource::None => None,
         }
     }
 
@@ -499,6 +566,41 @@ mod tests {
         s.apply(RouteEvent::Reset);
         assert!(s.lq_routes().is_empty());
         assert_eq!(s.counters.resets, 1);
+    }
+
+    #[test]
+    fn a_rule_wins_over_the_bmp_origin_which_names_the_remote_of_its_as() {
+        let mut s = SlowPlane::new(settings());
+        let remotes: BTreeSet<NodeId> = [node(65102, 2), node(65107, 7)].into();
+        let origins: BTreeMap<Prefix, u32> =
+            [(p("10.2.3.0/24"), 65107), (p("10.7.0.0/24"), 65107)].into();
+        assert!(s.set_bmp(Arc::new(crate::core::bmp::Snapshot {
+            origins: Arc::new(origins),
+            ..Default::default()
+        })));
+        // Covered by a rule: the rule's remote.
+        assert_eq!(
+            s.remote_for(&p("10.2.3.0/24"), &remotes),
+            Some(node(65103, 3))
+        );
+        // Learned: the remote node of AS 65107 among the entries.
+        assert_eq!(
+            s.mapping_of(&p("10.7.0.0/24")),
+            MappingSource::OriginAs(65107)
+        );
+        assert_eq!(
+            s.remote_for(&p("10.7.0.0/24"), &remotes),
+            Some(node(65107, 7))
+        );
+        // No entry of that AS yet: no mapping (local-only quality).
+        assert_eq!(s.remote_for(&p("10.7.0.0/24"), &BTreeSet::new()), None);
+        assert_eq!(s.mapping_of(&p("10.6.0.0/24")), MappingSource::None);
+        // The same origins again are no change.
+        let same = s.bmp().unwrap().origins.clone();
+        assert!(!s.set_bmp(Arc::new(crate::core::bmp::Snapshot {
+            origins: same,
+            ..Default::default()
+        })));
     }
 
     #[test]

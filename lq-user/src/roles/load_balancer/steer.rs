@@ -14,10 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{info, warn};
 
-use super::slow_plane::{RouteEvent, SlowPlane, UplinkPort};
+use super::slow_plane::{MappingSource, RouteEvent, SlowPlane, UplinkPort};
 use super::{GROUP_ID_OFFSET, GroupState, LoadBalancer, LoadBalancerError, format_prefix};
 use crate::{
-    core::controller::path_quality::{PathQualityReport, Prefix, UplinkId},
+    core::controller::path_quality::{NodeId, PathQualityReport, Prefix, UplinkId, node},
     sys::netlink::{
         RtnlError, encode_route_delete, ifindex, nexthop::RTPROT_LQ, route as route_msg,
     },
@@ -49,7 +49,7 @@ impl LoadBalancer {
                 }
             }
         }
-        Some(sp.settings(ports))
+        Some(crate::roles::load_balancer::slow_plane::Settings::from_config(sp, ports))
     }
 
     /// With `[slow-plane]`: the core and the policy rules (IPv4, IPv6) to lq's table.
@@ -117,6 +117,53 @@ impl LoadBalancer {
         self.slow_sync()
     }
 
+    /// Takes the BMP station's latest snapshot (`[slow-plane.bmp]`): the origin AS of each
+    /// prefix, which names its remote leaf (seed 003 section 6.1). Returns whether the
+    /// learned origins changed; the mapping follows at once and at every step.
+    pub fn bmp_update(&mut self, snapshot: std::sync::Arc<crate::core::bmp::Snapshot>) -> bool {
+        let Some(slow) = self.slow.as_mut() else {
+            return false;
+        };
+        let changed = slow.set_bmp(snapshot);
+        if changed {
+            let paths = std::mem::take(&mut self.paths);
+            self.slow_plane_resolve(&paths);
+            self.paths = paths;
+        }
+        changed
+    }
+
+    /// The NNH mapping of the steered destinations against the LQ entries received
+    /// (`paths`): a rule's remote, else the one remote node of the prefix's origin AS
+    /// (section 6.2: AS-qualified entries carry it). Called before every computation, so
+    /// a destination gains its mapping with the first entry of its leaf's AS.
+    pub(super) fn slow_plane_resolve(
+        &mut self,
+        paths: &BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue>,
+    ) {
+        let Some(slow) = self.slow.as_ref() else {
+            return;
+        };
+        // Only a learned mapping depends on the entries; rules were set at sync time.
+        if slow.bmp().is_none() {
+            return;
+        }
+        let remotes: BTreeSet<NodeId> = paths
+            .keys()
+            .map(|k| node(k.remote_as, k.remote_id))
+            .collect();
+        for (p, g) in &self.groups {
+            if g.table.is_none() || self.cfg.destination.iter().any(|d| d.prefix.0 == *p) {
+                continue;
+            }
+            let remote = slow.remote_for(p, &remotes);
+            if self.mapping.destinations.get(p) != Some(&remote) {
+                info!(prefix = %format_prefix(p), ?remote, source = ?slow.mapping_of(p), "slow plane: NNH mapping (seed 003 section 6.1)");
+                self.mapping.destinations.insert(*p, remote);
+            }
+        }
+    }
+
     fn slow_sync(&mut self) -> usize {
         // Out of `self` for the pass, so the kernel can be programmed while it is read.
         let Some(slow) = self.slow.take() else {
@@ -124,6 +171,12 @@ impl LoadBalancer {
         };
         let changed = self.slow_sync_with(&slow);
         self.slow = Some(slow);
+        if changed > 0 {
+            // New destinations get their learned mapping before the next step.
+            let paths = std::mem::take(&mut self.paths);
+            self.slow_plane_resolve(&paths);
+            self.paths = paths;
+        }
         changed
     }
 
@@ -288,7 +341,16 @@ impl LoadBalancer {
                     "prefix": format_prefix(p),
                     "eligible-uplinks": m,
                     "group-id": self.groups.get(p).map(|g| g.id),
-                    "remote": slow.remote_of(p).map(|r| format!("{}/{}", r.node_as, std::net::Ipv4Addr::from(r.node_id))),
+                    "remote": self.mapping.destinations.get(p).copied().flatten().map(|r| format!("{}/{}", r.node_as, std::net::Ipv4Addr::from(r.node_id))),
+                    "mapping-source": match slow.mapping_of(p) {
+                        MappingSource::Rule(_) => "config",
+                        MappingSource::OriginAs(_) => "bmp",
+                        MappingSource::None => "none",
+                    },
+                    "origin-as": match slow.mapping_of(p) {
+                        MappingSource::OriginAs(a) => Some(a),
+                        _ => None,
+                    },
                 })
             })
             .collect();
@@ -299,6 +361,15 @@ impl LoadBalancer {
             "route-withdrawals": c.route_withdrawals,
             "foreign-routes": slow.foreign_routes(),
             "resets": c.resets,
+            "bmp": slow.bmp().map(|b| serde_json::json!({
+                "sessions": b.sessions,
+                "sessions-accepted": b.sessions_accepted,
+                "sessions-refused": b.sessions_refused,
+                "peers": b.peers,
+                "prefixes": b.origins.len(),
+                "conflicting": b.conflicting,
+                "counters": b.counters,
+            })),
         })
     }
 }
