@@ -201,6 +201,37 @@ mod tests {
         }
     }
 
+    /// Runs `steps` controller steps over four eligible members (floors at `p.floor`),
+    /// feeding each step's fractions back as the fractions in force and to `each`.
+    #[allow(clippy::too_many_arguments)]
+    fn run4(
+        p: &IntegralParams,
+        cap: &[f64],
+        signals: &[f64],
+        headroom: &[f64],
+        cur: &mut Vec<f64>,
+        st: &mut [MemberState],
+        changed: &mut bool,
+        steps: usize,
+        mut each: impl FnMut(&[f64]),
+    ) {
+        for _ in 0..steps {
+            *cur = step(
+                p,
+                &[p.floor; 4],
+                &[true; 4],
+                cap,
+                signals,
+                headroom,
+                cur,
+                st,
+                changed,
+            )
+            .unwrap();
+            each(cur);
+        }
+    }
+
     #[test]
     fn all_loaded_keeps_capacity_shares() {
         // Every path at U ~ 1 (CL 1), LQS 0 would give no information: capacity decides.
@@ -210,20 +241,17 @@ mod tests {
         let s: Vec<f64> = (0..4).map(|_| congestion(&sig(1))).collect();
         let mut changed = false;
         let mut cur = vec![0.25; 4];
-        for _ in 0..100 {
-            cur = step(
-                &p,
-                &[p.floor; 4],
-                &[true; 4],
-                &cap,
-                &s,
-                &[0.0; 4],
-                &cur,
-                &mut st,
-                &mut changed,
-            )
-            .unwrap();
-        }
+        run4(
+            &p,
+            &cap,
+            &s,
+            &[0.0; 4],
+            &mut cur,
+            &mut st,
+            &mut changed,
+            100,
+            |_| {},
+        );
         assert!((cur[1] - 25.0 / 325.0).abs() < 1e-12, "{cur:?}");
         assert!(!changed);
     }
@@ -240,40 +268,35 @@ mod tests {
         let mut changed = false;
         let mut cur = vec![0.25; 4];
         let mut prev = cur[1];
-        for _ in 0..200 {
-            cur = step(
-                &p,
-                &[p.floor; 4],
-                &[true; 4],
-                &cap,
-                &hot,
-                &[0.0; 4],
-                &cur,
-                &mut st,
-                &mut changed,
-            )
-            .unwrap();
-            // Monotone, no oscillation.
-            assert!(cur[1] <= prev + 1e-12);
-            prev = cur[1];
-        }
+        run4(
+            &p,
+            &cap,
+            &hot,
+            &[0.0; 4],
+            &mut cur,
+            &mut st,
+            &mut changed,
+            200,
+            |c| {
+                // Monotone, no oscillation.
+                assert!(c[1] <= prev + 1e-12);
+                prev = c[1];
+            },
+        );
         assert_eq!(st[1].m, p.floor);
         assert!((cur[1] - 0.5 / 3.5).abs() < 1e-12);
         let calm = [sig(1); 4].map(|x| congestion(&x));
-        for _ in 0..200 {
-            cur = step(
-                &p,
-                &[p.floor; 4],
-                &[true; 4],
-                &cap,
-                &calm,
-                &[0.0; 4],
-                &cur,
-                &mut st,
-                &mut changed,
-            )
-            .unwrap();
-        }
+        run4(
+            &p,
+            &cap,
+            &calm,
+            &[0.0; 4],
+            &mut cur,
+            &mut st,
+            &mut changed,
+            200,
+            |_| {},
+        );
         assert_eq!(st[1].m, 1.0);
         assert!((cur[1] - 0.25).abs() < 1e-12);
     }
@@ -291,20 +314,17 @@ mod tests {
         let mut changed = false;
         let mut cur = vec![100.0 / 325.0, 25.0 / 325.0, 100.0 / 325.0, 100.0 / 325.0];
         let base = cur.clone();
-        for _ in 0..300 {
-            cur = step(
-                &p,
-                &[p.floor; 4],
-                &[true; 4],
-                &cap,
-                &cl,
-                &tail,
-                &cur,
-                &mut st,
-                &mut changed,
-            )
-            .unwrap();
-        }
+        run4(
+            &p,
+            &cap,
+            &cl,
+            &tail,
+            &mut cur,
+            &mut st,
+            &mut changed,
+            300,
+            |_| {},
+        );
         assert_eq!(st[0].m, p.ceiling);
         assert_eq!(st[2].m, p.ceiling);
         assert_eq!(st[3].m, 1.0);
@@ -312,20 +332,17 @@ mod tests {
         assert!((cur[0] - 200.0 / 525.0).abs() < 1e-9, "{cur:?}");
         let full = [0.0; 4];
         let calm = [1.0 / 7.0; 4];
-        for _ in 0..300 {
-            cur = step(
-                &p,
-                &[p.floor; 4],
-                &[true; 4],
-                &cap,
-                &calm,
-                &full,
-                &cur,
-                &mut st,
-                &mut changed,
-            )
-            .unwrap();
-        }
+        run4(
+            &p,
+            &cap,
+            &calm,
+            &full,
+            &mut cur,
+            &mut st,
+            &mut changed,
+            300,
+            |_| {},
+        );
         assert!(!changed);
         for (c, b) in cur.iter().zip(&base) {
             assert!((c - b).abs() < 1e-9, "{cur:?}");
