@@ -206,11 +206,21 @@ impl Lqd {
     }
 }
 
+/// Removes an instance's pinned maps (its receiver's and its PFC counter's folders) and the
+/// pin root when that leaves it empty: lqd keeps its pins on exit on purpose (a restart
+/// keeps tables and counters), a test must not leave them behind.
+pub fn remove_pins(instance: &str) {
+    let root = std::path::Path::new("/sys/fs/bpf/lq");
+    let _ = std::fs::remove_dir_all(root.join(instance));
+    let _ = std::fs::remove_dir_all(root.join(format!("{instance}-pfc")));
+    // Fails while another instance's folder is there, which is what we want.
+    let _ = std::fs::remove_dir(root);
+}
+
 impl Drop for Lqd {
     fn drop(&mut self) {
         self.terminate();
-        let _ = std::fs::remove_dir_all(self.pin_dir());
-        let _ = std::fs::remove_dir_all(format!("/sys/fs/bpf/lq/{}-pfc", self.instance));
+        remove_pins(&self.instance);
         let _ = std::fs::remove_file(format!("/run/lq/{}.sock", self.instance));
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);

@@ -386,10 +386,7 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
-        let _ = std::fs::remove_dir_all(Path::new("/sys/fs/bpf/lq").join(&self.instance));
-        let _ = std::fs::remove_dir_all(
-            Path::new("/sys/fs/bpf/lq").join(format!("{}-pfc", self.instance)),
-        );
+        crate::daemon::remove_pins(&self.instance);
         let _ = std::fs::remove_file(self.socket());
     }
 }

@@ -110,16 +110,32 @@ pub fn load_pinned(pin_dir: &Path, maps: &[&'static str]) -> Result<Ebpf, LoadPi
     if EBPF_OBJECT.is_empty() {
         return Err(LoadPinnedError::NoObject);
     }
-    std::fs::create_dir_all(pin_dir).map_err(|source| LoadPinnedError::PinFolder {
-        path: pin_dir.into(),
-        source,
-    })?;
+    create_pin_dir(pin_dir)?;
     let paths: Vec<PathBuf> = maps.iter().map(|m| pin_dir.join(m)).collect();
     let mut loader = EbpfLoader::new();
     for (name, path) in maps.iter().zip(&paths) {
         loader.map_pin_path(name, path.as_path());
     }
     Ok(loader.load(EBPF_OBJECT)?)
+}
+
+/// Creates `pin_dir` and its parents. Retried on NotFound: another process that removes an
+/// empty pin root (a test harness cleaning up, an operator) between the creation of the
+/// parent and of the child must not fail a start.
+fn create_pin_dir(pin_dir: &Path) -> Result<(), LoadPinnedError> {
+    let mut attempt = 0;
+    loop {
+        match std::fs::create_dir_all(pin_dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt < 3 => attempt += 1,
+            Err(source) => {
+                return Err(LoadPinnedError::PinFolder {
+                    path: pin_dir.into(),
+                    source,
+                });
+            }
+        }
+    }
 }
 
 /// BPF_FS_MAGIC from statfs(2).
