@@ -78,7 +78,8 @@ ietf-lq-telemetry; `lqd check-config FILE` checks one). The role decides what ru
   load-balancer  (a leaf) the XDP receiver on [receiver] interfaces keeps the path quality
                  table in maps pinned under /sys/fs/bpf/lq/INSTANCE (a restart keeps it);
                  weighted-ECMP weights with damping (seed 003 section 6) go into one
-                 nexthop group per [[destination]] (protocol id 76, `lq`).
+                 nexthop group per remote node, which every [[destination]] behind it
+                 is routed at (protocol id 76, `lq`).
   helper         (a spine) every T_sample the Appendix A pipeline turns each [[link]]'s
                  counters into LQS and CL, advertised every notify-interval-ms and at once
                  on a change, with TTL 255, out of every link.
@@ -103,8 +104,8 @@ the running daemon over its control socket /run/lq/INSTANCE.sock (root only).
              (spine, remote node, link) with LQS, CL, available bandwidth, sequence, age
   counters   the XDP receiver's counters: accepted and each discard reason of the spec
   neighbors  each advertising neighbor: state (active, stale, failed), last sequence
-  weights    per destination: each member's local and remote quality, the target,
-             applied (damped) and kernel weights
+  weights    per group (remote node) and its destinations: each member's local and
+             remote quality, the target, applied (damped) and kernel weights
   local      (helper role) each monitored link: raw and smoothed U, E, F, D, X, the LQS,
              the computed and advertised CL, the hysteresis state, available bandwidth
   pfc        received PFC frames per interface and priority (IEEE 802.1Qbb receive rules),
@@ -141,7 +142,7 @@ pub enum ShowWhat {
     Counters,
     /// Neighbors and their states.
     Neighbors,
-    /// Weights per destination.
+    /// Weights per group (remote node) and its destinations.
     Weights,
     /// The node's state as RFC 7951 JSON of /ietf-lq-telemetry:lq-telemetry.
     State,

@@ -32,6 +32,18 @@ pub fn thread_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// System (kernel) CPU time of the calling thread so far, in ns (getrusage RUSAGE_THREAD):
+/// what the kernel spent on this thread's system calls.
+pub fn thread_sys_ns() -> u64 {
+    // SAFETY: rusage is plain data; getrusage only writes it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) } != 0 {
+        return 0;
+    }
+    u.ru_stime.tv_sec as u64 * 1_000_000_000 + u.ru_stime.tv_usec as u64 * 1_000
+}
+
 /// Prints one metric line, values rounded to 3 decimals.
 pub fn emit(name: &str, value: f64, unit: &str, goal: Option<&str>, baseline: Option<f64>) {
     let m = json!({

@@ -254,3 +254,16 @@ impl Sender {
         Ok(())
     }
 }
+
+/// The group of `prefix` in `lqd show weights --json` (one group per remote node, seed 003
+/// section 6.1; each lists its destinations under `prefixes`).
+pub fn weights_group<'a>(
+    weights: &'a serde_json::Value,
+    prefix: &str,
+) -> Option<&'a serde_json::Value> {
+    weights["groups"].as_array()?.iter().find(|g| {
+        g["prefixes"]
+            .as_array()
+            .is_some_and(|ps| ps.iter().any(|p| p == prefix))
+    })
+}

@@ -463,13 +463,10 @@ fn a_leaf_learns_the_nnh_mapping_over_bmp_from_frr() {
     // The group's quality comes from the remote leaf's entries (section 6.3), not local-only.
     wait("remote LQS in the weights", 10, || {
         let w = lqd.show("weights").unwrap_or_default();
-        w["destinations"].as_array().is_some_and(|ds| {
-            ds.iter().any(|d| {
-                d["prefix"] == PREFIX
-                    && d["members"]
-                        .as_array()
-                        .is_some_and(|m| m.len() == 2 && m.iter().all(|m| m["remote-lqs"] == 255))
-            })
+        lq_tests::daemon::weights_group(&w, PREFIX).is_some_and(|d| {
+            d["members"]
+                .as_array()
+                .is_some_and(|m| m.len() == 2 && m.iter().all(|m| m["remote-lqs"] == 255))
         })
     });
 

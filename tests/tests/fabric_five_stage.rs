@@ -232,10 +232,7 @@ fn weights(ns: &NetNs, prefix: &str) -> Option<(u64, u64)> {
 /// The `quality-source` lqd reports for `prefix` (`Remote`, `LocalOnlyNoEntries`, ...).
 fn quality_source(d: &Daemon, prefix: &str) -> Option<String> {
     let w = d.query("weights").ok()?;
-    w["destinations"]
-        .as_array()?
-        .iter()
-        .find(|x| x["prefix"] == prefix)?["quality-source"]
+    lq_tests::daemon::weights_group(&w, prefix)?["quality-source"]
         .as_str()
         .map(String::from)
 }

@@ -190,7 +190,7 @@ fn weights_follow_remote_congestion_and_spine_failure() {
     );
     eprintln!("S2 congested -> target weights in {t:?}");
     let w = lqd.show("weights").unwrap();
-    let members = w["destinations"][0]["members"].as_array().unwrap();
+    let members = w["groups"][0]["members"].as_array().unwrap();
     assert_eq!(members.len(), 4);
     let s2 = members.iter().find(|m| m["uplink"] == 2).unwrap();
     assert_eq!(s2["remote-lqs"], 72);
@@ -211,10 +211,27 @@ fn weights_follow_remote_congestion_and_spine_failure() {
         .find(|n| n["node-id"] == "10.0.0.2")
         .unwrap();
     assert_eq!(s2["state"], "failed", "{n}");
+    // It left by the deletion of its member nexthop: one kernel operation for every group
+    // (issue 15), not one replace per group.
+    let w = lqd.show("weights").unwrap();
+    assert_eq!(w["member-deletes"], 1, "{w}");
+    let member2 = (GROUP_ID - 0x1_0000 + 2).to_string();
+    assert!(
+        f.leaf
+            .ip(&["-j", "nexthop", "show", "id", &member2])
+            .is_err(),
+        "S2's member nexthop is deleted"
+    );
 
-    // S2 speaks again (healthy): it rejoins, damped back to equal weights.
+    // S2 speaks again (healthy): it rejoins (its member nexthop re-created), damped back
+    // to equal weights.
     spines.set(1, Some(237));
     wait_for("S2 back", &lqd, &f.leaf, &equal);
+    assert!(
+        f.leaf
+            .ip(&["-j", "nexthop", "show", "id", &member2])
+            .is_ok()
+    );
 
     let paths = lqd.show("paths").unwrap();
     assert_eq!(paths.as_array().unwrap().len(), 4, "{paths}");
@@ -399,12 +416,44 @@ fn a_crash_leaves_forwarding_in_place_and_a_restart_adopts_it() {
 /// Faults (issue 9): a local uplink that goes down leaves the group at once and returns
 /// when it comes back; a spine that stops advertising one link but not the others has only
 /// that entry aged out (the wire spec's per-entry ageing), not the whole spine.
+///
+/// Layout (seed 003 section 6.1, issue 15): the destinations behind one remote node share
+/// one group, in the order they first appear; a group of lq's left by an older layout is
+/// deleted once no route of lqd's names it.
 #[test]
 fn link_flaps_and_per_entry_ageing() {
     require_root();
     let f = fabric();
-    let config =
-        leaf_config() + "\n[[destination]]\nprefix = \"10.3.0.0/24\"\nremote-node = \"10.0.1.3\"\n";
+    let config = leaf_config()
+        + "\n[[destination]]\nprefix = \"10.3.0.0/24\"\nremote-node = \"10.0.1.3\"\n"
+        + "\n[[destination]]\nprefix = \"10.4.1.0/24\"\nremote-node = \"10.0.1.4\"\n"
+        + "\n[[destination]]\nprefix = \"10.3.1.0/24\"\nremote-node = \"10.0.1.3\"\n";
+    // A previous lqd's group in lq's range that this layout does not use.
+    let leftover = GROUP_ID + 7;
+    f.leaf
+        .ip(&[
+            "nexthop",
+            "add",
+            "id",
+            &(GROUP_ID - 0x1_0000 + 1).to_string(),
+            "via",
+            "10.1.1.1",
+            "dev",
+            "up1",
+        ])
+        .unwrap();
+    f.leaf
+        .ip(&[
+            "nexthop",
+            "add",
+            "id",
+            &leftover.to_string(),
+            "group",
+            &(GROUP_ID - 0x1_0000 + 1).to_string(),
+            "proto",
+            "76",
+        ])
+        .unwrap();
     let lqd = Lqd::start(&f.leaf, &config).unwrap();
     // Spines advertise entries for remote leaves L3 and L4; `drop_l4[k]` omits L4's entry.
     let drop_l4 = Arc::new(Mutex::new([false; 4]));
@@ -431,6 +480,39 @@ fn link_flaps_and_per_entry_ageing() {
     });
     let equal = [(1, 255), (2, 255), (3, 255), (4, 255)];
     wait_for("steady", &lqd, &f.leaf, &equal);
+    // One group per remote node: L4's first (its destination comes first), then L3's.
+    let group = |p: &str| lq_tests::fabric::route_group(&f.leaf, p);
+    let t0 = std::time::Instant::now();
+    while group("10.3.1.0/24").is_none() && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(group("10.4.0.0/24"), Some(GROUP_ID));
+    assert_eq!(group("10.4.1.0/24"), Some(GROUP_ID));
+    assert_eq!(group("10.3.0.0/24"), Some(GROUP_ID + 1));
+    assert_eq!(group("10.3.1.0/24"), Some(GROUP_ID + 1));
+    let groups = f
+        .leaf
+        .ip(&["-j", "nexthop", "show", "protocol", "76"])
+        .unwrap();
+    let ids: Vec<u64> = serde_json::from_str::<serde_json::Value>(&groups)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["group"].is_array())
+        .filter_map(|n| n["id"].as_u64())
+        .collect();
+    assert_eq!(
+        ids,
+        [GROUP_ID, GROUP_ID + 1],
+        "the leftover group is gone: {groups}"
+    );
+    let w = lqd.show("weights").unwrap();
+    assert_eq!(w["groups"].as_array().unwrap().len(), 2, "{w}");
+    assert_eq!(
+        lq_tests::daemon::weights_group(&w, "10.4.1.0/24").unwrap()["prefixes"],
+        serde_json::json!(["10.4.0.0/24", "10.4.1.0/24"])
+    );
 
     // Link flap on the leaf: up3 down -> member 3 leaves at once; up -> it returns.
     f.leaf.ip(&["link", "set", "up3", "down"]).unwrap();
@@ -448,13 +530,10 @@ fn link_flaps_and_per_entry_ageing() {
         &[(1, 255), (3, 255), (4, 255)],
     );
     eprintln!("one entry silent -> aged out of its destination in {t:?}");
+    // Both of L4's destinations are in that group; L3's keep every spine.
+    assert_eq!(group("10.4.1.0/24"), Some(GROUP_ID));
     let w = lqd.show("weights").unwrap();
-    let l3 = w["destinations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["prefix"] == "10.3.0.0/24")
-        .unwrap();
+    let l3 = lq_tests::daemon::weights_group(&w, "10.3.1.0/24").unwrap();
     assert_eq!(l3["members"].as_array().unwrap().len(), 4, "{l3}");
     assert!(
         l3["members"]
@@ -533,7 +612,7 @@ fn an_unconfirmed_spine_gets_no_weight_and_a_failed_spine_shows_lqs_0_cl_7() {
         Some(&[(1, 255), (2, 255), (3, 255)][..])
     );
     let w = lqd.show("weights").unwrap();
-    let s4 = &w["destinations"][0]["members"][3];
+    let s4 = &w["groups"][0]["members"][3];
     assert_eq!(
         (s4["uplink"].as_u64(), s4["path-quality"].as_u64()),
         (Some(4), Some(0)),

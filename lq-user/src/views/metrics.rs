@@ -76,20 +76,20 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
         o.family(
             "lq_path_quality",
             "gauge",
-            "Path quality min(local, remote) per destination and member (seed 003 6.3).",
+            "Path quality min(local, remote) per group (remote node) and member (seed 003 6.3).",
         );
-        for d in &w.destinations {
+        for d in &w.groups {
             for m in &d.members {
                 let l = [
-                    ("destination", d.prefix.clone()),
+                    ("remote", d.label()),
                     ("uplink", m.uplink.to_string()),
                     ("spine", m.spine.clone()),
                 ];
                 o.sample("lq_path_quality", &l, f64::from(m.path_quality));
             }
         }
-        o.family("lq_weight", "gauge", "Weights per destination and member: target and applied fractions, kernel integer weight.");
-        for d in &w.destinations {
+        o.family("lq_weight", "gauge", "Weights per group (remote node) and member: target and applied fractions, kernel integer weight.");
+        for d in &w.groups {
             for m in &d.members {
                 for (kind, value) in [
                     ("target", m.target),
@@ -97,7 +97,7 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
                     ("kernel", f64::from(m.kernel_weight)),
                 ] {
                     let l = [
-                        ("destination", d.prefix.clone()),
+                        ("remote", d.label()),
                         ("uplink", m.uplink.to_string()),
                         ("kind", kind.into()),
                     ];
@@ -117,6 +117,12 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             "Nexthop group replaces the kernel refused.",
         );
         o.sample("lq_group_replace_errors_total", &[], w.group_errors as f64);
+        o.family(
+            "lq_member_deletes_total",
+            "counter",
+            "Member nexthops deleted on a spine failure, each leaving every group at once (seed 003 6.5).",
+        );
+        o.sample("lq_member_deletes_total", &[], w.member_deletes as f64);
     }
     if let Some(h) = &snap.helper {
         let h = &h.local;

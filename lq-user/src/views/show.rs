@@ -171,7 +171,8 @@ pub fn neighbors_table(v: &Value) -> String {
     s
 }
 
-/// Weights per destination as a table: target, applied and kernel weight per member.
+/// Weights per group (remote node) as a table: its destinations, then target, applied and
+/// kernel weight per member.
 pub fn weights_table(v: &Value) -> String {
     match WeightsView::deserialize(v) {
         Ok(w) => weights_view_table(&w),
@@ -182,14 +183,15 @@ pub fn weights_table(v: &Value) -> String {
 /// [`weights_table`] from the typed view.
 pub fn weights_view_table(w: &WeightsView) -> String {
     let mut s = String::new();
-    for d in &w.destinations {
+    for d in &w.groups {
         let _ = writeln!(
             s,
-            "{}  group {}  ({})",
-            d.prefix,
+            "remote {}  group {}  ({})",
+            d.label(),
             d.group_id.map_or_else(|| "-".into(), |g| g.to_string()),
             d.quality_source
         );
+        let _ = writeln!(s, "  destinations: {}", d.prefixes.join(" "));
         let _ = writeln!(
             s,
             "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>8} {:>8} {:>7}",
@@ -214,8 +216,8 @@ pub fn weights_view_table(w: &WeightsView) -> String {
     }
     let _ = writeln!(
         s,
-        "group replaces: {}  refused: {}",
-        w.group_replaces, w.group_errors
+        "group replaces: {}  refused: {}  member deletes on spine failure: {}",
+        w.group_replaces, w.group_errors, w.member_deletes
     );
     s
 }
@@ -302,15 +304,17 @@ pub fn local_view_table(v: &LocalView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::snapshot::{DestinationWeights, MemberWeights};
+    use crate::views::snapshot::{GroupWeights, MemberWeights};
 
     /// The table renders the typed view the daemon serialises: a round trip through the
     /// control socket's JSON gives the same table, aligned.
     #[test]
     fn weights_table_from_the_typed_view() {
         let w = WeightsView {
-            destinations: vec![DestinationWeights {
-                prefix: "10.4.0.0/24".into(),
+            groups: vec![GroupWeights {
+                remote: Some("0/10.0.0.104".into()),
+                prefixes: vec!["10.4.0.0/24".into(), "10.4.1.0/24".into()],
+                eligible: None,
                 quality_source: "Remote".into(),
                 group_id: Some(7),
                 members: vec![MemberWeights {
@@ -331,14 +335,24 @@ mod tests {
             ..WeightsView::default()
         };
         let json = serde_json::to_value(&w).unwrap();
-        assert_eq!(json["destinations"][0]["members"][0]["remote-lqs"], 72);
+        assert_eq!(json["groups"][0]["members"][0]["remote-lqs"], 72);
+        assert_eq!(json["groups"][0]["prefixes"][1], "10.4.1.0/24");
         let t = weights_table(&json);
         assert_eq!(t, weights_view_table(&w));
         assert!(
             t.contains("  1        up1        10.0.0.1           255     72      72   25.00%   50.00%     128\n"),
             "{t}"
         );
-        assert!(t.ends_with("group replaces: 3  refused: 0\n"), "{t}");
+        assert!(
+            t.starts_with(
+                "remote 0/10.0.0.104  group 7  (Remote)\n  destinations: 10.4.0.0/24 10.4.1.0/24\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.ends_with("group replaces: 3  refused: 0  member deletes on spine failure: 0\n"),
+            "{t}"
+        );
         assert!(weights_table(&json!([])).starts_with("unexpected weights answer"));
     }
 

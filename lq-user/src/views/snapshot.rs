@@ -69,14 +69,18 @@ pub struct LoadBalancerSnapshot {
     pub dead_interval_ns: u64,
 }
 
-/// `lqd show weights`: per destination, target, applied and kernel weights.
+/// `lqd show weights`: per group (the destinations of one remote node, seed 003 6.1),
+/// target, applied and kernel weights.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct WeightsView {
-    /// One per configured destination with a path-quality report.
-    pub destinations: Vec<DestinationWeights>,
+    /// One per group with a path-quality report.
+    pub groups: Vec<GroupWeights>,
     /// Nexthop group replaces done.
     pub group_replaces: u64,
+    /// Member nexthops deleted on a spine failure (each left every group at once, 6.5).
+    #[serde(default)]
+    pub member_deletes: u64,
     /// Nexthop group replaces the kernel refused.
     pub group_errors: u64,
     /// Entries whose remote node is the NNH of no destination (6.1).
@@ -90,12 +94,18 @@ pub struct WeightsView {
     pub slow_plane: Option<Value>,
 }
 
-/// One destination's group.
+/// One group: the destinations behind one remote node and their members' weights.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct DestinationWeights {
-    /// `10.4.0.0/24`.
-    pub prefix: String,
+pub struct GroupWeights {
+    /// The remote node `AS/Router-ID` the destinations are reachable through (their NNH,
+    /// 6.1); `None`: no mapping, local-only quality.
+    pub remote: Option<String>,
+    /// The destinations routed at this group (`10.4.0.0/24`, ...).
+    pub prefixes: Vec<String>,
+    /// The uplinks the slow plane permits (a BGP route's next hops, 4.1); `None`: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eligible: Option<Vec<u32>>,
     /// How the member qualities were obtained.
     pub quality_source: String,
     /// The nexthop group, once created.
@@ -104,7 +114,24 @@ pub struct DestinationWeights {
     pub members: Vec<MemberWeights>,
 }
 
-/// One member of a destination's group.
+impl GroupWeights {
+    /// `65104/10.0.0.4` or `local-only`, with the permitted uplinks when restricted.
+    pub fn label(&self) -> String {
+        let r = self.remote.clone().unwrap_or_else(|| "local-only".into());
+        match &self.eligible {
+            None => r,
+            Some(e) => format!(
+                "{r} via {}",
+                e.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        }
+    }
+}
+
+/// One member of a group.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct MemberWeights {

@@ -32,7 +32,7 @@
 
 use lq_tests::bench::{Trials, nearest_rank as pct};
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     io,
     net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
@@ -47,6 +47,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
+use lq_common::maps::{PathKey, PathValue};
 use lq_common::wire::{self, Mode};
 use lq_tests::{
     daemon::Lqd,
@@ -58,7 +59,7 @@ use lq_user::{
     core::controller::{
         config::{ControllerConfig, GroupKind},
         path_quality::{
-            DestinationQuality, MemberQuality, PathQualityReport, Prefix, QualitySource, node,
+            GroupKey, LocalQuality, NnhMapping, PathSnapshot, Prefix, Uplink, compute_groups, node,
         },
         weights::{DestinationWeights, MemberInput, WeightController, bucket_shares},
     },
@@ -86,6 +87,7 @@ const FAIL_TRIALS: usize = 50;
 const REPLACE_N: usize = 2000;
 const REPLACE_ROUNDS: usize = 5;
 const REWEIGHT_DESTS: usize = 1024;
+const REWEIGHT_REMOTES: usize = 128;
 const REWEIGHT_MEMBERS: usize = 64;
 const REWEIGHT_ROUNDS: usize = 9;
 const HASHES: usize = 1 << 20;
@@ -101,24 +103,29 @@ fn main() -> ExitCode {
     }
 }
 
+/// One independent part of this benchmark.
+type Part = fn() -> Result<()>;
+
 fn run() -> Result<()> {
+    // `bench_controller [PART...]` runs only the named parts (daemon, group_replace,
+    // reweight, remap); `cargo xtask bench` runs them all.
+    let only: Vec<String> = std::env::args().skip(1).collect();
+    let parts: [(&str, Part); 4] = [
+        ("daemon", daemon_parts),
+        ("group_replace", group_replace),
+        ("reweight", reweight),
+        ("remap", remap),
+    ];
     let mut failed = Vec::new();
     // Each part cleans up its own namespaces; one failing does not stop the others.
-    if let Err(e) = daemon_parts() {
-        eprintln!("control loop / failure detection: {e:#}");
-        failed.push("daemon");
-    }
-    if let Err(e) = group_replace() {
-        eprintln!("group replace: {e:#}");
-        failed.push("group_replace");
-    }
-    if let Err(e) = reweight() {
-        eprintln!("reweight: {e:#}");
-        failed.push("reweight");
-    }
-    if let Err(e) = remap() {
-        eprintln!("remap: {e:#}");
-        failed.push("remap");
+    for (name, part) in parts {
+        if !only.is_empty() && !only.iter().any(|o| o == name) {
+            continue;
+        }
+        if let Err(e) = part() {
+            eprintln!("{name}: {e:#}");
+            failed.push(name);
+        }
     }
     if failed.is_empty() {
         Ok(())
@@ -838,106 +845,214 @@ fn group_replace() -> Result<()> {
     result
 }
 
-// ------------------------------------------------------------------ 3: 1024 x 64 reweight
+// ------------------------------------------------------------------ 3: reweight at scale
 
-fn reweight() -> Result<()> {
-    let ns = NetNs::new("lqb-rw")?;
-    local_veth(&ns, "rw0", "rw1", "10.10.0.2/16")?;
-    compat_mode_off(&ns)?;
-    let members: Vec<(u32, Ipv4Addr)> = (1..=REWEIGHT_MEMBERS as u32)
-        .map(|k| (k, Ipv4Addr::new(10, 10, 1, k as u8)))
-        .collect();
-    let mut rtnl = gateways(&ns, "rw0", members)?;
-    let cfg = ControllerConfig::default();
-    let mut wc = WeightController::new(cfg).map_err(|e| anyhow!("{e}"))?;
-    let prefixes: Vec<Prefix> = (0..REWEIGHT_DESTS)
-        .map(|d| Prefix {
-            addr: IpAddr::V4(Ipv4Addr::new(10, 100 + (d >> 8) as u8, d as u8, 0)),
-            len: 24,
-        })
-        .collect();
-    let group_of: BTreeMap<Prefix, u32> = prefixes
-        .iter()
-        .enumerate()
-        .map(|(d, p)| (*p, 10_000 + d as u32))
-        .collect();
-    let report = |round: usize| -> PathQualityReport {
-        let mut r = PathQualityReport::default();
-        for (d, p) in prefixes.iter().enumerate() {
-            let members = (0..REWEIGHT_MEMBERS)
-                .map(|k| {
-                    let q = 100 + ((k * 37 + d * 13 + round * 71) % 156) as u8;
-                    MemberQuality {
-                        uplink: k as u32 + 1,
-                        spine: node(0, ip4(10, 0, 0, k as u8 + 1)),
-                        capacity_gbps: 400.0,
-                        local: 255,
-                        remote: Some(q),
-                        quality: q,
-                    }
-                })
-                .collect();
-            r.destinations.insert(
-                *p,
-                DestinationQuality {
-                    source: QualitySource::Remote,
-                    members,
+/// One reweight scale case: `prefixes` destinations behind `remotes` remote nodes, each
+/// group with `members` uplinks (one spine each).
+struct ScaleCase {
+    prefixes: usize,
+    remotes: usize,
+    members: usize,
+}
+
+/// The controller's whole step from a path table to acknowledged replaces, through the
+/// real code: the path snapshot, one path-quality computation per remote node's group
+/// (seed 003 section 6.1), damping, messages, one replace per group.
+struct Reweight {
+    ns: NetNs,
+    rtnl: Rtnl,
+    cfg: ControllerConfig,
+    mapping: NnhMapping,
+    local: LocalQuality,
+    keys: BTreeSet<GroupKey>,
+    ids: BTreeMap<GroupKey, u32>,
+    wc: WeightController,
+    case: ScaleCase,
+}
+
+impl Reweight {
+    fn new(name: &str, case: ScaleCase) -> Result<Self> {
+        let ns = NetNs::new(name)?;
+        local_veth(&ns, "rw0", "rw1", "10.10.0.2/16")?;
+        compat_mode_off(&ns)?;
+        let members: Vec<(u32, Ipv4Addr)> = (1..=case.members as u32)
+            .map(|k| (k, Ipv4Addr::new(10, 10, 1, k as u8)))
+            .collect();
+        let rtnl = gateways(&ns, "rw0", members)?;
+        let cfg = ControllerConfig::default();
+        let mut mapping = NnhMapping::default();
+        let mut local = LocalQuality::default();
+        for k in 1..=case.members as u32 {
+            mapping.uplinks.insert(
+                k,
+                Uplink {
+                    spine: node(0, ip4(10, 0, 0, k as u8)),
+                    capacity_gbps: 400.0,
                 },
             );
+            local.set_up(k, true);
         }
-        r
-    };
-    let (mut compute_ms, mut kernel_ms, mut total_ms) = (Vec::new(), Vec::new(), Vec::new());
-    // Round 0 creates the groups (first application); then one reweight of all groups per
-    // round, T_reweight apart in the controller's (virtual) time.
-    for round in 0..=REWEIGHT_ROUNDS {
-        let rep = report(round);
-        let now = 1_000_000_000 + round as u64 * cfg.t_reweight_ns();
+        for d in 0..case.prefixes {
+            let p = Prefix {
+                addr: IpAddr::V4(Ipv4Addr::new(10, 100 + (d >> 8) as u8, d as u8, 0)),
+                len: 24,
+            };
+            mapping
+                .destinations
+                .insert(p, Some(node(0, 0x0B00_0000 + (d % case.remotes) as u32)));
+        }
+        let groups = mapping.groups();
+        ensure!(groups.len() == case.remotes, "{} groups", groups.len());
+        let keys: BTreeSet<GroupKey> = groups.into_keys().collect();
+        let ids = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), 10_000 + i as u32))
+            .collect();
+        let wc = WeightController::new(cfg).map_err(|e| anyhow!("{e}"))?;
+        Ok(Self {
+            ns,
+            rtnl,
+            cfg,
+            mapping,
+            local,
+            keys,
+            ids,
+            wc,
+            case,
+        })
+    }
+
+    /// The path table of round `round`: every spine's entry for every remote node, with
+    /// LQS values that move every group's weights.
+    fn table(&self, round: usize, now: u64) -> BTreeMap<PathKey, PathValue> {
+        let mut t = BTreeMap::new();
+        for r in 0..self.case.remotes {
+            for k in 0..self.case.members {
+                let q = 100 + ((k * 37 + r * 13 + round * 71) % 156) as u8;
+                t.insert(
+                    PathKey {
+                        spine_as: 0,
+                        spine_id: ip4(10, 0, 0, k as u8 + 1),
+                        remote_as: 0,
+                        remote_id: 0x0B00_0000 + r as u32,
+                        link_id: 1,
+                    },
+                    PathValue {
+                        lqs: q,
+                        last_update_ns: now,
+                        ..PathValue::default()
+                    },
+                );
+            }
+        }
+        t
+    }
+
+    /// One step: (compute ms, kernel ms, kernel system-time ms, messages sent).
+    fn step(&mut self, round: usize) -> Result<(f64, f64, f64, Vec<NexthopMsg>)> {
+        let now = 1_000_000_000 + round as u64 * self.cfg.t_reweight_ns();
+        let table = self.table(round, now);
         let t0 = Instant::now();
-        let apps = wc.update(&rep, now);
+        let snap =
+            PathSnapshot::from_map(&table, now, self.cfg.dead_interval_ns(), &BTreeSet::new());
+        let report = compute_groups(
+            &self.cfg,
+            &self.mapping,
+            &self.local,
+            &snap,
+            self.keys.iter(),
+        );
+        let apps = self.wc.update(&report, now);
         let msgs: Vec<NexthopMsg> = apps
             .iter()
-            .map(|(p, app)| {
+            .map(|(k, app)| {
                 let members = app
                     .kernel
                     .iter()
                     .map(|&(u, weight)| GroupMember { id: u, weight })
                     .collect();
-                NexthopMsg::group(group_of[p], members, &cfg.group)
+                NexthopMsg::group(self.ids[k], members, &self.cfg.group)
             })
             .collect();
         let t1 = Instant::now();
-        for m in &msgs {
-            rtnl.replace_nexthop(m)?;
+        let sys0 = lq_tests::bench::thread_sys_ns();
+        // As lqd does: the step's replaces pipelined, then every ACK checked.
+        for r in self.rtnl.replace_nexthops(&msgs) {
+            r?;
         }
+        let sys = (lq_tests::bench::thread_sys_ns() - sys0) as f64 / 1e6;
         let t2 = Instant::now();
         ensure!(
-            msgs.len() == REWEIGHT_DESTS,
-            "round {round}: {} applications, want {REWEIGHT_DESTS}",
-            msgs.len()
+            msgs.len() == self.case.remotes,
+            "round {round}: {} applications, want one per remote node ({})",
+            msgs.len(),
+            self.case.remotes
         );
+        Ok((
+            (t1 - t0).as_secs_f64() * 1e3,
+            (t2 - t1).as_secs_f64() * 1e3,
+            sys,
+            msgs,
+        ))
+    }
+}
+
+/// The same replaces as `msgs` for `ip -batch`.
+fn batch_text(msgs: &[NexthopMsg], base: u32) -> String {
+    let mut text = String::new();
+    for m in msgs {
+        let g: Vec<String> = m
+            .group
+            .iter()
+            .map(|x| format!("{},{}", x.id, x.weight))
+            .collect();
+        text.push_str(&format!(
+            "nexthop replace id {} group {} type resilient buckets 128 idle_timer 120 unbalanced_timer 0\n",
+            m.id.unwrap_or(0) + base,
+            g.join("/")
+        ));
+    }
+    text
+}
+
+fn reweight() -> Result<()> {
+    // 1 024 prefixes behind 128 remote nodes: 128 groups (seed 003 section 6.1).
+    let mut rw = Reweight::new(
+        "lqb-rw",
+        ScaleCase {
+            prefixes: REWEIGHT_DESTS,
+            remotes: REWEIGHT_REMOTES,
+            members: REWEIGHT_MEMBERS,
+        },
+    )?;
+    let (mut compute_ms, mut kernel_ms, mut total_ms) = (Vec::new(), Vec::new(), Vec::new());
+    // Round 0 creates the groups (first application); then one reweight of all groups per
+    // round, T_reweight apart in the controller's (virtual) time.
+    for round in 0..=REWEIGHT_ROUNDS {
+        let (c, k, _, _) = rw.step(round)?;
         if round > 0 {
-            compute_ms.push((t1 - t0).as_secs_f64() * 1e3);
-            kernel_ms.push((t2 - t1).as_secs_f64() * 1e3);
-            total_ms.push((t2 - t0).as_secs_f64() * 1e3);
+            compute_ms.push(c);
+            kernel_ms.push(k);
+            total_ms.push(c + k);
         }
     }
-    let g = kernel_group(&ns, 10_000 + REWEIGHT_DESTS as u32 - 1)?;
+    let g = kernel_group(&rw.ns, 10_000 + REWEIGHT_REMOTES as u32 - 1)?;
     ensure!(
         g.len() == REWEIGHT_MEMBERS,
         "last group has {} members",
         g.len()
     );
     eprintln!(
-        "reweight {REWEIGHT_DESTS}x{REWEIGHT_MEMBERS} (resilient, 128 buckets), ms: total {}",
+        "reweight {REWEIGHT_DESTS} prefixes behind {REWEIGHT_REMOTES} remote nodes x {REWEIGHT_MEMBERS} members (resilient, 128 buckets), ms: total {}",
         summary(&total_ms)
     );
     eprintln!(
-        "    compute (WeightController + messages): {}",
+        "    compute (snapshot, path quality, damping, messages): {}",
         summary(&compute_ms)
     );
     eprintln!(
-        "    kernel ({REWEIGHT_DESTS} replaces via Rtnl): {}",
+        "    kernel ({REWEIGHT_REMOTES} group replaces via Rtnl): {}",
         summary(&kernel_ms)
     );
     metric(
@@ -947,7 +1062,112 @@ fn reweight() -> Result<()> {
         Some("<= 20"),
         None,
     );
-    Ok(())
+    drop(rw);
+    reweight_512()
+}
+
+/// 512 remote nodes' groups of 64 members all changed in one step, beside `ip -batch`
+/// doing the same replaces, then one spine's failure reaching every group.
+fn reweight_512() -> Result<()> {
+    let mut rw = Reweight::new(
+        "lqb-rw512",
+        ScaleCase {
+            prefixes: 512,
+            remotes: 512,
+            members: REWEIGHT_MEMBERS,
+        },
+    )?;
+    let dir = std::env::temp_dir().join(lq_tests::unique_name("lqb-rw512"));
+    std::fs::create_dir_all(&dir)?;
+    let result = (|| -> Result<()> {
+        let (mut ours, mut ip, mut compute, mut sys) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // iproute2 replaces a copy of every group (ids + 100 000) with the same weights.
+        const IP_BASE: u32 = 100_000;
+        let batch = dir.join("replace.batch");
+        for round in 0..=REWEIGHT_ROUNDS {
+            let (c, k, ksys, msgs) = rw.step(round)?;
+            std::fs::write(&batch, batch_text(&msgs, IP_BASE))?;
+            let t = Instant::now();
+            let out = Command::new("ip")
+                .args(["-n", rw.ns.name(), "-batch"])
+                .arg(&batch)
+                .output()?;
+            let el = t.elapsed().as_secs_f64() * 1e3;
+            ensure!(
+                out.status.success(),
+                "ip -batch: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if round > 0 {
+                ours.push(c + k);
+                sys.push(ksys);
+                compute.push(c);
+                ip.push(el);
+            }
+            let last = msgs.last().and_then(|m| m.id).unwrap_or(0);
+            let want: Vec<(u32, u32)> = msgs
+                .last()
+                .map(|m| m.group.iter().map(|x| (x.id, x.weight)).collect())
+                .unwrap_or_default();
+            ensure!(kernel_group(&rw.ns, last)? == want, "our last group");
+            ensure!(
+                kernel_group(&rw.ns, last + IP_BASE)? == want,
+                "iproute2's last group"
+            );
+        }
+        eprintln!(
+            "reweight 512 remote nodes x {REWEIGHT_MEMBERS} members, ms: lq {}",
+            summary(&ours)
+        );
+        eprintln!("    of which compute: {}", summary(&compute));
+        eprintln!(
+            "    kernel system time of our replaces (the kernel's floor): {}",
+            summary(&sys)
+        );
+        eprintln!(
+            "    ip -batch, same replaces (process included): {}",
+            summary(&ip)
+        );
+        let (o, b) = (median(&ours), median(&ip));
+        metric("reweight_512x64_ms", o, "ms", None, Some(b));
+        metric(
+            "reweight_512x64_kernel_sys_ms",
+            median(&sys),
+            "ms",
+            None,
+            None,
+        );
+        metric(
+            "reweight_512x64_vs_iproute2_ratio",
+            o / b,
+            "ratio",
+            Some("<= 1.0"),
+            Some(1.0),
+        );
+        // A spine fails: deleting its member nexthop removes it from all 512 groups in one
+        // kernel operation (what lqd does, 6.5). iproute2's copies go first, so exactly
+        // 512 groups hold the member. Timed to the ACK, then checked.
+        for i in 0..512u32 {
+            rw.rtnl.delete_nexthop(IP_BASE + 10_000 + i)?;
+        }
+        let spine = REWEIGHT_MEMBERS as u32;
+        let t = Instant::now();
+        rw.rtnl.delete_nexthop(spine)?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        for id in [10_000, 10_255, 10_511] {
+            let g = kernel_group(&rw.ns, id)?;
+            ensure!(
+                g.len() == REWEIGHT_MEMBERS - 1 && g.iter().all(|(m, _)| *m != spine),
+                "group {id} after the member's removal: {g:?}"
+            );
+        }
+        eprintln!("spine failure: one member nexthop deleted from 512 groups of 64 in {ms:.2} ms");
+        metric("spine_failure_all_groups_ms", ms, "ms", Some("<= 5"), None);
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 // ------------------------------------------------------------------ 4: remap ratios

@@ -42,6 +42,49 @@ pub struct Prefix {
     pub len: u8,
 }
 
+/// The destinations one nexthop group serves. Seed 003 section 6.1: a destination's
+/// weights depend on the remote node R it is reachable through, not on its prefix; so every
+/// destination behind the same R (with the same members permitted by the slow plane, 4.1)
+/// shares one group, and a change of R's quality costs one group replace, however many
+/// prefixes R announces. Destinations without an NNH mapping all read the same local-only
+/// quality (6.1) and share one group too.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupKey {
+    /// The remote node (NNH); `None`: no mapping, local-only quality (6.1).
+    pub remote: Option<NodeId>,
+    /// The members the slow plane permits (a BGP route's next hops, 4.1), sorted; `None`:
+    /// every uplink (a `[[destination]]`).
+    pub eligible: Option<Vec<UplinkId>>,
+}
+
+impl GroupKey {
+    /// Every destination behind `remote`, every uplink a member.
+    pub const fn remote(remote: NodeId) -> Self {
+        Self {
+            remote: Some(remote),
+            eligible: None,
+        }
+    }
+
+    /// `65104/10.0.0.4`, or `local-only`, with the permitted uplinks when restricted.
+    pub fn label(&self) -> String {
+        let r = self.remote.map_or_else(
+            || "local-only".to_string(),
+            |r| format!("{}/{}", r.node_as, std::net::Ipv4Addr::from(r.node_id)),
+        );
+        match &self.eligible {
+            None => r,
+            Some(e) => format!(
+                "{r} via {}",
+                e.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        }
+    }
+}
+
 /// One next-hop member: a local uplink towards a spine. Several uplinks to the same spine
 /// are separate members (each has its own local quality and its own kernel nexthop).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -60,10 +103,35 @@ pub struct NnhMapping {
     /// Destination -> remote node R through which it is reachable (the NNH). `None`: the
     /// destination is known (it has a group) but the mapping is missing: local-only (6.1).
     pub destinations: BTreeMap<Prefix, Option<NodeId>>,
+    /// Destination -> the members the slow plane permits (4.1), sorted. A destination
+    /// absent here may use every uplink.
+    pub eligible: BTreeMap<Prefix, Vec<UplinkId>>,
     /// Provisioned capacity of a spine -> remote link `(spine, remote, link_id)`, used only
     /// by [`ParallelLinkAggregation::CapacityWeightedMean`]; a missing link counts as 1 so
     /// that the rule degrades to a plain mean.
     pub remote_link_capacity: BTreeMap<(NodeId, NodeId, u32), f64>,
+}
+
+impl NnhMapping {
+    /// The group a destination belongs to; `None` for an unknown destination.
+    pub fn group_of(&self, prefix: &Prefix) -> Option<GroupKey> {
+        let remote = *self.destinations.get(prefix)?;
+        Some(GroupKey {
+            remote,
+            eligible: self.eligible.get(prefix).cloned(),
+        })
+    }
+
+    /// Every group with its destinations.
+    pub fn groups(&self) -> BTreeMap<GroupKey, Vec<Prefix>> {
+        let mut out: BTreeMap<GroupKey, Vec<Prefix>> = BTreeMap::new();
+        for p in self.destinations.keys() {
+            if let Some(k) = self.group_of(p) {
+                out.entry(k).or_default().push(*p);
+            }
+        }
+        out
+    }
 }
 
 /// Local quality of each uplink, 0..=255 (section 6.3 `local_quality(S)`). Until the helper
@@ -121,7 +189,7 @@ pub struct MemberQuality {
     pub quality: u8,
 }
 
-/// The qualities of every member for one destination.
+/// The qualities of every member of one group (the destinations of one remote node).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DestinationQuality {
     /// How they were obtained.
@@ -133,11 +201,11 @@ pub struct DestinationQuality {
 /// The result of [`compute`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PathQualityReport {
-    /// Per destination.
-    pub destinations: BTreeMap<Prefix, DestinationQuality>,
-    /// Per destination, the congestion and capacity signals of every member (same order as
-    /// `destinations[..].members`); read only by `weight-function = "integral"`.
-    pub signals: BTreeMap<Prefix, Vec<MemberSignal>>,
+    /// Per group.
+    pub groups: BTreeMap<GroupKey, DestinationQuality>,
+    /// Per group, the congestion and capacity signals of every member (same order as
+    /// `groups[..].members`); read only by `weight-function = "integral"`.
+    pub signals: BTreeMap<GroupKey, Vec<MemberSignal>>,
     /// Entries whose remote node is the NNH of no destination: kept, unused (6.1).
     pub unknown_remote_entries: usize,
     /// Entries from nodes that are not the spine of any member (unused).
@@ -149,11 +217,46 @@ pub struct PathQualityReport {
 /// The path table reduced to what forwarding may use: the effective LQS of every
 /// `(spine, remote, link)` after ageing and failure (section 6.5 and the wire spec: a
 /// failed neighbor's or an unrefreshed entry counts as LQS 0 / CL 7).
+///
+/// Flat and sorted by `(remote, spine, link)`, indexed by remote node, then by spine within
+/// a remote node: a leaf of a 64 x 512 fabric holds 32 768 entries, and one map node and two
+/// vectors per pair made building the snapshot most of a step's cost (issue 15); a group's
+/// computation finds its remote node once, then each member's spine among a few dozen.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PathSnapshot {
-    links: BTreeMap<(NodeId, NodeId), Vec<(u32, u8)>>,
-    signals: BTreeMap<(NodeId, NodeId), Vec<(u32, LinkSignal)>>,
+    /// Remote node -> its range in `pairs`, sorted.
+    remotes: Vec<(NodeId, u32, u32)>,
+    /// Spine -> its range in `links` and `signals`, one run per remote node, sorted.
+    pairs: Vec<(NodeId, u32, u32)>,
+    links: Vec<(u32, u8)>,
+    signals: Vec<(u32, LinkSignal)>,
     failed_entries: usize,
+}
+
+/// The entries towards one remote node, by spine (see [`PathSnapshot::remote`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RemoteEntries<'a> {
+    snapshot: &'a PathSnapshot,
+    pairs: &'a [(NodeId, u32, u32)],
+}
+
+impl<'a> RemoteEntries<'a> {
+    fn range(&self, spine: NodeId) -> std::ops::Range<usize> {
+        match self.pairs.binary_search_by(|e| e.0.cmp(&spine)) {
+            Ok(i) => self.pairs[i].1 as usize..self.pairs[i].2 as usize,
+            Err(_) => 0..0,
+        }
+    }
+
+    /// Effective LQS of every link from `spine`, by link id.
+    pub fn links(&self, spine: NodeId) -> &'a [(u32, u8)] {
+        &self.snapshot.links[self.range(spine)]
+    }
+
+    /// Signals of every link from `spine`, by link id.
+    pub fn signals(&self, spine: NodeId) -> &'a [(u32, LinkSignal)] {
+        &self.snapshot.signals[self.range(spine)]
+    }
 }
 
 /// What an entry says besides its LQS, for the integral weight function: the CL (which,
@@ -215,66 +318,99 @@ impl PathSnapshot {
         dead_interval_ns: u64,
         failed_spines: &BTreeSet<NodeId>,
     ) -> Self {
-        let mut s = Self::default();
-        for (k, v) in entries {
-            let spine = node(k.spine_as, k.spine_id);
-            let remote = node(k.remote_as, k.remote_id);
-            let failed = failed_spines.contains(&spine)
-                || entry_expired(v.last_update_ns, now_ns, dead_interval_ns);
-            let lqs = if failed {
-                s.failed_entries += 1;
-                0
-            } else {
-                v.lqs
-            };
-            s.links
-                .entry((spine, remote))
-                .or_default()
-                .push((k.link_id, lqs));
-            let diag = v.flags & lq_common::maps::PATH_FLAG_DIAGNOSTICS != 0;
-            let signal = if failed {
-                LinkSignal {
-                    cl: 7,
-                    ..LinkSignal::default()
+        let mut failed_entries = 0;
+        let mut flat: Vec<((NodeId, NodeId), u32, u8, LinkSignal)> = entries
+            .into_iter()
+            .map(|(k, v)| {
+                let spine = node(k.spine_as, k.spine_id);
+                let remote = node(k.remote_as, k.remote_id);
+                let failed = failed_spines.contains(&spine)
+                    || entry_expired(v.last_update_ns, now_ns, dead_interval_ns);
+                failed_entries += usize::from(failed);
+                let diag = v.flags & lq_common::maps::PATH_FLAG_DIAGNOSTICS != 0;
+                let (lqs, signal) = if failed {
+                    (
+                        0,
+                        LinkSignal {
+                            cl: 7,
+                            ..LinkSignal::default()
+                        },
+                    )
+                } else {
+                    (
+                        v.lqs,
+                        LinkSignal {
+                            live: true,
+                            cl: v.cl.min(7),
+                            available_bits: v.available_bandwidth_bits,
+                            capacity_bits: diag.then_some(v.link_capacity_bits),
+                            queue_depth: diag.then_some(v.queue_depth),
+                        },
+                    )
+                };
+                ((spine, remote), k.link_id, lqs, signal)
+            })
+            .collect();
+        // Any source order gives the same snapshot.
+        flat.sort_unstable_by_key(|e| (e.0.1, e.0.0, e.1));
+        let mut s = Self {
+            failed_entries,
+            links: Vec::with_capacity(flat.len()),
+            signals: Vec::with_capacity(flat.len()),
+            pairs: Vec::new(),
+            remotes: Vec::new(),
+        };
+        for ((spine, remote), link, lqs, signal) in flat {
+            let at = s.links.len() as u32;
+            let new_remote = s.remotes.last().is_none_or(|r| r.0 != remote);
+            if new_remote {
+                let p = s.pairs.len() as u32;
+                s.remotes.push((remote, p, p));
+            }
+            match s.pairs.last_mut() {
+                Some((sp, _, end)) if !new_remote && *sp == spine => *end = at + 1,
+                _ => {
+                    s.pairs.push((spine, at, at + 1));
+                    if let Some(r) = s.remotes.last_mut() {
+                        r.2 = s.pairs.len() as u32;
+                    }
                 }
-            } else {
-                LinkSignal {
-                    live: true,
-                    cl: v.cl.min(7),
-                    available_bits: v.available_bandwidth_bits,
-                    capacity_bits: diag.then_some(v.link_capacity_bits),
-                    queue_depth: diag.then_some(v.queue_depth),
-                }
-            };
-            s.signals
-                .entry((spine, remote))
-                .or_default()
-                .push((k.link_id, signal));
-        }
-        for v in s.links.values_mut() {
-            // Map iteration order is arbitrary; sorting keeps every result deterministic.
-            v.sort_unstable();
-        }
-        for v in s.signals.values_mut() {
-            v.sort_unstable_by_key(|x| x.0);
+            }
+            s.links.push((link, lqs));
+            s.signals.push((link, signal));
         }
         s
     }
 
+    /// The entries towards `remote` (none when no spine advertised it).
+    pub fn remote(&self, remote: NodeId) -> RemoteEntries<'_> {
+        let pairs = match self.remotes.binary_search_by(|e| e.0.cmp(&remote)) {
+            Ok(i) => &self.pairs[self.remotes[i].1 as usize..self.remotes[i].2 as usize],
+            Err(_) => &[],
+        };
+        RemoteEntries {
+            snapshot: self,
+            pairs,
+        }
+    }
+
     /// Signals of every link from `spine` to `remote`, by link id.
     pub fn signals(&self, spine: NodeId, remote: NodeId) -> &[(u32, LinkSignal)] {
-        self.signals
-            .get(&(spine, remote))
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
+        self.remote(remote).signals(spine)
     }
 
     /// Effective LQS of every link from `spine` to `remote`, by link id.
     pub fn links(&self, spine: NodeId, remote: NodeId) -> &[(u32, u8)] {
-        self.links
-            .get(&(spine, remote))
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
+        self.remote(remote).links(spine)
+    }
+
+    /// Every `(spine, remote)` pair with its number of links.
+    fn pairs(&self) -> impl Iterator<Item = ((NodeId, NodeId), usize)> + '_ {
+        self.remotes.iter().flat_map(move |(r, a, b)| {
+            self.pairs[*a as usize..*b as usize]
+                .iter()
+                .map(move |(sp, x, y)| ((*sp, *r), (y - x) as usize))
+        })
     }
 }
 
@@ -315,46 +451,68 @@ fn aggregate(
     }
 }
 
-/// Compute the per-destination member qualities (section 6.3).
+/// Compute the member qualities of every group of `mapping` (section 6.3).
 pub fn compute(
     config: &ControllerConfig,
     mapping: &NnhMapping,
     local: &LocalQuality,
     snapshot: &PathSnapshot,
 ) -> PathQualityReport {
+    let groups: BTreeSet<GroupKey> = mapping.groups().into_keys().collect();
+    compute_groups(config, mapping, local, snapshot, groups.iter())
+}
+
+/// Compute the member qualities of `groups` (section 6.3): the caller keeps the set of
+/// groups between steps, so a step costs one computation per remote node, not per prefix.
+pub fn compute_groups<'g>(
+    config: &ControllerConfig,
+    mapping: &NnhMapping,
+    local: &LocalQuality,
+    snapshot: &PathSnapshot,
+    groups: impl IntoIterator<Item = &'g GroupKey> + Clone,
+) -> PathQualityReport {
     let mut report = PathQualityReport {
         failed_entries: snapshot.failed_entries,
         ..Default::default()
     };
     let spines: BTreeSet<NodeId> = mapping.uplinks.values().map(|u| u.spine).collect();
-    let remotes: BTreeSet<NodeId> = mapping.destinations.values().flatten().copied().collect();
-    for (&(spine, remote), links) in &snapshot.links {
+    let remotes: BTreeSet<NodeId> = groups
+        .clone()
+        .into_iter()
+        .filter_map(|g| g.remote)
+        .collect();
+    for ((spine, remote), links) in snapshot.pairs() {
         if !spines.contains(&spine) {
-            report.unknown_spine_entries += links.len();
+            report.unknown_spine_entries += links;
         } else if !remotes.contains(&remote) {
-            report.unknown_remote_entries += links.len();
+            report.unknown_remote_entries += links;
         }
     }
 
-    for (prefix, remote) in &mapping.destinations {
+    // Per uplink once, not per group and uplink.
+    let locals: Vec<u8> = mapping.uplinks.keys().map(|u| local.get(*u)).collect();
+    for key in groups {
+        let remote = &key.remote;
+        let entries = remote.map(|r| snapshot.remote(r));
         let mut signals = Vec::with_capacity(mapping.uplinks.len());
         let mut members = Vec::with_capacity(mapping.uplinks.len());
         let mut any_remote = false;
-        for (&uplink, u) in &mapping.uplinks {
-            let local_q = local.get(uplink);
-            let remote_q = remote.and_then(|r| {
-                aggregate(
-                    config.parallel_links,
-                    mapping,
-                    u.spine,
-                    r,
-                    snapshot.links(u.spine, r),
-                )
+        for ((&uplink, u), &local_q) in mapping.uplinks.iter().zip(&locals) {
+            // Section 4.1: only what the slow plane permits (a BGP route's next hops).
+            if key
+                .eligible
+                .as_ref()
+                .is_some_and(|e| e.binary_search(&uplink).is_err())
+            {
+                continue;
+            }
+            let remote_q = remote.zip(entries).and_then(|(r, e)| {
+                aggregate(config.parallel_links, mapping, u.spine, r, e.links(u.spine))
             });
             any_remote |= remote_q.is_some();
             signals.push(member_signal(
                 uplink,
-                remote.map_or(&[][..], |r| snapshot.signals(u.spine, r)),
+                entries.map_or(&[][..], |e| e.signals(u.spine)),
             ));
             members.push(MemberQuality {
                 uplink,
@@ -382,15 +540,15 @@ pub fn compute(
         };
         if source != QualitySource::Remote {
             debug!(
-                ?prefix,
+                group = %key.label(),
                 ?source,
-                "destination falls back to local-only quality (6.1)"
+                "destinations fall back to local-only quality (6.1)"
             );
         }
         report
-            .destinations
-            .insert(*prefix, DestinationQuality { source, members });
-        report.signals.insert(*prefix, signals);
+            .groups
+            .insert(key.clone(), DestinationQuality { source, members });
+        report.signals.insert(key.clone(), signals);
     }
     report
 }
@@ -483,12 +641,17 @@ pub(crate) mod tests {
         (m, l)
     }
 
-    fn qualities(r: &PathQualityReport, p: Prefix) -> Vec<u8> {
-        r.destinations[&p]
-            .members
-            .iter()
-            .map(|m| m.quality)
-            .collect()
+    /// The group of destination `p` in report `r`.
+    pub(crate) fn of<'a>(
+        r: &'a PathQualityReport,
+        m: &NnhMapping,
+        p: Prefix,
+    ) -> &'a DestinationQuality {
+        &r.groups[&m.group_of(&p).expect("a known destination")]
+    }
+
+    fn qualities(r: &PathQualityReport, m: &NnhMapping, p: Prefix) -> Vec<u8> {
+        of(r, m, p).members.iter().map(|m| m.quality).collect()
     }
 
     fn run(
@@ -512,8 +675,8 @@ pub(crate) mod tests {
             t.insert(key(s, 104, 7), value(q, 0));
         }
         let r = run(&cfg, &m, &l, &t, 1_000);
-        assert_eq!(qualities(&r, prefix(4)), [237, 72, 100, 237]);
-        assert_eq!(r.destinations[&prefix(4)].source, QualitySource::Remote);
+        assert_eq!(qualities(&r, &m, prefix(4)), [237, 72, 100, 237]);
+        assert_eq!(of(&r, &m, prefix(4)).source, QualitySource::Remote);
     }
 
     #[test]
@@ -531,19 +694,19 @@ pub(crate) mod tests {
         // An entry from a node that is no member's spine.
         t.insert(key(77, 104, 7), value(1, 0));
         let r = run(&cfg, &m, &l, &t, 0);
-        assert_eq!(qualities(&r, prefix(5)), [255, 0, 255, 255]);
+        assert_eq!(qualities(&r, &m, prefix(5)), [255, 0, 255, 255]);
         assert_eq!(
-            r.destinations[&prefix(5)].source,
+            of(&r, &m, prefix(5)).source,
             QualitySource::LocalOnlyNoMapping
         );
-        assert_eq!(qualities(&r, prefix(6)), [255, 0, 255, 255]);
+        assert_eq!(qualities(&r, &m, prefix(6)), [255, 0, 255, 255]);
         assert_eq!(
-            r.destinations[&prefix(6)].source,
+            of(&r, &m, prefix(6)).source,
             QualitySource::LocalOnlyNoEntries
         );
         // Spines 2-4 have no entry for 104 while spine 1 has: they are not confirmed
         // healthy (4.1) and get nothing, whatever their local quality.
-        assert_eq!(qualities(&r, prefix(4)), [50, 0, 0, 0]);
+        assert_eq!(qualities(&r, &m, prefix(4)), [50, 0, 0, 0]);
         assert_eq!(r.unknown_remote_entries, 2);
         assert_eq!(r.unknown_spine_entries, 1);
     }
@@ -562,9 +725,9 @@ pub(crate) mod tests {
         // Spine 4 has advertised another remote only (it is alive, just not for 104).
         t.insert(key(4, 105, 7), value(250, 0));
         let r = run(&cfg, &m, &l, &t, 0);
-        let d = &r.destinations[&prefix(4)];
+        let d = &of(&r, &m, prefix(4));
         assert_eq!(d.source, QualitySource::Remote);
-        assert_eq!(qualities(&r, prefix(4)), [200, 200, 200, 0]);
+        assert_eq!(qualities(&r, &m, prefix(4)), [200, 200, 200, 0]);
         assert_eq!(d.members[3].remote, None);
         // And so no weight (6.3): the first application goes straight to the target.
         let mut c = crate::core::controller::weights::WeightController::new(cfg).unwrap();
@@ -575,17 +738,64 @@ pub(crate) mod tests {
         // Once spine 4 advertises 104 it takes part like the others.
         t.insert(key(4, 104, 7), value(200, 0));
         let r = run(&cfg, &m, &l, &t, 0);
-        assert_eq!(qualities(&r, prefix(4)), [200, 200, 200, 200]);
+        assert_eq!(qualities(&r, &m, prefix(4)), [200, 200, 200, 200]);
 
         // No spine has advertised 104 at all: local-only fallback (6.1), all usable.
         let mut t = BTreeMap::new();
         t.insert(key(4, 105, 7), value(250, 0));
         let r = run(&cfg, &m, &l, &t, 0);
         assert_eq!(
-            r.destinations[&prefix(4)].source,
+            of(&r, &m, prefix(4)).source,
             QualitySource::LocalOnlyNoEntries
         );
-        assert_eq!(qualities(&r, prefix(4)), [255, 255, 255, 255]);
+        assert_eq!(qualities(&r, &m, prefix(4)), [255, 255, 255, 255]);
+    }
+
+    /// Seed 003 section 6.1: weights depend on the remote node, not the prefix. Every
+    /// destination behind one remote node is one group (one computation, one replace);
+    /// destinations without a mapping share the local-only group; destinations the slow
+    /// plane restricts to other members are a group of their own, without the others.
+    #[test]
+    fn destinations_behind_one_remote_node_share_one_group() {
+        let cfg = ControllerConfig::default();
+        let (mut m, l) = fabric();
+        m.destinations.insert(prefix(40), Some(node(0, 104)));
+        m.destinations.insert(prefix(41), Some(node(0, 104)));
+        m.destinations.insert(prefix(5), Some(node(0, 105)));
+        m.destinations.insert(prefix(6), None);
+        m.destinations.insert(prefix(7), None);
+        m.destinations.insert(prefix(42), Some(node(0, 104)));
+        m.eligible.insert(prefix(42), vec![11, 13]);
+        let groups = m.groups();
+        assert_eq!(groups.len(), 4, "{groups:?}");
+        assert_eq!(
+            groups[&GroupKey::remote(node(0, 104))],
+            [prefix(4), prefix(40), prefix(41)]
+        );
+        assert_eq!(groups[&GroupKey::default()], [prefix(6), prefix(7)]);
+        let mut t = BTreeMap::new();
+        for (s, q) in [(1, 237), (2, 72), (3, 200), (4, 237)] {
+            t.insert(key(s, 104, 7), value(q, 0));
+        }
+        let r = run(&cfg, &m, &l, &t, 0);
+        assert_eq!(r.groups.len(), 4);
+        assert_eq!(qualities(&r, &m, prefix(41)), [237, 72, 200, 237]);
+        // Restricted by the slow plane (4.1): only uplinks 11 and 13 are members.
+        let restricted = of(&r, &m, prefix(42));
+        assert_eq!(
+            restricted
+                .members
+                .iter()
+                .map(|x| (x.uplink, x.quality))
+                .collect::<Vec<_>>(),
+            [(11, 237), (13, 200)]
+        );
+        assert_eq!(r.signals[&m.group_of(&prefix(42)).unwrap()].len(), 2);
+        assert_eq!(
+            m.group_of(&prefix(42)).unwrap().label(),
+            "0/0.0.0.104 via 11,13"
+        );
+        assert_eq!(GroupKey::default().label(), "local-only");
     }
 
     #[test]
@@ -598,7 +808,7 @@ pub(crate) mod tests {
         t.insert(key(1, 104, 8), value(100, 0));
         let cfg = ControllerConfig::default();
         let r = run(&cfg, &m, &l, &t, 0);
-        assert_eq!(qualities(&r, prefix(4)), [100, 200, 200, 200]);
+        assert_eq!(qualities(&r, &m, prefix(4)), [100, 200, 200, 200]);
 
         let cfg = ControllerConfig {
             parallel_links: ParallelLinkAggregation::CapacityWeightedMean,
@@ -606,14 +816,14 @@ pub(crate) mod tests {
         };
         // Unprovisioned capacities: plain mean.
         let r = run(&cfg, &m, &l, &t, 0);
-        assert_eq!(qualities(&r, prefix(4)), [150, 200, 200, 200]);
+        assert_eq!(qualities(&r, &m, prefix(4)), [150, 200, 200, 200]);
         // 300 G at LQS 200 and 100 G at LQS 100: (3 x 200 + 100) / 4 = 175.
         m.remote_link_capacity
             .insert((node(0, 1), node(0, 104), 7), 300.0);
         m.remote_link_capacity
             .insert((node(0, 1), node(0, 104), 8), 100.0);
         let r = run(&cfg, &m, &l, &t, 0);
-        assert_eq!(qualities(&r, prefix(4)), [175, 200, 200, 200]);
+        assert_eq!(qualities(&r, &m, prefix(4)), [175, 200, 200, 200]);
     }
 
     #[test]
@@ -629,8 +839,8 @@ pub(crate) mod tests {
         }
         t.insert(key(2, 105, 7), value(30, 0));
         let r = run(&cfg, &m, &l, &t, 0);
-        assert_eq!(qualities(&r, prefix(4)), [240, 240, 240, 240]);
-        assert_eq!(qualities(&r, prefix(5)), [240, 30, 240, 240]);
+        assert_eq!(qualities(&r, &m, prefix(4)), [240, 240, 240, 240]);
+        assert_eq!(qualities(&r, &m, prefix(5)), [240, 30, 240, 240]);
     }
 
     #[test]
@@ -650,9 +860,9 @@ pub(crate) mod tests {
             t.insert(key(s, 104, 7), value(200, 0));
         }
         let r = run(&cfg, &m, &l, &t, 0);
-        let d = &r.destinations[&prefix(4)];
+        let d = &of(&r, &m, prefix(4));
         assert_eq!(d.members.len(), 5);
-        assert_eq!(qualities(&r, prefix(4)), [200, 200, 200, 200, 90]);
+        assert_eq!(qualities(&r, &m, prefix(4)), [200, 200, 200, 200, 90]);
         assert_eq!(d.members[4].spine, node(0, 1));
     }
 
@@ -670,7 +880,7 @@ pub(crate) mod tests {
         let failed = BTreeSet::from([node(0, 4)]);
         let snap = PathSnapshot::from_map(&t, 60_000_001, cfg.dead_interval_ns(), &failed);
         let r = compute(&cfg, &m, &l, &snap);
-        assert_eq!(qualities(&r, prefix(4)), [0, 200, 200, 0]);
+        assert_eq!(qualities(&r, &m, prefix(4)), [0, 200, 200, 0]);
         assert_eq!(r.failed_entries, 2);
     }
 
@@ -702,7 +912,7 @@ pub(crate) mod tests {
         // The seed's qualities are untouched; only the integral function's signals (a
         // deliberate departure, docs/weights.md) carry the diagnostics.
         let noisy = run(&cfg, &m, &l, &noisy, 10);
-        assert_eq!(noisy.destinations, base.destinations);
+        assert_eq!(noisy.groups, base.groups);
         assert_ne!(noisy.signals, base.signals);
     }
 }

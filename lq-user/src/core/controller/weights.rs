@@ -12,7 +12,7 @@ use tracing::{debug, trace};
 
 use super::config::{ConfigError, ControllerConfig, IntegralParams, WeightFunction};
 use super::integral::{self, MemberState};
-use super::path_quality::{MemberQuality, MemberSignal, PathQualityReport, Prefix, UplinkId};
+use super::path_quality::{GroupKey, MemberQuality, MemberSignal, PathQualityReport, UplinkId};
 
 /// The input of the target computation for one member.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -588,14 +588,15 @@ pub fn remap(buckets: u16, old: &[(UplinkId, u32)], new: &[(UplinkId, u32)]) -> 
     moved as f64 / f64::from(buckets)
 }
 
-/// Damping state of every destination.
+/// Damping state of every group (or of any other key: the simulator and the tests key it
+/// by prefix).
 #[derive(Clone, Debug)]
-pub struct WeightController {
+pub struct WeightController<K = GroupKey> {
     config: ControllerConfig,
-    destinations: BTreeMap<Prefix, DestinationWeights>,
+    destinations: BTreeMap<K, DestinationWeights>,
 }
 
-impl WeightController {
+impl<K: Ord + Clone> WeightController<K> {
     /// A controller for a configuration (validated here).
     pub fn new(config: ControllerConfig) -> Result<Self, ConfigError> {
         config.validate()?;
@@ -610,45 +611,25 @@ impl WeightController {
         &self.config
     }
 
-    /// New path qualities for every destination. Destinations absent from the report are
-    /// forgotten. Returns the applications that happen now.
-    pub fn update(
-        &mut self,
-        report: &PathQualityReport,
-        now_ns: u64,
-    ) -> Vec<(Prefix, Application)> {
-        self.destinations
-            .retain(|p, _| report.destinations.contains_key(p));
-        let mut out = Vec::new();
-        for (p, d) in &report.destinations {
-            let inputs: Vec<MemberInput> = d.members.iter().map(MemberInput::from).collect();
-            let signals = report.signals.get(p).map_or(&[][..], Vec::as_slice);
-            if let Some(a) = self.update_one_with(*p, &inputs, signals, now_ns) {
-                out.push((*p, a));
-            }
-        }
-        out
-    }
-
     /// New inputs for one destination.
     pub fn update_one(
         &mut self,
-        prefix: Prefix,
+        key: K,
         members: &[MemberInput],
         now_ns: u64,
     ) -> Option<Application> {
-        self.update_one_with(prefix, members, &[], now_ns)
+        self.update_one_with(key, members, &[], now_ns)
     }
 
     /// New inputs for one destination, with the members' signals (integral function).
     pub fn update_one_with(
         &mut self,
-        prefix: Prefix,
+        key: K,
         members: &[MemberInput],
         signals: &[MemberSignal],
         now_ns: u64,
     ) -> Option<Application> {
-        self.destinations.entry(prefix).or_default().update_with(
+        self.destinations.entry(key).or_default().update_with(
             &self.config,
             members,
             signals,
@@ -657,11 +638,11 @@ impl WeightController {
     }
 
     /// Apply every damped step due at `now_ns`.
-    pub fn tick(&mut self, now_ns: u64) -> Vec<(Prefix, Application)> {
+    pub fn tick(&mut self, now_ns: u64) -> Vec<(K, Application)> {
         let cfg = &self.config;
         self.destinations
             .iter_mut()
-            .filter_map(|(p, d)| d.tick(cfg, now_ns).map(|a| (*p, a)))
+            .filter_map(|(k, d)| d.tick(cfg, now_ns).map(|a| (k.clone(), a)))
             .collect()
     }
 
@@ -675,16 +656,43 @@ impl WeightController {
 
     /// Seeds a destination with weights adopted from the kernel (see
     /// [`DestinationWeights::seed`]).
-    pub fn seed(&mut self, prefix: Prefix, applied: &[(UplinkId, f64)], now_ns: u64) {
+    pub fn seed(&mut self, key: K, applied: &[(UplinkId, f64)], now_ns: u64) {
         self.destinations
-            .entry(prefix)
+            .entry(key)
             .or_default()
             .seed(applied, now_ns);
     }
 
     /// The state of one destination.
-    pub fn destination(&self, prefix: &Prefix) -> Option<&DestinationWeights> {
-        self.destinations.get(prefix)
+    pub fn destination(&self, key: &K) -> Option<&DestinationWeights> {
+        self.destinations.get(key)
+    }
+
+    /// Forgets one destination (its group went).
+    pub fn forget(&mut self, key: &K) {
+        self.destinations.remove(key);
+    }
+}
+
+impl WeightController<GroupKey> {
+    /// New path qualities for every group. Groups absent from the report are forgotten.
+    /// Returns the applications that happen now.
+    pub fn update(
+        &mut self,
+        report: &PathQualityReport,
+        now_ns: u64,
+    ) -> Vec<(GroupKey, Application)> {
+        self.destinations
+            .retain(|k, _| report.groups.contains_key(k));
+        let mut out = Vec::new();
+        for (k, d) in &report.groups {
+            let inputs: Vec<MemberInput> = d.members.iter().map(MemberInput::from).collect();
+            let signals = report.signals.get(k).map_or(&[][..], Vec::as_slice);
+            if let Some(a) = self.update_one_with(k.clone(), &inputs, signals, now_ns) {
+                out.push((k.clone(), a));
+            }
+        }
+        out
     }
 }
 
@@ -1006,7 +1014,7 @@ mod tests {
         assert_eq!(pct(&v[0].1, 12), "9.20"); // first application: straight to the target
         // The destination disappears from the mapping: forgotten.
         c.update(&PathQualityReport::default(), 105 * MS);
-        assert!(c.destination(&prefix(4)).is_none());
+        assert!(c.destination(&m.group_of(&prefix(4)).unwrap()).is_none());
     }
 
     #[test]
@@ -1165,6 +1173,6 @@ mod tests {
             gain: 2.0,
             ..Default::default()
         };
-        assert!(WeightController::new(cfg).is_err());
+        assert!(WeightController::<GroupKey>::new(cfg).is_err());
     }
 }

@@ -37,7 +37,7 @@ use super::{SimError, Summary, WatchStats};
 use crate::core::controller::config::ControllerConfig;
 use crate::core::controller::heartbeat::Heartbeat;
 use crate::core::controller::path_quality::{
-    LocalQuality, NnhMapping, PathSnapshot, Prefix, Uplink, UplinkId, compute, node,
+    GroupKey, LocalQuality, NnhMapping, PathSnapshot, Prefix, Uplink, UplinkId, compute, node,
 };
 use crate::core::controller::weights::{Application, MemberInput, WeightController, quantize};
 use crate::core::helper::advertiser::{Advertiser, Identity, MonitoredLink, PathMtu, RemoteNode};
@@ -62,14 +62,16 @@ fn prefix_of(i: usize) -> Prefix {
     }
 }
 
-fn node_of_prefix(p: &Prefix) -> usize {
-    match p.addr {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            (usize::from(o[1]) << 8) | usize::from(o[2])
-        }
-        IpAddr::V6(_) => usize::MAX,
-    }
+/// The nexthop group of destination node `i` (one per remote node, seed 003 section 6.1).
+fn group_of(i: usize) -> GroupKey {
+    GroupKey::remote(node(0, router_id(i)))
+}
+
+/// The destination node a group stands for.
+fn node_of_group(g: &GroupKey) -> usize {
+    g.remote.map_or(usize::MAX, |r| {
+        r.node_id.wrapping_sub(router_id(0)) as usize
+    })
 }
 
 fn round4(x: f64) -> f64 {
@@ -707,7 +709,7 @@ impl<'a> Engine<'a> {
         let max_w = self.sc.params.controller.weight_resolution.max_weight();
         for (s, d) in m.group_pairs() {
             let lq = self.nodes[s].lb.as_ref().and_then(|lb| {
-                let dw = lb.weights.destination(&prefix_of(d))?;
+                let dw = lb.weights.destination(&group_of(d))?;
                 let k = quantize(&dw.applied(), max_w);
                 let mut w = vec![0u32; lb.uplinks.len()];
                 for (id, x) in k {
@@ -731,7 +733,7 @@ impl<'a> Engine<'a> {
         let Some(k) = lb.uplinks.iter().position(|&h| h == helper) else {
             return 0.0;
         };
-        match lb.weights.destination(&prefix_of(dest)) {
+        match lb.weights.destination(&group_of(dest)) {
             Some(d) => d
                 .applied()
                 .iter()
@@ -976,14 +978,18 @@ impl<'a> Engine<'a> {
             let mapping = NnhMapping {
                 uplinks: lb.mapping_uplinks.clone(),
                 destinations,
+                eligible: BTreeMap::new(),
                 remote_link_capacity: BTreeMap::new(),
             };
             let report = compute(&cfg, &mapping, &lb.local, &snapshot);
-            for (prefix, dq) in &report.destinations {
+            for (group, dq) in &report.groups {
                 let inputs: Vec<MemberInput> = dq.members.iter().map(MemberInput::from).collect();
-                let p = lb.dest_pos[&node_of_prefix(prefix)];
-                let signals = report.signals.get(prefix).map_or(&[][..], Vec::as_slice);
-                if let Some(a) = lb.weights.update_one_with(*prefix, &inputs, signals, t) {
+                let p = lb.dest_pos[&node_of_group(group)];
+                let signals = report.signals.get(group).map_or(&[][..], Vec::as_slice);
+                if let Some(a) = lb
+                    .weights
+                    .update_one_with(group.clone(), &inputs, signals, t)
+                {
                     touched.push((p, a));
                 } else {
                     // The target changed but the step waits for T_reweight (6.4): the
@@ -992,8 +998,8 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        for (prefix, a) in lb.weights.tick(t) {
-            touched.push((lb.dest_pos[&node_of_prefix(&prefix)], a));
+        for (group, a) in lb.weights.tick(t) {
+            touched.push((lb.dest_pos[&node_of_group(&group)], a));
         }
         for (p, a) in touched {
             self.summary.applications += 1;
@@ -1059,7 +1065,7 @@ impl<'a> Engine<'a> {
         t: u64,
         force: bool,
     ) -> Result<(), SimError> {
-        let Some(d) = lb.weights.destination(&prefix_of(lb.dests[p])) else {
+        let Some(d) = lb.weights.destination(&group_of(lb.dests[p])) else {
             return Ok(());
         };
         let (targets, applied) = (d.target(), d.applied());

@@ -1,11 +1,16 @@
 //! The load-balancer role (seed 003 sections 6 and 8): the XDP receiver fills the path
 //! table; this loop turns it into weights and programs them into kernel nexthop groups.
 //!
-//! One step reads the pinned maps, updates neighbor liveness (6.5), computes per
-//! destination path quality (6.1-6.3) and damped weights (6.4), and replaces the nexthop
-//! groups whose integer weights changed: a weight change is one group replace, never route
-//! churn. Steps run on every change event from the XDP program's ring buffer and on a
-//! short timer (heartbeat deadlines, damping steps).
+//! One step reads the pinned maps, updates neighbor liveness (6.5), computes per group
+//! path quality (6.1-6.3) and damped weights (6.4), and replaces the nexthop groups whose
+//! integer weights changed: a weight change is one group replace, never route churn.
+//! Steps run on every change event from the XDP program's ring buffer and on a short timer
+//! (heartbeat deadlines, damping steps).
+//!
+//! Layout in the kernel (seed 003 section 6.1: weights depend on the remote node, not the
+//! prefix): one member nexthop per uplink, one group per remote node (a [`GroupKey`]), and
+//! every destination behind that remote node routed at that group. A change of one remote
+//! node's quality is one group replace, whatever number of prefixes it announces.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -21,7 +26,8 @@ use crate::{
         config::ControllerConfig,
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
         path_quality::{
-            LocalQuality, NnhMapping, PathQualityReport, PathSnapshot, Prefix, UplinkId, compute,
+            GroupKey, LocalQuality, NnhMapping, PathQualityReport, PathSnapshot, Prefix, UplinkId,
+            compute_groups,
         },
         weights::{Application, WeightController},
     },
@@ -51,15 +57,28 @@ pub enum LoadBalancerError {
     Controller(String),
 }
 
-/// What the kernel holds for one destination.
+/// What the kernel holds for one group (the destinations of one remote node).
 #[derive(Clone, Debug, Default)]
 struct GroupState {
     id: u32,
+    /// The members and weights the kernel's group has; empty until it exists.
     kernel: Vec<(UplinkId, u32)>,
-    route_installed: bool,
-    /// The routing table of lqd's route: `None` the main table (`[[destination]]`),
-    /// `Some` lq's own table (a destination of the slow plane, see [`crate::roles::load_balancer::slow_plane`]).
+    /// The destinations routed at this group.
+    prefixes: BTreeSet<Prefix>,
+    /// Some destination's route does not point at this group yet.
+    routes_pending: bool,
+}
+
+/// lqd's route for one destination.
+#[derive(Clone, Debug, Default)]
+struct RouteState {
+    /// The group it belongs to.
+    group: GroupKey,
+    /// The routing table: `None` the main table (`[[destination]]`), `Some` lq's own table
+    /// (a destination of the slow plane, see [`crate::roles::load_balancer::slow_plane`]).
     table: Option<u32>,
+    /// The group id the kernel's route points at, once installed (or adopted).
+    installed: Option<u32>,
 }
 
 // The slow plane's part of the load-balancer (seed 003 section 4.1): a child module, so it
@@ -78,7 +97,18 @@ pub struct LoadBalancer {
     heartbeat: Heartbeat,
     weights: WeightController,
     local: LocalQuality,
-    groups: BTreeMap<Prefix, GroupState>,
+    groups: BTreeMap<GroupKey, GroupState>,
+    routes: BTreeMap<Prefix, RouteState>,
+    /// Group ids of lq's that no group owns any more: deleted once no route of lqd's
+    /// names them (deleting a group deletes the routes through it).
+    orphans: BTreeSet<u32>,
+    /// The mapping changed since the destinations were sorted into groups.
+    regroup_needed: bool,
+    /// Member nexthops deleted because their spine failed (see
+    /// [`Self::remove_failed_members`]); re-created before a group names them again.
+    removed_members: BTreeSet<UplinkId>,
+    /// Member nexthops deleted on a spine failure (each one left every group at once).
+    pub member_deletes: u64,
     last_report: PathQualityReport,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
     paths: BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue>,
@@ -120,6 +150,11 @@ impl LoadBalancer {
             weights,
             local: LocalQuality::default(),
             groups: BTreeMap::new(),
+            routes: BTreeMap::new(),
+            orphans: BTreeSet::new(),
+            regroup_needed: true,
+            removed_members: BTreeSet::new(),
+            member_deletes: 0,
             last_report: PathQualityReport::default(),
             neighbors: BTreeMap::new(),
             paths: BTreeMap::new(),
@@ -135,8 +170,9 @@ impl LoadBalancer {
         {
             lb.rtnl = Some(Rtnl::open()?);
             lb.program_members()?;
-            lb.adopt()?;
         }
+        // Without `program-kernel` too: the groups are what the controller computes.
+        lb.adopt()?;
         lb.slow_plane_start()?;
         Ok(lb)
     }
@@ -150,7 +186,10 @@ impl LoadBalancer {
             .map_err(|e| LoadBalancerError::Controller(e.to_string()))?;
         self.receiver
             .configure(&receiver_settings(&cfg, &controller))?;
+        let eligible = std::mem::take(&mut self.mapping.eligible);
         self.mapping = cfg.nnh_mapping();
+        self.mapping.eligible = eligible;
+        self.regroup_needed = true;
         self.cfg = cfg;
         self.slow_plane_reload();
         if self.controller != controller {
@@ -158,9 +197,9 @@ impl LoadBalancer {
             let mut weights = WeightController::new(controller)
                 .map_err(|e| LoadBalancerError::Controller(e.to_string()))?;
             let now = monotonic_ns();
-            for (p, g) in &self.groups {
+            for (k, g) in &self.groups {
                 let applied = self.fractions_of(&g.kernel);
-                weights.seed(*p, &applied, now);
+                weights.seed(k.clone(), &applied, now);
             }
             self.weights = weights;
             self.heartbeat = Heartbeat::new(&controller);
@@ -204,9 +243,30 @@ impl LoadBalancer {
         Ok(())
     }
 
-    /// Adopts the groups a previous lqd left (same ids, protocol lq): the controller starts
-    /// from their weights, so a restart causes no weight jump.
+    /// Sorts the `[[destination]]`s into their groups (one per remote node, ids
+    /// `id_base + GROUP_ID_OFFSET + n` in the order the groups first appear among the
+    /// destinations, so the same configuration gets the same ids) and adopts the groups a previous lqd left (same
+    /// ids, protocol lq): the controller starts from their weights, so a restart causes no
+    /// weight jump. lq's groups in that range that no group owns any more (a previous
+    /// layout, a destination removed) are deleted once lqd's routes no longer name them.
     fn adopt(&mut self) -> Result<(), LoadBalancerError> {
+        let first = self.cfg.nexthop_group.id_base + GROUP_ID_OFFSET;
+        for d in &self.cfg.destination {
+            self.routes.insert(d.prefix.0, RouteState::default());
+            if let Some(key) = self.mapping.group_of(&d.prefix.0)
+                && !self.groups.contains_key(&key)
+            {
+                let id = first + self.groups.len() as u32;
+                self.groups.insert(
+                    key,
+                    GroupState {
+                        id,
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+        self.regroup(None);
         let Some(rtnl) = self.rtnl.as_mut() else {
             return Ok(());
         };
@@ -218,26 +278,133 @@ impl LoadBalancer {
             .collect();
         let now = monotonic_ns();
         let base = self.cfg.nexthop_group.id_base;
-        let prefixes: Vec<Prefix> = self.cfg.destination.iter().map(|d| d.prefix.0).collect();
-        for (n, prefix) in prefixes.into_iter().enumerate() {
-            let id = base + GROUP_ID_OFFSET + n as u32;
-            let mut state = GroupState {
-                id,
-                ..Default::default()
-            };
-            if let Some(g) = existing.get(&id).filter(|g| !g.group.is_empty()) {
+        let mut adopted = Vec::new();
+        for (key, state) in &mut self.groups {
+            if let Some(g) = existing.get(&state.id).filter(|g| !g.group.is_empty()) {
                 state.kernel = g
                     .group
                     .iter()
                     .map(|m| (m.id.saturating_sub(base), m.weight))
                     .collect();
-                let applied = self.fractions_of(&state.kernel);
-                self.weights.seed(prefix, &applied, now);
-                info!(group = id, prefix = %format_prefix(&prefix), weights = ?state.kernel, "adopted existing nexthop group");
+                adopted.push((key.clone(), state.kernel.clone()));
+                info!(group = state.id, remote = %key.label(), weights = ?state.kernel, "adopted existing nexthop group");
             }
-            self.groups.insert(prefix, state);
         }
+        for (key, kernel) in adopted {
+            let applied = self.fractions_of(&kernel);
+            self.weights.seed(key, &applied, now);
+        }
+        let owned: BTreeSet<u32> = self.groups.values().map(|g| g.id).collect();
+        let static_range =
+            base + GROUP_ID_OFFSET..base + GROUP_ID_OFFSET + steer::SLOW_GROUP_OFFSET;
+        self.orphans.extend(
+            existing
+                .iter()
+                .filter(|(id, n)| static_range.contains(*id) && !n.group.is_empty())
+                .map(|(id, _)| *id)
+                .filter(|id| !owned.contains(id)),
+        );
         Ok(())
+    }
+
+    /// Sorts every destination into its group ([`NnhMapping::group_of`]): a destination
+    /// whose remote node (or permitted members) changed moves to that group, new groups get
+    /// an id, groups left without destinations are forgotten and their ids deleted once no
+    /// route names them.
+    fn regroup(&mut self, slow: Option<&slow_plane::SlowPlane>) {
+        self.regroup_needed = false;
+        let moves: Vec<(Prefix, GroupKey)> = self
+            .routes
+            .iter()
+            .filter_map(|(p, r)| {
+                let key = self.mapping.group_of(p)?;
+                let placed = key == r.group
+                    && self
+                        .groups
+                        .get(&key)
+                        .is_some_and(|g| g.prefixes.contains(p));
+                (!placed).then_some((*p, key))
+            })
+            .collect();
+        if moves.is_empty() && self.groups.values().all(|g| !g.prefixes.is_empty()) {
+            return;
+        }
+        // New groups get their ids in key order, so a configuration maps to the same ids.
+        let new_keys: BTreeSet<GroupKey> = moves
+            .iter()
+            .map(|(_, k)| k.clone())
+            .filter(|k| !self.groups.contains_key(k))
+            .collect();
+        for key in new_keys {
+            match self.allocate_group_id(&key, slow) {
+                Some(id) => {
+                    self.groups.insert(
+                        key,
+                        GroupState {
+                            id,
+                            ..Default::default()
+                        },
+                    );
+                }
+                None => {
+                    warn!(remote = %key.label(), "nexthop group ids exhausted; its destinations are not steered")
+                }
+            }
+        }
+        for (p, key) in moves {
+            let Some(route) = self.routes.get_mut(&p) else {
+                continue;
+            };
+            let old = std::mem::replace(&mut route.group, key.clone());
+            if let Some(g) = self.groups.get_mut(&old) {
+                g.prefixes.remove(&p);
+            }
+            if let Some(g) = self.groups.get_mut(&key) {
+                g.prefixes.insert(p);
+                g.routes_pending |= route.installed != Some(g.id);
+                debug!(prefix = %format_prefix(&p), remote = %key.label(), group = g.id, "destination in its group (6.1)");
+            }
+        }
+        let empty: Vec<GroupKey> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.prefixes.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in empty {
+            if let Some(g) = self.groups.remove(&key) {
+                self.weights.forget(&key);
+                if !g.kernel.is_empty() {
+                    self.orphans.insert(g.id);
+                }
+                debug!(remote = %key.label(), group = g.id, "group without destinations");
+            }
+        }
+    }
+
+    /// The lowest free id of the group's range: `[[destination]]` groups from
+    /// `id_base + GROUP_ID_OFFSET`, the slow plane's from its own offset (ids another
+    /// daemon holds are skipped, never taken over).
+    fn allocate_group_id(
+        &self,
+        key: &GroupKey,
+        slow: Option<&slow_plane::SlowPlane>,
+    ) -> Option<u32> {
+        let base = self.cfg.nexthop_group.id_base + GROUP_ID_OFFSET;
+        let range = if key.eligible.is_some() {
+            base + steer::SLOW_GROUP_OFFSET
+                ..base + steer::SLOW_GROUP_OFFSET + steer::SLOW_GROUP_SPAN
+        } else {
+            base..base + steer::SLOW_GROUP_OFFSET
+        };
+        let used: BTreeSet<u32> = self.groups.values().map(|g| g.id).collect();
+        range.into_iter().find(|id| {
+            !used.contains(id)
+                && !self.orphans.contains(id)
+                && slow.is_none_or(|s| {
+                    s.nexthop(*id).is_none() && !s.lq_routes().values().any(|r| *r == Some(*id))
+                })
+        })
     }
 
     /// One control step at `now_ns`. Returns how many groups were replaced.
@@ -262,46 +429,117 @@ impl LoadBalancer {
         for e in &events {
             log_heartbeat(e);
         }
+        let failed_now: Vec<NeighborKey> = events
+            .iter()
+            .filter_map(|e| match e {
+                HeartbeatEvent::NeighborFailed { neighbor, .. } => Some(*neighbor),
+                _ => None,
+            })
+            .collect();
+        if !failed_now.is_empty() {
+            self.remove_failed_members(&failed_now);
+        }
         for u in &self.cfg.uplink {
             self.local
                 .set_up(UplinkId::from(u.id), self.probe.oper_up(&u.interface));
         }
         let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
         self.slow_plane_resolve(&paths);
+        if self.regroup_needed {
+            let slow = self.slow.take();
+            self.regroup(slow.as_ref());
+            self.slow = slow;
+        }
         let snapshot =
             PathSnapshot::from_map(&paths, now_ns, self.controller.dead_interval_ns(), &failed);
-        let mut report = compute(&self.controller, &self.mapping, &self.local, &snapshot);
-        self.restrict_to_slow_plane(&mut report);
+        let report = compute_groups(
+            &self.controller,
+            &self.mapping,
+            &self.local,
+            &snapshot,
+            self.groups.keys(),
+        );
         let apps = self.weights.update(&report, now_ns);
         self.last_report = report;
         self.paths = paths;
-        let mut replaced = 0;
-        for (prefix, app) in apps {
-            if self.apply(&prefix, &app) {
-                replaced += 1;
+        let mut batch = Vec::new();
+        for (key, app) in apps {
+            if let Some(msg) = self.prepare(&key, &app) {
+                batch.push((key, app, msg));
             }
         }
+        let replaced = self.program(batch);
+        self.install_pending_routes();
+        self.delete_orphans();
         Ok(replaced)
     }
 
-    /// Programs one application; returns whether the kernel group changed.
-    fn apply(&mut self, prefix: &Prefix, app: &Application) -> bool {
+    /// Seed 003 section 6.5: a failed spine leaves every group at once. Deleting its
+    /// member nexthops takes it out of every group that holds them in one kernel operation
+    /// each (the kernel removes a deleted nexthop from its groups), instead of one replace
+    /// per group; the weight step that follows then finds most groups already right. Not
+    /// done when some group would be left without members (the kernel would delete the
+    /// group and the routes through it): the replaces handle that case, as before.
+    fn remove_failed_members(&mut self, spines: &[NeighborKey]) {
+        let base = self.cfg.nexthop_group.id_base;
+        let Some(rtnl) = self.rtnl.as_mut() else {
+            return;
+        };
+        let gone: BTreeSet<UplinkId> = self
+            .mapping
+            .uplinks
+            .iter()
+            .filter(|(_, u)| spines.contains(&u.spine))
+            .map(|(id, _)| *id)
+            .collect();
+        let empties = self
+            .groups
+            .values()
+            .any(|g| !g.kernel.is_empty() && g.kernel.iter().all(|(u, _)| gone.contains(u)));
+        if gone.is_empty() || empties {
+            return;
+        }
+        for u in &gone {
+            match rtnl.delete_nexthop(base + u) {
+                Ok(()) => self.member_deletes += 1,
+                // Already gone (its device went down): out of every group all the same.
+                Err(e) => debug!(uplink = u, error = %e, "member nexthop already gone"),
+            }
+            self.removed_members.insert(*u);
+        }
+        for g in self.groups.values_mut() {
+            g.kernel.retain(|(u, _)| !gone.contains(u));
+        }
+        info!(uplinks = ?gone, groups = self.groups.len(), "failed spine: its member nexthops deleted, out of every group at once (6.5)");
+    }
+
+    /// The replace one application needs, `None` when the kernel group is already right
+    /// (or lqd does not program the kernel).
+    fn prepare(&mut self, key: &GroupKey, app: &Application) -> Option<NexthopMsg> {
         let base = self.cfg.nexthop_group.id_base;
         let kind = self.controller.group;
-        let Some(state) = self.groups.get_mut(prefix) else {
-            return false;
-        };
+        let state = self.groups.get_mut(key)?;
         if app.kernel.is_empty() {
-            warn!(prefix = %format_prefix(prefix), "no usable next hop: the group keeps its last members");
-            return false;
+            warn!(remote = %key.label(), "no usable next hop: the group keeps its last members");
+            return None;
         }
-        if app.kernel == state.kernel && state.route_installed {
-            return false;
+        if app.kernel == state.kernel {
+            return None;
         }
         let Some(rtnl) = self.rtnl.as_mut() else {
             state.kernel = app.kernel.clone();
-            return false;
+            return None;
         };
+        // A member deleted on its spine's failure is back: its nexthop first.
+        for (u, _) in &app.kernel {
+            if self.removed_members.remove(u)
+                && let Some(up) = self.cfg.uplink.iter().find(|x| UplinkId::from(x.id) == *u)
+                && let Ok(oif) = ifindex(&up.interface)
+            {
+                let _ = rtnl.replace_nexthop(&NexthopMsg::gateway(base + u, oif, up.gateway));
+                debug!(uplink = u, "member nexthop re-created");
+            }
+        }
         let members: Vec<GroupMember> = app
             .kernel
             .iter()
@@ -310,48 +548,123 @@ impl LoadBalancer {
                 weight: *w,
             })
             .collect();
-        let msg = NexthopMsg::group(state.id, members, &kind);
-        let mut result = rtnl.replace_nexthop(&msg);
-        if result.is_err() {
+        Some(NexthopMsg::group(state.id, members, &kind))
+    }
+
+    /// Programs the replaces of one step in one pipelined batch; returns how many groups
+    /// changed.
+    fn program(&mut self, batch: Vec<(GroupKey, Application, NexthopMsg)>) -> usize {
+        let Some(rtnl) = self.rtnl.as_mut() else {
+            return 0;
+        };
+        if batch.is_empty() {
+            return 0;
+        }
+        let msgs: Vec<NexthopMsg> = batch.iter().map(|(_, _, m)| m.clone()).collect();
+        let mut results = rtnl.replace_nexthops(&msgs);
+        if results.iter().any(Result::is_err) {
             // The kernel deletes the nexthops of a device that goes down (and anyone may
             // delete an object): re-create lqd's member nexthops and try once more.
+            let base = self.cfg.nexthop_group.id_base;
             for u in &self.cfg.uplink {
                 if let Ok(oif) = ifindex(&u.interface) {
                     let id = base + u32::from(u.id);
                     let _ = rtnl.replace_nexthop(&NexthopMsg::gateway(id, oif, u.gateway));
                 }
             }
-            result = rtnl.replace_nexthop(&msg);
-        }
-        match result {
-            Ok(()) => {
-                self.group_replaces += 1;
-                debug!(group = state.id, prefix = %format_prefix(prefix), weights = ?app.kernel, immediate = app.immediate, "group replaced");
-                state.kernel = app.kernel.clone();
-            }
-            Err(e) => {
-                self.group_errors += 1;
-                error!(group = state.id, error = %crate::core::report::Chain(&e), "group replace refused");
-                return false;
+            let failed: Vec<usize> = (0..results.len())
+                .filter(|i| results[*i].is_err())
+                .collect();
+            let again: Vec<NexthopMsg> = failed.iter().map(|i| msgs[*i].clone()).collect();
+            for (i, r) in failed.into_iter().zip(rtnl.replace_nexthops(&again)) {
+                results[i] = r;
             }
         }
-        if !state.route_installed {
-            let (id, table) = (
-                state.id,
-                state.table.unwrap_or(crate::sys::netlink::RT_TABLE_MAIN),
-            );
-            let what = format!("route {} table {table}", format_prefix(prefix));
-            match rtnl.request(&what, |seq| {
-                crate::sys::netlink::encode_route_replace(prefix, id, table, seq)
-            }) {
+        let mut replaced = 0;
+        for ((key, app, msg), result) in batch.into_iter().zip(results) {
+            let Some(state) = self.groups.get_mut(&key) else {
+                continue;
+            };
+            match result {
                 Ok(()) => {
-                    state.route_installed = true;
-                    info!(prefix = %format_prefix(prefix), group = state.id, "route points at the nexthop group");
+                    self.group_replaces += 1;
+                    replaced += 1;
+                    debug!(group = msg.id, remote = %key.label(), weights = ?app.kernel, immediate = app.immediate, "group replaced");
+                    state.kernel = app.kernel;
                 }
-                Err(e) => error!(error = %crate::core::report::Chain(&e), "route install refused"),
+                Err(e) => {
+                    self.group_errors += 1;
+                    error!(group = msg.id, error = %crate::core::report::Chain(&e), "group replace refused");
+                }
             }
         }
-        true
+        replaced
+    }
+
+    /// Points every destination's route at its group, once the group exists in the kernel
+    /// (a new destination, one that moved to another remote node's group, a restart).
+    fn install_pending_routes(&mut self) {
+        let Some(rtnl) = self.rtnl.as_mut() else {
+            return;
+        };
+        for state in self.groups.values_mut() {
+            if !state.routes_pending || state.kernel.is_empty() {
+                continue;
+            }
+            state.routes_pending = false;
+            for p in &state.prefixes {
+                let Some(route) = self.routes.get_mut(p) else {
+                    continue;
+                };
+                if route.installed == Some(state.id) {
+                    continue;
+                }
+                let (id, table) = (
+                    state.id,
+                    route.table.unwrap_or(crate::sys::netlink::RT_TABLE_MAIN),
+                );
+                let what = format!("route {} table {table}", format_prefix(p));
+                match rtnl.request(&what, |seq| {
+                    crate::sys::netlink::encode_route_replace(p, id, table, seq)
+                }) {
+                    Ok(()) => {
+                        route.installed = Some(id);
+                        info!(prefix = %format_prefix(p), group = id, "route points at the nexthop group");
+                    }
+                    Err(e) => {
+                        state.routes_pending = true;
+                        error!(error = %crate::core::report::Chain(&e), "route install refused");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Deletes lq's group ids no group owns, once no route of lqd's names them.
+    fn delete_orphans(&mut self) {
+        if self.orphans.is_empty() {
+            return;
+        }
+        let named: BTreeSet<u32> = self.routes.values().filter_map(|r| r.installed).collect();
+        let owned: BTreeSet<u32> = self.groups.values().map(|g| g.id).collect();
+        let free: Vec<u32> = self
+            .orphans
+            .iter()
+            .copied()
+            .filter(|id| !named.contains(id) && !owned.contains(id))
+            .collect();
+        for id in free {
+            self.orphans.remove(&id);
+            if let Some(rtnl) = self.rtnl.as_mut() {
+                match rtnl.delete_nexthop(id) {
+                    Ok(()) => info!(
+                        group = id,
+                        "deleted a group of lq's that no destination uses"
+                    ),
+                    Err(e) => debug!(group = id, error = %e, "group already gone"),
+                }
+            }
+        }
     }
 
     /// When the next step is due at the latest (damping boundary or heartbeat deadline).
@@ -375,14 +688,21 @@ impl LoadBalancer {
         let Some(rtnl) = self.rtnl.as_mut() else {
             return;
         };
-        for (p, g) in &self.groups {
-            if g.route_installed {
-                let table = g.table.unwrap_or(crate::sys::netlink::RT_TABLE_MAIN);
+        for (p, r) in &self.routes {
+            if r.installed.is_some() {
+                let table = r.table.unwrap_or(crate::sys::netlink::RT_TABLE_MAIN);
                 let _ = rtnl.request("delete route", |seq| {
                     crate::sys::netlink::encode_route_delete(p, table, seq)
                 });
             }
-            let _ = rtnl.delete_nexthop(g.id);
+        }
+        for id in self
+            .groups
+            .values()
+            .map(|g| g.id)
+            .chain(self.orphans.iter().copied())
+        {
+            let _ = rtnl.delete_nexthop(id);
         }
         for u in &self.cfg.uplink {
             let _ = rtnl.delete_nexthop(self.cfg.nexthop_group.id_base + u32::from(u.id));
@@ -390,20 +710,20 @@ impl LoadBalancer {
         info!("flushed lqd's routes and nexthop objects");
     }
 
-    /// Per destination: target, applied and kernel weights, with member qualities (the
-    /// typed view `lqd show weights`, the metrics and the snapshots share).
+    /// Per group: its destinations, target, applied and kernel weights, with member
+    /// qualities (the typed view `lqd show weights`, the metrics and the snapshots share).
     pub fn weights_view(&self) -> crate::views::snapshot::WeightsView {
-        use crate::views::snapshot::{DestinationWeights, MemberWeights, WeightsView};
-        let mut destinations = Vec::new();
-        for (prefix, dq) in &self.last_report.destinations {
-            let d = self.weights.destination(prefix);
+        use crate::views::snapshot::{GroupWeights, MemberWeights, WeightsView};
+        let mut groups = Vec::new();
+        for (key, dq) in &self.last_report.groups {
+            let d = self.weights.destination(key);
             let target: BTreeMap<UplinkId, f64> = d
                 .map(|d| d.target().into_iter().collect())
                 .unwrap_or_default();
             let applied: BTreeMap<UplinkId, f64> = d
                 .map(|d| d.applied().into_iter().collect())
                 .unwrap_or_default();
-            let group = self.groups.get(prefix);
+            let group = self.groups.get(key);
             let kernel: BTreeMap<UplinkId, u32> = group
                 .map(|g| g.kernel.iter().copied().collect())
                 .unwrap_or_default();
@@ -431,16 +751,23 @@ impl LoadBalancer {
                     }
                 })
                 .collect();
-            destinations.push(DestinationWeights {
-                prefix: format_prefix(prefix),
+            groups.push(GroupWeights {
+                remote: key
+                    .remote
+                    .map(|r| format!("{}/{}", r.node_as, std::net::Ipv4Addr::from(r.node_id))),
+                prefixes: group
+                    .map(|g| g.prefixes.iter().map(format_prefix).collect())
+                    .unwrap_or_default(),
+                eligible: key.eligible.clone(),
                 quality_source: format!("{:?}", dq.source),
-                group_id: group.map(|g| g.id),
+                group_id: group.filter(|g| !g.kernel.is_empty()).map(|g| g.id),
                 members,
             });
         }
         WeightsView {
-            destinations,
+            groups,
             group_replaces: self.group_replaces,
+            member_deletes: self.member_deletes,
             group_errors: self.group_errors,
             unknown_remote_entries: self.last_report.unknown_remote_entries as u64,
             unknown_spine_entries: self.last_report.unknown_spine_entries as u64,

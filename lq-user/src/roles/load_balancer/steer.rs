@@ -15,9 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::{info, warn};
 
 use super::slow_plane::{MappingSource, RouteEvent, SlowPlane, UplinkPort};
-use super::{GROUP_ID_OFFSET, GroupState, LoadBalancer, LoadBalancerError, format_prefix};
+use super::{GROUP_ID_OFFSET, LoadBalancer, LoadBalancerError, RouteState, format_prefix};
 use crate::{
-    core::controller::path_quality::{NodeId, PathQualityReport, Prefix, UplinkId, node},
+    core::controller::path_quality::{GroupKey, NodeId, Prefix, UplinkId, node},
     sys::netlink::{
         RtnlError, encode_route_delete, ifindex, nexthop::RTPROT_LQ, route as route_msg,
     },
@@ -26,7 +26,8 @@ use crate::{
 /// Slow-plane groups are `id_base + GROUP_ID_OFFSET + SLOW_GROUP_OFFSET + k`, apart from the
 /// `[[destination]]` groups (`+ n`), so a restart tells them apart.
 pub const SLOW_GROUP_OFFSET: u32 = 0x8000;
-const SLOW_GROUP_SPAN: u32 = 0x100_0000;
+/// How many ids the slow plane's groups may take.
+pub const SLOW_GROUP_SPAN: u32 = 0x100_0000;
 
 impl LoadBalancer {
     fn slow_range(&self) -> std::ops::Range<u32> {
@@ -152,14 +153,16 @@ impl LoadBalancer {
             .keys()
             .map(|k| node(k.remote_as, k.remote_id))
             .collect();
-        for (p, g) in &self.groups {
-            if g.table.is_none() || self.cfg.destination.iter().any(|d| d.prefix.0 == *p) {
+        for (p, r) in &self.routes {
+            if r.table.is_none() {
                 continue;
             }
             let remote = slow.remote_for(p, &remotes);
             if self.mapping.destinations.get(p) != Some(&remote) {
                 info!(prefix = %format_prefix(p), ?remote, source = ?slow.mapping_of(p), "slow plane: NNH mapping (seed 003 section 6.1)");
                 self.mapping.destinations.insert(*p, remote);
+                // Its group is the new remote node's (6.1).
+                self.regroup_needed = true;
             }
         }
     }
@@ -171,6 +174,8 @@ impl LoadBalancer {
         };
         let changed = self.slow_sync_with(&slow);
         self.slow = Some(slow);
+        // Groups left without destinations go now, not at the next step.
+        self.delete_orphans();
         if changed > 0 {
             // New destinations get their learned mapping before the next step.
             let paths = std::mem::take(&mut self.paths);
@@ -185,98 +190,123 @@ impl LoadBalancer {
         let range = self.slow_range();
         let mut changed = 0;
         // Gone: BGP's route went (or no longer runs over lq's uplinks only).
-        let gone: Vec<(Prefix, GroupState)> = self
-            .groups
+        let gone: Vec<(Prefix, RouteState)> = self
+            .routes
             .iter()
-            .filter(|(p, g)| g.table.is_some() && !eligible.contains_key(p))
-            .map(|(p, g)| (*p, g.clone()))
+            .filter(|(p, r)| r.table.is_some() && !eligible.contains_key(p))
+            .map(|(p, r)| (*p, r.clone()))
             .collect();
-        for (p, g) in gone {
-            self.groups.remove(&p);
-            if !self.cfg.destination.iter().any(|d| d.prefix.0 == p) {
-                self.mapping.destinations.remove(&p);
+        for (p, r) in gone {
+            self.routes.remove(&p);
+            self.mapping.destinations.remove(&p);
+            self.mapping.eligible.remove(&p);
+            if let Some(g) = self.groups.get_mut(&r.group) {
+                g.prefixes.remove(&p);
             }
-            self.slow_remove(&p, g.table, Some(g.id));
-            info!(prefix = %format_prefix(&p), group = g.id, "slow plane: the routing daemon's route went; lq's route removed");
+            self.slow_remove(&p, r.table);
+            info!(prefix = %format_prefix(&p), group = ?r.installed, "slow plane: the routing daemon's route went; lq's route removed");
+            self.regroup_needed = true;
             changed += 1;
         }
         // Stale copies of lq's (a killed lqd's) that no destination owns.
+        let owned: BTreeSet<u32> = self.groups.values().map(|g| g.id).collect();
         let stale: Vec<(Prefix, Option<u32>)> = slow
             .lq_routes()
             .iter()
-            .filter(|(p, _)| !self.groups.contains_key(p) && !eligible.contains_key(p))
+            .filter(|(p, _)| !self.routes.contains_key(p) && !eligible.contains_key(p))
             .map(|(p, id)| (*p, *id))
             .collect();
         for (p, id) in stale {
             let id = id.filter(|id| {
-                range.contains(id) && slow.nexthop(*id).is_none_or(|n| n.protocol == RTPROT_LQ)
+                range.contains(id)
+                    && !owned.contains(id)
+                    && slow.nexthop(*id).is_none_or(|n| n.protocol == RTPROT_LQ)
             });
-            self.slow_remove(&p, Some(slow.settings().lq_table), id);
+            self.slow_remove(&p, Some(slow.settings().lq_table));
+            self.orphans.extend(id);
         }
-        // New: adopt lq's route and group a previous lqd left, or allocate a group id.
-        let now = super::monotonic_ns();
-        let mut used: BTreeSet<u32> = self.groups.values().map(|g| g.id).collect();
-        used.extend(slow.lq_routes().values().flatten().copied());
-        let mut next = range.start;
+        // Permitted members changed: the destination moves to another group.
         for (p, members) in &eligible {
-            if self.groups.contains_key(p) {
-                continue;
+            let sorted: Vec<UplinkId> = members.iter().copied().collect();
+            if self.routes.get(p).is_some_and(|r| r.table.is_some())
+                && self.mapping.eligible.get(p) != Some(&sorted)
+            {
+                self.mapping.eligible.insert(*p, sorted);
+                self.regroup_needed = true;
+                changed += 1;
             }
-            if self.cfg.destination.iter().any(|d| d.prefix.0 == *p) {
+        }
+        // New: adopt lq's route and group a previous lqd left, or let the regroup give
+        // the destination its remote node's group.
+        let now = super::monotonic_ns();
+        let base = self.cfg.nexthop_group.id_base;
+        for (p, members) in &eligible {
+            if self.routes.contains_key(p) {
                 // A `[[destination]]` of the same prefix is lqd's own and wins.
                 continue;
             }
-            let mut state = GroupState {
-                table: Some(slow.settings().lq_table),
-                ..Default::default()
-            };
-            let adopted = slow
-                .lq_routes()
-                .get(p)
-                .copied()
-                .flatten()
-                .filter(|id| range.contains(id))
+            let sorted: Vec<UplinkId> = members.iter().copied().collect();
+            self.mapping.destinations.insert(*p, slow.remote_of(p));
+            self.mapping.eligible.insert(*p, sorted);
+            let key = self.mapping.group_of(p).unwrap_or_default();
+            let installed = slow.lq_routes().get(p).copied().flatten();
+            let adoptable = installed
+                .filter(|id| range.contains(id) && !self.groups.values().any(|g| g.id == *id))
                 .and_then(|id| slow.nexthop(id).map(|g| (id, g)))
-                .filter(|(_, g)| g.protocol == RTPROT_LQ && !g.group.is_empty());
-            if let Some((id, g)) = adopted {
-                let base = self.cfg.nexthop_group.id_base;
-                state.id = id;
-                state.kernel = g
+                .filter(|(_, g)| {
+                    g.protocol == RTPROT_LQ
+                        && !g.group.is_empty()
+                        && g.group
+                            .iter()
+                            .all(|m| members.contains(&m.id.saturating_sub(base)))
+                });
+            if let Some((id, g)) = adoptable
+                && !self.groups.contains_key(&key)
+            {
+                let kernel: Vec<(UplinkId, u32)> = g
                     .group
                     .iter()
                     .map(|m| (m.id.saturating_sub(base), m.weight))
-                    .filter(|(u, _)| members.contains(u))
                     .collect();
-                state.route_installed = true;
-                let applied = self.fractions_of(&state.kernel);
-                self.weights.seed(*p, &applied, now);
-                info!(prefix = %format_prefix(p), group = id, weights = ?state.kernel, "slow plane: adopted lq's existing route and group");
-            } else {
-                // An id some other daemon holds is skipped, never taken over: zebra reads
-                // lq's groups as kernel nexthop groups and, when lqd deletes one that a
-                // route of its RIB still names, installs it again under the same id as
-                // its own (seen with FRR 8.4 after an lqd restart).
-                while used.contains(&next) || slow.nexthop(next).is_some() {
-                    next += 1;
-                }
-                if !range.contains(&next) {
-                    warn!(prefix = %format_prefix(p), "slow plane: group ids exhausted; left to the routing daemon");
-                    continue;
-                }
-                state.id = next;
-                used.insert(next);
+                let applied = self.fractions_of(&kernel);
+                self.weights.seed(key.clone(), &applied, now);
+                info!(prefix = %format_prefix(p), group = id, weights = ?kernel, "slow plane: adopted lq's existing route and group");
+                self.groups.insert(
+                    key.clone(),
+                    super::GroupState {
+                        id,
+                        kernel,
+                        ..Default::default()
+                    },
+                );
+            } else if let Some(id) = installed
+                .filter(|id| range.contains(id) && !self.groups.values().any(|g| g.id == *id))
+            {
+                // lq's route points at a group of a previous layout: repointed at this
+                // destination's group, then that id is deleted.
+                self.orphans.insert(id);
             }
-            self.mapping.destinations.insert(*p, slow.remote_of(p));
-            info!(prefix = %format_prefix(p), group = state.id, eligible = ?members, remote = ?slow.remote_of(p), "slow plane: steering the routing daemon's route");
-            self.groups.insert(*p, state);
+            info!(prefix = %format_prefix(p), eligible = ?members, remote = ?slow.remote_of(p), "slow plane: steering the routing daemon's route");
+            self.routes.insert(
+                *p,
+                RouteState {
+                    group: GroupKey::default(),
+                    table: Some(slow.settings().lq_table),
+                    installed,
+                },
+            );
+            self.regroup_needed = true;
             changed += 1;
+        }
+        if self.regroup_needed {
+            self.regroup(Some(slow));
         }
         changed
     }
 
-    /// Deletes lq's route for `p` in `table` and lq's group `id` (never anyone else's:
-    /// the route delete names protocol lq, the id is in lq's range).
-    fn slow_remove(&mut self, p: &Prefix, table: Option<u32>, id: Option<u32>) {
+    /// Deletes lq's route for `p` in `table` (never anyone else's: the route delete names
+    /// protocol lq). Groups go through [`LoadBalancer::delete_orphans`].
+    fn slow_remove(&mut self, p: &Prefix, table: Option<u32>) {
         let Some(rtnl) = self.rtnl.as_mut() else {
             return;
         };
@@ -285,39 +315,52 @@ impl LoadBalancer {
         {
             tracing::debug!(error = %e, "lq's route already gone");
         }
-        if let Some(id) = id {
-            let _ = rtnl.delete_nexthop(id);
-        }
-    }
-
-    /// Keeps only the members the slow plane permits (section 4.1), per steered destination.
-    pub(super) fn restrict_to_slow_plane(&self, report: &mut PathQualityReport) {
-        let Some(slow) = self.slow.as_ref() else {
-            return;
-        };
-        let eligible: BTreeMap<Prefix, BTreeSet<UplinkId>> = slow.eligible();
-        for (p, dq) in report.destinations.iter_mut() {
-            if self.groups.get(p).is_some_and(|g| g.table.is_some())
-                && let Some(set) = eligible.get(p)
-            {
-                dq.members.retain(|m| set.contains(&m.uplink));
-            }
-        }
     }
 
     /// On exit: removes lq's steered routes and groups, so forwarding falls back to the
     /// routing daemon's own routes (a copy nobody follows any more could keep traffic on a
     /// path BGP withdraws later). The policy rule stays: with an empty table it is inert.
     pub fn withdraw_slow_plane(&mut self) {
-        let steered: Vec<(Prefix, GroupState)> = self
+        let steered: Vec<(Prefix, RouteState)> = self
+            .routes
+            .iter()
+            .filter(|(_, r)| r.table.is_some())
+            .map(|(p, r)| (*p, r.clone()))
+            .collect();
+        for (p, r) in &steered {
+            self.routes.remove(p);
+            self.mapping.destinations.remove(p);
+            self.mapping.eligible.remove(p);
+            self.slow_remove(p, r.table);
+        }
+        // Every slow-plane group, now that no route names it.
+        let groups: Vec<(GroupKey, u32)> = self
             .groups
             .iter()
-            .filter(|(_, g)| g.table.is_some())
-            .map(|(p, g)| (*p, g.clone()))
+            .filter(|(k, _)| k.eligible.is_some())
+            .map(|(k, g)| (k.clone(), g.id))
             .collect();
-        for (p, g) in &steered {
-            self.groups.remove(p);
-            self.slow_remove(p, g.table, Some(g.id));
+        let range = self.slow_range();
+        let orphans: Vec<u32> = self
+            .orphans
+            .iter()
+            .copied()
+            .filter(|id| range.contains(id))
+            .collect();
+        for id in &orphans {
+            self.orphans.remove(id);
+        }
+        for (k, id) in groups {
+            self.groups.remove(&k);
+            self.weights.forget(&k);
+            if let Some(rtnl) = self.rtnl.as_mut() {
+                let _ = rtnl.delete_nexthop(id);
+            }
+        }
+        if let Some(rtnl) = self.rtnl.as_mut() {
+            for id in orphans {
+                let _ = rtnl.delete_nexthop(id);
+            }
         }
         if !steered.is_empty() {
             info!(
@@ -340,7 +383,7 @@ impl LoadBalancer {
                 serde_json::json!({
                     "prefix": format_prefix(p),
                     "eligible-uplinks": m,
-                    "group-id": self.groups.get(p).map(|g| g.id),
+                    "group-id": self.routes.get(p).and_then(|r| self.groups.get(&r.group)).map(|g| g.id),
                     "remote": self.mapping.destinations.get(p).copied().flatten().map(|r| format!("{}/{}", r.node_as, std::net::Ipv4Addr::from(r.node_id))),
                     "mapping-source": match slow.mapping_of(p) {
                         MappingSource::Rule(_) => "config",

@@ -123,6 +123,20 @@ fn encode_route(
     wire::message(ty, flags, seq, &msg)
 }
 
+impl RtnlError {
+    /// The same error for another request of one batch (io::Error is not Clone).
+    fn duplicate(&self) -> Self {
+        match self {
+            Self::Io(e) => Self::Io(io::Error::new(e.kind(), e.to_string())),
+            other => Self::Codec(other.to_string()),
+        }
+    }
+}
+
+/// The most request bytes [`Rtnl::replace_nexthops`] puts in one datagram: well inside
+/// the kernel's default socket buffers, a few dozen 64-member groups.
+pub const PIPELINE_BYTES: usize = 32 * 1024;
+
 /// A NETLINK_ROUTE socket in the calling thread's network namespace.
 pub struct Rtnl {
     socket: RouteSocket,
@@ -199,6 +213,88 @@ impl Rtnl {
             bytes[8..12].copy_from_slice(&seq.to_ne_bytes());
             bytes
         })
+    }
+
+    /// Creates or replaces many nexthop objects, pipelined: the requests go out several
+    /// to a datagram (up to [`PIPELINE_BYTES`]) and their ACKs are collected after each
+    /// datagram, instead of one send and one wait per object. The kernel still applies them
+    /// one by one, in order; a step that changes every group pays the kernel's cost per
+    /// replace, not also a round trip per replace (issue 15). One result per message, in
+    /// order.
+    pub fn replace_nexthops(&mut self, msgs: &[NexthopMsg]) -> Vec<Result<(), RtnlError>> {
+        let mut results: Vec<Option<Result<(), RtnlError>>> = Vec::with_capacity(msgs.len());
+        results.resize_with(msgs.len(), || None);
+        let mut datagram: Vec<u8> = Vec::with_capacity(PIPELINE_BYTES);
+        let mut start = 0;
+        while start < msgs.len() {
+            // One datagram: consecutive messages, sequence numbers first_seq.., up to the
+            // size bound (always at least one message).
+            datagram.clear();
+            let first_seq = self.seq.wrapping_add(1);
+            let mut end = start;
+            while end < msgs.len() {
+                let seq = self.next_seq();
+                match nexthop::encode_new(&msgs[end], seq) {
+                    Ok(bytes) => {
+                        if end > start && datagram.len() + bytes.len() > PIPELINE_BYTES {
+                            // Not this datagram's: its sequence number is reused next time.
+                            self.seq = self.seq.wrapping_sub(1);
+                            break;
+                        }
+                        datagram.extend_from_slice(&bytes);
+                    }
+                    Err(e) => results[end] = Some(Err(RtnlError::Codec(e.to_string()))),
+                }
+                end += 1;
+            }
+            let in_flight = |seq: u32| {
+                let i = seq.wrapping_sub(first_seq) as usize;
+                (start + i < end).then_some(start + i)
+            };
+            if !datagram.is_empty() {
+                if let Err(e) = self.send(&datagram) {
+                    for r in &mut results[start..end] {
+                        if r.is_none() {
+                            *r = Some(Err(e.duplicate()));
+                        }
+                    }
+                } else {
+                    while results[start..end].iter().any(Option::is_none) {
+                        let n = match self.recv() {
+                            Ok(n) => n,
+                            Err(e) => {
+                                for r in &mut results[start..end] {
+                                    if r.is_none() {
+                                        *r = Some(Err(e.duplicate()));
+                                    }
+                                }
+                                break;
+                            }
+                        };
+                        for m in nexthop::parse_messages(&self.buf[..n]) {
+                            let Ok(NetlinkMessage::Error(h, errno)) = m else {
+                                continue;
+                            };
+                            if let Some(i) = in_flight(h.seq) {
+                                results[i] = Some(if errno == 0 {
+                                    Ok(())
+                                } else {
+                                    Err(RtnlError::Refused {
+                                        what: format!("nexthop {}", msgs[i].id.unwrap_or(0)),
+                                        source: errno_error(errno),
+                                    })
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+            start = end;
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(RtnlError::Codec("no answer".into()))))
+            .collect()
     }
 
     /// Deletes a nexthop object.
