@@ -35,9 +35,15 @@ use lq_common::{
 };
 
 /// The path table: an open-addressed hash table in an array, slot of a key from
-/// `lq_common::maps::path_slot_index` (why: see there).
+/// `lq_common::maps::path_slot_index` (why: see there). Memory-mappable
+/// (`BPF_F_MMAPABLE`), so that lqd reads the slots in place at every control step instead
+/// of copying the whole array through a system call (issue 15).
 #[btf_map]
-static LQ_PATHS: Array<PathSlot, { PATH_TABLE_CAPACITY as usize }> = Array::new();
+static LQ_PATHS: Array<
+    PathSlot,
+    { PATH_TABLE_CAPACITY as usize },
+    { aya_ebpf::bindings::BPF_F_MMAPABLE as usize },
+> = Array::new();
 
 #[btf_map]
 static LQ_NEIGHBORS: HashMap<NeighborKey, NeighborValue, { NEIGHBOR_CAPACITY as usize }> =

@@ -7,8 +7,9 @@
 //! over rtnetlink, alternating between two next hops (both uplinks) and one (uplink 1).
 //! Latency: CLOCK_MONOTONIC just before sending the route replace to CLOCK_MONOTONIC just
 //! after receiving the RTM_NEWNEXTHOP notification of lq's group with exactly the new
-//! members, on a socket in the namespace subscribed to the route and nexthop groups. A
-//! change not reflected within 1 s counts as 1 s (every trial counts).
+//! members, on a socket in the namespace subscribed to the route and nexthop groups; it must
+//! be the group lq's route already names (one replace in place, no route churn). A change
+//! not reflected within 1 s counts as 1 s (every trial counts).
 //!
 //! Everything runs inside a namespace this program creates; `NetNs` deletes it on drop and
 //! `Lqd` stops the daemon and removes its pins.
@@ -106,26 +107,33 @@ fn bgp_route(hops: &[(u32, [u8; 4])], seq: u32) -> Vec<u8> {
     b
 }
 
-/// Reads notifications until lq's group (proto lq, in the slow-plane range) has exactly
-/// `want` as uplinks; returns false after `timeout`.
-fn wait_group(mon: &mut RouteMonitor, want: &BTreeSet<u32>, timeout: Duration) -> Result<bool> {
+/// Reads notifications until lq's group (proto lq, in the slow-plane range; `id` when
+/// given) has exactly `want` as uplinks; returns its id, `None` after `timeout`.
+fn wait_group(
+    mon: &mut RouteMonitor,
+    id: Option<u32>,
+    want: &BTreeSet<u32>,
+    timeout: Duration,
+) -> Result<Option<u32>> {
     let deadline = Instant::now() + timeout;
     loop {
         for e in mon.drain()? {
             if let RouteEvent::NewNexthop(nh) = e
                 && nh.protocol == 76
-                && nh.id.is_some_and(|id| id >= ID_BASE + 0x1_8000)
+                && nh
+                    .id
+                    .is_some_and(|i| i >= ID_BASE + 0x1_8000 && id.is_none_or(|id| i == id))
                 && !nh.group.is_empty()
             {
                 let got: BTreeSet<u32> = nh.group.iter().map(|m| m.id - ID_BASE).collect();
                 if &got == want {
-                    return Ok(true);
+                    return Ok(nh.id);
                 }
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Ok(false);
+            return Ok(None);
         }
         let mut pfd = libc::pollfd {
             fd: mon.as_raw_fd(),
@@ -156,9 +164,11 @@ fn run() -> Result<()> {
     mon.dump()?;
     rtnl.request("bgp route", |seq| bgp_route(&two, seq))?;
     let _lqd = Lqd::start(&ns, CONFIG)?;
-    if !wait_group(&mut mon, &[1, 2].into(), Duration::from_secs(10))? {
+    // The prefix's group: every change below must reach this same group (its members
+    // replaced in place, lq's route untouched), not a new group and a route change.
+    let Some(group) = wait_group(&mut mon, None, &[1, 2].into(), Duration::from_secs(10))? else {
         bail!("lqd never steered the route");
-    }
+    };
     let mut trials = Trials::default();
     // Per direction too (a path withdrawn, a path back), on stderr only.
     let mut by_direction = [Trials::default(), Trials::default()];
@@ -174,7 +184,14 @@ fn run() -> Result<()> {
         let t0 = Instant::now();
         rtnl.request("bgp route", |seq| bgp_route(hops, seq))
             .context("route replace")?;
-        if wait_group(&mut mon, &want, Duration::from_millis(TIMEOUT_MS as u64))? {
+        if wait_group(
+            &mut mon,
+            Some(group),
+            &want,
+            Duration::from_millis(TIMEOUT_MS as u64),
+        )?
+        .is_some()
+        {
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             trials.done(ms);
             by_direction[i % 2].done(ms);

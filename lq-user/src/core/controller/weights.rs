@@ -668,6 +668,14 @@ impl<K: Ord + Clone> WeightController<K> {
         self.destinations.get(key)
     }
 
+    /// Moves a destination's damping state to another key (its group was renamed: every
+    /// destination of the group moved together).
+    pub fn rekey(&mut self, old: &K, new: K) {
+        if let Some(d) = self.destinations.remove(old) {
+            self.destinations.insert(new, d);
+        }
+    }
+
     /// Forgets one destination (its group went).
     pub fn forget(&mut self, key: &K) {
         self.destinations.remove(key);

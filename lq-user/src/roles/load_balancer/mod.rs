@@ -329,6 +329,50 @@ impl LoadBalancer {
         if moves.is_empty() && self.groups.values().all(|g| !g.prefixes.is_empty()) {
             return;
         }
+        // A whole group that moves to one new key keeps its id and its kernel object: its
+        // routes stay, and one replace changes its members. This is the common case (BGP
+        // withdraws a spine's path for every prefix of a remote node at once), and costs
+        // no route churn.
+        let mut by_old: BTreeMap<GroupKey, (BTreeSet<GroupKey>, usize)> = BTreeMap::new();
+        for (p, new) in &moves {
+            if let Some(r) = self.routes.get(p) {
+                let e = by_old.entry(r.group.clone()).or_default();
+                e.0.insert(new.clone());
+                e.1 += 1;
+            }
+        }
+        let mut renamed = false;
+        for (old, (targets, n)) in by_old {
+            let Some(new) = targets.first().filter(|_| targets.len() == 1) else {
+                continue;
+            };
+            let whole = self
+                .groups
+                .get(&old)
+                .is_some_and(|g| !g.prefixes.is_empty() && g.prefixes.len() == n);
+            if !whole || *new == old || self.groups.contains_key(new) {
+                continue;
+            }
+            if let Some(g) = self.groups.remove(&old) {
+                for p in &g.prefixes {
+                    if let Some(r) = self.routes.get_mut(p) {
+                        r.group = new.clone();
+                    }
+                }
+                debug!(from = %old.label(), to = %new.label(), group = g.id, "group renamed: all its destinations moved together");
+                self.weights.rekey(&old, new.clone());
+                self.groups.insert(new.clone(), g);
+                renamed = true;
+            }
+        }
+        let moves: Vec<(Prefix, GroupKey)> = if renamed {
+            moves
+                .into_iter()
+                .filter(|(p, key)| !self.groups.get(key).is_some_and(|g| g.prefixes.contains(p)))
+                .collect()
+        } else {
+            moves
+        };
         // New groups get their ids in key order, so a configuration maps to the same ids.
         let new_keys: BTreeSet<GroupKey> = moves
             .iter()

@@ -217,6 +217,20 @@ impl SlowPlane {
         }
     }
 
+    /// [`Self::remote_for`] against the remote nodes of live entries first, then of all
+    /// entries: path slots are never freed, so the entries of a leaf's old Router-ID
+    /// (renumbered, replaced) stay in the table and would make its AS ambiguous, or name
+    /// the old leaf; a leaf silent for a while (only aged entries) keeps its mapping.
+    pub fn remote_for_entries(
+        &self,
+        prefix: &Prefix,
+        live: &BTreeSet<NodeId>,
+        all: &BTreeSet<NodeId>,
+    ) -> Option<NodeId> {
+        self.remote_for(prefix, live)
+            .or_else(|| self.remote_for(prefix, all))
+    }
+
     /// The settings.
     pub fn settings(&self) -> &Settings {
         &self.settings
@@ -594,6 +608,25 @@ mod tests {
         );
         // No entry of that AS yet: no mapping (local-only quality).
         assert_eq!(s.remote_for(&p("10.7.0.0/24"), &BTreeSet::new()), None);
+        // The leaf of AS 65107 was renumbered: its old Router-ID's entries are aged but
+        // still in the table. The live one names the leaf; with no live one, the AS is
+        // ambiguous; a silent leaf alone keeps its mapping.
+        let renumbered: BTreeSet<NodeId> = [node(65107, 7), node(65107, 70)].into();
+        let live: BTreeSet<NodeId> = [node(65107, 70)].into();
+        let l = p("10.7.0.0/24");
+        assert_eq!(s.remote_for(&l, &renumbered), None);
+        assert_eq!(
+            s.remote_for_entries(&l, &live, &renumbered),
+            Some(node(65107, 70))
+        );
+        assert_eq!(
+            s.remote_for_entries(&l, &BTreeSet::new(), &renumbered),
+            None
+        );
+        assert_eq!(
+            s.remote_for_entries(&l, &BTreeSet::new(), &remotes),
+            Some(node(65107, 7))
+        );
         assert_eq!(s.mapping_of(&p("10.6.0.0/24")), MappingSource::None);
         // The same origins again are no change.
         let same = s.bmp().unwrap().origins.clone();

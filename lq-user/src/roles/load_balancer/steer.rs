@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use super::slow_plane::{MappingSource, RouteEvent, SlowPlane, UplinkPort};
 use super::{GROUP_ID_OFFSET, LoadBalancer, LoadBalancerError, RouteState, format_prefix};
 use crate::{
-    core::controller::path_quality::{GroupKey, NodeId, Prefix, UplinkId, node},
+    core::controller::path_quality::{GroupKey, Prefix, UplinkId, node},
     sys::netlink::{
         RtnlError, encode_route_delete, ifindex, nexthop::RTPROT_LQ, route as route_msg,
     },
@@ -149,15 +149,22 @@ impl LoadBalancer {
         if slow.bmp().is_none() {
             return;
         }
-        let remotes: BTreeSet<NodeId> = paths
-            .keys()
-            .map(|k| node(k.remote_as, k.remote_id))
-            .collect();
+        // Live entries name the leaf of an AS first (see `remote_for_entries`).
+        let (now, dead) = (super::monotonic_ns(), self.controller.dead_interval_ns());
+        let mut live = BTreeSet::new();
+        let mut all = BTreeSet::new();
+        for (k, v) in paths {
+            let r = node(k.remote_as, k.remote_id);
+            if !crate::core::controller::heartbeat::entry_expired(v.last_update_ns, now, dead) {
+                live.insert(r);
+            }
+            all.insert(r);
+        }
         for (p, r) in &self.routes {
             if r.table.is_none() {
                 continue;
             }
-            let remote = slow.remote_for(p, &remotes);
+            let remote = slow.remote_for_entries(p, &live, &all);
             if self.mapping.destinations.get(p) != Some(&remote) {
                 info!(prefix = %format_prefix(p), ?remote, source = ?slow.mapping_of(p), "slow plane: NNH mapping (seed 003 section 6.1)");
                 self.mapping.destinations.insert(*p, remote);

@@ -398,10 +398,80 @@ fn read_array_batched<V: aya::Pod + Default + Clone>(
     Ok(values)
 }
 
+/// The path table's slots mapped into lqd's memory (the map is `BPF_F_MMAPABLE`): a
+/// control step reads them in place, without a system call and without copying 1.5 MB of
+/// mostly empty slots (issue 15: that copy was most of a step).
+struct SlotMap {
+    ptr: std::ptr::NonNull<PathSlot>,
+    len: usize,
+    bytes: usize,
+}
+
+// SAFETY: the mapping is read-only shared memory owned by this value; reading it from
+// another thread is as sound as from this one.
+unsafe impl Send for SlotMap {}
+
+impl SlotMap {
+    /// Maps the first `len` slots of the array map `fd`; fails when the map was created
+    /// without `BPF_F_MMAPABLE` (pins of an older lqd), and the caller reads by batch.
+    fn new(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let bytes = (len * size_of::<PathSlot>()).div_ceil(page) * page;
+        // SAFETY: a fresh read-only shared mapping of the map's value area; the kernel
+        // checks the fd, the length and the map's flags.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(p.cast::<PathSlot>())
+            .ok_or_else(|| std::io::Error::other("mmap returned a null mapping"))?;
+        Ok(Self { ptr, len, bytes })
+    }
+
+    /// The used slots' entries. Volatile reads: the XDP program writes the slots
+    /// concurrently (a slot read while it is written may mix two updates of one entry,
+    /// as a batch copy could).
+    fn used(&self) -> impl Iterator<Item = (PathKey, PathValue)> + '_ {
+        (0..self.len).filter_map(move |i| {
+            // SAFETY: i < len, within the mapping; PathSlot is plain data (any bytes are a
+            // valid value) and suitably aligned (page-aligned base, 48-octet elements).
+            let slot = unsafe { self.ptr.as_ptr().add(i) };
+            // SAFETY: as above; `used` alone first, the whole slot only when used.
+            let used = unsafe { std::ptr::read_volatile(&raw const (*slot).used) };
+            if used == 0 {
+                return None;
+            }
+            // SAFETY: as above.
+            let s = unsafe { std::ptr::read_volatile(slot) };
+            Some((s.key, s.value))
+        })
+    }
+}
+
+impl Drop for SlotMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes) };
+    }
+}
+
 /// Reads the pinned maps of one receiver instance.
 pub struct TableReader {
-    /// The path table's slots (an array map of [`PathSlot`]), read in one batched syscall.
+    /// The path table's slots (an array map of [`PathSlot`]), read in place through
+    /// `slots`, or in one batched syscall when the map cannot be mapped.
     paths: MapData,
+    slots: Option<SlotMap>,
     neighbors: HashMap<MapData, NeighborKey, NeighborValue>,
     counters: PerCpuArray<MapData, u64>,
     config: Array<MapData, ReceiverConfig>,
@@ -417,8 +487,14 @@ impl TableReader {
             }
             MapData::from_pin(&path).map_err(super::map_err::<PathTableError>(name))
         };
+        let paths = open(PATH_TABLE_MAP)?;
+        let slots = {
+            use std::os::fd::AsFd;
+            SlotMap::new(paths.fd().as_fd(), PATH_TABLE_CAPACITY as usize).ok()
+        };
         Ok(Self {
-            paths: open(PATH_TABLE_MAP)?,
+            paths,
+            slots,
             neighbors: HashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP)?))
                 .map_err(super::map_err::<PathTableError>(NEIGHBOR_MAP))?,
             counters: PerCpuArray::try_from(Map::PerCpuArray(open(COUNTER_MAP)?))
@@ -434,6 +510,9 @@ impl TableReader {
     /// Every path entry, sorted by key.
     pub fn paths(&self) -> Result<BTreeMap<PathKey, PathValue>, PathTableError> {
         use std::os::fd::AsFd;
+        if let Some(slots) = &self.slots {
+            return Ok(slots.used().collect());
+        }
         let slots =
             read_array_batched::<PathSlot>(self.paths.fd().as_fd(), PATH_TABLE_CAPACITY as usize)
                 .map_err(|source| PathTableError::BatchRead {
