@@ -457,7 +457,7 @@ pub struct NexthopGroup {
     #[serde(default = "default_weight_max")]
     pub weight_max: u32,
     /// First nexthop object id lqd uses; members are id-base + uplink id, groups
-    /// id-base + 0x10000 + n.
+    /// id-base + 0x10000 + n (one per remote node), the slow plane's id-base + 0x18000 + k.
     #[serde(default = "default_id_base")]
     pub id_base: u32,
     /// Program the kernel (false: compute and show weights only; ECMP stays equal).
@@ -923,6 +923,13 @@ fn default_bmp_sessions() -> usize {
 /// (the load-balancer's id plan, checked here against the 32-bit id space).
 pub const GROUP_ID_OFFSET: u32 = 0x1_0000;
 
+/// The slow plane's groups are `id_base + GROUP_ID_OFFSET + SLOW_GROUP_OFFSET + k`, after the
+/// `[[destination]]` groups (`+ n`, n < SLOW_GROUP_OFFSET), so a restart tells them apart.
+pub const SLOW_GROUP_OFFSET: u32 = 0x8000;
+
+/// How many ids the slow plane's groups may take.
+pub const SLOW_GROUP_SPAN: u32 = 0x100_0000;
+
 fn default_slow_protocols() -> Vec<String> {
     vec!["bgp".into()]
 }
@@ -1104,12 +1111,28 @@ impl Config {
                 ),
             ));
         }
-        if groups > 0 && top(u64::from(GROUP_ID_OFFSET) + groups - 1) {
+        // Every id lqd may give a group: one per remote node of the [[destination]]s from
+        // id-base + 0x10000 (at most 0x8000 of them), the slow plane's after them.
+        let (last, what) = if self.slow_plane.is_some() {
+            (
+                u64::from(GROUP_ID_OFFSET)
+                    + u64::from(SLOW_GROUP_OFFSET)
+                    + u64::from(SLOW_GROUP_SPAN)
+                    - 1,
+                "id-base + 0x10000 .. id-base + 0x1017fff ([[destination]] groups, then [slow-plane] groups)",
+            )
+        } else {
+            (
+                u64::from(GROUP_ID_OFFSET) + u64::from(SLOW_GROUP_OFFSET) - 1,
+                "id-base + 0x10000 .. id-base + 0x17fff (one per remote node of the [[destination]]s)",
+            )
+        };
+        if (groups > 0 || self.slow_plane.is_some()) && top(last) {
             return Err((
                 vec![Locator::NexthopGroup("id-base")],
                 format!(
-                    "id-base = {base}: group ids id-base + 0x10000 + n for {groups} [[destination]] entries overflow the 32-bit nexthop id: id-base is at most {}",
-                    u64::from(u32::MAX) - u64::from(GROUP_ID_OFFSET) - (groups - 1)
+                    "id-base = {base}: group ids {what} overflow the 32-bit nexthop id: id-base is at most {}",
+                    u64::from(u32::MAX) - last
                 ),
             ));
         }
@@ -1621,27 +1644,29 @@ remote-node = "10.0.1.4"
     #[test]
     fn id_base_plus_ids_cannot_overflow() {
         let with_base = |b: u64| format!("{LEAF}[nexthop-group]\nid-base = {b}\n");
-        // LEAF: uplinks 1 and 2, one destination (group id-base + 0x10000). The group is
-        // the larger id: id-base may be at most u32::MAX - 0x10000.
-        let max = u64::from(u32::MAX) - 0x1_0000;
+        // LEAF: uplinks 1 and 2, destinations: their groups take ids up to
+        // id-base + 0x17fff, so id-base may be at most u32::MAX - 0x17fff.
+        let max = u64::from(u32::MAX) - 0x1_7fff;
         assert!(parse(&with_base(max)).is_ok());
         let e = err(&with_base(max + 1));
         assert!(
-            e.starts_with("leaf.toml:25:11: id-base = 4294901760: group ids"),
+            e.starts_with(&format!(
+                "leaf.toml:25:11: id-base = {}: group ids",
+                max + 1
+            )),
             "{e}"
         );
-        assert!(e.contains("at most 4294901759"), "{e}");
+        assert!(e.contains(&format!("at most {max}")), "{e}");
         let e = err(&with_base(u64::from(u32::MAX)));
         assert!(
             e.starts_with("leaf.toml:25:11: id-base = 4294967295 + [[uplink]] id = 1 overflows"),
             "{e}"
         );
-        // More destinations need more room.
-        let two = format!(
-            "{}[[destination]]\nprefix = \"10.5.0.0/24\"\n",
-            with_base(max)
-        );
-        assert!(err(&two).contains("for 2 [[destination]] entries overflow"));
+        // The slow plane's groups need more room.
+        let slow = format!("{}[slow-plane]\n", with_base(max));
+        let e = err(&slow);
+        assert!(e.contains("[slow-plane] groups) overflow"), "{e}");
+        assert!(e.contains("at most 4278091776"), "{e}");
     }
 
     #[test]

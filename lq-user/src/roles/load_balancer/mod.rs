@@ -67,6 +67,9 @@ struct GroupState {
     prefixes: BTreeSet<Prefix>,
     /// Some destination's route does not point at this group yet.
     routes_pending: bool,
+    /// The last application the kernel refused: tried again at the next step (the
+    /// controller, converged, would not emit it again).
+    refused: Option<Application>,
 }
 
 /// lqd's route for one destination.
@@ -186,9 +189,21 @@ impl LoadBalancer {
             .map_err(|e| LoadBalancerError::Controller(e.to_string()))?;
         self.receiver
             .configure(&receiver_settings(&cfg, &controller))?;
+        // The slow plane's destinations keep their permitted members and mapping until
+        // `slow_plane_reload` brings them up to date with the new rules.
         let eligible = std::mem::take(&mut self.mapping.eligible);
+        let steered: Vec<(
+            Prefix,
+            Option<crate::core::controller::path_quality::NodeId>,
+        )> = self
+            .routes
+            .iter()
+            .filter(|(_, r)| r.table.is_some())
+            .filter_map(|(p, _)| self.mapping.destinations.get(p).map(|r| (*p, *r)))
+            .collect();
         self.mapping = cfg.nnh_mapping();
         self.mapping.eligible = eligible;
+        self.mapping.destinations.extend(steered);
         self.regroup_needed = true;
         self.cfg = cfg;
         self.slow_plane_reload();
@@ -276,19 +291,57 @@ impl LoadBalancer {
             .filter(|n| n.protocol == RTPROT_LQ)
             .filter_map(|n| n.id.map(|id| (id, n)))
             .collect();
+        // What lqd's routes in the main table point at now (a previous lqd's, perhaps of an
+        // older layout): a group is adopted only when its destinations' routes name it, and
+        // an id they name is never deleted before they are repointed.
+        for r in rtnl.dump_routes()? {
+            if r.protocol != RTPROT_LQ || r.table != crate::sys::netlink::RT_TABLE_MAIN {
+                continue;
+            }
+            let Some(dst) = r.dst else { continue };
+            let prefix = Prefix {
+                addr: dst,
+                len: r.dst_len,
+            };
+            if let Some(route) = self.routes.get_mut(&prefix)
+                && route.table.is_none()
+            {
+                route.installed = r.nhid;
+            }
+        }
         let now = monotonic_ns();
         let base = self.cfg.nexthop_group.id_base;
         let mut adopted = Vec::new();
         for (key, state) in &mut self.groups {
-            if let Some(g) = existing.get(&state.id).filter(|g| !g.group.is_empty()) {
-                state.kernel = g
-                    .group
-                    .iter()
-                    .map(|m| (m.id.saturating_sub(base), m.weight))
-                    .collect();
-                adopted.push((key.clone(), state.kernel.clone()));
-                info!(group = state.id, remote = %key.label(), weights = ?state.kernel, "adopted existing nexthop group");
+            // The group its destinations' routes name: this layout's id, or an older
+            // layout's (whose weights seed this group's damping; that id itself is
+            // repointed, then deleted).
+            let named: BTreeSet<u32> = state
+                .prefixes
+                .iter()
+                .filter_map(|p| self.routes.get(p).and_then(|r| r.installed))
+                .collect();
+            let source = if named.contains(&state.id) {
+                Some(state.id)
+            } else {
+                named.into_iter().next()
+            };
+            let Some(g) = source
+                .and_then(|id| existing.get(&id))
+                .filter(|g| !g.group.is_empty())
+            else {
+                continue;
+            };
+            let weights: Vec<(UplinkId, u32)> = g
+                .group
+                .iter()
+                .map(|m| (m.id.saturating_sub(base), m.weight))
+                .collect();
+            if source == Some(state.id) {
+                state.kernel = weights.clone();
             }
+            info!(group = state.id, from = ?source, remote = %key.label(), weights = ?weights, "adopted existing nexthop group");
+            adopted.push((key.clone(), weights));
         }
         for (key, kernel) in adopted {
             let applied = self.fractions_of(&kernel);
@@ -335,7 +388,14 @@ impl LoadBalancer {
         // no route churn.
         let mut by_old: BTreeMap<GroupKey, (BTreeSet<GroupKey>, usize)> = BTreeMap::new();
         for (p, new) in &moves {
-            if let Some(r) = self.routes.get(p) {
+            // Only a destination that is in its group now leaves it (a new destination's
+            // key is a placeholder, not a group it belongs to).
+            if let Some(r) = self.routes.get(p)
+                && self
+                    .groups
+                    .get(&r.group)
+                    .is_some_and(|g| g.prefixes.contains(p))
+            {
                 let e = by_old.entry(r.group.clone()).or_default();
                 e.0.insert(new.clone());
                 e.1 += 1;
@@ -434,10 +494,11 @@ impl LoadBalancer {
         key: &GroupKey,
         slow: Option<&slow_plane::SlowPlane>,
     ) -> Option<u32> {
+        // The configuration check keeps these ranges inside 32 bits.
         let base = self.cfg.nexthop_group.id_base + GROUP_ID_OFFSET;
         let range = if key.eligible.is_some() {
-            base + steer::SLOW_GROUP_OFFSET
-                ..base + steer::SLOW_GROUP_OFFSET + steer::SLOW_GROUP_SPAN
+            let first = base + steer::SLOW_GROUP_OFFSET;
+            first..first.saturating_add(steer::SLOW_GROUP_SPAN)
         } else {
             base..base + steer::SLOW_GROUP_OFFSET
         };
@@ -506,6 +567,14 @@ impl LoadBalancer {
         let apps = self.weights.update(&report, now_ns);
         self.last_report = report;
         self.paths = paths;
+        let mut apps = apps;
+        for (key, g) in &mut self.groups {
+            if let Some(app) = g.refused.take()
+                && !apps.iter().any(|(k, _)| k == key)
+            {
+                apps.push((key.clone(), app));
+            }
+        }
         let mut batch = Vec::new();
         for (key, app) in apps {
             if let Some(msg) = self.prepare(&key, &app) {
@@ -536,10 +605,14 @@ impl LoadBalancer {
             .filter(|(_, u)| spines.contains(&u.spine))
             .map(|(id, _)| *id)
             .collect();
-        let empties = self
-            .groups
-            .values()
-            .any(|g| !g.kernel.is_empty() && g.kernel.iter().all(|(u, _)| gone.contains(u)));
+        // A member whose link is down is gone from the kernel's groups already (the kernel
+        // deletes a down device's nexthops), whatever `kernel` still says.
+        let empties = self.groups.values().any(|g| {
+            !g.kernel.is_empty()
+                && g.kernel
+                    .iter()
+                    .all(|(u, _)| gone.contains(u) || self.local.get(*u) == 0)
+        });
         if gone.is_empty() || empties {
             return;
         }
@@ -638,7 +711,8 @@ impl LoadBalancer {
                 }
                 Err(e) => {
                     self.group_errors += 1;
-                    error!(group = msg.id, error = %crate::core::report::Chain(&e), "group replace refused");
+                    error!(group = msg.id, error = %crate::core::report::Chain(&e), "group replace refused; tried again at the next step");
+                    state.refused = Some(app);
                 }
             }
         }
@@ -689,6 +763,11 @@ impl LoadBalancer {
         if self.orphans.is_empty() {
             return;
         }
+        // A destination's route not installed by this lqd yet may still name an orphan
+        // (when the kernel's route could not be read): none is deleted until it is.
+        if self.routes.values().any(|r| r.installed.is_none()) {
+            return;
+        }
         let named: BTreeSet<u32> = self.routes.values().filter_map(|r| r.installed).collect();
         let owned: BTreeSet<u32> = self.groups.values().map(|g| g.id).collect();
         let free: Vec<u32> = self
@@ -698,14 +777,25 @@ impl LoadBalancer {
             .filter(|id| !named.contains(id) && !owned.contains(id))
             .collect();
         for id in free {
-            self.orphans.remove(&id);
-            if let Some(rtnl) = self.rtnl.as_mut() {
-                match rtnl.delete_nexthop(id) {
-                    Ok(()) => info!(
+            let Some(rtnl) = self.rtnl.as_mut() else {
+                self.orphans.remove(&id);
+                continue;
+            };
+            match rtnl.delete_nexthop(id) {
+                Ok(()) => {
+                    self.orphans.remove(&id);
+                    info!(
                         group = id,
                         "deleted a group of lq's that no destination uses"
-                    ),
-                    Err(e) => debug!(group = id, error = %e, "group already gone"),
+                    );
+                }
+                Err(RtnlError::Refused { source, .. })
+                    if source.raw_os_error() == Some(libc::ENOENT) =>
+                {
+                    self.orphans.remove(&id);
+                }
+                Err(e) => {
+                    warn!(group = id, error = %crate::core::report::Chain(&e), "deleting an unused group of lq's failed; tried again at the next step");
                 }
             }
         }

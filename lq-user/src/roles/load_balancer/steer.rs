@@ -23,16 +23,12 @@ use crate::{
     },
 };
 
-/// Slow-plane groups are `id_base + GROUP_ID_OFFSET + SLOW_GROUP_OFFSET + k`, apart from the
-/// `[[destination]]` groups (`+ n`), so a restart tells them apart.
-pub const SLOW_GROUP_OFFSET: u32 = 0x8000;
-/// How many ids the slow plane's groups may take.
-pub const SLOW_GROUP_SPAN: u32 = 0x100_0000;
+pub use crate::config::{SLOW_GROUP_OFFSET, SLOW_GROUP_SPAN};
 
 impl LoadBalancer {
     fn slow_range(&self) -> std::ops::Range<u32> {
         let first = self.cfg.nexthop_group.id_base + GROUP_ID_OFFSET + SLOW_GROUP_OFFSET;
-        first..first + SLOW_GROUP_SPAN
+        first..first.saturating_add(SLOW_GROUP_SPAN)
     }
 
     fn slow_settings(&self) -> Option<crate::roles::load_balancer::slow_plane::Settings> {
@@ -231,6 +227,20 @@ impl LoadBalancer {
             });
             self.slow_remove(&p, Some(slow.settings().lq_table));
             self.orphans.extend(id);
+        }
+        // The NNH mapping of the steered destinations after a reload (which rebuilds the
+        // mapping from `[[destination]]`) or a change of the covering rules: a rule's
+        // remote; a learned one is refined at every step (`slow_plane_resolve`).
+        let learned = slow.bmp().is_some();
+        for (p, r) in &self.routes {
+            if r.table.is_none() || (learned && self.mapping.destinations.contains_key(p)) {
+                continue;
+            }
+            let want = slow.remote_of(p);
+            if self.mapping.destinations.get(p) != Some(&want) {
+                self.mapping.destinations.insert(*p, want);
+                self.regroup_needed = true;
+            }
         }
         // Permitted members changed: the destination moves to another group.
         for (p, members) in &eligible {

@@ -133,9 +133,14 @@ impl RtnlError {
     }
 }
 
-/// The most request bytes [`Rtnl::replace_nexthops`] puts in one datagram: well inside
-/// the kernel's default socket buffers, a few dozen 64-member groups.
+/// The most request bytes [`Rtnl::replace_nexthops`] puts in one datagram: a few dozen
+/// 64-member groups.
 pub const PIPELINE_BYTES: usize = 32 * 1024;
+
+/// The most requests [`Rtnl::replace_nexthops`] puts in one datagram: the kernel queues one
+/// ACK per request before the send returns, and their accounting must stay well inside the
+/// default receive buffer (~208 KiB), or ACKs are dropped (ENOBUFS).
+pub const PIPELINE_MESSAGES: usize = 64;
 
 /// A NETLINK_ROUTE socket in the calling thread's network namespace.
 pub struct Rtnl {
@@ -236,7 +241,10 @@ impl Rtnl {
                 let seq = self.next_seq();
                 match nexthop::encode_new(&msgs[end], seq) {
                     Ok(bytes) => {
-                        if end > start && datagram.len() + bytes.len() > PIPELINE_BYTES {
+                        if end > start
+                            && (datagram.len() + bytes.len() > PIPELINE_BYTES
+                                || end - start >= PIPELINE_MESSAGES)
+                        {
                             // Not this datagram's: its sequence number is reused next time.
                             self.seq = self.seq.wrapping_sub(1);
                             break;
@@ -272,8 +280,20 @@ impl Rtnl {
                             }
                         };
                         for m in nexthop::parse_messages(&self.buf[..n]) {
-                            let Ok(NetlinkMessage::Error(h, errno)) = m else {
-                                continue;
+                            let (h, errno) = match m {
+                                Ok(NetlinkMessage::Error(h, errno)) => (h, errno),
+                                Ok(_) => continue,
+                                Err(e) => {
+                                    // An answer that cannot be read: the rest of this
+                                    // datagram's answers may be lost with it, so stop
+                                    // waiting for them rather than block.
+                                    for r in &mut results[start..end] {
+                                        if r.is_none() {
+                                            *r = Some(Err(RtnlError::Codec(e.to_string())));
+                                        }
+                                    }
+                                    break;
+                                }
                             };
                             if let Some(i) = in_flight(h.seq) {
                                 results[i] = Some(if errno == 0 {
@@ -316,6 +336,31 @@ impl Rtnl {
     pub fn delete_route(&mut self, prefix: &Prefix) -> Result<(), RtnlError> {
         let what = format!("delete route {}/{}", prefix.addr, prefix.len);
         self.request(&what, |seq| encode_route_delete(prefix, RT_TABLE_MAIN, seq))
+    }
+
+    /// Every route of the namespace (all tables and families), decoded as the slow plane
+    /// reads them; messages that do not decode are skipped (a route lqd cannot read is no
+    /// route of lqd's).
+    pub fn dump_routes(&mut self) -> Result<Vec<route::RouteMsg>, RtnlError> {
+        let seq = self.next_seq();
+        self.send(&route::encode_route_dump(seq))?;
+        let mut out = Vec::new();
+        loop {
+            let n = self.recv()?;
+            for m in route::parse(&self.buf[..n]) {
+                match m {
+                    Ok(route::Message::NewRoute(r)) => out.push(r),
+                    Ok(route::Message::Done(s)) if s == seq => return Ok(out),
+                    Ok(route::Message::Error(s, errno)) if s == seq && errno != 0 => {
+                        return Err(RtnlError::Refused {
+                            what: "route dump".into(),
+                            source: errno_error(errno),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 
     /// Every nexthop object of the namespace.
