@@ -43,6 +43,11 @@ use crate::{
 
 pub use crate::config::GROUP_ID_OFFSET;
 
+/// How often a control step reads every slot of the path table (new entries), instead of
+/// only the slots known to be used: well inside the seed's detection interval, so a new
+/// path is in use within one heartbeat period of being advertised.
+const FULL_SCAN_NS: u64 = 20_000_000;
+
 /// Errors of the load-balancer role.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadBalancerError {
@@ -112,6 +117,8 @@ pub struct LoadBalancer {
     removed_members: BTreeSet<UplinkId>,
     /// Member nexthops deleted on a spine failure (each one left every group at once).
     pub member_deletes: u64,
+    /// When the next step reads every slot of the path table, not only the known ones.
+    next_full_scan_ns: u64,
     last_report: PathQualityReport,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
     paths: BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue>,
@@ -158,6 +165,7 @@ impl LoadBalancer {
             regroup_needed: true,
             removed_members: BTreeSet::new(),
             member_deletes: 0,
+            next_full_scan_ns: 0,
             last_report: PathQualityReport::default(),
             neighbors: BTreeMap::new(),
             paths: BTreeMap::new(),
@@ -514,7 +522,14 @@ impl LoadBalancer {
 
     /// One control step at `now_ns`. Returns how many groups were replaced.
     pub fn step(&mut self, now_ns: u64) -> Result<usize, LoadBalancerError> {
-        let mut paths = self.reader.paths()?;
+        // The path table's known slots at every step, all slots on a timer (a new entry
+        // waits at most FULL_SCAN_NS; changes of known entries, which carry the fast
+        // plane's reaction, are read at once).
+        let full = now_ns >= self.next_full_scan_ns;
+        if full {
+            self.next_full_scan_ns = now_ns + FULL_SCAN_NS;
+        }
+        let mut paths = self.reader.paths_known(full)?;
         self.neighbors = self.reader.neighbors()?;
         // While lqd was not running (a restart, a crash), no XDP program refreshed the
         // table: silence from before this start is no evidence of failure. Every entry and

@@ -439,23 +439,29 @@ impl SlotMap {
         Ok(Self { ptr, len, bytes })
     }
 
-    /// The used slots' entries. Volatile reads: the XDP program writes the slots
-    /// concurrently (a slot read while it is written may mix two updates of one entry,
-    /// as a batch copy could).
-    fn used(&self) -> impl Iterator<Item = (PathKey, PathValue)> + '_ {
-        (0..self.len).filter_map(move |i| {
-            // SAFETY: i < len, within the mapping; PathSlot is plain data (any bytes are a
-            // valid value) and suitably aligned (page-aligned base, 48-octet elements).
-            let slot = unsafe { self.ptr.as_ptr().add(i) };
-            // SAFETY: as above; `used` alone first, the whole slot only when used.
-            let used = unsafe { std::ptr::read_volatile(&raw const (*slot).used) };
-            if used == 0 {
-                return None;
-            }
-            // SAFETY: as above.
-            let s = unsafe { std::ptr::read_volatile(slot) };
-            Some((s.key, s.value))
-        })
+    /// Slot `i`'s entry when the slot is used. Volatile reads: the XDP program writes the
+    /// slots concurrently (a slot read while it is written may mix two updates of one
+    /// entry, as a batch copy could).
+    fn entry(&self, i: usize) -> Option<(PathKey, PathValue)> {
+        if i >= self.len {
+            return None;
+        }
+        // SAFETY: i < len, within the mapping; PathSlot is plain data (any bytes are a
+        // valid value) and suitably aligned (page-aligned base, 48-octet elements).
+        let slot = unsafe { self.ptr.as_ptr().add(i) };
+        // SAFETY: as above; `used` alone first, the whole slot only when used.
+        let used = unsafe { std::ptr::read_volatile(&raw const (*slot).used) };
+        if used == 0 {
+            return None;
+        }
+        // SAFETY: as above.
+        let s = unsafe { std::ptr::read_volatile(slot) };
+        Some((s.key, s.value))
+    }
+
+    /// Every used slot's entry, with its index.
+    fn used(&self) -> impl Iterator<Item = (usize, (PathKey, PathValue))> + '_ {
+        (0..self.len).filter_map(move |i| self.entry(i).map(|e| (i, e)))
     }
 }
 
@@ -472,6 +478,8 @@ pub struct TableReader {
     /// `slots`, or in one batched syscall when the map cannot be mapped.
     paths: MapData,
     slots: Option<SlotMap>,
+    /// The used slots of the last full scan ([`Self::paths_known`]).
+    known: Vec<u32>,
     neighbors: HashMap<MapData, NeighborKey, NeighborValue>,
     counters: PerCpuArray<MapData, u64>,
     config: Array<MapData, ReceiverConfig>,
@@ -495,6 +503,7 @@ impl TableReader {
         Ok(Self {
             paths,
             slots,
+            known: Vec::new(),
             neighbors: HashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP)?))
                 .map_err(super::map_err::<PathTableError>(NEIGHBOR_MAP))?,
             counters: PerCpuArray::try_from(Map::PerCpuArray(open(COUNTER_MAP)?))
@@ -507,11 +516,41 @@ impl TableReader {
         })
     }
 
+    /// Every path entry, sorted by key, reading only the slots known to be used unless
+    /// `full`. Slots are never freed and a key never moves, so the slots a full scan found
+    /// used hold the same keys at every later read; only a slot claimed since (a new
+    /// `(spine, remote, link)`) is missed until the next full scan. The control loop scans
+    /// in full on a timer and reads the known slots at every step in between: the mapping
+    /// holds 32 768 slots, the table of a small fabric a few dozen entries. Without the
+    /// mapping (pins of an older lqd), every read is a full batch read.
+    pub fn paths_known(
+        &mut self,
+        full: bool,
+    ) -> Result<BTreeMap<PathKey, PathValue>, PathTableError> {
+        let Some(slots) = &self.slots else {
+            return self.paths();
+        };
+        if full || self.known.is_empty() {
+            self.known.clear();
+            let mut out = BTreeMap::new();
+            for (i, (k, v)) in slots.used() {
+                self.known.push(i as u32);
+                out.insert(k, v);
+            }
+            return Ok(out);
+        }
+        Ok(self
+            .known
+            .iter()
+            .filter_map(|i| slots.entry(*i as usize))
+            .collect())
+    }
+
     /// Every path entry, sorted by key.
     pub fn paths(&self) -> Result<BTreeMap<PathKey, PathValue>, PathTableError> {
         use std::os::fd::AsFd;
         if let Some(slots) = &self.slots {
-            return Ok(slots.used().collect());
+            return Ok(slots.used().map(|(_, e)| e).collect());
         }
         let slots =
             read_array_batched::<PathSlot>(self.paths.fd().as_fd(), PATH_TABLE_CAPACITY as usize)
