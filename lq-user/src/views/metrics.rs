@@ -81,7 +81,7 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
         for d in &w.groups {
             for m in &d.members {
                 let l = [
-                    ("remote", d.label()),
+                    ("remote", d.label.clone()),
                     ("uplink", m.uplink.to_string()),
                     ("spine", m.spine.clone()),
                 ];
@@ -97,7 +97,7 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
                     ("kernel", f64::from(m.kernel_weight)),
                 ] {
                     let l = [
-                        ("remote", d.label()),
+                        ("remote", d.label.clone()),
                         ("uplink", m.uplink.to_string()),
                         ("kind", kind.into()),
                     ];

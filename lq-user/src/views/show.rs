@@ -187,7 +187,7 @@ pub fn weights_view_table(w: &WeightsView) -> String {
         let _ = writeln!(
             s,
             "remote {}  group {}  ({})",
-            d.label(),
+            d.label,
             d.group_id.map_or_else(|| "-".into(), |g| g.to_string()),
             d.quality_source
         );
@@ -312,6 +312,7 @@ mod tests {
     fn weights_table_from_the_typed_view() {
         let w = WeightsView {
             groups: vec![GroupWeights {
+                label: "0/10.0.0.104".into(),
                 remote: Some("0/10.0.0.104".into()),
                 prefixes: vec!["10.4.0.0/24".into(), "10.4.1.0/24".into()],
                 eligible: None,

@@ -98,6 +98,9 @@ pub struct WeightsView {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct GroupWeights {
+    /// The group's name: `65104/10.0.0.4` or `local-only`, with the permitted uplinks when
+    /// restricted (`... via 1,2`).
+    pub label: String,
     /// The remote node `AS/Router-ID` the destinations are reachable through (their NNH,
     /// 6.1); `None`: no mapping, local-only quality.
     pub remote: Option<String>,
@@ -112,23 +115,6 @@ pub struct GroupWeights {
     pub group_id: Option<u32>,
     /// One per member uplink.
     pub members: Vec<MemberWeights>,
-}
-
-impl GroupWeights {
-    /// `65104/10.0.0.4` or `local-only`, with the permitted uplinks when restricted.
-    pub fn label(&self) -> String {
-        let r = self.remote.clone().unwrap_or_else(|| "local-only".into());
-        match &self.eligible {
-            None => r,
-            Some(e) => format!(
-                "{r} via {}",
-                e.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
-        }
-    }
 }
 
 /// One member of a group.

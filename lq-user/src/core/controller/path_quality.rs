@@ -66,12 +66,17 @@ impl GroupKey {
         }
     }
 
+    /// The remote node as `65104/10.0.0.4` (AS/Router-ID); `None` for local-only.
+    pub fn remote_name(&self) -> Option<String> {
+        self.remote
+            .map(|r| format!("{}/{}", r.node_as, std::net::Ipv4Addr::from(r.node_id)))
+    }
+
     /// `65104/10.0.0.4`, or `local-only`, with the permitted uplinks when restricted.
     pub fn label(&self) -> String {
-        let r = self.remote.map_or_else(
-            || "local-only".to_string(),
-            |r| format!("{}/{}", r.node_as, std::net::Ipv4Addr::from(r.node_id)),
-        );
+        let r = self
+            .remote_name()
+            .unwrap_or_else(|| "local-only".to_string());
         match &self.eligible {
             None => r,
             Some(e) => format!(

@@ -901,9 +901,8 @@ impl LoadBalancer {
                 })
                 .collect();
             groups.push(GroupWeights {
-                remote: key
-                    .remote
-                    .map(|r| format!("{}/{}", r.node_as, std::net::Ipv4Addr::from(r.node_id))),
+                label: key.label(),
+                remote: key.remote_name(),
                 prefixes: group
                     .map(|g| g.prefixes.iter().map(format_prefix).collect())
                     .unwrap_or_default(),
