@@ -402,6 +402,8 @@ pub struct UplinkCfg {
     pub interface: String,
     /// The spine's address on it.
     pub gateway: Ipv4Addr,
+    /// The spine's AS (`spine-as`, with `as-qualified = true`).
+    pub spine_as: Option<u32>,
 }
 
 /// Options of the load-balancer configurations the builder writes.
@@ -460,6 +462,9 @@ pub fn lb_sections(
             "\n[[uplink]]\nid = {}\nspine = \"{}\"\ninterface = \"{}\"\ngateway = \"{}\"\n",
             u.id, u.spine, u.interface, u.gateway
         ));
+        if let Some(a) = u.spine_as {
+            c.push_str(&format!("spine-as = {a}\n"));
+        }
     }
     for (p, r) in destinations {
         c.push_str(&format!(
@@ -521,7 +526,17 @@ pub fn group_members(ns: &NetNs, group: u64) -> Option<Vec<(u64, u64)>> {
 
 /// The nexthop group id a route points at (`nhid`).
 pub fn route_group(ns: &NetNs, prefix: &str) -> Option<u64> {
-    let out = ns.ip(&["-j", "route", "show", prefix]).ok()?;
+    route_group_in(ns, prefix, None)
+}
+
+/// [`route_group`] in routing table `table` (the main table when `None`).
+pub fn route_group_in(ns: &NetNs, prefix: &str, table: Option<u32>) -> Option<u64> {
+    let t = table.map(|t| t.to_string());
+    let mut args = vec!["-j", "route", "show", prefix];
+    if let Some(t) = &t {
+        args.extend(["table", t.as_str()]);
+    }
+    let out = ns.ip(&args).ok()?;
     let v: serde_json::Value = serde_json::from_str(&out).ok()?;
     v.as_array()?.first()?["nhid"].as_u64()
 }
@@ -567,8 +582,29 @@ pub fn recreate_group(
     weights: &[(u64, u64)],
     o: &LbOptions,
 ) -> Result<()> {
-    let _ = ns.ip(&["route", "del", prefix]);
+    recreate_group_in(ns, group, prefix, None, weights, o)
+}
+
+/// Removes lq's route to `prefix` in `table` (the main table when `None`) and the group
+/// it named: with the slow plane (table [`LQ_TABLE`]), forwarding falls through to the
+/// main table, i.e. to BGP's own route.
+pub fn remove_lq_route(ns: &NetNs, group: u64, prefix: &str, table: Option<u32>) {
+    let t = table.unwrap_or(254).to_string();
+    let _ = ns.ip(&["route", "del", prefix, "table", &t, "proto", "76"]);
     let _ = ns.ip(&["nexthop", "del", "id", &group.to_string()]);
+}
+
+/// [`recreate_group`] with the route in `table` (the main table when `None`).
+pub fn recreate_group_in(
+    ns: &NetNs,
+    group: u64,
+    prefix: &str,
+    table: Option<u32>,
+    weights: &[(u64, u64)],
+    o: &LbOptions,
+) -> Result<()> {
+    remove_lq_route(ns, group, prefix, table);
+    let t = table.unwrap_or(254).to_string();
     let members: Vec<String> = weights
         .iter()
         .filter(|(_, w)| *w > 0)
@@ -598,6 +634,8 @@ pub fn recreate_group(
         prefix,
         "nhid",
         &group.to_string(),
+        "table",
+        &t,
         "proto",
         "76",
     ])?;
@@ -635,7 +673,28 @@ pub struct Clos3 {
     pub hash_clear: Option<HashClear>,
     /// Link shaping.
     pub shaping: Shaping,
+    /// How the fabric learns its routes.
+    pub routing: Routing,
 }
+
+/// How a [`Clos3`] fabric routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Static routes on the spines; the leaves' routes to other leaves are lqd's
+    /// `[[destination]]` groups.
+    Static,
+    /// eBGP per RFC 7938 (FRR on every router, [`Clos3::start_bgp`]): spine i in AS
+    /// [`Clos3::spine_as`], leaf j in AS [`Clos3::leaf_as`] announcing its host prefix; the
+    /// leaves' lqd steers BGP's routes (`[slow-plane]`, seed 003 section 4.1) and learns
+    /// the NNH mapping over BMP (section 6.1) from AS-qualified advertisements (6.2).
+    Bgp,
+}
+
+/// Where each leaf's bgpd finds its lqd's BMP station (the leaf's own loopback).
+pub const BMP_PORT: u16 = 11019;
+
+/// lq's routing table for the slow plane (lqd's `[slow-plane] table` default).
+pub const LQ_TABLE: u32 = 76;
 
 impl Clos3 {
     /// Spine i's Router-ID (1-based).
@@ -664,11 +723,32 @@ impl Clos3 {
     }
     /// The collector's address on the management bridge.
     pub const COLLECTOR: &str = "10.255.0.254";
+    /// Spine i's AS (RFC 7938: one per spine here, so a leaf's paths differ in their first
+    /// AS and need `multipath-relax`).
+    pub fn spine_as(i: usize) -> u32 {
+        65000 + i as u32
+    }
+    /// Leaf j's AS: the origin AS of its host prefix, which names it (seed 003 section 6.1).
+    pub fn leaf_as(j: usize) -> u32 {
+        65100 + j as u32
+    }
 
     /// Builds the namespaces, links, shaping, addresses, sysctls and the static routes of
     /// the spines and hosts (the leaves' routes to other leaves are lqd's). With
     /// `clear_hash`, loads and attaches `lq_clear_hash` on every leaf's host port.
     pub fn build(spines: usize, leaves: usize, shaping: Shaping, clear_hash: bool) -> Result<Self> {
+        Self::build_routed(spines, leaves, shaping, clear_hash, Routing::Static)
+    }
+
+    /// [`Self::build`] with the routing chosen: with [`Routing::Bgp`] the spines get no
+    /// static routes (BGP's, once [`Self::start_bgp`] runs).
+    pub fn build_routed(
+        spines: usize,
+        leaves: usize,
+        shaping: Shaping,
+        clear_hash: bool,
+        routing: Routing,
+    ) -> Result<Self> {
         let mk = |role: String| NetNs::new(&format!("{NS_PREFIX}-{role}"));
         let spine_ns = (1..=spines)
             .map(|i| mk(format!("s{i}")))
@@ -696,15 +776,17 @@ impl Clos3 {
                     &format!("{}/24", Self::leaf_addr(i, j)),
                     Some(shaping),
                 )?;
-                s.ip(&[
-                    "route",
-                    "add",
-                    &Self::host_prefix(j),
-                    "via",
-                    &Self::leaf_addr(i, j).to_string(),
-                    "dev",
-                    &format!("l{j}"),
-                ])?;
+                if routing == Routing::Static {
+                    s.ip(&[
+                        "route",
+                        "add",
+                        &Self::host_prefix(j),
+                        "via",
+                        &Self::leaf_addr(i, j).to_string(),
+                        "dev",
+                        &format!("l{j}"),
+                    ])?;
+                }
             }
         }
         for (j, (l, h)) in leaf_ns.iter().zip(&host_ns).enumerate() {
@@ -765,6 +847,7 @@ impl Clos3 {
             collector,
             hash_clear: None,
             shaping,
+            routing,
         };
         if clear_hash {
             let mut hc = HashClear::load()?;
@@ -784,20 +867,37 @@ impl Clos3 {
                 spine: Self::spine_id(i),
                 interface: format!("s{i}"),
                 gateway: Self::spine_addr(i, _j),
+                spine_as: (self.routing == Routing::Bgp).then(|| Self::spine_as(i)),
             })
             .collect()
     }
 
     /// Leaf j's load-balancer configuration: every other leaf's host prefix through the
     /// spines. `pfc`: export PFC counters of the uplinks to the collector.
+    /// With [`Routing::Bgp`]: no `[[destination]]`; `[slow-plane]` steers BGP's routes
+    /// and its BMP station on 127.0.0.1:[`BMP_PORT`] learns each prefix's origin AS, which
+    /// the AS-qualified advertisements (`as-qualified`, `local-as`, `spine-as`) tie to a
+    /// remote leaf.
     pub fn leaf_config(&self, j: usize, o: &LbOptions, pfc: bool) -> String {
+        let bgp = self.routing == Routing::Bgp;
         let dests: Vec<(String, Ipv4Addr)> = (1..=self.leaves.len())
-            .filter(|&k| k != j)
+            .filter(|&k| k != j && !bgp)
             .map(|k| (Self::host_prefix(k), Self::leaf_id(k)))
             .collect();
         let ups = self.uplinks(j);
         let mut c = telemetry_head("load-balancer", Some(Self::leaf_id(j)));
+        if bgp {
+            c.push_str(&format!(
+                "as-qualified = true\nlocal-as = {}\n",
+                Self::leaf_as(j)
+            ));
+        }
         c.push_str(&lb_sections(&ups, &dests, o));
+        if bgp {
+            c.push_str(&format!(
+                "\n[slow-plane]\n\n[slow-plane.bmp]\nlisten = \"127.0.0.1:{BMP_PORT}\"\n"
+            ));
+        }
         if pfc {
             let ifs: Vec<String> = ups.iter().map(|u| u.interface.clone()).collect();
             c.push_str(&pfc_sections(
@@ -810,12 +910,29 @@ impl Clos3 {
     }
 
     /// Spine i's helper configuration: every downlink monitored.
+    /// With [`Routing::Bgp`] the advertisements are AS-qualified (seed 003 section 6.2:
+    /// the spine's AS in the header, each leaf's AS in its entries).
     pub fn spine_config(&self, i: usize, t_sample_ms: u8, pfc: bool) -> String {
         let links: Vec<(String, Ipv4Addr)> = (1..=self.leaves.len())
             .map(|j| (format!("l{j}"), Self::leaf_id(j)))
             .collect();
         let mut c = telemetry_head("helper", Some(Self::spine_id(i)));
-        c.push_str(&helper_sections(&links, t_sample_ms));
+        if self.routing == Routing::Bgp {
+            c.push_str(&format!(
+                "as-qualified = true\nlocal-as = {}\n",
+                Self::spine_as(i)
+            ));
+            let mut h = format!("\n[helper]\nt-sample-ms = {t_sample_ms}\n");
+            for (j, (l, r)) in links.iter().enumerate() {
+                h.push_str(&format!(
+                    "\n[[link]]\ninterface = \"{l}\"\nremote-node = [\"{r}\"]\nremote-as = {}\n",
+                    Self::leaf_as(j + 1)
+                ));
+            }
+            c.push_str(&h);
+        } else {
+            c.push_str(&helper_sections(&links, t_sample_ms));
+        }
         if pfc {
             let ifs: Vec<String> = links.iter().map(|l| l.0.clone()).collect();
             c.push_str(&pfc_sections(
@@ -825,6 +942,70 @@ impl Clos3 {
             ));
         }
         c
+    }
+
+    /// Starts FRR (zebra + bgpd, [`crate::frr::Frr`]) on every spine and leaf of a
+    /// [`Routing::Bgp`] fabric and waits until every leaf has a route to every other
+    /// leaf's host prefix through all spines: eBGP per RFC 7938, `maximum-paths 64` with
+    /// `multipath-relax`, keepalive `keepalive_s` and hold time 3 x that; each leaf's bgpd
+    /// streams its Adj-RIB-In to its lqd's BMP station (127.0.0.1:[`BMP_PORT`]). The
+    /// daemons stop when the returned values drop.
+    pub fn start_bgp(&self, keepalive_s: u32) -> Result<Vec<crate::frr::Frr>> {
+        use crate::frr::{Frr, bgp_paths, bgpd_conf_timers, bmp_target};
+        let timers = (keepalive_s, 3 * keepalive_s);
+        let (ns, nl) = (self.spines.len(), self.leaves.len());
+        let mut daemons = Vec::new();
+        for (i, s) in self.spines.iter().enumerate() {
+            let i = i + 1;
+            let peers: Vec<(String, u32)> = (1..=nl)
+                .map(|j| (Self::leaf_addr(i, j).to_string(), Self::leaf_as(j)))
+                .collect();
+            let peers: Vec<(&str, u32)> = peers.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+            let conf = bgpd_conf_timers(
+                Self::spine_as(i),
+                &Self::spine_id(i).to_string(),
+                &peers,
+                &[],
+                timers,
+            );
+            daemons.push(Frr::start(s, &conf).with_context(|| format!("FRR on S{i}"))?);
+        }
+        for (j, l) in self.leaves.iter().enumerate() {
+            let j = j + 1;
+            let peers: Vec<(String, u32)> = (1..=ns)
+                .map(|i| (Self::spine_addr(i, j).to_string(), Self::spine_as(i)))
+                .collect();
+            let peers: Vec<(&str, u32)> = peers.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+            let mut conf = bgpd_conf_timers(
+                Self::leaf_as(j),
+                &Self::leaf_id(j).to_string(),
+                &peers,
+                &[&Self::host_prefix(j)],
+                timers,
+            );
+            conf.push_str(&bmp_target("127.0.0.1", BMP_PORT));
+            daemons.push(Frr::start(l, &conf).with_context(|| format!("FRR on L{j}"))?);
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let missing: Vec<String> = (1..=nl)
+                .flat_map(|j| (1..=nl).map(move |k| (j, k)))
+                .filter(|&(j, k)| {
+                    j != k && bgp_paths(&self.leaves[j - 1], &Self::host_prefix(k)) != ns
+                })
+                .map(|(j, k)| format!("L{j} -> {}", Self::host_prefix(k)))
+                .collect();
+            if missing.is_empty() {
+                return Ok(daemons);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "BGP did not converge in 60 s: no {ns}-path route for {}",
+                    missing.join(", ")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Pins the multipath hash seed of every router (spines and leaves) to `seed`: one

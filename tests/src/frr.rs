@@ -61,6 +61,10 @@ impl Frr {
             .args(["-z", &format!("{d}/zserv.api"), "--vty_socket", &d])
             .args(["--log", &format!("file:{d}/{name}.log")])
             .args(extra)
+            // Start-up chatter (zebra: "Disabling MPLS support") stays out of the
+            // caller's output; the daemons log to their files.
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .status()
             .with_context(|| format!("start {name}"))?;
         if !st.success() {
@@ -148,15 +152,29 @@ fn set_mode(p: &std::path::Path, mode: u32) -> Result<()> {
         .with_context(|| format!("chmod {}", p.display()))
 }
 
-/// An eBGP speaker per RFC 7938 (one AS per node, multipath across neighbor ASes on).
+/// An eBGP speaker per RFC 7938 (one AS per node, multipath across neighbor ASes on),
+/// keepalive 1 s and hold time 3 s.
 pub fn bgpd_conf(
     asn: u32,
     router_id: &str,
     neighbors: &[(&str, u32)],
     networks: &[&str],
 ) -> String {
+    bgpd_conf_timers(asn, router_id, neighbors, networks, (1, 3))
+}
+
+/// [`bgpd_conf`] with `timers bgp KEEPALIVE HOLD` (seconds): the demo's sessions share
+/// links its traffic congests, and a 3 s hold time there would end sessions that a
+/// router's control-plane protection keeps alive.
+pub fn bgpd_conf_timers(
+    asn: u32,
+    router_id: &str,
+    neighbors: &[(&str, u32)],
+    networks: &[&str],
+    (keepalive, hold): (u32, u32),
+) -> String {
     let mut c = format!(
-        "router bgp {asn}\n bgp router-id {router_id}\n no bgp ebgp-requires-policy\n bgp bestpath as-path multipath-relax\n timers bgp 1 3\n"
+        "router bgp {asn}\n bgp router-id {router_id}\n no bgp ebgp-requires-policy\n bgp bestpath as-path multipath-relax\n timers bgp {keepalive} {hold}\n"
     );
     for (addr, remote) in neighbors {
         c.push_str(&format!(
@@ -179,4 +197,37 @@ pub fn bmp_target(addr: &str, port: u16) -> String {
     format!(
         " bmp targets lq\n  bmp connect {addr} port {port} min-retry 100 max-retry 1000\n  bmp monitor ipv4 unicast post-policy\n exit\n"
     )
+}
+
+/// `ip -j ARGS` in `ns`, parsed (`Null` when ip fails or prints no JSON).
+pub fn ip_json(ns: &NetNs, args: &[&str]) -> serde_json::Value {
+    let mut a = vec!["-j"];
+    a.extend_from_slice(args);
+    ns.ip(&a)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Member ids of a nexthop object (itself when not a group; none when absent).
+pub fn nexthop_members(ns: &NetNs, id: u64) -> Vec<u64> {
+    let v = ip_json(ns, &["nexthop", "show", "id", &id.to_string()]);
+    let nh = &v[0];
+    match nh["group"].as_array() {
+        Some(g) => g.iter().filter_map(|m| m["id"].as_u64()).collect(),
+        None if nh.is_object() => vec![id],
+        None => vec![],
+    }
+}
+
+/// How many next hops BGP's route to `prefix` has in the main table (zebra installs it
+/// pointing at a nexthop group of its own, or with the next hops inline).
+pub fn bgp_paths(ns: &NetNs, prefix: &str) -> usize {
+    let v = ip_json(ns, &["route", "show", prefix, "proto", "bgp"]);
+    if let Some(id) = v[0]["nhid"].as_u64() {
+        return nexthop_members(ns, id).len();
+    }
+    v[0]["nexthops"]
+        .as_array()
+        .map_or(usize::from(v[0].is_object()), Vec::len)
 }

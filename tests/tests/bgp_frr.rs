@@ -15,7 +15,7 @@ use std::{
 
 use lq_tests::{
     daemon::{Lqd, Sender},
-    frr::{self, Frr, bgpd_conf},
+    frr::{self, Frr, bgpd_conf, ip_json as json},
     netns::{NetNs, veth_pair},
     packet::{entry, header, ip4},
     require_root,
@@ -39,42 +39,16 @@ fn leaf_config() -> String {
     c
 }
 
-fn json(ns: &NetNs, args: &[&str]) -> Value {
-    let mut a = vec!["-j"];
-    a.extend_from_slice(args);
-    ns.ip(&a)
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(Value::Null)
-}
-
-/// Member ids of a nexthop object (itself when not a group).
-fn members(ns: &NetNs, id: u64) -> Vec<u64> {
-    let v = json(ns, &["nexthop", "show", "id", &id.to_string()]);
-    let nh = &v[0];
-    match nh["group"].as_array() {
-        Some(g) => g.iter().filter_map(|m| m["id"].as_u64()).collect(),
-        None if nh.is_object() => vec![id],
-        None => vec![],
-    }
-}
-
 /// lq's route in its table: (group id, member ids).
 fn lq_group(ns: &NetNs) -> Option<(u64, Vec<u64>)> {
     let v = json(ns, &["route", "show", "table", "76", PREFIX]);
     let id = v[0]["nhid"].as_u64()?;
-    Some((id, members(ns, id)))
+    Some((id, frr::nexthop_members(ns, id)))
 }
 
-/// How many next hops BGP's route has in the main table.
+/// How many next hops BGP's route to [`PREFIX`] has in the main table.
 fn bgp_paths(ns: &NetNs) -> usize {
-    let v = json(ns, &["route", "show", PREFIX, "proto", "bgp"]);
-    if let Some(id) = v[0]["nhid"].as_u64() {
-        return members(ns, id).len();
-    }
-    v[0]["nexthops"]
-        .as_array()
-        .map_or(usize::from(v[0].is_object()), Vec::len)
+    frr::bgp_paths(ns, PREFIX)
 }
 
 fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) {

@@ -182,6 +182,7 @@ fn dual_spine_config(p: u8, o: &LbOptions) -> String {
             spine: ss_id(s),
             interface: format!("up{s}"),
             gateway: ss_p1(s, p, 1),
+            spine_as: None,
         })
         .collect();
     let mut c = telemetry_head("dual", Some(p1_id(p)));
@@ -200,6 +201,7 @@ fn leaf_config(o: &LbOptions) -> String {
             spine: p1_id(p),
             interface: format!("p{p}"),
             gateway: p1_leaf(p, 1, 1),
+            spine_as: None,
         })
         .collect();
     let mut c = telemetry_head("load-balancer", Some(leaf_id(1)));

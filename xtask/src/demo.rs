@@ -4,7 +4,7 @@
 //! load under ECMP, static weights and lq. Results: `target/demo/report.json` and
 //! `target/demo/plot.svg`. `--draws N` repeats every scenario over N hash draws (pinned
 //! `fib_multipath_hash_seed` per draw) and reports the median, minimum and maximum of every
-//! metric (issue 12).
+//! metric (issue 12). `--bgp` runs it with FRR on every router (issue 16).
 //!
 //! The fabric builder lives in `tests/src/fabric.rs` (shared with the fabric tests), the
 //! demo itself in `tests/src/bin/demo/`: both need aya and lq-user, which xtask does not
@@ -52,6 +52,12 @@ pub struct DemoArgs {
     /// (200 ms), the control-plane jitter of a loaded 2-core machine (docs/weights.md).
     #[arg(long, value_name = "N")]
     pub miss_count: Option<u8>,
+    /// FRR (zebra + bgpd) on every router, eBGP per RFC 7938: the leaves' lqd steers the
+    /// routes BGP installs (`[slow-plane]`) and learns each prefix's remote leaf over BMP;
+    /// ECMP is FRR's own multipath route; each draw ends with a path withdrawn by BGP
+    /// under load (`withdrawn_path_traffic_ms`). Needs FRR (`cargo xtask setup`).
+    #[arg(long)]
+    pub bgp: bool,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -98,6 +104,9 @@ pub fn demo(args: &DemoArgs) -> Result<i32> {
     }
     if let Some(n) = args.miss_count {
         cmd.args(["--miss-count", &n.to_string()]);
+    }
+    if args.bgp {
+        cmd.arg("--bgp");
     }
     cmd.current_dir(root);
     // Ctrl-C goes to the whole foreground group: the demo cleans up and exits; we wait.

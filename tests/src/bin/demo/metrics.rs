@@ -220,6 +220,15 @@ pub const GOALS: [Goal; 9] = [
     },
 ];
 
+/// The goal of `--bgp` (issue 16): no traffic on a path BGP has withdrawn beyond BGP's own
+/// convergence + 10 ms, in every draw.
+pub const BGP_GOALS: [Goal; 1] = [Goal {
+    metric: "withdrawn_path_traffic_ms",
+    median: None,
+    min: None,
+    max: Some(Cmp::AtMost(10.0)),
+}];
+
 /// Summary of one metric over the draws: `{median, min, max, values, missing}` (`values`
 /// per draw, null where the draw could not measure it).
 pub fn summarize(values: &[Option<f64>]) -> Value {

@@ -1,0 +1,344 @@
+//! `--bgp`, the last phase of a draw: a path withdrawn by BGP under load (issue 16; seed
+//! 003 section 4.1: a path is eligible only while the slow plane permits it). S3 shuts its
+//! BGP session to L4, so BGP withdraws S3's path to L4's hosts from L1; the LQ telemetry
+//! of S3 still calls that path healthy (its link to L4 is up), so only the slow plane can
+//! take S3 out of L1's group. A thread in L1's namespace polls, every ~1 ms, the kernel's
+//! BGP route (main table), lq's route (table 76) and the octets L1 sends on its link to S3;
+//! the goal is no data on that link later than 10 ms after L1's kernel BGP route lost S3.
+//!
+//! The load is light (24 flows paced at 2 Mbit/s, 48 Mbit/s in all) so that the tbf queue
+//! on L1's uplink stays short and an octet counted at transmit was forwarded at most a
+//! packet time earlier.
+
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use lq_tests::fabric::{Clos3, Daemon, flow_egress};
+use lq_user::sys::netlink::{Rtnl, RtnlError, route::RouteMsg};
+use serde_json::{Value, json};
+
+use super::{
+    Ctx, FlowSpec, interrupted, lq_group, now_s, parse_prefix, sleep, spawn_flow, stop_daemon,
+};
+
+/// The spine whose path is withdrawn (1-based) and the leaf it stops reaching.
+const SPINE: usize = 3;
+const LEAF: usize = 4;
+/// The light load.
+const FLOWS: u16 = 24;
+const PACING_BPS: u64 = 2_000_000;
+const SPORT: u16 = 40000;
+/// Octets in one poll interval that count as data (BGP keepalives are ~85 octets).
+const DATA_OCTETS: u64 = 1000;
+
+/// What one withdrawal measured.
+pub struct WithdrawResult {
+    /// Flows of the load and how many of them the kernel sent via S3 before the withdrawal.
+    flows: u16,
+    flows_via_spine: u32,
+    /// When the `neighbor shutdown` was issued (seconds since the demo's epoch).
+    shut_s: f64,
+    /// First poll after it where L1's kernel BGP route no longer had S3.
+    bgp_s: Option<f64>,
+    /// First poll after it where lq's route no longer had S3.
+    lq_s: Option<f64>,
+    /// End of the last poll interval after the shutdown with data on L1's link to S3.
+    last_data_s: Option<f64>,
+    /// Polls and the largest gap between two of them (the measurement's resolution).
+    polls: usize,
+    max_gap_ms: f64,
+    /// Whether BGP had all four paths again afterwards.
+    restored: bool,
+    /// Every poll after the shutdown where a route gained or lost S3, or data went out on
+    /// its link: (ms since the shutdown, BGP's route has S3, lq's has S3, octets since the
+    /// previous poll).
+    events: Vec<(f64, bool, bool, u64)>,
+}
+
+impl WithdrawResult {
+    /// Data on the withdrawn path after L1's kernel BGP route dropped it (0 when none).
+    pub fn withdrawn_path_traffic_ms(&self) -> Option<f64> {
+        let bgp = self.bgp_s?;
+        Some(self.last_data_s.map_or(0.0, |t| ((t - bgp) * 1e3).max(0.0)))
+    }
+
+    pub fn bgp_convergence_ms(&self) -> Option<f64> {
+        Some((self.bgp_s? - self.shut_s) * 1e3)
+    }
+
+    pub fn lq_follow_ms(&self) -> Option<f64> {
+        Some((self.lq_s? - self.bgp_s?) * 1e3)
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "withdrawn": format!("S{SPINE}'s path to L{LEAF}'s hosts (S{SPINE}: neighbor {} shutdown)", Clos3::leaf_addr(SPINE, LEAF)),
+            "flows": self.flows, "flows_via_withdrawn_spine": self.flows_via_spine,
+            "pacing_mbit": PACING_BPS / 1_000_000,
+            "shutdown_at_s": self.shut_s, "bgp_route_without_spine_at_s": self.bgp_s,
+            "lq_route_without_spine_at_s": self.lq_s, "last_data_on_spine_at_s": self.last_data_s,
+            "bgp_convergence_ms": self.bgp_convergence_ms(),
+            "lq_follow_after_bgp_ms": self.lq_follow_ms(),
+            "withdrawn_path_traffic_ms": self.withdrawn_path_traffic_ms(),
+            "polls": self.polls, "max_poll_gap_ms": self.max_gap_ms,
+            "events_ms_bgp_lq_octets": self.events,
+            "bgp_restored": self.restored,
+        })
+    }
+
+    pub fn line(&self) -> String {
+        let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1} ms"));
+        format!(
+            "BGP withdraws S{SPINE} ({} of {} flows on it): BGP converged in {}, lq followed {} later, data on the withdrawn path {} after BGP's route dropped it (poll gap max {:.1} ms)",
+            self.flows_via_spine,
+            self.flows,
+            f(self.bgp_convergence_ms()),
+            f(self.lq_follow_ms()),
+            f(self.withdrawn_path_traffic_ms()),
+            self.max_gap_ms
+        )
+    }
+}
+
+/// One poll: whether each route has a next hop out of `oif`, and `oif`'s transmitted octets.
+struct Poll {
+    t_s: f64,
+    bgp: bool,
+    lq: bool,
+    tx: u64,
+}
+
+/// Runs the phase: lqd started on L1 (steering BGP's route), the load, the withdrawal, the
+/// restoration; lqd stopped again at the end.
+pub fn run_withdraw(
+    c: &Ctx,
+    leaves: &mut [Option<Daemon>],
+    draw: u32,
+    run: u32,
+) -> Result<WithdrawResult> {
+    let l1 = c.l1();
+    let spine_frr = c
+        .frr
+        .get(SPINE - 1)
+        .context("no FRR on the withdrawing spine")?;
+    leaves[0] = Some(c.start_l1(&format!("w{draw}"))?);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lq_tests::fabric::route_group_in(l1, &c.dst_prefix, c.table)
+        .and_then(|g| lq_tests::fabric::group_members(l1, g))
+        .is_none_or(|m| m.len() != 4)
+    {
+        interrupted()?;
+        if Instant::now() > deadline {
+            bail!("L1's lqd did not steer {} over 4 spines", c.dst_prefix);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.mark("bgp withdraw");
+    println!(
+        "==> demo: BGP withdrawal: {FLOWS} flows paced at {} Mbit/s from H1 to H4, then S{SPINE} shuts its session to L{LEAF}",
+        PACING_BPS / 1_000_000
+    );
+    let (src, dst) = (Clos3::host_addr(1), Clos3::host_addr(LEAF));
+    let h1 = c.fab.hosts[0].name().to_string();
+    let handles: Vec<_> = (0..FLOWS)
+        .map(|k| {
+            let f = FlowSpec {
+                run,
+                flow: u32::from(k),
+                sport: SPORT + k,
+                size: 16 << 20,
+                pacing_bps: Some(PACING_BPS),
+            };
+            spawn_flow(&h1, src, dst, f, c.reg)
+        })
+        .collect();
+    let result = measure(c, spine_frr, src, dst);
+    c.reg.abort_all();
+    for h in handles {
+        let _ = h.join();
+    }
+    // Restore the session whatever happened, then wait for BGP's four paths.
+    let asn = Clos3::spine_as(SPINE).to_string();
+    let peer = Clos3::leaf_addr(SPINE, LEAF).to_string();
+    spine_frr.vtysh(&[
+        "configure terminal",
+        &format!("router bgp {asn}"),
+        &format!("no neighbor {peer} shutdown"),
+    ])?;
+    let mut r = result?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        interrupted()?;
+        if lq_tests::frr::bgp_paths(l1, &c.dst_prefix) == 4 {
+            r.restored = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if !r.restored {
+        bail!("BGP did not restore S{SPINE}'s path to L{LEAF} within 30 s");
+    }
+    stop_daemon(&mut leaves[0]);
+    Ok(r)
+}
+
+/// The load is running: counts its flows on S3, polls, shuts the session, polls on.
+fn measure(
+    c: &Ctx,
+    spine_frr: &lq_tests::frr::Frr,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+) -> Result<WithdrawResult> {
+    sleep(Duration::from_secs(2))?;
+    let sports: Vec<u16> = (0..FLOWS).map(|k| SPORT + k).collect();
+    let devs = flow_egress(c.l1(), "h0", src, dst, super::traffic::PORT, &sports)?;
+    let via = format!("s{SPINE}");
+    let flows_via_spine = devs
+        .iter()
+        .filter(|d| d.as_deref() == Some(via.as_str()))
+        .count() as u32;
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (stop, ns) = (stop.clone(), c.l1().name().to_string());
+        let prefix = parse_prefix(&c.dst_prefix)?;
+        let table = c.table.unwrap_or(254);
+        let via = via.clone();
+        std::thread::spawn(move || poll(&ns, &via, prefix, table, &stop))
+    };
+    sleep(Duration::from_millis(500))?;
+    let shut_s = now_s();
+    let shut = spine_frr.vtysh(&[
+        "configure terminal",
+        &format!("router bgp {}", Clos3::spine_as(SPINE)),
+        &format!("neighbor {} shutdown", Clos3::leaf_addr(SPINE, LEAF)),
+    ]);
+    let slept = sleep(Duration::from_millis(2500));
+    stop.store(true, Ordering::Relaxed);
+    let polls = poller
+        .join()
+        .map_err(|_| anyhow::anyhow!("the poller panicked"))??;
+    shut?;
+    slept?;
+    let after: Vec<&Poll> = polls.iter().filter(|p| p.t_s >= shut_s).collect();
+    let bgp_s = after.iter().find(|p| !p.bgp).map(|p| p.t_s);
+    let lq_s = after.iter().find(|p| !p.lq).map(|p| p.t_s);
+    let last_data_s = polls
+        .windows(2)
+        .rev()
+        .find(|w| w[1].t_s >= shut_s && w[1].tx.saturating_sub(w[0].tx) >= DATA_OCTETS)
+        .map(|w| w[1].t_s);
+    let events = polls
+        .windows(2)
+        .filter(|w| {
+            w[1].t_s >= shut_s && (w[1].bgp != w[0].bgp || w[1].lq != w[0].lq || w[1].tx > w[0].tx)
+        })
+        .map(|w| {
+            (
+                (w[1].t_s - shut_s) * 1e3,
+                w[1].bgp,
+                w[1].lq,
+                w[1].tx - w[0].tx,
+            )
+        })
+        .collect();
+    let max_gap_ms = polls
+        .windows(2)
+        .map(|w| (w[1].t_s - w[0].t_s) * 1e3)
+        .fold(0.0, f64::max);
+    Ok(WithdrawResult {
+        flows: FLOWS,
+        flows_via_spine,
+        shut_s,
+        bgp_s,
+        lq_s,
+        last_data_s,
+        polls: polls.len(),
+        max_gap_ms,
+        restored: false,
+        events,
+    })
+}
+
+/// Polls from a thread inside namespace `ns` until `stop`.
+fn poll(
+    ns: &str,
+    oif_name: &str,
+    prefix: (Ipv4Addr, u8),
+    table: u32,
+    stop: &AtomicBool,
+) -> Result<Vec<Poll>> {
+    lq_tests::fabric::enter_netns(ns)?;
+    let oif = lq_user::sys::netlink::ifindex(oif_name)?;
+    let mut rtnl = Rtnl::open()?;
+    let mut out = Vec::with_capacity(8192);
+    while !stop.load(Ordering::Relaxed) {
+        let t_s = now_s();
+        let bgp = bgp_route_uses(&mut rtnl, prefix, oif)?;
+        let lq = lq_group(&mut rtnl, prefix, table)?.is_some_and(|members| {
+            members
+                .iter()
+                .any(|m| u64::from(m.id) == lq_tests::fabric::ID_BASE + SPINE as u64)
+        });
+        let tx = tx_octets(oif_name)?;
+        out.push(Poll { t_s, bgp, lq, tx });
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    Ok(out)
+}
+
+/// Whether the kernel's BGP route (protocol 186, main table) to `prefix` has a next hop out
+/// of `oif`, inline or through the nexthop group zebra made for it.
+fn bgp_route_uses(rtnl: &mut Rtnl, prefix: (Ipv4Addr, u8), oif: u32) -> Result<bool, RtnlError> {
+    let routes = rtnl.dump_routes()?;
+    let Some(r): Option<&RouteMsg> = routes.iter().find(|r| {
+        r.table == 254
+            && r.protocol == 186
+            && r.dst_len == prefix.1
+            && r.dst == Some(IpAddr::V4(prefix.0))
+    }) else {
+        return Ok(false);
+    };
+    if r.hops.iter().any(|h| h.oif == oif) {
+        return Ok(true);
+    }
+    let Some(nhid) = r.nhid else {
+        return Ok(false);
+    };
+    let nhs = rtnl.dump_nexthops()?;
+    let by_id = |id: u32| nhs.iter().find(|n| n.id == Some(id));
+    Ok(by_id(nhid).is_some_and(|n| {
+        if n.group.is_empty() {
+            n.oif == Some(oif)
+        } else {
+            n.group
+                .iter()
+                .any(|m| by_id(m.id).is_some_and(|x| x.oif == Some(oif)))
+        }
+    }))
+}
+
+/// Octets transmitted on `ifname` (this thread's namespace: /proc/thread-self/net/dev).
+fn tx_octets(ifname: &str) -> Result<u64> {
+    let t = std::fs::read_to_string("/proc/thread-self/net/dev")?;
+    for line in t.lines() {
+        if let Some((name, rest)) = line.split_once(':')
+            && name.trim() == ifname
+        {
+            // rx: octets packets errs drop fifo frame compressed multicast; tx: octets ...
+            return rest
+                .split_whitespace()
+                .nth(8)
+                .context("short /proc/net/dev line")?
+                .parse()
+                .context("tx octets");
+        }
+    }
+    bail!("{ifname} is not in /proc/thread-self/net/dev")
+}
