@@ -32,16 +32,19 @@ pub const ECN_PROGRAM: &str = "lq_ecn_egress";
 /// How many interfaces the ECN counter tracks.
 pub const ECN_IF_CAPACITY: u32 = 256;
 
-/// Capacity of the path table: 64 spines x 512 remote leaves. A power of two (the slot
-/// index is the top bits of a 32-bit hash).
-pub const PATH_TABLE_CAPACITY: u32 = 32_768;
+/// Capacity of the path table: four slots per entry of a 64-spine x 512-leaf fabric
+/// (32 768 entries, one link each), so that the design load fills a quarter of the slots
+/// and a key almost always finds its first slot (at 100 % load, linear probing with
+/// [`PATH_SLOT_PROBES`] would refuse entries). 131 072 x 48 octets = 6 MiB. A power of two
+/// (the slot index is the top bits of a 32-bit hash).
+pub const PATH_TABLE_CAPACITY: u32 = 131_072;
 /// log2 of [`PATH_TABLE_CAPACITY`].
-pub const PATH_TABLE_BITS: u32 = 15;
+pub const PATH_TABLE_BITS: u32 = 17;
 const _: () = assert!(1 << PATH_TABLE_BITS == PATH_TABLE_CAPACITY);
 /// Slots probed for a key (linear probing from [`path_slot_index`]) before the entry is
-/// refused as `table_full`. At the design load (64 spines x 91 entries = 18% of the slots)
-/// a key is found at its first slot almost always; eight consecutive used slots need a table
-/// far fuller than that.
+/// refused as `table_full`. At the design load (64 spines x 512 remote leaves = 25 % of the
+/// slots) a key is found at its first slot almost always; eight consecutive used slots need
+/// a table far fuller than that.
 pub const PATH_SLOT_PROBES: u32 = 8;
 /// Capacity of the neighbor table.
 pub const NEIGHBOR_CAPACITY: u32 = 1024;
@@ -287,10 +290,13 @@ pub enum Counter {
     ConfigMissing = 14,
     /// Neighbors resynchronised (unknown or failed neighbor, any sequence accepted).
     Resync = 15,
+    /// Path table slots claimed by new entries (a slot, once claimed, keeps its key): `lqd`
+    /// scans the whole table only when this count moves.
+    SlotsClaimed = 16,
 }
 
 /// Number of counters.
-pub const COUNTER_COUNT: u32 = 16;
+pub const COUNTER_COUNT: u32 = 17;
 
 impl Counter {
     /// Every counter, in index order.
@@ -311,6 +317,7 @@ impl Counter {
         Self::NotOurs,
         Self::ConfigMissing,
         Self::Resync,
+        Self::SlotsClaimed,
     ];
 
     /// The counter's name (the spec's discard reason names where it has one).
@@ -332,6 +339,7 @@ impl Counter {
             Self::NotOurs => "not_ours",
             Self::ConfigMissing => "config_missing",
             Self::Resync => "resync",
+            Self::SlotsClaimed => "slots_claimed",
         }
     }
 }

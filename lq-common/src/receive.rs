@@ -182,9 +182,11 @@ pub fn process_payload<T: ReceiveTables>(
             Some(old) => old.lqs != value.lqs || old.cl != value.cl,
             None => true,
         };
+        let new = tables.path(&key).is_none();
         match tables.set_path(key, value) {
             Ok(()) => {
                 counters[Counter::EntriesStored as usize] += 1;
+                counters[Counter::SlotsClaimed as usize] += u64::from(new);
                 if is_change {
                     changed += 1;
                 }

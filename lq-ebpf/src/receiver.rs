@@ -252,6 +252,8 @@ struct EntryLoop {
     error: u32,
     stored: u32,
     changed: u32,
+    /// Slots this datagram's new entries claimed (`slots_claimed`).
+    claimed: u32,
 }
 
 /// The scratch buffer of this CPU.
@@ -383,6 +385,7 @@ extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
             slot.used = 1;
             lp.stored += 1;
             lp.changed += 1;
+            lp.claimed += 1;
             return 0;
         }
         if slot.key == key {
@@ -486,6 +489,7 @@ fn receive_payload(
         error: 0,
         stored: 0,
         changed: 0,
+        claimed: 0,
     };
     // SAFETY: bpf_loop calls the callback at most entry_count (<= 91) times with a pointer
     // to `lp`, which outlives the call.
@@ -527,6 +531,10 @@ fn receive_payload(
         )
     };
     count_n(Counter::EntriesStored, u64::from(lp.stored));
+    // After the slots are written: a reader that sees the count move finds them.
+    if lp.claimed != 0 {
+        count_n(Counter::SlotsClaimed, u64::from(lp.claimed));
+    }
     let changed = lp.changed as u16;
     let neighbor = NeighborValue {
         last_seen_ns: now,

@@ -68,12 +68,20 @@ pub struct Lqd {
     pub log: PathBuf,
     netns: String,
     dir: PathBuf,
+    /// `--log-level`.
+    log_level: &'static str,
 }
 
 impl Lqd {
     /// Starts `lqd run --config CONFIG --instance NAME` inside `ns`, with debug logs to a
     /// file, and waits until its control socket answers.
     pub fn start(ns: &NetNs, config_text: &str) -> Result<Self> {
+        Self::start_logging(ns, config_text, "lq_user=debug,info")
+    }
+
+    /// [`Self::start`] with `--log-level LEVEL` (a benchmark measures lqd at the
+    /// operator's default, `info`, not with debug logs).
+    pub fn start_logging(ns: &NetNs, config_text: &str, log_level: &'static str) -> Result<Self> {
         let instance = crate::unique_name("lqt");
         let dir = std::env::temp_dir().join(&instance);
         std::fs::create_dir_all(&dir)?;
@@ -84,6 +92,7 @@ impl Lqd {
             log: dir.join("lqd.log"),
             netns: ns.name().to_string(),
             dir,
+            log_level,
         };
         me.spawn()?;
         Ok(me)
@@ -107,7 +116,7 @@ impl Lqd {
             .append(true)
             .open(&self.log)?;
         let child = Command::new(lqd_bin()?)
-            .args(["--log-level", "lq_user=debug,info", "run", "--config"])
+            .args(["--log-level", self.log_level, "run", "--config"])
             .arg(self.config_path())
             .args(["--instance", &self.instance, "--netns", &self.netns])
             .stdout(Stdio::null())

@@ -1008,6 +1008,45 @@ impl Clos3 {
         }
     }
 
+    /// The real lqd on every node: the helper role on the spines (T_sample 2 ms), the
+    /// load-balancer on the leaves with `o`, no PFC export; instances `TAG-sI-PID` and
+    /// `TAG-lJ-PID`, configurations and logs in `dir`. An error names the node whose lqd
+    /// did not start.
+    pub fn start_lqd(
+        &self,
+        lqd: &Path,
+        tag: &str,
+        o: &LbOptions,
+        dir: &Path,
+    ) -> Result<(Vec<Daemon>, Vec<Daemon>)> {
+        let pid = std::process::id();
+        let helpers = (1..=self.spines.len())
+            .map(|i| {
+                Daemon::start(
+                    lqd,
+                    &self.spines[i - 1],
+                    &format!("{tag}-s{i}-{pid}"),
+                    &self.spine_config(i, 2, false),
+                    dir,
+                )
+                .with_context(|| format!("the helper role did not start on S{i}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let leaves = (1..=self.leaves.len())
+            .map(|j| {
+                Daemon::start(
+                    lqd,
+                    &self.leaves[j - 1],
+                    &format!("{tag}-l{j}-{pid}"),
+                    &self.leaf_config(j, o, false),
+                    dir,
+                )
+                .with_context(|| format!("the load-balancer did not start on L{j}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((helpers, leaves))
+    }
+
     /// Pins the multipath hash seed of every router (spines and leaves) to `seed`: one
     /// hash draw of the fabric.
     pub fn set_multipath_hash_seed(&self, seed: u32) -> Result<()> {

@@ -426,7 +426,7 @@ fn a_leaf_learns_the_nnh_mapping_over_bmp_from_frr() {
         assert!(path.ends_with("65102"), "AS path {path:?}");
     }
 
-    let lqd = Lqd::start(&l1, &bmp_leaf_config()).unwrap();
+    let mut lqd = Lqd::start(&l1, &bmp_leaf_config()).unwrap();
     wait("the mapping learned over BMP", 30, || {
         let d = steered(&lqd);
         d["mapping-source"] == "bmp" && d["origin-as"] == 65102 && d["remote"] == "65102/10.0.1.2"
@@ -454,6 +454,37 @@ fn a_leaf_learns_the_nnh_mapping_over_bmp_from_frr() {
     wait("spine 2 back", 10, || {
         lq_group(&l1).is_some_and(|(_, m)| uplinks(&m) == [1, 2])
     });
+
+    // A crash and a restart: lqd adopts its route and group, and the route names the same
+    // group throughout, also while bgpd's BMP session reconnects and the mapping is not
+    // known yet (the destination is held in its adopted group instead of joining the
+    // local-only one), so no flow moves.
+    let (gid, _) = lq_group(&l1).expect("lq's route");
+    lqd.kill9();
+    lqd.restart().unwrap();
+    let mut named = std::collections::BTreeSet::new();
+    let start = Instant::now();
+    let mut relearned: Option<Instant> = None;
+    while relearned.is_none_or(|t| t.elapsed() < Duration::from_millis(500)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no BMP mapping after the restart: {}",
+            steered(&lqd)
+        );
+        if let Some((id, _)) = lq_group(&l1) {
+            named.insert(id);
+        }
+        if relearned.is_none() && steered(&lqd)["mapping-source"] == "bmp" {
+            relearned = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        named,
+        [gid].into(),
+        "the route named only the adopted group across the restart"
+    );
+    assert_eq!(steered(&lqd)["remote"], "65102/10.0.1.2");
 
     let w = lqd.show("weights").unwrap();
     let bmp = &w["slow-plane"]["bmp"];

@@ -94,33 +94,11 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
     let lqd = lqd_bin().unwrap();
     let dir = std::env::temp_dir().join(lq_tests::unique_name("lqf-test"));
     let o = LbOptions::default();
-    let pid = std::process::id();
 
     // The real helper role on every spine: a spine that cannot start fails the test.
-    let mut helpers: Vec<Daemon> = (1..=4)
-        .map(|i| {
-            Daemon::start(
-                &lqd,
-                &fab.spines[i - 1],
-                &format!("lqft-s{i}-{pid}"),
-                &fab.spine_config(i, 2, false),
-                &dir,
-            )
-            .unwrap_or_else(|e| panic!("the helper role did not start on S{i}: {e:#}"))
-        })
-        .collect();
-    let mut leaves: Vec<Daemon> = (1..=2)
-        .map(|j| {
-            Daemon::start(
-                &lqd,
-                &fab.leaves[j - 1],
-                &format!("lqft-l{j}-{pid}"),
-                &fab.leaf_config(j, &o, false),
-                &dir,
-            )
-            .unwrap_or_else(|e| panic!("the load-balancer did not start on L{j}: {e:#}"))
-        })
-        .collect();
+    let (mut helpers, mut leaves) = fab
+        .start_lqd(&lqd, "lqft", &o, &dir)
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let logs = |helpers: &[Daemon], leaves: &[Daemon]| -> String {
         helpers
             .iter()

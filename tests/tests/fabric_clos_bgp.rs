@@ -91,36 +91,14 @@ fn leaves_steer_bgp_routes_learned_over_bmp_with_real_helpers() {
     let lqd = lqd_bin().unwrap();
     let dir = std::env::temp_dir().join(lq_tests::unique_name("lqf-test"));
     let o = LbOptions::default();
-    let pid = std::process::id();
-    let helpers: Vec<Daemon> = (1..=2)
-        .map(|i| {
-            Daemon::start(
-                &lqd,
-                &fab.spines[i - 1],
-                &format!("lqfb-s{i}-{pid}"),
-                &fab.spine_config(i, 2, false),
-                &dir,
-            )
-            .unwrap_or_else(|e| panic!("the helper role did not start on S{i}: {e:#}"))
-        })
-        .collect();
-    let mut leaves: Vec<Daemon> = (1..=2)
-        .map(|j| {
-            let c = fab.leaf_config(j, &o, false);
-            assert!(
-                !c.contains("[[destination]]") && c.contains("[slow-plane.bmp]"),
-                "{c}"
-            );
-            Daemon::start(
-                &lqd,
-                &fab.leaves[j - 1],
-                &format!("lqfb-l{j}-{pid}"),
-                &c,
-                &dir,
-            )
-            .unwrap_or_else(|e| panic!("the load-balancer did not start on L{j}: {e:#}"))
-        })
-        .collect();
+    let c = fab.leaf_config(1, &o, false);
+    assert!(
+        !c.contains("[[destination]]") && c.contains("[slow-plane.bmp]"),
+        "{c}"
+    );
+    let (helpers, mut leaves) = fab
+        .start_lqd(&lqd, "lqfb", &o, &dir)
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let logs = |leaves: &[Daemon]| -> String {
         helpers
             .iter()

@@ -324,6 +324,7 @@ fn fixtures() -> Vec<Fixture> {
 #[test]
 fn every_receive_check_has_its_verdict_and_counter() {
     let mut rx = TestReceiver::load(&settings()).unwrap();
+    let mut claimed = 0;
     for f in fixtures() {
         let before = rx.counters().unwrap();
         let verdict = rx.run(&f.frame).unwrap();
@@ -337,6 +338,11 @@ fn every_receive_check_has_its_verdict_and_counter() {
                 assert_eq!(got, 1, "{}: entries_stored", f.description);
                 continue;
             }
+            // ... and claim a slot when their entry is new (checked over the run below).
+            if f.counter == Counter::Accepted && i == Counter::SlotsClaimed as usize {
+                claimed += got;
+                continue;
+            }
             assert_eq!(
                 got,
                 want,
@@ -348,6 +354,8 @@ fn every_receive_check_has_its_verdict_and_counter() {
     }
     let paths = rx.reader.paths().unwrap();
     assert_eq!(paths.len(), 1);
+    assert_eq!(claimed, 1, "one slot claimed, by the first accepted entry");
+    assert_eq!(rx.reader.slots_claimed().unwrap(), 1);
     let key = PathKey {
         spine_as: 0,
         spine_id: ip4(10, 0, 0, 2),

@@ -22,6 +22,11 @@ impl Out {
         let _ = writeln!(self.0, "# HELP {name} {help}");
         let _ = writeln!(self.0, "# TYPE {name} {kind}");
     }
+    /// A counter family with its one unlabelled sample.
+    fn counter(&mut self, name: &str, help: &str, value: u64) {
+        self.family(name, "counter", help);
+        self.sample(name, &[], value as f64);
+    }
     fn sample(&mut self, name: &str, labels: &[(&str, String)], value: f64) {
         let l: Vec<String> = labels
             .iter()
@@ -105,24 +110,21 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
                 }
             }
         }
-        o.family(
+        o.counter(
             "lq_group_replaces_total",
-            "counter",
             "Nexthop group replaces done.",
+            w.group_replaces,
         );
-        o.sample("lq_group_replaces_total", &[], w.group_replaces as f64);
-        o.family(
+        o.counter(
             "lq_group_replace_errors_total",
-            "counter",
             "Nexthop group replaces the kernel refused.",
+            w.group_errors,
         );
-        o.sample("lq_group_replace_errors_total", &[], w.group_errors as f64);
-        o.family(
+        o.counter(
             "lq_member_deletes_total",
-            "counter",
             "Member nexthops deleted on a spine failure, each leaving every group at once (seed 003 6.5).",
+            w.member_deletes,
         );
-        o.sample("lq_member_deletes_total", &[], w.member_deletes as f64);
     }
     if let Some(h) = &snap.helper {
         let h = &h.local;
@@ -167,15 +169,10 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             &[("mode", "triggered".into())],
             h.triggered as f64,
         );
-        o.family(
+        o.counter(
             "lq_advertisement_send_errors_total",
-            "counter",
             "Datagrams that could not be sent.",
-        );
-        o.sample(
-            "lq_advertisement_send_errors_total",
-            &[],
-            h.send_errors as f64,
+            h.send_errors,
         );
     }
     if let Some(p) = &snap.pfc {
@@ -196,18 +193,16 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
                 );
             }
         }
-        o.family(
+        o.counter(
             "lq_ipfix_messages_total",
-            "counter",
             "IPFIX messages exported.",
+            p.messages,
         );
-        o.sample("lq_ipfix_messages_total", &[], p.messages as f64);
-        o.family(
+        o.counter(
             "lq_ipfix_export_errors_total",
-            "counter",
             "IPFIX exports that failed (counting continues).",
+            p.export_errors,
         );
-        o.sample("lq_ipfix_export_errors_total", &[], p.export_errors as f64);
     }
     if let Some(c) = clients {
         o.family(
@@ -224,16 +219,11 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
                 );
             }
         }
-        o.family(
+        o.counter(
             "lq_monitor_clients_dropped_total",
-            "counter",
             "`lqd monitor` clients dropped because they fell behind the notifications.",
-        );
-        o.sample(
-            "lq_monitor_clients_dropped_total",
-            &[],
             c.monitors_dropped
-                .load(std::sync::atomic::Ordering::Relaxed) as f64,
+                .load(std::sync::atomic::Ordering::Relaxed),
         );
     }
     o.0

@@ -67,7 +67,7 @@ use lq_user::{
         clock::monotonic_ns,
         netlink::{
             Rtnl, ifindex,
-            nexthop::{GroupMember, NetlinkMessage, NexthopMsg, RTNLGRP_NEXTHOP, parse_messages},
+            nexthop::{NetlinkMessage, NexthopMsg, RTNLGRP_NEXTHOP, parse_messages},
         },
     },
 };
@@ -221,11 +221,7 @@ fn gateways(ns: &NetNs, iface: &str, members: Vec<(u32, Ipv4Addr)>) -> Result<Rt
 }
 
 fn group_msg(id: u32, weights: &[(u32, u32)], kind: &GroupKind) -> NexthopMsg {
-    let members = weights
-        .iter()
-        .map(|&(id, weight)| GroupMember { id, weight })
-        .collect();
-    NexthopMsg::group(id, members, kind)
+    NexthopMsg::weighted_group(id, 0, weights, kind)
 }
 
 /// `ip -j -n NS nexthop show id ID` as (member id, weight) in kernel order.
@@ -967,12 +963,7 @@ impl Reweight {
         let msgs: Vec<NexthopMsg> = apps
             .iter()
             .map(|(k, app)| {
-                let members = app
-                    .kernel
-                    .iter()
-                    .map(|&(u, weight)| GroupMember { id: u, weight })
-                    .collect();
-                NexthopMsg::group(self.ids[k], members, &self.cfg.group)
+                NexthopMsg::weighted_group(self.ids[k], 0, &app.kernel, &self.cfg.group)
             })
             .collect();
         let t1 = Instant::now();

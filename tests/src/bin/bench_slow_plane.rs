@@ -17,6 +17,7 @@
 
 use std::{
     collections::BTreeSet,
+    net::{IpAddr, Ipv4Addr},
     os::fd::AsRawFd,
     process::ExitCode,
     time::{Duration, Instant},
@@ -26,7 +27,11 @@ use anyhow::{Context, Result, bail};
 use lq_tests::{bench::Trials, daemon::Lqd, netns::NetNs, require_root};
 use lq_user::{
     roles::load_balancer::slow_plane::RouteEvent,
-    sys::netlink::{RTM_NEWROUTE, Rtnl, ifindex, route_monitor::RouteMonitor},
+    sys::netlink::{
+        Rtnl, ifindex,
+        route::{Hop, encode_route_with_hops},
+        route_monitor::RouteMonitor,
+    },
 };
 
 const ID_BASE: u32 = 0x4c00_0000;
@@ -67,44 +72,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn attr(b: &mut Vec<u8>, ty: u16, payload: &[u8]) {
-    b.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
-    b.extend_from_slice(&ty.to_ne_bytes());
-    b.extend_from_slice(payload);
-    while !b.len().is_multiple_of(4) {
-        b.push(0);
-    }
+/// RTM_NEWROUTE replace of `10.50.0.0/24 proto bgp metric 20` over `hops`, as zebra would
+/// install it without nexthop objects.
+fn bgp_route(hops: &[Hop], seq: u32) -> Vec<u8> {
+    encode_route_with_hops(
+        (IpAddr::V4(Ipv4Addr::new(10, 50, 0, 0)), 24),
+        254,
+        186,
+        20,
+        hops,
+        seq,
+    )
 }
 
-/// RTM_NEWROUTE replace of `10.50.0.0/24 proto bgp metric 20` over `hops` (ifindex,
-/// gateway), as zebra would install it without nexthop objects.
-fn bgp_route(hops: &[(u32, [u8; 4])], seq: u32) -> Vec<u8> {
-    let mut b = Vec::new();
-    b.extend_from_slice(&0u32.to_ne_bytes());
-    b.extend_from_slice(&RTM_NEWROUTE.to_ne_bytes());
-    b.extend_from_slice(&(0x01u16 | 0x04 | 0x100 | 0x400).to_ne_bytes());
-    b.extend_from_slice(&seq.to_ne_bytes());
-    b.extend_from_slice(&0u32.to_ne_bytes());
-    b.extend_from_slice(&[2, 24, 0, 0, 254, 186, 0, 1, 0, 0, 0, 0]);
-    attr(&mut b, 15, &254u32.to_ne_bytes()); // RTA_TABLE
-    attr(&mut b, 1, &[10, 50, 0, 0]); // RTA_DST
-    attr(&mut b, 6, &20u32.to_ne_bytes()); // RTA_PRIORITY
-    if let [(oif, gw)] = hops {
-        attr(&mut b, 4, &oif.to_ne_bytes()); // RTA_OIF
-        attr(&mut b, 5, gw); // RTA_GATEWAY
-    } else {
-        let mut mp = Vec::new();
-        for (oif, gw) in hops {
-            mp.extend_from_slice(&16u16.to_ne_bytes()); // rtnh_len
-            mp.extend_from_slice(&[0, 0]); // flags, hops (weight 1)
-            mp.extend_from_slice(&oif.to_ne_bytes());
-            attr(&mut mp, 5, gw);
-        }
-        attr(&mut b, 9, &mp); // RTA_MULTIPATH
+fn hop(oif: u32, gateway: [u8; 4]) -> Hop {
+    Hop {
+        oif,
+        gateway: Some(IpAddr::V4(Ipv4Addr::from(gateway))),
     }
-    let len = b.len() as u32;
-    b[0..4].copy_from_slice(&len.to_ne_bytes());
-    b
 }
 
 /// Reads notifications until lq's group (proto lq, in the slow-plane range; `id` when
@@ -157,8 +142,8 @@ fn run() -> Result<()> {
     }
     let (oif1, oif2) =
         ns.run_in(|| Ok::<_, anyhow::Error>((ifindex("up1")?, ifindex("up2")?)))??;
-    let two = [(oif1, [10, 1, 1, 1]), (oif2, [10, 1, 2, 1])];
-    let one = [(oif1, [10, 1, 1, 1])];
+    let two = [hop(oif1, [10, 1, 1, 1]), hop(oif2, [10, 1, 2, 1])];
+    let one = [hop(oif1, [10, 1, 1, 1])];
     let mut rtnl = ns.run_in(Rtnl::open)??;
     let mut mon = ns.run_in(RouteMonitor::open)??;
     mon.dump()?;
@@ -173,7 +158,7 @@ fn run() -> Result<()> {
     // Per direction too (a path withdrawn, a path back), on stderr only.
     let mut by_direction = [Trials::default(), Trials::default()];
     for i in 0..TRIALS {
-        let (hops, want): (&[(u32, [u8; 4])], BTreeSet<u32>) = if i % 2 == 0 {
+        let (hops, want): (&[Hop], BTreeSet<u32>) = if i % 2 == 0 {
             (&one, [1].into())
         } else {
             (&two, [1, 2].into())

@@ -55,6 +55,9 @@ pub struct GroupKey {
     /// The members the slow plane permits (a BGP route's next hops, 4.1), sorted; `None`:
     /// every uplink (a `[[destination]]`).
     pub eligible: Option<Vec<UplinkId>>,
+    /// Without a mapping yet: the kernel group a previous lqd left this destination in,
+    /// kept until the learned mapping is known ([`NnhMapping::held`]).
+    pub adopted: Option<u32>,
 }
 
 impl GroupKey {
@@ -63,6 +66,7 @@ impl GroupKey {
         Self {
             remote: Some(remote),
             eligible: None,
+            adopted: None,
         }
     }
 
@@ -74,9 +78,11 @@ impl GroupKey {
 
     /// `65104/10.0.0.4`, or `local-only`, with the permitted uplinks when restricted.
     pub fn label(&self) -> String {
-        let r = self
-            .remote_name()
-            .unwrap_or_else(|| "local-only".to_string());
+        let r = match (self.remote_name(), self.adopted) {
+            (Some(r), _) => r,
+            (None, None) => "local-only".to_string(),
+            (None, Some(id)) => format!("local-only (adopted group {id:#x})"),
+        };
         match &self.eligible {
             None => r,
             Some(e) => format!(
@@ -111,6 +117,13 @@ pub struct NnhMapping {
     /// Destination -> the members the slow plane permits (4.1), sorted. A destination
     /// absent here may use every uplink.
     pub eligible: BTreeMap<Prefix, Vec<UplinkId>>,
+    /// Destination -> the kernel group it was adopted in at start, while its learned
+    /// mapping (BMP, 6.1) is not known yet: destinations without a mapping would all share
+    /// one local-only group, so a restart would move every adopted destination into it and
+    /// out again when the mapping arrives, reshuffling their flows twice. Held, each stays
+    /// in its own group; once its remote node is known, the whole group moves to that
+    /// node's key and keeps its id.
+    pub held: BTreeMap<Prefix, u32>,
     /// Provisioned capacity of a spine -> remote link `(spine, remote, link_id)`, used only
     /// by [`ParallelLinkAggregation::CapacityWeightedMean`]; a missing link counts as 1 so
     /// that the rule degrades to a plain mean.
@@ -124,6 +137,11 @@ impl NnhMapping {
         Some(GroupKey {
             remote,
             eligible: self.eligible.get(prefix).cloned(),
+            adopted: if remote.is_none() {
+                self.held.get(prefix).copied()
+            } else {
+                None
+            },
         })
     }
 

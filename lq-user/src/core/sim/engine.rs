@@ -978,8 +978,7 @@ impl<'a> Engine<'a> {
             let mapping = NnhMapping {
                 uplinks: lb.mapping_uplinks.clone(),
                 destinations,
-                eligible: BTreeMap::new(),
-                remote_link_capacity: BTreeMap::new(),
+                ..NnhMapping::default()
             };
             let report = compute(&cfg, &mapping, &lb.local, &snapshot);
             for (group, dq) in &report.groups {

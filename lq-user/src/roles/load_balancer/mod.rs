@@ -35,18 +35,24 @@ use crate::{
         bpf::path_table::{PathTableError, ReceiverSettings, TableReader, XdpReceiver},
         clock::monotonic_ns,
         netlink::{
-            LinkProbe, Rtnl, RtnlError, ifindex,
-            nexthop::{GroupMember, NexthopMsg, RTPROT_LQ},
+            Rtnl, RtnlError, ifindex,
+            link_watch::LinkWatch,
+            nexthop::{NexthopMsg, RTPROT_LQ},
         },
     },
 };
 
 pub use crate::config::GROUP_ID_OFFSET;
 
-/// How often a control step reads every slot of the path table (new entries), instead of
-/// only the slots known to be used: well inside the seed's detection interval, so a new
-/// path is in use within one heartbeat period of being advertised.
-const FULL_SCAN_NS: u64 = 20_000_000;
+/// The uplinks' interface names, in configuration order.
+fn uplink_interfaces(cfg: &Config) -> Vec<String> {
+    cfg.uplink.iter().map(|u| u.interface.clone()).collect()
+}
+
+/// How often a control step reads every slot of the path table even though the receiver's
+/// `slots_claimed` count has not moved: a backstop only (a step scans in full whenever the
+/// count moves, so a new path is read at the next step after it is stored).
+const FULL_SCAN_NS: u64 = 1_000_000_000;
 
 /// Errors of the load-balancer role.
 #[derive(Debug, thiserror::Error)]
@@ -119,10 +125,13 @@ pub struct LoadBalancer {
     pub member_deletes: u64,
     /// When the next step reads every slot of the path table, not only the known ones.
     next_full_scan_ns: u64,
+    /// The receiver's `slots_claimed` count at the last full scan.
+    slots_claimed: u64,
     last_report: PathQualityReport,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
     paths: BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue>,
-    probe: LinkProbe,
+    /// Uplink state, followed from RTNLGRP_LINK notifications.
+    links: LinkWatch,
     started_ns: u64,
     /// Group replaces done, and refused.
     pub group_replaces: u64,
@@ -166,10 +175,11 @@ impl LoadBalancer {
             removed_members: BTreeSet::new(),
             member_deletes: 0,
             next_full_scan_ns: 0,
+            slots_claimed: 0,
             last_report: PathQualityReport::default(),
             neighbors: BTreeMap::new(),
             paths: BTreeMap::new(),
-            probe: LinkProbe::open().map_err(RtnlError::Io)?,
+            links: LinkWatch::open(&uplink_interfaces(&cfg)).map_err(RtnlError::Io)?,
             started_ns: monotonic_ns(),
             group_replaces: 0,
             group_errors: 0,
@@ -200,6 +210,7 @@ impl LoadBalancer {
         // The slow plane's destinations keep their permitted members and mapping until
         // `slow_plane_reload` brings them up to date with the new rules.
         let eligible = std::mem::take(&mut self.mapping.eligible);
+        let held = std::mem::take(&mut self.mapping.held);
         let steered: Vec<(
             Prefix,
             Option<crate::core::controller::path_quality::NodeId>,
@@ -211,8 +222,12 @@ impl LoadBalancer {
             .collect();
         self.mapping = cfg.nnh_mapping();
         self.mapping.eligible = eligible;
+        self.mapping.held = held;
         self.mapping.destinations.extend(steered);
         self.regroup_needed = true;
+        if uplink_interfaces(&cfg) != uplink_interfaces(&self.cfg) {
+            self.links = LinkWatch::open(&uplink_interfaces(&cfg)).map_err(RtnlError::Io)?;
+        }
         self.cfg = cfg;
         self.slow_plane_reload();
         if self.controller != controller {
@@ -522,11 +537,15 @@ impl LoadBalancer {
 
     /// One control step at `now_ns`. Returns how many groups were replaced.
     pub fn step(&mut self, now_ns: u64) -> Result<usize, LoadBalancerError> {
-        // The path table's known slots at every step, all slots on a timer (a new entry
-        // waits at most FULL_SCAN_NS; changes of known entries, which carry the fast
-        // plane's reaction, are read at once).
-        let full = now_ns >= self.next_full_scan_ns;
+        // The path table's known slots at every step; all 131 072 slots only when the
+        // receiver claimed a slot since the last full scan (its count is read first: a
+        // claim after this read moves the count again, and the next step scans), or on
+        // the backstop timer. A fabric's entries are claimed once, so a steady fabric's
+        // step reads only its own entries.
+        let claimed = self.reader.slots_claimed()?;
+        let full = claimed != self.slots_claimed || now_ns >= self.next_full_scan_ns;
         if full {
+            self.slots_claimed = claimed;
             self.next_full_scan_ns = now_ns + FULL_SCAN_NS;
         }
         let mut paths = self.reader.paths_known(full)?;
@@ -559,9 +578,12 @@ impl LoadBalancer {
         if !failed_now.is_empty() {
             self.remove_failed_members(&failed_now);
         }
+        // Uplink state from the link notifications queued since the last step (one
+        // non-blocking receive when nothing changed), not a system call per uplink.
+        self.links.poll().map_err(RtnlError::Io)?;
         for u in &self.cfg.uplink {
             self.local
-                .set_up(UplinkId::from(u.id), self.probe.oper_up(&u.interface));
+                .set_up(UplinkId::from(u.id), self.links.is_up(&u.interface));
         }
         let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
         self.slow_plane_resolve(&paths);
@@ -672,15 +694,12 @@ impl LoadBalancer {
                 debug!(uplink = u, "member nexthop re-created");
             }
         }
-        let members: Vec<GroupMember> = app
-            .kernel
-            .iter()
-            .map(|(u, w)| GroupMember {
-                id: base + u,
-                weight: *w,
-            })
-            .collect();
-        Some(NexthopMsg::group(state.id, members, &kind))
+        Some(NexthopMsg::weighted_group(
+            state.id,
+            base,
+            &app.kernel,
+            &kind,
+        ))
     }
 
     /// Programs the replaces of one step in one pipelined batch; returns how many groups

@@ -25,6 +25,12 @@ use crate::{
 
 pub use crate::config::{SLOW_GROUP_OFFSET, SLOW_GROUP_SPAN};
 
+/// How long after the start an adopted destination waits in its own group for its learned
+/// mapping (`NnhMapping::held`): bgpd's BMP session reconnects within its retry interval
+/// (100 ms to 1 s in the operator guide's configuration), and the remote leaf's entries
+/// arrive within one T_notify.
+const HOLD_NS: u64 = 5_000_000_000;
+
 impl LoadBalancer {
     fn slow_range(&self) -> std::ops::Range<u32> {
         let first = self.cfg.nexthop_group.id_base + GROUP_ID_OFFSET + SLOW_GROUP_OFFSET;
@@ -156,11 +162,25 @@ impl LoadBalancer {
             }
             all.insert(r);
         }
+        // Holds end with the mapping, or HOLD_NS after the start (BMP silent, or the remote
+        // leaf's entries absent): the destinations then share the local-only group.
+        if !self.mapping.held.is_empty() && now >= self.started_ns.saturating_add(HOLD_NS) {
+            info!(
+                destinations = self.mapping.held.len(),
+                "slow plane: no learned mapping {} s after the start; adopted groups released to the local-only group",
+                HOLD_NS / 1_000_000_000
+            );
+            self.mapping.held.clear();
+            self.regroup_needed = true;
+        }
         for (p, r) in &self.routes {
             if r.table.is_none() {
                 continue;
             }
             let remote = slow.remote_for_entries(p, &live, &all);
+            if remote.is_some() && self.mapping.held.remove(p).is_some() {
+                self.regroup_needed = true;
+            }
             if self.mapping.destinations.get(p) != Some(&remote) {
                 info!(prefix = %format_prefix(p), ?remote, source = ?slow.mapping_of(p), "slow plane: NNH mapping (seed 003 section 6.1)");
                 self.mapping.destinations.insert(*p, remote);
@@ -203,6 +223,7 @@ impl LoadBalancer {
             self.routes.remove(&p);
             self.mapping.destinations.remove(&p);
             self.mapping.eligible.remove(&p);
+            self.mapping.held.remove(&p);
             if let Some(g) = self.groups.get_mut(&r.group) {
                 g.prefixes.remove(&p);
             }
@@ -264,8 +285,7 @@ impl LoadBalancer {
             }
             let sorted: Vec<UplinkId> = members.iter().copied().collect();
             self.mapping.destinations.insert(*p, slow.remote_of(p));
-            self.mapping.eligible.insert(*p, sorted);
-            let key = self.mapping.group_of(p).unwrap_or_default();
+            self.mapping.eligible.insert(*p, sorted.clone());
             let installed = slow.lq_routes().get(p).copied().flatten();
             let adoptable = installed
                 .filter(|id| range.contains(id) && !self.groups.values().any(|g| g.id == *id))
@@ -277,6 +297,23 @@ impl LoadBalancer {
                             .iter()
                             .all(|m| members.contains(&m.id.saturating_sub(base)))
                 });
+            // A learned mapping is not known yet (BMP speaks after the start): a route lq
+            // left keeps its group until it is (`NnhMapping::held`), so a restart moves no
+            // flow. Only a group lq can adopt, or one adopted for an earlier destination.
+            if learned
+                && slow.remote_of(p).is_none()
+                && let Some(id) = installed
+            {
+                let held = GroupKey {
+                    remote: None,
+                    eligible: Some(sorted),
+                    adopted: Some(id),
+                };
+                if adoptable.is_some() || self.groups.contains_key(&held) {
+                    self.mapping.held.insert(*p, id);
+                }
+            }
+            let key = self.mapping.group_of(p).unwrap_or_default();
             if let Some((id, g)) = adoptable
                 && !self.groups.contains_key(&key)
             {
@@ -348,6 +385,7 @@ impl LoadBalancer {
             self.routes.remove(p);
             self.mapping.destinations.remove(p);
             self.mapping.eligible.remove(p);
+            self.mapping.held.remove(p);
             self.slow_remove(p, r.table);
         }
         // Every slow-plane group, now that no route names it.

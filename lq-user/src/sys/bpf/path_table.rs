@@ -520,8 +520,9 @@ impl TableReader {
     /// `full`. Slots are never freed and a key never moves, so the slots a full scan found
     /// used hold the same keys at every later read; only a slot claimed since (a new
     /// `(spine, remote, link)`) is missed until the next full scan. The control loop scans
-    /// in full on a timer and reads the known slots at every step in between: the mapping
-    /// holds 32 768 slots, the table of a small fabric a few dozen entries. Without the
+    /// in full when the receiver's `slots_claimed` count moves (and on a backstop timer) and
+    /// reads the known slots at every step in between: the mapping holds 131 072 slots, the
+    /// table of a small fabric a few dozen entries. Without the
     /// mapping (pins of an older lqd), every read is a full batch read.
     pub fn paths_known(
         &mut self,
@@ -544,6 +545,17 @@ impl TableReader {
             .iter()
             .filter_map(|i| slots.entry(*i as usize))
             .collect())
+    }
+
+    /// The receiver's `slots_claimed` count summed over CPUs (one lookup): it moves when a
+    /// new entry claims a slot, which only a full read of the table finds.
+    pub fn slots_claimed(&self) -> Result<u64, PathTableError> {
+        Ok(self
+            .counters
+            .get(&(Counter::SlotsClaimed as u32), 0)
+            .map_err(super::map_err::<PathTableError>(COUNTER_MAP))?
+            .iter()
+            .sum())
     }
 
     /// Every path entry, sorted by key.

@@ -8,6 +8,7 @@
 //! object or a route with another protocol, so it can run beside FRR.
 
 pub mod dcb;
+pub mod link_watch;
 pub mod nexthop;
 pub mod route;
 pub mod route_monitor;

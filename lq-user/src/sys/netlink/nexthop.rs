@@ -184,6 +184,19 @@ impl NexthopMsg {
         }
     }
 
+    /// [`Self::group`] from `(member, weight)` pairs, each member's nexthop id being
+    /// `base + member` (lqd's member nexthops are `id-base + uplink id`).
+    pub fn weighted_group(id: u32, base: u32, weights: &[(u32, u32)], kind: &GroupKind) -> Self {
+        let members = weights
+            .iter()
+            .map(|&(m, weight)| GroupMember {
+                id: base + m,
+                weight,
+            })
+            .collect();
+        Self::group(id, members, kind)
+    }
+
     /// Was this object created by `lqd`?
     pub fn is_ours(&self) -> bool {
         self.protocol == RTPROT_LQ

@@ -235,6 +235,65 @@ pub fn encode_route_dump(seq: u32) -> Vec<u8> {
     )
 }
 
+/// RTM_NEWROUTE (create or replace, ACK asked) of `dst/dst_len` in `table` with `protocol`
+/// and metric `priority`, its next hops carried in the route (RTA_OIF and RTA_GATEWAY for
+/// one, RTA_MULTIPATH for more), as a routing daemon without nexthop objects installs it:
+/// the slow plane's benchmark plays zebra with it.
+// netlink-packet-core's and -route's structs are #[non_exhaustive]: no struct expression, even with
+// `..Default::default()`, so the fields are set one by one.
+#[allow(clippy::field_reassign_with_default)]
+pub fn encode_route_with_hops(
+    (dst, dst_len): (IpAddr, u8),
+    table: u32,
+    protocol: u8,
+    priority: u32,
+    hops: &[Hop],
+    seq: u32,
+) -> Vec<u8> {
+    use netlink_packet_route::route::{RouteHeader, RouteScope, RouteType};
+    let mut msg = RouteMessage::default();
+    msg.header = RouteHeader::default();
+    msg.header.address_family = match dst {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
+    };
+    msg.header.destination_prefix_length = dst_len;
+    msg.header.table = u8::try_from(table).unwrap_or(libc::RT_TABLE_COMPAT);
+    msg.header.protocol = RouteProtocol::from(protocol);
+    msg.header.scope = RouteScope::Universe;
+    msg.header.kind = RouteType::Unicast;
+    msg.attributes = vec![
+        RouteAttribute::Table(table),
+        RouteAttribute::Destination(RouteAddress::from(dst)),
+        RouteAttribute::Priority(priority),
+    ];
+    let gateway = |h: &Hop| {
+        h.gateway
+            .map(|g| RouteAttribute::Gateway(RouteAddress::from(g)))
+    };
+    if let [h] = hops {
+        msg.attributes.push(RouteAttribute::Oif(h.oif));
+        msg.attributes.extend(gateway(h));
+    } else {
+        let next_hops = hops
+            .iter()
+            .map(|h| {
+                let mut n = RouteNextHop::default();
+                n.interface_index = h.oif;
+                n.attributes = gateway(h).into_iter().collect();
+                n
+            })
+            .collect();
+        msg.attributes.push(RouteAttribute::MultiPath(next_hops));
+    }
+    wire::message(
+        RTM_NEWROUTE,
+        NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | wire::NLM_F_REPLACE,
+        seq,
+        &msg,
+    )
+}
+
 /// RTM_NEWRULE / RTM_DELRULE: `from all lookup TABLE pref PRIORITY proto lq` for `family`.
 /// The rule sends every lookup to lq's table first; a destination lq does not steer finds
 /// no route there and falls through to the main table (FRR's routes).
@@ -312,6 +371,32 @@ mod tests {
         attr(&mut b, RTA_OIF, &3u32.to_ne_bytes());
         attr(&mut b, RTA_GATEWAY, &[10, 97, 0, 2]);
         finish(b)
+    }
+
+    #[test]
+    fn a_route_with_hops_decodes_to_what_was_encoded() {
+        let g = |d| Some(IpAddr::V4(std::net::Ipv4Addr::new(10, 1, d, 1)));
+        let two = [
+            Hop {
+                oif: 3,
+                gateway: g(1),
+            },
+            Hop {
+                oif: 4,
+                gateway: g(2),
+            },
+        ];
+        for hops in [&two[..1], &two[..]] {
+            let dst = IpAddr::V4(std::net::Ipv4Addr::new(10, 50, 0, 0));
+            let b = encode_route_with_hops((dst, 24), 254, 186, 20, hops, 9);
+            let r = decode_route(&b[16..]).unwrap();
+            assert_eq!(
+                (r.dst, r.dst_len, r.table, r.protocol, r.priority, r.kind),
+                (Some(dst), 24, 254, 186, 20, 1)
+            );
+            assert_eq!(r.hops, hops);
+            assert_eq!(r.nhid, None);
+        }
     }
 
     #[test]

@@ -274,15 +274,42 @@ impl Ctx<'_> {
         &self.fab.leaves[0]
     }
 
-    /// Starts L1's load-balancer (a fresh instance name each time).
+    /// Starts L1's load-balancer (a fresh instance name each time). With `--bgp`, returns
+    /// once lqd knows the remote leaf of L4's prefix again (bgpd's BMP session reconnects
+    /// after its retry interval, up to a second): a run must measure lq, not lq still
+    /// waiting for its mapping after the restart the demo needs between scenarios.
     fn start_l1(&self, tag: &str) -> Result<Daemon> {
-        Daemon::start(
+        let d = Daemon::start(
             &self.a.lqd,
             self.l1(),
             &format!("lqf-l1{tag}-{}", self.pid),
             &leaf_config(self.fab, 1, &self.opts, self.a.miss_count),
             &self.logs,
-        )
+        )?;
+        if self.a.bgp {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            let mapped = || {
+                d.query("weights").ok().is_some_and(|w| {
+                    w["slow-plane"]["steered"].as_array().is_some_and(|a| {
+                        a.iter().any(|x| {
+                            x["prefix"] == self.dst_prefix.as_str() && x["mapping-source"] == "bmp"
+                        })
+                    })
+                })
+            };
+            while !mapped() {
+                interrupted()?;
+                if Instant::now() > deadline {
+                    println!(
+                        "    warning: L1's lqd has no BMP mapping for {} 15 s after its start",
+                        self.dst_prefix
+                    );
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(d)
     }
 
     /// Re-creates L1's group with `weights` (lqd stopped on L1).

@@ -1,0 +1,412 @@
+//! `cargo xtask bench scale`: one leaf of a 64-spine x 512-leaf fabric (issue 15 item 6).
+//!
+//! A leaf namespace with 64 uplinks (veth) runs `lqd` (load-balancer, info logs, pinned to
+//! CPU 0) with 512 `[[destination]]`s, one per remote leaf: 512 resilient groups of 64
+//! members. A sender thread of ours (pinned to CPU 1, in a spines namespace) plays the 64
+//! spines: every 20 ms (T_notify) each spine advertises all 512 remote leaves (6 datagrams
+//! of up to 91 entries), 19 200 datagrams and 32 768 entries per second, and 16 random
+//! entries change LQS per period (the fabric is never quite still).
+//!
+//! Measured over three 10 s windows after the 512 groups are programmed, each figure the
+//! median of the windows with their spread shown:
+//! - `leaf_cpu_pct_64x512`: the leaf's CPU as a share of one core: the XDP receiver's run
+//!   time (the kernel's BPF statistics, `BPF_ENABLE_STATS` held for the run) plus lqd's
+//!   CPU time (every thread's `schedstat`). The veth driver's own cost is the virtual
+//!   link's, not the leaf's, and is not counted; the whole machine's busy share is printed
+//!   beside it.
+//! - `lqd_rss_mib_64x512`: lqd's resident set (VmRSS, the mapped path table included).
+//! - `bpf_map_bytes_64x512`: the memory the kernel charges for the maps of lqd's receiver
+//!   program (`bytes_memlock` of each, read with bpftool, the independent judge).
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
+
+use std::{
+    collections::BTreeSet,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    process::{Command, ExitCode},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use lq_tests::{
+    bench::{emit, main_of, median, spread},
+    daemon::{Lqd, Sender},
+    netns::{NetNs, veth_pair},
+    packet::{entry, header, ip4},
+    require_root,
+};
+use rand::{Rng as _, SeedableRng as _, rngs::SmallRng};
+use serde_json::Value;
+
+const SPINES: usize = 64;
+const REMOTES: usize = 512;
+const PERIOD: Duration = Duration::from_millis(20);
+/// Entries that change LQS per period.
+const CHURN: usize = 16;
+const WINDOWS: usize = 3;
+const WINDOW: Duration = Duration::from_secs(10);
+const MAX_ENTRIES: usize = 91;
+const PORT: u16 = 52525;
+
+fn main() -> ExitCode {
+    main_of("bench_scale", run)
+}
+
+fn spine_addr(k: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 64, k as u8, 1)
+}
+
+fn remote_id(r: usize) -> u32 {
+    ip4(10, 1, (r / 256) as u8, (r % 256) as u8)
+}
+
+fn leaf_config() -> String {
+    let ifaces: Vec<String> = (1..=SPINES).map(|k| format!("\"up{k}\"")).collect();
+    let mut c = format!(
+        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [{}]\n",
+        ifaces.join(", ")
+    );
+    for k in 1..=SPINES {
+        c.push_str(&format!(
+            "\n[[uplink]]\nid = {k}\nspine = \"10.0.0.{k}\"\ninterface = \"up{k}\"\ngateway = \"{}\"\n",
+            spine_addr(k)
+        ));
+    }
+    for r in 0..REMOTES {
+        let (hi, lo) = (r / 256, r % 256);
+        c.push_str(&format!(
+            "\n[[destination]]\nprefix = \"172.{}.{lo}.0/24\"\nremote-node = \"10.1.{hi}.{lo}\"\n",
+            16 + hi
+        ));
+    }
+    c
+}
+
+/// The 64 spines' advertisements, every PERIOD, until `stop`; `sent` counts datagrams.
+fn senders(
+    ns: &NetNs,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+) -> Result<std::thread::JoinHandle<Result<()>>> {
+    ns.run_in(move || {
+        std::thread::spawn(move || -> Result<()> {
+            pin_to_cpu(0, 1);
+            let mut socks = (1..=SPINES)
+                .map(|k| Sender::bind(SocketAddr::new(IpAddr::V4(spine_addr(k)), 0), 255))
+                .collect::<Result<Vec<_>>>()?;
+            let mut lqs = [[200u8; REMOTES]; SPINES];
+            let mut seq = [1u16; SPINES];
+            let mut rng = SmallRng::seed_from_u64(64);
+            let mut next = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..CHURN {
+                    let (s, r) = (rng.random_range(0..SPINES), rng.random_range(0..REMOTES));
+                    lqs[s][r] = if lqs[s][r] == 200 { 180 } else { 200 };
+                }
+                for (s, sock) in socks.iter_mut().enumerate() {
+                    let to =
+                        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 64, (s + 1) as u8, 2)), PORT);
+                    for chunk in (0..REMOTES).collect::<Vec<_>>().chunks(MAX_ENTRIES) {
+                        let entries: Vec<_> = chunk
+                            .iter()
+                            .map(|&r| entry(remote_id(r), 1, lqs[s][r], 0))
+                            .collect();
+                        let h = header(ip4(10, 0, 0, (s + 1) as u8), seq[s]);
+                        seq[s] = seq[s].wrapping_add(1);
+                        sock.send(to, &h, &entries)?;
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                next += PERIOD;
+                let now = Instant::now();
+                if next > now {
+                    std::thread::sleep(next - now);
+                } else {
+                    next = now;
+                }
+            }
+            Ok(())
+        })
+    })
+}
+
+/// Pins thread or process `pid` (0: the caller) to one CPU.
+fn pin_to_cpu(pid: libc::pid_t, cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity only read
+    // and write it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// CPU time of every thread of `pid`, in ns (schedstat's first field).
+fn process_cpu_ns(pid: u32) -> Result<u64> {
+    let mut total = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let t = t?.path();
+        if let Ok(s) = std::fs::read_to_string(t.join("schedstat")) {
+            total += s
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(total)
+}
+
+/// Pins every thread of `pid` to one CPU.
+fn pin_process(pid: u32, cpu: usize) -> Result<()> {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        if let Some(tid) = t?.file_name().to_str().and_then(|s| s.parse().ok()) {
+            pin_to_cpu(tid, cpu);
+        }
+    }
+    Ok(())
+}
+
+/// The whole machine's busy and total jiffies (/proc/stat, first line).
+fn machine_jiffies() -> Result<(u64, u64)> {
+    let t = std::fs::read_to_string("/proc/stat")?;
+    let v: Vec<u64> = t
+        .lines()
+        .next()
+        .context("empty /proc/stat")?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    Ok((total - idle, total))
+}
+
+fn status_kib(pid: u32, field: &str) -> Result<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// Ids of the loaded XDP receiver programs.
+fn receiver_programs() -> Result<BTreeSet<u32>> {
+    let mut ids = BTreeSet::new();
+    for p in aya::programs::loaded_programs() {
+        let p = p?;
+        if p.name_as_str() == Some(lq_common::maps::XDP_PROGRAM) {
+            ids.insert(p.id());
+        }
+    }
+    Ok(ids)
+}
+
+/// (run time, run count) of program `id`.
+fn program_stats(id: u32) -> Result<(Duration, u64)> {
+    for p in aya::programs::loaded_programs() {
+        let p = p?;
+        if p.id() == id {
+            return Ok((p.run_time(), p.run_count()));
+        }
+    }
+    bail!("program {id} is gone")
+}
+
+fn bpftool(args: &[&str]) -> Result<Value> {
+    let out = Command::new("bpftool")
+        .arg("-j")
+        .args(args)
+        .output()
+        .context("bpftool (cargo xtask setup installs it)")?;
+    ensure!(
+        out.status.success(),
+        "bpftool {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// Groups lqd has programmed with all 64 members.
+fn full_groups(lqd: &Lqd) -> usize {
+    lqd.show("weights").ok().map_or(0, |w| {
+        w["groups"].as_array().map_or(0, |g| {
+            g.iter()
+                .filter(|g| g["members"].as_array().is_some_and(|m| m.len() == SPINES))
+                .count()
+        })
+    })
+}
+
+fn run() -> Result<()> {
+    require_root();
+    let leaf = NetNs::new("lqb-leaf64")?;
+    let spines = NetNs::new("lqb-sp64")?;
+    for k in 1..=SPINES {
+        veth_pair(
+            &spines,
+            &format!("s{k}"),
+            &format!("{}/24", spine_addr(k)),
+            &leaf,
+            &format!("up{k}"),
+            &format!("10.64.{k}.2/24"),
+        )?;
+    }
+    leaf.exec("sysctl", &["-qw", "net.ipv4.nexthop_compat_mode=0"])?;
+    // Held for the run: the kernel counts each BPF program's run time (BPF_ENABLE_STATS;
+    // released when the descriptor closes, no sysctl changed).
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .context("BPF_ENABLE_STATS (kernel 5.8)")?;
+    let before = receiver_programs()?;
+    let lqd = Lqd::start_logging(&leaf, &leaf_config(), "info")?;
+    let pid = lqd.pid().context("lqd has no pid")?;
+    pin_process(pid, 0)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let sender = senders(&spines, stop.clone(), sent.clone())?;
+    let result = measure(&lqd, pid, &before, &sent);
+    stop.store(true, Ordering::Relaxed);
+    let sent_ok = sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("the sender thread panicked"))?;
+    let counters = lqd.show("counters").ok();
+    eprintln!(
+        "lqd counters: {}",
+        counters.map_or_else(|| "?".into(), |c| c.to_string())
+    );
+    drop(lqd);
+    result?;
+    sent_ok
+}
+
+fn measure(lqd: &Lqd, pid: u32, before: &BTreeSet<u32>, sent: &AtomicU64) -> Result<()> {
+    let t0 = Instant::now();
+    loop {
+        let n = full_groups(lqd);
+        if n == REMOTES {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            bail!(
+                "lqd programmed {n} of {REMOTES} groups of {SPINES} in 120 s; log:\n{}",
+                lqd.log_text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!(
+        "512 groups of 64 programmed {:.1} s after start",
+        t0.elapsed().as_secs_f64()
+    );
+    let ours: Vec<u32> = receiver_programs()?.difference(before).copied().collect();
+    let [prog] = ours[..] else {
+        bail!(
+            "expected one new {} program, found {ours:?}",
+            lq_common::maps::XDP_PROGRAM
+        );
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let (mut leaf, mut lqd_pct, mut xdp_pct, mut machine, mut rate, mut rss) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for w in 0..WINDOWS {
+        let (cpu0, (rt0, rc0), (busy0, tot0), s0, wall0) = (
+            process_cpu_ns(pid)?,
+            program_stats(prog)?,
+            machine_jiffies()?,
+            sent.load(Ordering::Relaxed),
+            Instant::now(),
+        );
+        std::thread::sleep(WINDOW);
+        let (cpu1, (rt1, rc1), (busy1, tot1), s1) = (
+            process_cpu_ns(pid)?,
+            program_stats(prog)?,
+            machine_jiffies()?,
+            sent.load(Ordering::Relaxed),
+        );
+        let wall = wall0.elapsed().as_nanos() as f64;
+        let l = (cpu1 - cpu0) as f64 / wall * 100.0;
+        let x = (rt1 - rt0).as_nanos() as f64 / wall * 100.0;
+        let runs = (rc1 - rc0) as f64 / (wall / 1e9);
+        let sent_rate = (s1 - s0) as f64 / (wall / 1e9);
+        let m = (busy1 - busy0) as f64 / (tot1 - tot0).max(1) as f64 * 200.0;
+        eprintln!(
+            "window {}: lqd {l:.2} % + XDP {x:.2} % of a core ({runs:.0} runs/s, {sent_rate:.0} datagrams/s sent); machine busy {m:.0} % of one core",
+            w + 1
+        );
+        leaf.push(l + x);
+        lqd_pct.push(l);
+        xdp_pct.push(x);
+        machine.push(m);
+        rate.push(sent_rate);
+        rss.push(status_kib(pid, "VmRSS:")? / 1024.0);
+    }
+    eprintln!(
+        "leaf CPU % of a core: {}; lqd {}; XDP {}",
+        spread(&leaf),
+        spread(&lqd_pct),
+        spread(&xdp_pct)
+    );
+    // The maps the receiver program uses, as the kernel charges them.
+    let info = bpftool(&["prog", "show", "id", &prog.to_string()])?;
+    let mut map_bytes = 0u64;
+    for id in info["map_ids"].as_array().into_iter().flatten() {
+        let id = id.as_u64().context("map id")?;
+        let m = bpftool(&["map", "show", "id", &id.to_string()])?;
+        let b = m["bytes_memlock"].as_u64().unwrap_or(0);
+        eprintln!(
+            "map {} ({}): {} octets",
+            m["name"].as_str().unwrap_or("?"),
+            m["type"].as_str().unwrap_or("?"),
+            b
+        );
+        map_bytes += b;
+    }
+    let peak = status_kib(pid, "VmHWM:")? / 1024.0;
+    emit(
+        "leaf_cpu_pct_64x512",
+        median(&leaf),
+        "% of a core",
+        Some("<= 5"),
+        None,
+    );
+    emit(
+        "leaf_lqd_cpu_pct_64x512",
+        median(&lqd_pct),
+        "% of a core",
+        None,
+        None,
+    );
+    emit(
+        "leaf_xdp_cpu_pct_64x512",
+        median(&xdp_pct),
+        "% of a core",
+        None,
+        None,
+    );
+    emit(
+        "leaf_datagrams_per_s_64x512",
+        median(&rate),
+        "datagrams/s",
+        None,
+        None,
+    );
+    emit(
+        "lqd_rss_mib_64x512",
+        median(&rss),
+        "MiB",
+        Some("<= 64"),
+        Some(peak),
+    );
+    emit(
+        "bpf_map_bytes_64x512",
+        map_bytes as f64 / (1024.0 * 1024.0),
+        "MiB",
+        None,
+        None,
+    );
+    Ok(())
+}
