@@ -63,6 +63,14 @@ const MAX_SLEEP: Duration = Duration::from_millis(10);
 /// the loop: they read the latest snapshot, at most this much (plus one loop step) old.
 const PUBLISH_EVERY_NS: u64 = 5_000_000;
 
+/// A snapshot's share of the loop's time at most (1/100): a large node's snapshot (a leaf
+/// of a 64 x 512 fabric: 512 groups of 64 members, 32 768 entries) takes milliseconds to
+/// build, and at PUBLISH_EVERY_NS that alone took most of a core. The interval stretches
+/// to 100 x the last build time, at most MAX_PUBLISH_EVERY_NS.
+const PUBLISH_COST_FACTOR: u64 = 100;
+/// The oldest a published snapshot gets (before the loop's own step).
+const MAX_PUBLISH_EVERY_NS: u64 = 1_000_000_000;
+
 /// A sample that takes longer than this is logged (debug): a slow rtnetlink read.
 const SLOW_SAMPLE_NS: u64 = 2_000_000;
 
@@ -239,13 +247,18 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     )?;
     info!("lqd running");
     let mut last_publish_ns = 0u64;
+    let mut publish_every_ns = PUBLISH_EVERY_NS;
     loop {
         let now = monotonic_ns();
-        if now.saturating_sub(last_publish_ns) >= PUBLISH_EVERY_NS {
+        if now.saturating_sub(last_publish_ns) >= publish_every_ns {
             let snap = build_snapshot(now, &config_now, lb.as_ref(), helper.as_ref(), pfc.as_ref());
             if snapshots.try_publish(snap) {
                 last_publish_ns = now;
             }
+            let took = monotonic_ns().saturating_sub(now);
+            publish_every_ns = took
+                .saturating_mul(PUBLISH_COST_FACTOR)
+                .clamp(PUBLISH_EVERY_NS, MAX_PUBLISH_EVERY_NS);
         }
         if let (Some(t), Some(h)) = (periodic.as_ref(), helper.as_ref())
             && let Err(e) = t.arm(h.next_due_at())

@@ -366,6 +366,23 @@ fn measure(lqd: &Lqd, pid: u32, before: &BTreeSet<u32>, sent: &AtomicU64) -> Res
         map_bytes += b;
     }
     let peak = status_kib(pid, "VmHWM:")? / 1024.0;
+    // Where the resident set is: heap and stacks (anonymous), the mapped path table and
+    // other files or shared mappings.
+    if let Ok(r) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) {
+        let keep: Vec<&str> = r
+            .lines()
+            .filter(|l| {
+                ["Rss:", "Anonymous:", "Shared_", "Private_"]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .collect();
+        eprintln!("lqd smaps_rollup: {}", keep.join("; "));
+    }
+    eprintln!(
+        "lqd threads: {}",
+        std::fs::read_dir(format!("/proc/{pid}/task"))?.count()
+    );
     emit(
         "leaf_cpu_pct_64x512",
         median(&leaf),

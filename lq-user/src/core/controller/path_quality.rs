@@ -256,6 +256,18 @@ pub struct PathSnapshot {
     failed_entries: usize,
 }
 
+/// A 64-bit mixing digest (multiply-xor per word, as FxHash): cheap enough to run over a
+/// 64 x 512 table every control step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Digest(pub u64);
+
+impl Digest {
+    /// Folds one word in.
+    pub fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
 /// The entries towards one remote node, by spine (see [`PathSnapshot::remote`]).
 #[derive(Clone, Copy, Debug)]
 pub struct RemoteEntries<'a> {
@@ -405,6 +417,32 @@ impl PathSnapshot {
         s
     }
 
+    /// A digest of everything the snapshot says towards `remote` (spines, links, effective
+    /// LQS and signals): equal digests, equal inputs to that remote node's groups, so a
+    /// control step recomputes only the groups whose digest moved (issue 15). A mixing
+    /// hash, not a cryptographic one: a collision would skip one recomputation until the
+    /// next change or the periodic full update.
+    pub fn remote_digest(&self, remote: NodeId) -> u64 {
+        let e = self.remote(remote);
+        let mut h = Digest::default();
+        for (spine, ..) in e.pairs {
+            h.add(u64::from(spine.node_as) << 32 | u64::from(spine.node_id));
+            for (link, lqs) in e.links(*spine) {
+                h.add(u64::from(*link) << 8 | u64::from(*lqs));
+            }
+            for (link, s) in e.signals(*spine) {
+                h.add(u64::from(*link) << 32 | u64::from(s.available_bits));
+                h.add(
+                    u64::from(s.live)
+                        | u64::from(s.cl) << 1
+                        | u64::from(s.queue_depth.map_or(0x1ff, u16::from)) << 4
+                        | s.capacity_bits.map_or(1 << 40, |c| u64::from(c) << 13),
+                );
+            }
+        }
+        h.0
+    }
+
     /// The entries towards `remote` (none when no spine advertised it).
     pub fn remote(&self, remote: NodeId) -> RemoteEntries<'_> {
         let pairs = match self.remotes.binary_search_by(|e| e.0.cmp(&remote)) {
@@ -494,23 +532,46 @@ pub fn compute_groups<'g>(
     snapshot: &PathSnapshot,
     groups: impl IntoIterator<Item = &'g GroupKey> + Clone,
 ) -> PathQualityReport {
+    let mut report = compute_some_groups(config, mapping, local, snapshot, groups.clone());
+    (report.unknown_spine_entries, report.unknown_remote_entries) =
+        unused_entries(mapping, snapshot, groups);
+    report
+}
+
+/// Entries no group uses: (from nodes that are the spine of no member, towards remote
+/// nodes that are no group's). A pass over the whole table: the control step counts them
+/// only on its periodic full update.
+pub fn unused_entries<'g>(
+    mapping: &NnhMapping,
+    snapshot: &PathSnapshot,
+    groups: impl IntoIterator<Item = &'g GroupKey>,
+) -> (usize, usize) {
+    let spines: BTreeSet<NodeId> = mapping.uplinks.values().map(|u| u.spine).collect();
+    let remotes: BTreeSet<NodeId> = groups.into_iter().filter_map(|g| g.remote).collect();
+    let (mut spine, mut remote) = (0, 0);
+    for ((s, r), links) in snapshot.pairs() {
+        if !spines.contains(&s) {
+            spine += links;
+        } else if !remotes.contains(&r) {
+            remote += links;
+        }
+    }
+    (spine, remote)
+}
+
+/// [`compute_groups`] for some groups only (those whose inputs changed), without the
+/// unused-entry counters ([`unused_entries`]).
+pub fn compute_some_groups<'g>(
+    config: &ControllerConfig,
+    mapping: &NnhMapping,
+    local: &LocalQuality,
+    snapshot: &PathSnapshot,
+    groups: impl IntoIterator<Item = &'g GroupKey>,
+) -> PathQualityReport {
     let mut report = PathQualityReport {
         failed_entries: snapshot.failed_entries,
         ..Default::default()
     };
-    let spines: BTreeSet<NodeId> = mapping.uplinks.values().map(|u| u.spine).collect();
-    let remotes: BTreeSet<NodeId> = groups
-        .clone()
-        .into_iter()
-        .filter_map(|g| g.remote)
-        .collect();
-    for ((spine, remote), links) in snapshot.pairs() {
-        if !spines.contains(&spine) {
-            report.unknown_spine_entries += links;
-        } else if !remotes.contains(&remote) {
-            report.unknown_remote_entries += links;
-        }
-    }
 
     // Per uplink once, not per group and uplink.
     let locals: Vec<u8> = mapping.uplinks.keys().map(|u| local.get(*u)).collect();
@@ -686,6 +747,38 @@ pub(crate) mod tests {
     ) -> PathQualityReport {
         let snap = PathSnapshot::from_map(t, now, cfg.dead_interval_ns(), &BTreeSet::new());
         compute(cfg, m, l, &snap)
+    }
+
+    /// A remote node's digest moves with any of its entries' LQS, CL or liveness, and
+    /// only with its own entries.
+    #[test]
+    fn a_remote_digest_follows_its_own_entries_only() {
+        let none = BTreeSet::new();
+        let snap = |lqs_r4: u8, cl_r4: u8, lqs_r5: u8, now: u64| {
+            let mut t = BTreeMap::new();
+            for (remote, lqs, cl) in [(4, lqs_r4, cl_r4), (5, lqs_r5, 0)] {
+                let mut v = value(lqs, 0);
+                v.cl = cl;
+                t.insert(key(1, remote, 1), v);
+                t.insert(key(2, remote, 1), value(255, 0));
+            }
+            PathSnapshot::from_map(&t, now, 1_000_000_000, &none)
+        };
+        let r4 = node(0, 4);
+        let base = snap(200, 1, 200, 0).remote_digest(r4);
+        assert_eq!(
+            base,
+            snap(200, 1, 100, 0).remote_digest(r4),
+            "another remote's change"
+        );
+        assert_ne!(base, snap(201, 1, 200, 0).remote_digest(r4), "LQS");
+        assert_ne!(base, snap(200, 2, 200, 0).remote_digest(r4), "CL");
+        assert_ne!(
+            base,
+            snap(200, 1, 200, 5_000_000_000).remote_digest(r4),
+            "aged out"
+        );
+        assert_ne!(base, snap(200, 1, 200, 0).remote_digest(node(0, 5)));
     }
 
     #[test]

@@ -683,15 +683,20 @@ impl<K: Ord + Clone> WeightController<K> {
 }
 
 impl WeightController<GroupKey> {
-    /// New path qualities for every group. Groups absent from the report are forgotten.
-    /// Returns the applications that happen now.
-    pub fn update(
+    /// New path qualities for the groups in `report` (those whose inputs changed); every
+    /// other group that `keep` names is ticked (its damped step or integral step, as an
+    /// update with unchanged inputs would do), the rest are forgotten. Returns the
+    /// applications that happen now. The one difference from updating every group: an
+    /// unchanged group's peak-held capacity estimate decays at its next update, which the
+    /// caller forces periodically.
+    pub fn update_changed(
         &mut self,
         report: &PathQualityReport,
+        keep: impl Fn(&GroupKey) -> bool,
         now_ns: u64,
     ) -> Vec<(GroupKey, Application)> {
         self.destinations
-            .retain(|k, _| report.groups.contains_key(k));
+            .retain(|k, _| keep(k) || report.groups.contains_key(k));
         let mut out = Vec::new();
         for (k, d) in &report.groups {
             let inputs: Vec<MemberInput> = d.members.iter().map(MemberInput::from).collect();
@@ -700,7 +705,25 @@ impl WeightController<GroupKey> {
                 out.push((k.clone(), a));
             }
         }
+        let cfg = &self.config;
+        for (k, d) in &mut self.destinations {
+            if !report.groups.contains_key(k)
+                && let Some(a) = d.tick(cfg, now_ns)
+            {
+                out.push((k.clone(), a));
+            }
+        }
         out
+    }
+
+    /// New path qualities for every group. Groups absent from the report are forgotten.
+    /// Returns the applications that happen now.
+    pub fn update(
+        &mut self,
+        report: &PathQualityReport,
+        now_ns: u64,
+    ) -> Vec<(GroupKey, Application)> {
+        self.update_changed(report, |_| false, now_ns)
     }
 }
 
@@ -733,6 +756,86 @@ mod tests {
             .find(|(id, _)| *id == uplink)
             .map_or(f64::NAN, |x| x.1);
         format!("{:.2}", f * 100.0)
+    }
+
+    /// A report of groups `keys`, each member i of quality `q[i]`.
+    fn report_of(keys: &[(GroupKey, [u8; 3])]) -> PathQualityReport {
+        use crate::core::controller::path_quality::{
+            DestinationQuality, MemberQuality, QualitySource, node,
+        };
+        let mut r = PathQualityReport::default();
+        for (k, q) in keys {
+            let members = q
+                .iter()
+                .enumerate()
+                .map(|(i, &quality)| MemberQuality {
+                    uplink: i as u32 + 1,
+                    spine: node(0, i as u32 + 1),
+                    capacity_gbps: 100.0,
+                    local: 255,
+                    remote: Some(quality),
+                    quality,
+                })
+                .collect();
+            r.groups.insert(
+                k.clone(),
+                DestinationQuality {
+                    source: QualitySource::Remote,
+                    members,
+                },
+            );
+        }
+        r
+    }
+
+    /// Recomputing only the changed groups and ticking the others gives the same
+    /// applications, step by step, as updating every group with its unchanged inputs.
+    #[test]
+    fn updating_only_changed_groups_matches_updating_all() {
+        use crate::core::controller::path_quality::node;
+        let (a, b) = (
+            GroupKey::remote(node(0, 100)),
+            GroupKey::remote(node(0, 200)),
+        );
+        for cfg in [
+            ControllerConfig::default(),
+            ControllerConfig {
+                weight_function: WeightFunction::Integral(IntegralParams::default()),
+                ..ControllerConfig::default()
+            },
+        ] {
+            same_applications(&a, &b, cfg);
+        }
+    }
+
+    fn same_applications(a: &GroupKey, b: &GroupKey, cfg: ControllerConfig) {
+        let mut all = WeightController::new(cfg).unwrap();
+        let mut some = WeightController::new(cfg).unwrap();
+        // Both start equal; then B's remote congests (one input change), A varies.
+        let steps: Vec<([u8; 3], [u8; 3])> = (0..40)
+            .map(|i| {
+                let qa = [255, 200 + (i % 3) as u8 * 20, 255];
+                let qb = if i < 3 { [255; 3] } else { [255, 20, 255] };
+                (qa, qb)
+            })
+            .collect();
+        let mut prev: Option<([u8; 3], [u8; 3])> = None;
+        for (i, (qa, qb)) in steps.into_iter().enumerate() {
+            let now = 1_000 * MS + i as u64 * 7 * MS;
+            let full = report_of(&[(a.clone(), qa), (b.clone(), qb)]);
+            let changed: Vec<(GroupKey, [u8; 3])> = [(a.clone(), qa), (b.clone(), qb)]
+                .into_iter()
+                .filter(|(k, q)| {
+                    prev.is_none_or(|(pa, pb)| if k == a { pa != *q } else { pb != *q })
+                })
+                .collect();
+            prev = Some((qa, qb));
+            let mut x = all.update(&full, now);
+            let mut y = some.update_changed(&report_of(&changed), |k| k == a || k == b, now);
+            x.sort_by(|p, q| p.0.cmp(&q.0));
+            y.sort_by(|p, q| p.0.cmp(&q.0));
+            assert_eq!(x, y, "step {i}");
+        }
     }
 
     #[test]

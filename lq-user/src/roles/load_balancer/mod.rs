@@ -26,8 +26,8 @@ use crate::{
         config::ControllerConfig,
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
         path_quality::{
-            GroupKey, LocalQuality, NnhMapping, PathQualityReport, PathSnapshot, Prefix, UplinkId,
-            compute_groups,
+            Digest, GroupKey, LocalQuality, NnhMapping, NodeId, PathQualityReport, PathSnapshot,
+            Prefix, UplinkId, compute_some_groups, unused_entries,
         },
         weights::{Application, WeightController},
     },
@@ -53,6 +53,9 @@ fn uplink_interfaces(cfg: &Config) -> Vec<String> {
 /// `slots_claimed` count has not moved: a backstop only (a step scans in full whenever the
 /// count moves, so a new path is read at the next step after it is stored).
 const FULL_SCAN_NS: u64 = 1_000_000_000;
+
+/// How often a control step recomputes every group, not only those whose inputs changed.
+const FULL_UPDATE_NS: u64 = 1_000_000_000;
 
 /// Errors of the load-balancer role.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +130,10 @@ pub struct LoadBalancer {
     next_full_scan_ns: u64,
     /// The receiver's `slots_claimed` count at the last full scan.
     slots_claimed: u64,
+    /// Per group, the digest of its inputs at its last computation.
+    input_digests: BTreeMap<GroupKey, u64>,
+    /// When the next step recomputes every group.
+    next_full_update_ns: u64,
     last_report: PathQualityReport,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
     paths: BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue>,
@@ -176,6 +183,8 @@ impl LoadBalancer {
             member_deletes: 0,
             next_full_scan_ns: 0,
             slots_claimed: 0,
+            input_digests: BTreeMap::new(),
+            next_full_update_ns: 0,
             last_report: PathQualityReport::default(),
             neighbors: BTreeMap::new(),
             paths: BTreeMap::new(),
@@ -225,6 +234,8 @@ impl LoadBalancer {
         self.mapping.held = held;
         self.mapping.destinations.extend(steered);
         self.regroup_needed = true;
+        // Every group is recomputed at the next step (new parameters, new mapping).
+        self.next_full_update_ns = 0;
         if uplink_interfaces(&cfg) != uplink_interfaces(&self.cfg) {
             self.links = LinkWatch::open(&uplink_interfaces(&cfg)).map_err(RtnlError::Io)?;
         }
@@ -594,15 +605,66 @@ impl LoadBalancer {
         }
         let snapshot =
             PathSnapshot::from_map(&paths, now_ns, self.controller.dead_interval_ns(), &failed);
-        let report = compute_groups(
+        // Only the groups whose inputs changed are recomputed (issue 15): a group's inputs
+        // are its remote node's entries (digest of the snapshot's view), its permitted
+        // members, every uplink's local quality and the failed spines. The others are
+        // ticked (damping and integral steps go on). All groups are recomputed every
+        // FULL_UPDATE_NS, which also lets the integral function's peak-held capacity
+        // estimate decay.
+        let full = now_ns >= self.next_full_update_ns;
+        if full {
+            self.next_full_update_ns = now_ns + FULL_UPDATE_NS;
+        }
+        let mut global = Digest::default();
+        for u in self.mapping.uplinks.keys() {
+            global.add(u64::from(*u) << 8 | u64::from(self.local.get(*u)));
+        }
+        for f in &failed {
+            global.add(u64::from(f.node_as) << 32 | u64::from(f.node_id));
+        }
+        let mut by_remote: BTreeMap<NodeId, u64> = BTreeMap::new();
+        let mut changed: Vec<GroupKey> = Vec::new();
+        for key in self.groups.keys() {
+            let mut d = global;
+            if let Some(r) = key.remote {
+                d.add(
+                    *by_remote
+                        .entry(r)
+                        .or_insert_with(|| snapshot.remote_digest(r)),
+                );
+            }
+            for u in key.eligible.iter().flatten() {
+                d.add(u64::from(*u));
+            }
+            let before = self.input_digests.insert(key.clone(), d.0);
+            if full || before != Some(d.0) {
+                changed.push(key.clone());
+            }
+        }
+        self.input_digests
+            .retain(|k, _| self.groups.contains_key(k));
+        let report = compute_some_groups(
             &self.controller,
             &self.mapping,
             &self.local,
             &snapshot,
-            self.groups.keys(),
+            changed.iter(),
         );
-        let apps = self.weights.update(&report, now_ns);
-        self.last_report = report;
+        let groups = &self.groups;
+        let apps = self
+            .weights
+            .update_changed(&report, |k| groups.contains_key(k), now_ns);
+        // The report the views show: this step's groups over the last ones.
+        let last = &mut self.last_report;
+        last.groups.retain(|k, _| groups.contains_key(k));
+        last.signals.retain(|k, _| groups.contains_key(k));
+        last.groups.extend(report.groups);
+        last.signals.extend(report.signals);
+        if full {
+            (last.unknown_spine_entries, last.unknown_remote_entries) =
+                unused_entries(&self.mapping, &snapshot, groups.keys());
+        }
+        last.failed_entries = report.failed_entries;
         self.paths = paths;
         let mut apps = apps;
         for (key, g) in &mut self.groups {
