@@ -71,8 +71,8 @@ const PUBLISH_COST_FACTOR: u64 = 100;
 /// The oldest a published snapshot gets (before the loop's own step).
 const MAX_PUBLISH_EVERY_NS: u64 = 1_000_000_000;
 
-/// Change events closer than this to the last control step wait for the next step at most
-/// this long after it: an isolated event (a path turning bad) is handled at once, a dense
+/// Change events closer than this to the last step they woke wait for the next step, at most
+/// this long after that one: an isolated event (a path turning bad) is handled at once, a dense
 /// stream (a 64 x 512 fabric's entries changing every few hundred microseconds) costs at
 /// most one step per interval instead of one per event. Well inside T_reweight (20 ms),
 /// the damping boundary at which weights move anyway (seed 003 section 6.4).
@@ -255,8 +255,8 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     info!("lqd running");
     let mut last_publish_ns = 0u64;
     let mut publish_every_ns = PUBLISH_EVERY_NS;
-    // The last control step, and whether change events wait for the next one.
-    let mut last_step_ns = 0u64;
+    // The last control step woken by change events, and whether events wait for the next.
+    let mut last_event_step_ns = 0u64;
     let mut events_pending = false;
     loop {
         let now = monotonic_ns();
@@ -278,7 +278,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         let due = [
             lb.as_ref().and_then(|lb| lb.next_due(now)),
             pfc.as_ref().and_then(|p| p.next_due()),
-            events_pending.then(|| last_step_ns.saturating_add(MIN_EVENT_STEP_NS)),
+            events_pending.then(|| last_event_step_ns.saturating_add(MIN_EVENT_STEP_NS)),
         ]
         .into_iter()
         .flatten()
@@ -348,9 +348,12 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                 }
                 guard.clear_ready();
                 tracing::trace!(events = n, "path table changed");
-                if monotonic_ns().saturating_sub(last_step_ns) < MIN_EVENT_STEP_NS {
+                let now = monotonic_ns();
+                if now.saturating_sub(last_event_step_ns) < MIN_EVENT_STEP_NS {
                     step_lb = false;
                     events_pending = true;
+                } else {
+                    last_event_step_ns = now;
                 }
             }
             ready = async {
@@ -415,7 +418,10 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         }
         if step_lb && let Some(lb) = lb.as_mut() {
             let now = monotonic_ns();
-            last_step_ns = now;
+            if events_pending {
+                // The deferred events' step.
+                last_event_step_ns = now;
+            }
             events_pending = false;
             if let Err(e) = lb.step(now) {
                 warn!(error = %crate::core::report::Chain(&e), "control step failed");

@@ -425,12 +425,14 @@ impl PathSnapshot {
     pub fn remote_digest(&self, remote: NodeId) -> u64 {
         let e = self.remote(remote);
         let mut h = Digest::default();
-        for (spine, ..) in e.pairs {
+        for (spine, from, to) in e.pairs {
             h.add(u64::from(spine.node_as) << 32 | u64::from(spine.node_id));
-            for (link, lqs) in e.links(*spine) {
+            // The pair's own ranges (no lookup by spine: the pairs are at hand).
+            let r = *from as usize..*to as usize;
+            for (link, lqs) in &self.links[r.clone()] {
                 h.add(u64::from(*link) << 8 | u64::from(*lqs));
             }
-            for (link, s) in e.signals(*spine) {
+            for (link, s) in &self.signals[r] {
                 h.add(u64::from(*link) << 32 | u64::from(s.available_bits));
                 h.add(
                     u64::from(s.live)

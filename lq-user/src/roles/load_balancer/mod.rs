@@ -54,6 +54,9 @@ fn uplink_interfaces(cfg: &Config) -> Vec<String> {
 /// count moves, so a new path is read at the next step after it is stored).
 const FULL_SCAN_NS: u64 = 1_000_000_000;
 
+/// The least time between two control steps woken for damping alone (see `next_due`).
+const DAMPING_SLACK_NS: u64 = 5_000_000;
+
 /// How often a control step recomputes every group, not only those whose inputs changed.
 const FULL_UPDATE_NS: u64 = 1_000_000_000;
 
@@ -134,9 +137,12 @@ pub struct LoadBalancer {
     input_digests: BTreeMap<GroupKey, u64>,
     /// When the next step recomputes every group.
     next_full_update_ns: u64,
+    /// When the last step ran.
+    last_step_ns: u64,
     last_report: PathQualityReport,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
-    paths: BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue>,
+    /// The path table as the last step read it, in (remote, spine, link) order.
+    paths: Vec<(lq_common::maps::PathKey, lq_common::maps::PathValue)>,
     /// Uplink state, followed from RTNLGRP_LINK notifications.
     links: LinkWatch,
     started_ns: u64,
@@ -185,9 +191,10 @@ impl LoadBalancer {
             slots_claimed: 0,
             input_digests: BTreeMap::new(),
             next_full_update_ns: 0,
+            last_step_ns: 0,
             last_report: PathQualityReport::default(),
             neighbors: BTreeMap::new(),
-            paths: BTreeMap::new(),
+            paths: Vec::new(),
             links: LinkWatch::open(&uplink_interfaces(&cfg)).map_err(RtnlError::Io)?,
             started_ns: monotonic_ns(),
             group_replaces: 0,
@@ -548,6 +555,7 @@ impl LoadBalancer {
 
     /// One control step at `now_ns`. Returns how many groups were replaced.
     pub fn step(&mut self, now_ns: u64) -> Result<usize, LoadBalancerError> {
+        self.last_step_ns = now_ns;
         // The path table's known slots at every step; all 131 072 slots only when the
         // receiver claimed a slot since the last full scan (its count is read first: a
         // claim after this read moves the count again, and the next step scans), or on
@@ -565,7 +573,7 @@ impl LoadBalancer {
         // table: silence from before this start is no evidence of failure. Every entry and
         // neighbor gets a full detection interval from the start (seed 003 section 6.5),
         // so a restart adopts the forwarding state instead of pruning live spines.
-        for v in paths.values_mut() {
+        for (_, v) in &mut paths {
             v.last_update_ns = v.last_update_ns.max(self.started_ns);
         }
         for v in self.neighbors.values_mut() {
@@ -603,8 +611,12 @@ impl LoadBalancer {
             self.regroup(slow.as_ref());
             self.slow = slow;
         }
-        let snapshot =
-            PathSnapshot::from_map(&paths, now_ns, self.controller.dead_interval_ns(), &failed);
+        let snapshot = PathSnapshot::from_entries(
+            paths.iter().copied(),
+            now_ns,
+            self.controller.dead_interval_ns(),
+            &failed,
+        );
         // Only the groups whose inputs changed are recomputed (issue 15): a group's inputs
         // are its remote node's entries (digest of the snapshot's view), its permitted
         // members, every uplink's local quality and the failed spines. The others are
@@ -900,7 +912,12 @@ impl LoadBalancer {
     /// When the next step is due at the latest (damping boundary or heartbeat deadline).
     pub fn next_due(&self, now_ns: u64) -> Option<u64> {
         [
-            self.weights.next_due(now_ns),
+            // Damping steps of different groups fall due at different times; at most one
+            // step per DAMPING_SLACK_NS serves them all (a few ms late on a 20 ms
+            // T_reweight), instead of a step per group's due time.
+            self.weights
+                .next_due(now_ns)
+                .map(|d| d.max(self.last_step_ns.saturating_add(DAMPING_SLACK_NS))),
             self.heartbeat.next_deadline(),
         ]
         .into_iter()
@@ -1030,7 +1047,7 @@ impl LoadBalancer {
         crate::views::snapshot::LoadBalancerSnapshot {
             weights: self.weights_view(),
             neighbors,
-            paths: self.paths.clone(),
+            paths: self.paths.iter().copied().collect(),
             receiver_counters: self.counters().ok(),
             dead_interval_ns: self.controller.dead_interval_ns(),
         }

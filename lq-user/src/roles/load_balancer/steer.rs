@@ -10,7 +10,7 @@
 //! and falls through to the main table, i.e. to FRR's routes; so does every destination
 //! once lqd removes its copies on exit. FRR's routes and nexthop objects are never touched.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use tracing::{info, warn};
 
@@ -142,7 +142,7 @@ impl LoadBalancer {
     /// a destination gains its mapping with the first entry of its leaf's AS.
     pub(super) fn slow_plane_resolve(
         &mut self,
-        paths: &BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue>,
+        paths: &[(lq_common::maps::PathKey, lq_common::maps::PathValue)],
     ) {
         let Some(slow) = self.slow.as_ref() else {
             return;

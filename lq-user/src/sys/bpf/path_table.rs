@@ -472,6 +472,11 @@ impl Drop for SlotMap {
     }
 }
 
+/// A path key's place in the control step's order: remote node, then spine, then link.
+pub fn remote_order(k: &PathKey) -> (u32, u32, u32, u32, u32) {
+    (k.remote_as, k.remote_id, k.spine_as, k.spine_id, k.link_id)
+}
+
 /// Reads the pinned maps of one receiver instance.
 pub struct TableReader {
     /// The path table's slots (an array map of [`PathSlot`]), read in place through
@@ -524,19 +529,20 @@ impl TableReader {
     /// reads the known slots at every step in between: the mapping holds 131 072 slots, the
     /// table of a small fabric a few dozen entries. Without the
     /// mapping (pins of an older lqd), every read is a full batch read.
-    pub fn paths_known(
-        &mut self,
-        full: bool,
-    ) -> Result<BTreeMap<PathKey, PathValue>, PathTableError> {
+    ///
+    /// Sorted by [`remote_order`] (remote node, spine, link), the order of the control
+    /// step's snapshot: the known slots are kept in that order, so a step's read needs no
+    /// sort and no map of 32 768 entries.
+    pub fn paths_known(&mut self, full: bool) -> Result<Vec<(PathKey, PathValue)>, PathTableError> {
         let Some(slots) = &self.slots else {
-            return self.paths();
+            let mut all: Vec<(PathKey, PathValue)> = self.paths()?.into_iter().collect();
+            all.sort_unstable_by_key(|e| remote_order(&e.0));
+            return Ok(all);
         };
         if full || self.known.is_empty() {
             let mut used: Vec<(PathKey, u32, PathValue)> =
                 slots.used().map(|(i, (k, v))| (k, i as u32, v)).collect();
-            used.sort_unstable_by_key(|e| e.0);
-            // In key order: the reads between full scans come out sorted, and building
-            // the map from sorted entries is linear (no sort of 32 768 entries per step).
+            used.sort_unstable_by_key(|e| remote_order(&e.0));
             self.known = used.iter().map(|e| e.1).collect();
             return Ok(used.into_iter().map(|(k, _, v)| (k, v)).collect());
         }
