@@ -364,6 +364,15 @@ impl Daemon {
         lq_user::daemon::query(&self.socket(), what)
     }
 
+    /// SIGKILL (a crash) and wait; the control socket file is removed, the pins stay.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(self.socket());
+    }
+
     /// SIGTERM, wait up to 5 s, then SIGKILL.
     pub fn stop(&mut self) {
         let Some(mut c) = self.child.take() else {

@@ -86,7 +86,7 @@ fn leaves_steer_bgp_routes_learned_over_bmp_with_real_helpers() {
         frr::available(),
         "FRR is not installed: run `cargo xtask setup` (installs frr)"
     );
-    let fab = Clos3::build_routed(2, 2, Shaping::at(100), false, Routing::Bgp).unwrap();
+    let fab = Clos3::build_routed(2, 3, Shaping::at(100), false, Routing::Bgp).unwrap();
     let bgp = fab.start_bgp(1).unwrap();
     let lqd = lqd_bin().unwrap();
     let dir = std::env::temp_dir().join(lq_tests::unique_name("lqf-test"));
@@ -201,8 +201,62 @@ fn leaves_steer_bgp_routes_learned_over_bmp_with_real_helpers() {
         || logs(&leaves),
     );
 
+    // A crash and a restart with two remote leaves (two groups): the routes keep naming
+    // their groups throughout, also while the BMP session is not back and the mapping not
+    // known (each prefix held in its adopted group, not merged into one local-only group).
+    let h3 = Clos3::host_prefix(3);
+    wait(
+        "lq's group for H3's prefix",
+        Duration::from_secs(10),
+        || lq_members(&fab, &h3) == Some(vec![1, 2]),
+        || logs(&leaves),
+    );
+    let before: Vec<Option<u64>> = [&prefix, &h3]
+        .iter()
+        .map(|p| route_group_in(&fab.leaves[0], p, Some(LQ_TABLE)))
+        .collect();
+    assert!(before[0].is_some() && before[0] != before[1], "{before:?}");
+    leaves[0].kill9();
+    let mut restarted = Daemon::start(
+        &lqd,
+        &fab.leaves[0],
+        &format!("{}r", leaves[0].instance),
+        &fab.leaf_config(1, &o, false),
+        &dir,
+    )
+    .unwrap();
+    let mapped = |d: &Daemon| {
+        d.query("weights").ok().is_some_and(|w| {
+            w["slow-plane"]["steered"]
+                .as_array()
+                .is_some_and(|a| a.iter().filter(|x| x["mapping-source"] == "bmp").count() == 2)
+        })
+    };
+    let start = Instant::now();
+    let mut relearned: Option<Instant> = None;
+    while relearned.is_none_or(|t| t.elapsed() < Duration::from_millis(500)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no BMP mapping after the restart\n{}",
+            restarted.log_tail(20)
+        );
+        for (p, g) in [&prefix, &h3].iter().zip(&before) {
+            let now = route_group_in(&fab.leaves[0], p, Some(LQ_TABLE));
+            assert_eq!(
+                now,
+                *g,
+                "{p}: the route named another group across the restart\n{}",
+                restarted.log_tail(30)
+            );
+        }
+        if relearned.is_none() && mapped(&restarted) {
+            relearned = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
     // lqd stopped: its copies go, FRR's own route forwards.
-    leaves[0].stop();
+    restarted.stop();
     assert_eq!(
         route_group_in(&fab.leaves[0], &prefix, Some(LQ_TABLE)),
         None,

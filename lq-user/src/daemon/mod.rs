@@ -60,7 +60,8 @@ impl Instance {
 const MAX_SLEEP: Duration = Duration::from_millis(10);
 
 /// How often at most the loop publishes a snapshot for its clients. Clients never wait on
-/// the loop: they read the latest snapshot, at most this much (plus one loop step) old.
+/// the loop: they read the latest snapshot, at most this much (plus one loop step) old on
+/// a node whose snapshot is cheap (see PUBLISH_COST_FACTOR for a large one).
 const PUBLISH_EVERY_NS: u64 = 5_000_000;
 
 /// A snapshot's share of the loop's time at most (1/100): a large node's snapshot (a leaf
@@ -258,12 +259,16 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     // The last control step woken by change events, and whether events wait for the next.
     let mut last_event_step_ns = 0u64;
     let mut events_pending = false;
+    // A step ran since the last publish: the loop wakes to publish it when due, so that a
+    // client sees a step's outcome within one publish interval.
+    let mut unpublished = false;
     loop {
         let now = monotonic_ns();
         if now.saturating_sub(last_publish_ns) >= publish_every_ns {
             let snap = build_snapshot(now, &config_now, lb.as_ref(), helper.as_ref(), pfc.as_ref());
             if snapshots.try_publish(snap) {
                 last_publish_ns = now;
+                unpublished = false;
             }
             let took = monotonic_ns().saturating_sub(now);
             publish_every_ns = took
@@ -279,6 +284,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             lb.as_ref().and_then(|lb| lb.next_due(now)),
             pfc.as_ref().and_then(|p| p.next_due()),
             events_pending.then(|| last_event_step_ns.saturating_add(MIN_EVENT_STEP_NS)),
+            unpublished.then(|| last_publish_ns.saturating_add(publish_every_ns)),
         ]
         .into_iter()
         .flatten()
@@ -423,6 +429,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                 last_event_step_ns = now;
             }
             events_pending = false;
+            unpublished = true;
             if let Err(e) = lb.step(now) {
                 warn!(error = %crate::core::report::Chain(&e), "control step failed");
             }

@@ -221,6 +221,12 @@ impl LoadBalancer {
         controller
             .validate()
             .map_err(|e| LoadBalancerError::Controller(e.to_string()))?;
+        // What can fail comes before any state changes.
+        let links = if uplink_interfaces(&cfg) != uplink_interfaces(&self.cfg) {
+            Some(LinkWatch::open(&uplink_interfaces(&cfg)).map_err(RtnlError::Io)?)
+        } else {
+            None
+        };
         self.receiver
             .configure(&receiver_settings(&cfg, &controller))?;
         // The slow plane's destinations keep their permitted members and mapping until
@@ -243,8 +249,8 @@ impl LoadBalancer {
         self.regroup_needed = true;
         // Every group is recomputed at the next step (new parameters, new mapping).
         self.next_full_update_ns = 0;
-        if uplink_interfaces(&cfg) != uplink_interfaces(&self.cfg) {
-            self.links = LinkWatch::open(&uplink_interfaces(&cfg)).map_err(RtnlError::Io)?;
+        if let Some(links) = links {
+            self.links = links;
         }
         self.cfg = cfg;
         self.slow_plane_reload();
@@ -649,7 +655,10 @@ impl LoadBalancer {
                 d.add(u64::from(*u));
             }
             let before = self.input_digests.insert(key.clone(), d.0);
-            if full || before != Some(d.0) {
+            // A held group (adopted, its mapping not known yet) keeps the weights it was
+            // adopted with: computed without its remote node's entries, its target would
+            // be the local-only split, and flows would move twice.
+            if (full || before != Some(d.0)) && key.adopted.is_none() {
                 changed.push(key.clone());
             }
         }

@@ -147,21 +147,7 @@ impl LoadBalancer {
         let Some(slow) = self.slow.as_ref() else {
             return;
         };
-        // Only a learned mapping depends on the entries; rules were set at sync time.
-        if slow.bmp().is_none() {
-            return;
-        }
-        // Live entries name the leaf of an AS first (see `remote_for_entries`).
         let (now, dead) = (super::monotonic_ns(), self.controller.dead_interval_ns());
-        let mut live = BTreeSet::new();
-        let mut all = BTreeSet::new();
-        for (k, v) in paths {
-            let r = node(k.remote_as, k.remote_id);
-            if !crate::core::controller::heartbeat::entry_expired(v.last_update_ns, now, dead) {
-                live.insert(r);
-            }
-            all.insert(r);
-        }
         // Holds end with the mapping, or HOLD_NS after the start (BMP silent, or the remote
         // leaf's entries absent): the destinations then share the local-only group.
         if !self.mapping.held.is_empty() && now >= self.started_ns.saturating_add(HOLD_NS) {
@@ -172,6 +158,20 @@ impl LoadBalancer {
             );
             self.mapping.held.clear();
             self.regroup_needed = true;
+        }
+        // Only a learned mapping depends on the entries; rules were set at sync time.
+        if slow.bmp().is_none() {
+            return;
+        }
+        // Live entries name the leaf of an AS first (see `remote_for_entries`).
+        let mut live = BTreeSet::new();
+        let mut all = BTreeSet::new();
+        for (k, v) in paths {
+            let r = node(k.remote_as, k.remote_id);
+            if !crate::core::controller::heartbeat::entry_expired(v.last_update_ns, now, dead) {
+                live.insert(r);
+            }
+            all.insert(r);
         }
         for (p, r) in &self.routes {
             if r.table.is_none() {
@@ -253,6 +253,13 @@ impl LoadBalancer {
         // mapping from `[[destination]]`) or a change of the covering rules: a rule's
         // remote; a learned one is refined at every step (`slow_plane_resolve`).
         let learned = slow.bmp().is_some();
+        // Configured, not yet heard from: the BMP station starts after the first sync, and
+        // bgpd reconnects to a restarted lqd only after its retry interval.
+        let bmp_configured = self
+            .cfg
+            .slow_plane
+            .as_ref()
+            .is_some_and(|s| s.bmp.is_some());
         for (p, r) in &self.routes {
             if r.table.is_none() || (learned && self.mapping.destinations.contains_key(p)) {
                 continue;
@@ -300,7 +307,7 @@ impl LoadBalancer {
             // A learned mapping is not known yet (BMP speaks after the start): a route lq
             // left keeps its group until it is (`NnhMapping::held`), so a restart moves no
             // flow. Only a group lq can adopt, or one adopted for an earlier destination.
-            if learned
+            if bmp_configured
                 && slow.remote_of(p).is_none()
                 && let Some(id) = installed
             {

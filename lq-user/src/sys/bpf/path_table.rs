@@ -111,12 +111,47 @@ pub fn load_pinned(pin_dir: &Path, maps: &[&'static str]) -> Result<Ebpf, LoadPi
         return Err(LoadPinnedError::NoObject);
     }
     create_pin_dir(pin_dir)?;
+    remove_incompatible_pins(pin_dir, maps);
     let paths: Vec<PathBuf> = maps.iter().map(|m| pin_dir.join(m)).collect();
     let mut loader = EbpfLoader::new();
     for (name, path) in maps.iter().zip(&paths) {
         loader.map_pin_path(name, path.as_path());
     }
     Ok(loader.load(EBPF_OBJECT)?)
+}
+
+/// Removes, with a warning, the pins whose map differs from this object's definition of it
+/// (key or value size, capacity): pins made by an older lqd whose table has since been
+/// resized (the path table grew from 32 768 to 131 072 slots, the counters by one). aya
+/// reuses a pin as it is, and the program would then index past its end (`table_full` for
+/// three quarters of the entries, a failed counter read). The table is refilled by the next
+/// advertisements (one T_notify); forwarding state (groups, routes) is not in these maps.
+fn remove_incompatible_pins(pin_dir: &Path, maps: &[&'static str]) {
+    let Ok(obj) = aya_obj::Object::parse(EBPF_OBJECT) else {
+        return;
+    };
+    for name in maps {
+        let path = pin_dir.join(name);
+        let (Some(want), Ok(have)) = (obj.maps.get(*name), aya::maps::MapInfo::from_pin(&path))
+        else {
+            continue;
+        };
+        let (want_def, have_def) = (
+            (want.key_size(), want.value_size(), want.max_entries()),
+            (have.key_size(), have.value_size(), have.max_entries()),
+        );
+        // A ring buffer's size and a per-CPU map's entries are what the object asks for;
+        // any difference means another layout.
+        if want_def != have_def {
+            tracing::warn!(
+                pin = %path.display(),
+                pinned = ?have_def,
+                expected = ?want_def,
+                "a pinned map of an older layout (key, value size, entries): removed, created anew"
+            );
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 /// Creates `pin_dir` and its parents. Retried on NotFound: another process that removes an
@@ -539,7 +574,7 @@ impl TableReader {
             all.sort_unstable_by_key(|e| remote_order(&e.0));
             return Ok(all);
         };
-        if full || self.known.is_empty() {
+        if full {
             let mut used: Vec<(PathKey, u32, PathValue)> =
                 slots.used().map(|(i, (k, v))| (k, i as u32, v)).collect();
             used.sort_unstable_by_key(|e| remote_order(&e.0));

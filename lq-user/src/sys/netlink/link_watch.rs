@@ -112,7 +112,14 @@ impl LinkStates {
                 }
             };
             let new = m.ty == libc::RTM_NEWLINK;
-            if !new && m.ty != libc::RTM_DELLINK {
+            // ifi_family: AF_UNSPEC for the device itself; AF_BRIDGE messages (a port
+            // joining or leaving a bridge, RTM_DELLINK although the device stays) are not
+            // about its state.
+            if (!new && m.ty != libc::RTM_DELLINK)
+                || m.payload
+                    .first()
+                    .is_some_and(|f| i32::from(*f) != libc::AF_UNSPEC)
+            {
                 continue;
             }
             let l = match decode_link(m.payload) {
@@ -204,6 +211,13 @@ mod tests {
         // Deleted, never seen in a notification before (the start-up probe found it).
         assert!(s.apply(&link_msg(libc::RTM_DELLINK, 6, UP, "up2")));
         assert!(!s.up["up2"]);
+        // A bridge port leaving its bridge (AF_BRIDGE RTM_DELLINK) is no deletion.
+        let mut bridge = link_msg(libc::RTM_DELLINK, 7, UP, "up2");
+        bridge[16] = libc::AF_BRIDGE as u8;
+        s.up.insert("up2".into(), true);
+        assert!(!s.apply(&bridge));
+        assert!(s.up["up2"]);
+        s.up.insert("up2".into(), false);
         // Links not watched change nothing; two messages in one datagram both apply.
         let mut two = link_msg(libc::RTM_NEWLINK, 9, UP, "eth0");
         two.extend(link_msg(libc::RTM_NEWLINK, 7, UP, "up2"));

@@ -183,7 +183,16 @@ pub fn run_withdraw(
     for h in handles {
         let _ = h.join();
     }
-    // Restore the session whatever happened, then wait for BGP's four paths.
+    // Restore the session and stop L1's lqd whatever happened.
+    let restored = restore(c, spine_frr);
+    stop_daemon(&mut leaves[0]);
+    let mut r = result?;
+    r.restored = restored?;
+    Ok(r)
+}
+
+/// Undoes the shutdown; whether BGP had all four paths again within 30 s.
+fn restore(c: &Ctx, spine_frr: &lq_tests::frr::Frr) -> Result<bool> {
     let asn = Clos3::spine_as(SPINE).to_string();
     let peer = Clos3::leaf_addr(SPINE, LEAF).to_string();
     spine_frr.vtysh(&[
@@ -191,21 +200,15 @@ pub fn run_withdraw(
         &format!("router bgp {asn}"),
         &format!("no neighbor {peer} shutdown"),
     ])?;
-    let mut r = result?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         interrupted()?;
-        if lq_tests::frr::bgp_paths(l1, &c.dst_prefix) == 4 {
-            r.restored = true;
-            break;
+        if lq_tests::frr::bgp_paths(c.l1(), &c.dst_prefix) == 4 {
+            return Ok(true);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    if !r.restored {
-        bail!("BGP did not restore S{SPINE}'s path to L{LEAF} within 30 s");
-    }
-    stop_daemon(&mut leaves[0]);
-    Ok(r)
+    bail!("BGP did not restore S{SPINE}'s path to L{LEAF} within 30 s")
 }
 
 /// The load is running: counts its flows on S3, polls, shuts the session, polls on.
