@@ -10,6 +10,7 @@
 //! * [`pfc`]: the PFC counter model (seed 000 section 5).
 //! * [`sim`]: the fabric simulator that drives both roles (`lqd sim`).
 //! * [`report`]: an error and its causes in one log line.
+//! * [`sorted`]: membership tests by merge against a sorted sequence.
 
 pub mod bmp;
 pub mod controller;
@@ -17,3 +18,4 @@ pub mod helper;
 pub mod pfc;
 pub mod report;
 pub mod sim;
+pub mod sorted;

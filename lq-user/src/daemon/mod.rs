@@ -349,7 +349,10 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                 let mut guard = ready?;
                 let rb = guard.get_inner_mut();
                 let mut n = 0u32;
-                while rb.next().is_some() {
+                while let Some(record) = rb.next() {
+                    if let Some(lb) = lb.as_mut() {
+                        lb.note_event(&record);
+                    }
                     n += 1;
                 }
                 guard.clear_ready();
@@ -777,7 +780,7 @@ async fn serve_control(stream: UnixStream, ctx: &Clients) {
         return;
     }
     let snap = ctx.snapshots.latest();
-    let mut text = answer(request, &snap).to_string();
+    let mut text = answer(request, &snap);
     text.push('\n');
     let _ = write_within(&mut w, text.as_bytes(), stats).await;
 }
@@ -807,29 +810,36 @@ async fn follow_notifications(mut w: tokio::net::unix::OwnedWriteHalf, ctx: &Cli
     }
 }
 
-fn answer(request: &str, snap: &Snapshot) -> Value {
+/// The reply to one request, as JSON text. Typed views are written straight to text: a
+/// `serde_json::Value` of a 512-group leaf's weights (32 768 members) took tens of MB of
+/// the client thread's heap for a moment, and the allocator kept it (issue 15, RSS).
+fn answer(request: &str, snap: &Snapshot) -> String {
     let now = monotonic_ns();
-    let no = |what: &str| json!({"error": format!("this node does not run the {what} role")});
+    let no = |what: &str| {
+        json!({"error": format!("this node does not run the {what} role")}).to_string()
+    };
+    let text = |v: Result<String, serde_json::Error>| {
+        v.unwrap_or_else(|e| json!({"error": format!("rendering the reply: {e}")}).to_string())
+    };
     let lb = snap.load_balancer.as_ref();
     let helper = snap.helper.as_ref();
     match request {
         "weights" => lb.map_or_else(
             || no("load-balancer"),
-            |lb| serde_json::to_value(&lb.weights).unwrap_or(Value::Null),
+            |lb| text(serde_json::to_string(&lb.weights)),
         ),
-        "neighbors" => lb.map_or_else(|| no("load-balancer"), |lb| lb.neighbors_json(now)),
-        "local" => helper.map_or_else(
-            || no("helper"),
-            |h| serde_json::to_value(&h.local).unwrap_or(Value::Null),
+        "neighbors" => lb.map_or_else(
+            || no("load-balancer"),
+            |lb| lb.neighbors_json(now).to_string(),
         ),
+        "local" => helper.map_or_else(|| no("helper"), |h| text(serde_json::to_string(&h.local))),
         "state" => {
             let neighbors = lb.map(|lb| lb.neighbors_yang(now, crate::sys::clock::unix_ns()));
             let local = helper.map(crate::views::snapshot::HelperSnapshot::local_yang);
-            crate::views::yang_state::state_document(&snap.config, local, neighbors)
+            crate::views::yang_state::state_document(&snap.config, local, neighbors).to_string()
         }
-        other => {
-            json!({"error": format!("unknown request {other:?}: weights, neighbors, local, state, monitor")})
-        }
+        other => json!({"error": format!("unknown request {other:?}: weights, neighbors, local, state, monitor")})
+            .to_string(),
     }
 }
 

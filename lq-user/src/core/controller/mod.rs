@@ -4,6 +4,8 @@
 //!
 //! * [`config`]: parameters and their ranges (section 10).
 //! * [`path_quality`]: NNH mapping and per-destination member quality (6.1-6.3).
+//! * [`path_mirror`]: the control step's copy of the path table, refreshed where it can
+//!   have moved (6.2, 6.5; issue 15).
 //! * [`effective`]: the effective path table, failed and aged entries as LQS 0 / CL 7 (6.5).
 //! * [`heartbeat`]: neighbor liveness, entry ageing, T_notify mismatch (6.5, 10).
 //! * [`weights`]: targets, damping, quantisation, bucket remapping (6.3, 6.4).
@@ -13,5 +15,6 @@ pub mod config;
 pub mod effective;
 pub mod heartbeat;
 pub mod integral;
+pub mod path_mirror;
 pub mod path_quality;
 pub mod weights;

@@ -30,6 +30,12 @@ pub const fn node(node_as: u32, node_id: u32) -> NodeId {
     NeighborKey { node_as, node_id }
 }
 
+/// A path key's place in the control step's order and the [`PathSnapshot`]'s: remote node,
+/// then spine, then link.
+pub fn remote_order(k: &PathKey) -> (u32, u32, u32, u32, u32) {
+    (k.remote_as, k.remote_id, k.spine_as, k.spine_id, k.link_id)
+}
+
 /// Identifier of a local uplink (the leaf's ifIndex, or any stable id the caller uses).
 pub type UplinkId = u32;
 
@@ -256,8 +262,9 @@ pub struct PathSnapshot {
     failed_entries: usize,
 }
 
-/// A 64-bit mixing digest (multiply-xor per word, as FxHash): cheap enough to run over a
-/// 64 x 512 table every control step.
+/// A 64-bit mixing digest (multiply-xor per word, as FxHash): the control step folds the
+/// inputs every group shares (local qualities, failed spines) into one, to see whether they
+/// moved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Digest(pub u64);
 
@@ -357,32 +364,11 @@ impl PathSnapshot {
         let mut flat: Vec<((NodeId, NodeId), u32, u8, LinkSignal)> = entries
             .into_iter()
             .map(|(k, v)| {
-                let spine = node(k.spine_as, k.spine_id);
-                let remote = node(k.remote_as, k.remote_id);
-                let failed = failed_spines.contains(&spine)
-                    || entry_expired(v.last_update_ns, now_ns, dead_interval_ns);
-                failed_entries += usize::from(failed);
-                let diag = v.flags & lq_common::maps::PATH_FLAG_DIAGNOSTICS != 0;
-                let (lqs, signal) = if failed {
-                    (
-                        0,
-                        LinkSignal {
-                            cl: 7,
-                            ..LinkSignal::default()
-                        },
-                    )
-                } else {
-                    (
-                        v.lqs,
-                        LinkSignal {
-                            live: true,
-                            cl: v.cl.min(7),
-                            available_bits: v.available_bandwidth_bits,
-                            capacity_bits: diag.then_some(v.link_capacity_bits),
-                            queue_depth: diag.then_some(v.queue_depth),
-                        },
-                    )
-                };
+                let (spine, remote) =
+                    (node(k.spine_as, k.spine_id), node(k.remote_as, k.remote_id));
+                let (lqs, signal) =
+                    effective_entry(&v, failed_spines.contains(&spine), now_ns, dead_interval_ns);
+                failed_entries += usize::from(!signal.live);
                 ((spine, remote), k.link_id, lqs, signal)
             })
             .collect();
@@ -417,32 +403,36 @@ impl PathSnapshot {
         s
     }
 
-    /// A digest of everything the snapshot says towards `remote` (spines, links, effective
-    /// LQS and signals): equal digests, equal inputs to that remote node's groups, so a
-    /// control step recomputes only the groups whose digest moved (issue 15). A mixing
-    /// hash, not a cryptographic one: a collision would skip one recomputation until the
-    /// next change or the periodic full update.
-    pub fn remote_digest(&self, remote: NodeId) -> u64 {
-        let e = self.remote(remote);
-        let mut h = Digest::default();
-        for (spine, from, to) in e.pairs {
-            h.add(u64::from(spine.node_as) << 32 | u64::from(spine.node_id));
-            // The pair's own ranges (no lookup by spine: the pairs are at hand).
-            let r = *from as usize..*to as usize;
-            for (link, lqs) in &self.links[r.clone()] {
-                h.add(u64::from(*link) << 8 | u64::from(*lqs));
-            }
-            for (link, s) in &self.signals[r] {
-                h.add(u64::from(*link) << 32 | u64::from(s.available_bits));
-                h.add(
-                    u64::from(s.live)
-                        | u64::from(s.cl) << 1
-                        | u64::from(s.queue_depth.map_or(0x1ff, u16::from)) << 4
-                        | s.capacity_bits.map_or(1 << 40, |c| u64::from(c) << 13),
-                );
-            }
+    /// Entries in the snapshot (its positions are `0..len`, in [`remote_order`] of the
+    /// keys it was built from).
+    pub fn len(&self) -> usize {
+        self.links.len()
+    }
+
+    /// No entries.
+    pub fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+
+    /// Replaces the effective values at `position` (an entry's place in the sorted order the
+    /// snapshot was built from; its key is unchanged). Returns whether they changed, so that
+    /// the control step can recompute only the remote nodes whose entries moved (issue 15).
+    pub fn update_at(&mut self, position: usize, lqs: u8, signal: LinkSignal) -> bool {
+        let (Some(l), Some(s)) = (self.links.get_mut(position), self.signals.get_mut(position))
+        else {
+            return false;
+        };
+        if l.1 == lqs && s.1 == signal {
+            return false;
         }
-        h.0
+        match (s.1.live, signal.live) {
+            (true, false) => self.failed_entries += 1,
+            (false, true) => self.failed_entries = self.failed_entries.saturating_sub(1),
+            _ => {}
+        }
+        l.1 = lqs;
+        s.1 = signal;
+        true
     }
 
     /// The entries towards `remote` (none when no spine advertised it).
@@ -475,6 +465,37 @@ impl PathSnapshot {
                 .map(move |(sp, x, y)| ((*sp, *r), (y - x) as usize))
         })
     }
+}
+
+/// What forwarding may use of one entry (section 6.5 and the wire spec): its LQS and
+/// signals, or LQS 0 / CL 7 when its spine failed or the entry was not refreshed within the
+/// dead interval.
+pub fn effective_entry(
+    v: &PathValue,
+    spine_failed: bool,
+    now_ns: u64,
+    dead_interval_ns: u64,
+) -> (u8, LinkSignal) {
+    if spine_failed || entry_expired(v.last_update_ns, now_ns, dead_interval_ns) {
+        return (
+            0,
+            LinkSignal {
+                cl: 7,
+                ..LinkSignal::default()
+            },
+        );
+    }
+    let diag = v.flags & lq_common::maps::PATH_FLAG_DIAGNOSTICS != 0;
+    (
+        v.lqs,
+        LinkSignal {
+            live: true,
+            cl: v.cl.min(7),
+            available_bits: v.available_bandwidth_bits,
+            capacity_bits: diag.then_some(v.link_capacity_bits),
+            queue_depth: diag.then_some(v.queue_depth),
+        },
+    )
 }
 
 /// Fold the LQS of parallel spine -> remote links into one value (section 6.3 permits the
@@ -753,36 +774,6 @@ pub(crate) mod tests {
 
     /// A remote node's digest moves with any of its entries' LQS, CL or liveness, and
     /// only with its own entries.
-    #[test]
-    fn a_remote_digest_follows_its_own_entries_only() {
-        let none = BTreeSet::new();
-        let snap = |lqs_r4: u8, cl_r4: u8, lqs_r5: u8, now: u64| {
-            let mut t = BTreeMap::new();
-            for (remote, lqs, cl) in [(4, lqs_r4, cl_r4), (5, lqs_r5, 0)] {
-                let mut v = value(lqs, 0);
-                v.cl = cl;
-                t.insert(key(1, remote, 1), v);
-                t.insert(key(2, remote, 1), value(255, 0));
-            }
-            PathSnapshot::from_map(&t, now, 1_000_000_000, &none)
-        };
-        let r4 = node(0, 4);
-        let base = snap(200, 1, 200, 0).remote_digest(r4);
-        assert_eq!(
-            base,
-            snap(200, 1, 100, 0).remote_digest(r4),
-            "another remote's change"
-        );
-        assert_ne!(base, snap(201, 1, 200, 0).remote_digest(r4), "LQS");
-        assert_ne!(base, snap(200, 2, 200, 0).remote_digest(r4), "CL");
-        assert_ne!(
-            base,
-            snap(200, 1, 200, 5_000_000_000).remote_digest(r4),
-            "aged out"
-        );
-        assert_ne!(base, snap(200, 1, 200, 0).remote_digest(node(0, 5)));
-    }
-
     #[test]
     fn min_of_local_and_remote() {
         let cfg = ControllerConfig::default();

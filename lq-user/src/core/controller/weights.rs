@@ -13,6 +13,7 @@ use tracing::{debug, trace};
 use super::config::{ConfigError, ControllerConfig, IntegralParams, WeightFunction};
 use super::integral::{self, MemberState};
 use super::path_quality::{GroupKey, MemberQuality, MemberSignal, PathQualityReport, UplinkId};
+use crate::core::sorted::SortedProbe;
 
 /// The input of the target computation for one member.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -108,6 +109,20 @@ pub struct DestinationWeights {
     capacities: Vec<f64>,
     last_step_ns: Option<u64>,
     at_rest: Option<bool>,
+    /// [`Self::due_at`] as last computed; cleared by every change.
+    due: DueCache,
+}
+
+/// A cached due time (see [`DestinationWeights::due_at`]): a leaf of 512 groups asks every
+/// group at every step whether a damped step is due, and the answer compares 64-member
+/// vectors (issue 15). Not part of the state: two states that differ only here are equal.
+#[derive(Clone, Debug, Default)]
+struct DueCache(std::cell::Cell<Option<Option<u64>>>);
+
+impl PartialEq for DueCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl DestinationWeights {
@@ -131,6 +146,7 @@ impl DestinationWeights {
         signals: &[MemberSignal],
         now_ns: u64,
     ) -> Option<Application> {
+        self.due.0.set(None);
         if let WeightFunction::Integral(p) = config.weight_function {
             return self.update_integral(config, &p, members, signals, now_ns);
         }
@@ -190,6 +206,7 @@ impl DestinationWeights {
     /// groups), so the first update is a damped step from them rather than a jump to the
     /// target.
     pub fn seed(&mut self, applied: &[(UplinkId, f64)], now_ns: u64) {
+        self.due.0.set(None);
         let mut sorted = applied.to_vec();
         sorted.sort_by_key(|(id, _)| *id);
         sorted.dedup_by_key(|(id, _)| *id);
@@ -215,28 +232,44 @@ impl DestinationWeights {
             );
             return None;
         }
+        self.due.0.set(None);
         self.step(config);
         Some(self.finish(config, now_ns, false))
     }
 
     /// When the next damped step is due (at or after `now_ns`), `None` when converged.
     pub fn next_due(&self, config: &ControllerConfig, now_ns: u64) -> Option<u64> {
+        self.due_at(config).map(|t| t.max(now_ns))
+    }
+
+    /// When the next damped step is due, independent of the time of asking (0: at once);
+    /// `None` when converged.
+    fn due_at(&self, config: &ControllerConfig) -> Option<u64> {
+        if let Some(due) = self.due.0.get() {
+            return due;
+        }
+        let due = self.compute_due_at(config);
+        self.due.0.set(Some(due));
+        due
+    }
+
+    fn compute_due_at(&self, config: &ControllerConfig) -> Option<u64> {
         if let Some(rest) = self.at_rest {
             if rest {
                 return None;
             }
-            let boundary = self
-                .last_step_ns
-                .map_or(now_ns, |t| t.saturating_add(config.t_reweight_ns()));
-            return Some(boundary.max(now_ns));
+            return Some(
+                self.last_step_ns
+                    .map_or(0, |t| t.saturating_add(config.t_reweight_ns())),
+            );
         }
         if self.converged() {
             return None;
         }
-        let boundary = self
-            .last_apply_ns
-            .map_or(now_ns, |t| t.saturating_add(config.t_reweight_ns()));
-        Some(boundary.max(now_ns))
+        Some(
+            self.last_apply_ns
+                .map_or(0, |t| t.saturating_add(config.t_reweight_ns())),
+        )
     }
 
     /// Are the applied fractions at the targets (integral: is the controller at rest)?
@@ -419,6 +452,7 @@ impl DestinationWeights {
         if now_ns < due {
             return None;
         }
+        self.due.0.set(None);
         let changed = self.integral_targets(p, true);
         self.last_step_ns = Some(now_ns);
         self.at_rest = Some(!changed);
@@ -594,6 +628,11 @@ pub fn remap(buckets: u16, old: &[(UplinkId, u32)], new: &[(UplinkId, u32)]) -> 
 pub struct WeightController<K = GroupKey> {
     config: ControllerConfig,
     destinations: BTreeMap<K, DestinationWeights>,
+    /// The earliest [`DestinationWeights`] due time, `Some(None)` when all converged;
+    /// `None` when a change may have moved it. The daemon asks at every wake-up, and
+    /// asking every destination each time was a visible share of a 512-group leaf's CPU
+    /// (issue 15).
+    earliest_due: std::cell::Cell<Option<Option<u64>>>,
 }
 
 impl<K: Ord + Clone> WeightController<K> {
@@ -603,6 +642,7 @@ impl<K: Ord + Clone> WeightController<K> {
         Ok(Self {
             config,
             destinations: BTreeMap::new(),
+            earliest_due: std::cell::Cell::new(None),
         })
     }
 
@@ -629,6 +669,7 @@ impl<K: Ord + Clone> WeightController<K> {
         signals: &[MemberSignal],
         now_ns: u64,
     ) -> Option<Application> {
+        self.earliest_due.set(None);
         self.destinations.entry(key).or_default().update_with(
             &self.config,
             members,
@@ -639,6 +680,7 @@ impl<K: Ord + Clone> WeightController<K> {
 
     /// Apply every damped step due at `now_ns`.
     pub fn tick(&mut self, now_ns: u64) -> Vec<(K, Application)> {
+        self.earliest_due.set(None);
         let cfg = &self.config;
         self.destinations
             .iter_mut()
@@ -648,15 +690,22 @@ impl<K: Ord + Clone> WeightController<K> {
 
     /// The earliest time at which [`Self::tick`] has work, `None` when all converged.
     pub fn next_due(&self, now_ns: u64) -> Option<u64> {
-        self.destinations
-            .values()
-            .filter_map(|d| d.next_due(&self.config, now_ns))
-            .min()
+        let earliest = self.earliest_due.get().unwrap_or_else(|| {
+            let e = self
+                .destinations
+                .values()
+                .filter_map(|d| d.due_at(&self.config))
+                .min();
+            self.earliest_due.set(Some(e));
+            e
+        });
+        earliest.map(|t| t.max(now_ns))
     }
 
     /// Seeds a destination with weights adopted from the kernel (see
     /// [`DestinationWeights::seed`]).
     pub fn seed(&mut self, key: K, applied: &[(UplinkId, f64)], now_ns: u64) {
+        self.earliest_due.set(None);
         self.destinations
             .entry(key)
             .or_default()
@@ -671,6 +720,7 @@ impl<K: Ord + Clone> WeightController<K> {
     /// Moves a destination's damping state to another key (its group was renamed: every
     /// destination of the group moved together).
     pub fn rekey(&mut self, old: &K, new: K) {
+        self.earliest_due.set(None);
         if let Some(d) = self.destinations.remove(old) {
             self.destinations.insert(new, d);
         }
@@ -678,6 +728,7 @@ impl<K: Ord + Clone> WeightController<K> {
 
     /// Forgets one destination (its group went).
     pub fn forget(&mut self, key: &K) {
+        self.earliest_due.set(None);
         self.destinations.remove(key);
     }
 }
@@ -692,11 +743,14 @@ impl WeightController<GroupKey> {
     pub fn update_changed(
         &mut self,
         report: &PathQualityReport,
-        keep: impl Fn(&GroupKey) -> bool,
+        mut keep: impl FnMut(&GroupKey) -> bool,
         now_ns: u64,
     ) -> Vec<(GroupKey, Application)> {
+        self.earliest_due.set(None);
+        // Both maps are sorted by key and visited in order: merges, not searches.
+        let mut reported = SortedProbe::new(report.groups.keys());
         self.destinations
-            .retain(|k, _| keep(k) || report.groups.contains_key(k));
+            .retain(|k, _| reported.contains(k) || keep(k));
         let mut out = Vec::new();
         for (k, d) in &report.groups {
             let inputs: Vec<MemberInput> = d.members.iter().map(MemberInput::from).collect();
@@ -706,8 +760,9 @@ impl WeightController<GroupKey> {
             }
         }
         let cfg = &self.config;
+        let mut reported = SortedProbe::new(report.groups.keys());
         for (k, d) in &mut self.destinations {
-            if !report.groups.contains_key(k)
+            if !reported.contains(k)
                 && let Some(a) = d.tick(cfg, now_ns)
             {
                 out.push((k.clone(), a));

@@ -17,7 +17,7 @@ use std::{
     path::PathBuf,
 };
 
-use lq_common::maps::{NeighborKey, NeighborValue};
+use lq_common::maps::{Counter, NeighborKey, NeighborValue};
 use tracing::{debug, error, info, warn};
 
 use crate::{
@@ -25,14 +25,18 @@ use crate::{
     core::controller::{
         config::ControllerConfig,
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
+        path_mirror::PathMirror,
         path_quality::{
-            Digest, GroupKey, LocalQuality, NnhMapping, NodeId, PathQualityReport, PathSnapshot,
-            Prefix, UplinkId, compute_some_groups, unused_entries,
+            Digest, GroupKey, LocalQuality, NnhMapping, PathQualityReport, Prefix, UplinkId,
+            compute_some_groups, unused_entries,
         },
         weights::{Application, WeightController},
     },
+    core::sorted::SortedProbe,
     sys::{
-        bpf::path_table::{PathTableError, ReceiverSettings, TableReader, XdpReceiver},
+        bpf::path_table::{
+            PathTableError, ReceiverSettings, TableReader, XdpReceiver, event_sender,
+        },
         clock::monotonic_ns,
         netlink::{
             Rtnl, RtnlError, ifindex,
@@ -133,16 +137,25 @@ pub struct LoadBalancer {
     next_full_scan_ns: u64,
     /// The receiver's `slots_claimed` count at the last full scan.
     slots_claimed: u64,
-    /// Per group, the digest of its inputs at its last computation.
-    input_digests: BTreeMap<GroupKey, u64>,
+    /// The receiver's `events_lost` count at the last full scan: a lost change event
+    /// hides a change from the event-named reads.
+    events_lost: u64,
+    /// Spines named by change events since the last step: the step reads their rows.
+    named_spines: BTreeSet<NeighborKey>,
+    /// The next step reads the whole table (an unreadable event, a reload).
+    rebuild_needed: bool,
+    /// Groups computed at least once (a new group is computed at its first step).
+    computed: BTreeSet<GroupKey>,
+    /// Digest of the inputs every group shares (local qualities, failed spines).
+    shared_digest: u64,
     /// When the next step recomputes every group.
     next_full_update_ns: u64,
     /// When the last step ran.
     last_step_ns: u64,
     last_report: PathQualityReport,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
-    /// The path table as the last step read it, in (remote, spine, link) order.
-    paths: Vec<(lq_common::maps::PathKey, lq_common::maps::PathValue)>,
+    /// The path table as the control step sees it, refreshed where it can have moved.
+    mirror: PathMirror,
     /// Uplink state, followed from RTNLGRP_LINK notifications.
     links: LinkWatch,
     started_ns: u64,
@@ -189,12 +202,16 @@ impl LoadBalancer {
             member_deletes: 0,
             next_full_scan_ns: 0,
             slots_claimed: 0,
-            input_digests: BTreeMap::new(),
+            events_lost: 0,
+            named_spines: BTreeSet::new(),
+            rebuild_needed: true,
+            computed: BTreeSet::new(),
+            shared_digest: 0,
             next_full_update_ns: 0,
             last_step_ns: 0,
             last_report: PathQualityReport::default(),
             neighbors: BTreeMap::new(),
-            paths: Vec::new(),
+            mirror: PathMirror::default(),
             links: LinkWatch::open(&uplink_interfaces(&cfg)).map_err(RtnlError::Io)?,
             started_ns: monotonic_ns(),
             group_replaces: 0,
@@ -247,8 +264,10 @@ impl LoadBalancer {
         self.mapping.held = held;
         self.mapping.destinations.extend(steered);
         self.regroup_needed = true;
-        // Every group is recomputed at the next step (new parameters, new mapping).
+        // Every group is recomputed at the next step (new parameters, new mapping), from
+        // a full read of the table.
         self.next_full_update_ns = 0;
+        self.rebuild_needed = true;
         if let Some(links) = links {
             self.links = links;
         }
@@ -562,26 +581,12 @@ impl LoadBalancer {
     /// One control step at `now_ns`. Returns how many groups were replaced.
     pub fn step(&mut self, now_ns: u64) -> Result<usize, LoadBalancerError> {
         self.last_step_ns = now_ns;
-        // The path table's known slots at every step; all 131 072 slots only when the
-        // receiver claimed a slot since the last full scan (its count is read first: a
-        // claim after this read moves the count again, and the next step scans), or on
-        // the backstop timer. A fabric's entries are claimed once, so a steady fabric's
-        // step reads only its own entries.
-        let claimed = self.reader.slots_claimed()?;
-        let full = claimed != self.slots_claimed || now_ns >= self.next_full_scan_ns;
-        if full {
-            self.slots_claimed = claimed;
-            self.next_full_scan_ns = now_ns + FULL_SCAN_NS;
-        }
-        let mut paths = self.reader.paths_known(full)?;
         self.neighbors = self.reader.neighbors()?;
         // While lqd was not running (a restart, a crash), no XDP program refreshed the
         // table: silence from before this start is no evidence of failure. Every entry and
         // neighbor gets a full detection interval from the start (seed 003 section 6.5),
-        // so a restart adopts the forwarding state instead of pruning live spines.
-        for (_, v) in &mut paths {
-            v.last_update_ns = v.last_update_ns.max(self.started_ns);
-        }
+        // so a restart adopts the forwarding state instead of pruning live spines (the
+        // mirror raises the entries' refresh times the same way).
         for v in self.neighbors.values_mut() {
             v.last_seen_ns = v.last_seen_ns.max(self.started_ns);
         }
@@ -611,82 +616,126 @@ impl LoadBalancer {
                 .set_up(UplinkId::from(u.id), self.links.is_up(&u.interface));
         }
         let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
-        self.slow_plane_resolve(&paths);
+        // The path table (issue 15): the rows of the spines that can have moved (named by
+        // change events, due by ageing, failed or recovered; `PathMirror`), read in place.
+        // The whole table only when the receiver claimed a slot (a new key) or lost an
+        // event since the last full read (each count read first: a claim after this read
+        // moves the count again, and the next step reads in full), on a reload, or on the
+        // backstop timer.
+        let dead = self.controller.dead_interval_ns();
+        let claimed = self.reader.slots_claimed()?;
+        let lost = self.reader.counter(Counter::EventsLost)?;
+        let mut rebuild = self.rebuild_needed
+            || !self.reader.mapped()
+            || claimed != self.slots_claimed
+            || lost != self.events_lost
+            || now_ns >= self.next_full_scan_ns;
+        let mut moved_remotes = None;
+        if !rebuild {
+            let named = std::mem::take(&mut self.named_spines);
+            let reader = &self.reader;
+            let r = self
+                .mirror
+                .refresh(&named, self.started_ns, now_ns, dead, &failed, |p| {
+                    reader.known_entry(p)
+                });
+            if r.stale {
+                rebuild = true;
+            } else {
+                moved_remotes = Some(r.changed_remotes);
+            }
+        }
+        if rebuild {
+            self.named_spines.clear();
+            self.rebuild_needed = false;
+            self.slots_claimed = claimed;
+            self.events_lost = lost;
+            self.next_full_scan_ns = now_ns + FULL_SCAN_NS;
+            let paths = self.reader.paths_known(true)?;
+            self.mirror
+                .rebuild(paths, self.started_ns, now_ns, dead, &failed);
+        }
+        let mirror = std::mem::take(&mut self.mirror);
+        self.slow_plane_resolve(mirror.entries());
+        self.mirror = mirror;
         if self.regroup_needed {
             let slow = self.slow.take();
             self.regroup(slow.as_ref());
             self.slow = slow;
         }
-        let snapshot = PathSnapshot::from_entries(
-            paths.iter().copied(),
-            now_ns,
-            self.controller.dead_interval_ns(),
-            &failed,
-        );
+        let snapshot = self.mirror.snapshot();
         // Only the groups whose inputs changed are recomputed (issue 15): a group's inputs
-        // are its remote node's entries (digest of the snapshot's view), its permitted
-        // members, every uplink's local quality and the failed spines. The others are
-        // ticked (damping and integral steps go on). All groups are recomputed every
-        // FULL_UPDATE_NS, which also lets the integral function's peak-held capacity
-        // estimate decay.
-        let full = now_ns >= self.next_full_update_ns;
+        // are its remote node's entries (moved when the refresh says so), its permitted
+        // members (part of its key: a new key is a new group), every uplink's local
+        // quality and the failed spines (shared by all). The others are ticked (damping
+        // and integral steps go on). All groups are recomputed after a full read and
+        // every FULL_UPDATE_NS, which also lets the integral function's peak-held
+        // capacity estimate decay.
+        let full = now_ns >= self.next_full_update_ns || moved_remotes.is_none();
         if full {
             self.next_full_update_ns = now_ns + FULL_UPDATE_NS;
         }
-        let mut global = Digest::default();
+        let mut shared = Digest::default();
         for u in self.mapping.uplinks.keys() {
-            global.add(u64::from(*u) << 8 | u64::from(self.local.get(*u)));
+            shared.add(u64::from(*u) << 8 | u64::from(self.local.get(*u)));
         }
         for f in &failed {
-            global.add(u64::from(f.node_as) << 32 | u64::from(f.node_id));
+            shared.add(u64::from(f.node_as) << 32 | u64::from(f.node_id));
         }
-        let mut by_remote: BTreeMap<NodeId, u64> = BTreeMap::new();
+        let shared_moved = shared.0 != self.shared_digest;
+        self.shared_digest = shared.0;
+        // The groups, the computed set and the reports are all sorted by key: each "is it
+        // there" below is a merge step (`SortedProbe`), not a tree search per group.
         let mut changed: Vec<GroupKey> = Vec::new();
+        let mut first_time: Vec<GroupKey> = Vec::new();
+        let mut computed = SortedProbe::new(self.computed.iter());
         for key in self.groups.keys() {
-            let mut d = global;
-            if let Some(r) = key.remote {
-                d.add(
-                    *by_remote
-                        .entry(r)
-                        .or_insert_with(|| snapshot.remote_digest(r)),
-                );
+            let new = !computed.contains(key);
+            if new {
+                first_time.push(key.clone());
             }
-            for u in key.eligible.iter().flatten() {
-                d.add(u64::from(*u));
-            }
-            let before = self.input_digests.insert(key.clone(), d.0);
+            let moved = match (&moved_remotes, key.remote) {
+                (Some(m), Some(r)) => m.contains(&r),
+                (Some(_), None) => false,
+                (None, _) => true,
+            };
             // A held group (adopted, its mapping not known yet) keeps the weights it was
             // adopted with: computed without its remote node's entries, its target would
             // be the local-only split, and flows would move twice.
-            if (full || before != Some(d.0)) && key.adopted.is_none() {
+            if (full || shared_moved || new || moved) && key.adopted.is_none() {
                 changed.push(key.clone());
             }
         }
-        self.input_digests
-            .retain(|k, _| self.groups.contains_key(k));
+        let groups = &self.groups;
+        if !first_time.is_empty() || self.computed.len() != groups.len() {
+            self.computed.extend(first_time);
+            let mut present = SortedProbe::new(groups.keys());
+            self.computed.retain(|k| present.contains(k));
+        }
         let report = compute_some_groups(
             &self.controller,
             &self.mapping,
             &self.local,
-            &snapshot,
+            snapshot,
             changed.iter(),
         );
-        let groups = &self.groups;
+        let mut present = SortedProbe::new(groups.keys());
         let apps = self
             .weights
-            .update_changed(&report, |k| groups.contains_key(k), now_ns);
+            .update_changed(&report, |k| present.contains(k), now_ns);
         // The report the views show: this step's groups over the last ones.
         let last = &mut self.last_report;
-        last.groups.retain(|k, _| groups.contains_key(k));
-        last.signals.retain(|k, _| groups.contains_key(k));
+        let mut present = SortedProbe::new(groups.keys());
+        last.groups.retain(|k, _| present.contains(k));
+        let mut present = SortedProbe::new(groups.keys());
+        last.signals.retain(|k, _| present.contains(k));
         last.groups.extend(report.groups);
         last.signals.extend(report.signals);
         if full {
             (last.unknown_spine_entries, last.unknown_remote_entries) =
-                unused_entries(&self.mapping, &snapshot, groups.keys());
+                unused_entries(&self.mapping, snapshot, groups.keys());
         }
         last.failed_entries = report.failed_entries;
-        self.paths = paths;
         let mut apps = apps;
         for (key, g) in &mut self.groups {
             if let Some(app) = g.refused.take()
@@ -934,6 +983,17 @@ impl LoadBalancer {
         .min()
     }
 
+    /// A change event from the receiver's ring buffer: the next step reads the rows of its
+    /// sender. A record lqd cannot read makes the next step read the whole table.
+    pub fn note_event(&mut self, record: &[u8]) {
+        match event_sender(record) {
+            Some(spine) => {
+                self.named_spines.insert(spine);
+            }
+            None => self.rebuild_needed = true,
+        }
+    }
+
     /// The XDP receiver (for the ring buffer).
     pub fn receiver_mut(&mut self) -> &mut XdpReceiver {
         &mut self.receiver
@@ -1056,7 +1116,7 @@ impl LoadBalancer {
         crate::views::snapshot::LoadBalancerSnapshot {
             weights: self.weights_view(),
             neighbors,
-            paths: self.paths.iter().copied().collect(),
+            paths: self.mirror.entries().iter().copied().collect(),
             receiver_counters: self.counters().ok(),
             dead_interval_ns: self.controller.dead_interval_ns(),
         }

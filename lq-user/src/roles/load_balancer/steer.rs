@@ -129,9 +129,9 @@ impl LoadBalancer {
         };
         let changed = slow.set_bmp(snapshot);
         if changed {
-            let paths = std::mem::take(&mut self.paths);
-            self.slow_plane_resolve(&paths);
-            self.paths = paths;
+            let mirror = std::mem::take(&mut self.mirror);
+            self.slow_plane_resolve(mirror.entries());
+            self.mirror = mirror;
         }
         changed
     }
@@ -201,9 +201,9 @@ impl LoadBalancer {
         self.delete_orphans();
         if changed > 0 {
             // New destinations get their learned mapping before the next step.
-            let paths = std::mem::take(&mut self.paths);
-            self.slow_plane_resolve(&paths);
-            self.paths = paths;
+            let mirror = std::mem::take(&mut self.mirror);
+            self.slow_plane_resolve(mirror.entries());
+            self.mirror = mirror;
         }
         changed
     }

@@ -18,8 +18,8 @@ use aya::{
 };
 use lq_common::maps::{
     AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP,
-    NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathKey,
-    PathSlot, PathValue, ReceiverConfig, XDP_PROGRAM,
+    NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent,
+    PathKey, PathSlot, PathValue, ReceiverConfig, XDP_PROGRAM,
 };
 use lq_common::{maps::as_range_prefixes, wire::AsRange};
 
@@ -507,9 +507,22 @@ impl Drop for SlotMap {
     }
 }
 
-/// A path key's place in the control step's order: remote node, then spine, then link.
-pub fn remote_order(k: &PathKey) -> (u32, u32, u32, u32, u32) {
-    (k.remote_as, k.remote_id, k.spine_as, k.spine_id, k.link_id)
+pub use crate::core::controller::path_quality::remote_order;
+
+/// The sender of a change event as the ring buffer holds it (a [`PathEvent`]); `None` for a
+/// record of another size (a receiver of another layout), which the caller must treat as
+/// "anything may have changed".
+pub fn event_sender(record: &[u8]) -> Option<NeighborKey> {
+    if record.len() != size_of::<PathEvent>() {
+        return None;
+    }
+    let word = |at: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(record.get(at..at + 4)?.try_into().ok()?))
+    };
+    Some(NeighborKey {
+        node_as: word(std::mem::offset_of!(PathEvent, node_as))?,
+        node_id: word(std::mem::offset_of!(PathEvent, node_id))?,
+    })
 }
 
 /// Reads the pinned maps of one receiver instance.
@@ -588,12 +601,30 @@ impl TableReader {
             .collect())
     }
 
+    /// The entry in the `position`-th slot of the last full read (its order: sorted by
+    /// [`remote_order`]), read in place; `None` without the mapping or beyond the slots
+    /// that read found.
+    pub fn known_entry(&self, position: usize) -> Option<(PathKey, PathValue)> {
+        let slot = *self.known.get(position)?;
+        self.slots.as_ref()?.entry(slot as usize)
+    }
+
+    /// The table is mapped, so that [`Self::known_entry`] reads a row without a system call.
+    pub fn mapped(&self) -> bool {
+        self.slots.is_some()
+    }
+
     /// The receiver's `slots_claimed` count summed over CPUs (one lookup): it moves when a
     /// new entry claims a slot, which only a full read of the table finds.
     pub fn slots_claimed(&self) -> Result<u64, PathTableError> {
+        self.counter(Counter::SlotsClaimed)
+    }
+
+    /// One receiver counter summed over CPUs (one lookup).
+    pub fn counter(&self, c: Counter) -> Result<u64, PathTableError> {
         Ok(self
             .counters
-            .get(&(Counter::SlotsClaimed as u32), 0)
+            .get(&(c as u32), 0)
             .map_err(super::map_err::<PathTableError>(COUNTER_MAP))?
             .iter()
             .sum())
@@ -670,5 +701,40 @@ impl TableReader {
             now_ns,
             dead,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_sender_reads_the_receiver_layout() {
+        let e = PathEvent {
+            time_ns: 1,
+            node_as: 65001,
+            node_id: 0x0a00_0001,
+            sequence: 7,
+            changed: 2,
+            entries: 3,
+            mode: 1,
+            _pad: 0,
+        };
+        let mut record = Vec::new();
+        record.extend_from_slice(&e.time_ns.to_ne_bytes());
+        record.extend_from_slice(&e.node_as.to_ne_bytes());
+        record.extend_from_slice(&e.node_id.to_ne_bytes());
+        record.extend_from_slice(&e.sequence.to_ne_bytes());
+        record.extend_from_slice(&e.changed.to_ne_bytes());
+        record.extend_from_slice(&e.entries.to_ne_bytes());
+        record.extend_from_slice(&[e.mode, e._pad]);
+        assert_eq!(
+            event_sender(&record),
+            Some(NeighborKey {
+                node_as: 65001,
+                node_id: 0x0a00_0001
+            })
+        );
+        assert_eq!(event_sender(&record[..20]), None);
     }
 }
