@@ -8,7 +8,11 @@
 //!    spaced > T_reweight), so each trial is exactly one group replace. Latency: CLOCK_MONOTONIC
 //!    just before `send_to` to CLOCK_MONOTONIC just after `recv` of the RTM_NEWNEXTHOP
 //!    notification for the group on a socket in the leaf namespace subscribed to
-//!    RTNLGRP_NEXTHOP.
+//!    RTNLGRP_NEXTHOP. Beside it, interleaved trial by trial, the floor of that path
+//!    (`control_loop_floor_p50_us`, `_p99_us`, the goals' baselines): the same datagram from
+//!    the spine namespace to a plain UDP socket in the leaf namespace, whose thread, woken by
+//!    it, replaces a group of the same kind through the same `Rtnl`, seen by the same
+//!    listener: two wake-ups across namespaces and CPUs and one kernel replace, without lq.
 //! 2. `group_replace_us`, `group_replace_vs_iproute2_ratio`: mean cost of one replace of a
 //!    4-member resilient group via `lq_user::sys::netlink::Rtnl` (N = 2000, two weight sets
 //!    alternating), against `ip -batch` doing the same N replaces (wall time of the `ip`
@@ -83,6 +87,9 @@ const REMOTE: u32 = ip4(10, 0, 1, 4);
 const S2: usize = 1;
 
 const LOOP_TRIALS: usize = 300;
+/// The floor's UDP port and group (members `FLOOR_GROUP + 1..=4`).
+const FLOOR_PORT: u16 = 47_001;
+const FLOOR_GROUP: u32 = ID_BASE + 0x2_0000;
 const FAIL_TRIALS: usize = 50;
 const REPLACE_N: usize = 2000;
 const REPLACE_ROUNDS: usize = 5;
@@ -541,6 +548,107 @@ impl Drop for Spines {
 
 // ------------------------------------------------------------------ 1 and 5: the daemon
 
+/// The floor of the control loop (module documentation, metric 1): a sender socket in the
+/// spine namespace and a responder thread in the leaf namespace that replaces
+/// `FLOOR_GROUP` once per datagram (S2 at 30 or all equal, as the payload says).
+struct Floor {
+    send: UdpSocket,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+impl Floor {
+    fn start(leaf: &NetNs, spine_ns: &NetNs) -> Result<Self> {
+        let send = spawn_in(spine_ns, || {
+            let s = UdpSocket::bind((Ipv4Addr::new(10, 1, 2, 1), 0))?;
+            s.connect((Ipv4Addr::new(10, 1, 2, 2), FLOOR_PORT))?;
+            Ok(s)
+        })
+        .join()
+        .map_err(|_| anyhow!("floor sender thread panicked"))??;
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = spawn_in(leaf, move || {
+            let kind = ControllerConfig::default().group;
+            let mut rtnl = Rtnl::open()?;
+            for k in 1..=4u32 {
+                let oif = ifindex(&format!("up{k}"))?;
+                let gw = IpAddr::V4(Ipv4Addr::new(10, 1, k as u8, 1));
+                rtnl.replace_nexthop(&NexthopMsg::gateway(FLOOR_GROUP + k, oif, gw))?;
+            }
+            let equal: Vec<(u32, u32)> = (1..=4).map(|k| (k, 255)).collect();
+            let congested: Vec<(u32, u32)> = (1..=4)
+                .map(|k| (k, if k == 2 { 30 } else { 255 }))
+                .collect();
+            rtnl.replace_nexthop(&NexthopMsg::weighted_group(
+                FLOOR_GROUP,
+                FLOOR_GROUP,
+                &equal,
+                &kind,
+            ))?;
+            let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, FLOOR_PORT))?;
+            sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+            ready_tx.send(()).ok();
+            let mut buf = [0u8; 16];
+            while !s.load(Ordering::Relaxed) {
+                let n = match sock.recv(&mut buf) {
+                    Ok(n) => n,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let w = if n > 0 && buf[0] == 1 {
+                    &congested
+                } else {
+                    &equal
+                };
+                rtnl.replace_nexthop(&NexthopMsg::weighted_group(
+                    FLOOR_GROUP,
+                    FLOOR_GROUP,
+                    w,
+                    &kind,
+                ))?;
+            }
+            Ok(())
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| anyhow!("floor responder did not start"))?;
+        Ok(Self {
+            send,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Sends one datagram (congested or not); returns its send time.
+    fn trigger(&self, congested: bool) -> Result<u64> {
+        let t = monotonic_ns();
+        self.send.send(&[u8::from(congested)])?;
+        Ok(t)
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            match t.join() {
+                Ok(Err(e)) => eprintln!("floor responder: {e:#}"),
+                Err(_) => eprintln!("floor responder panicked"),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+}
+
 fn leaf_config() -> String {
     let mut c = String::from(
         r#"
@@ -620,7 +728,9 @@ fn daemon_parts() -> Result<()> {
     }
     std::thread::sleep(Duration::from_millis(200));
 
-    let r1 = control_loop(&listener, &spines, &lqd);
+    let floor = Floor::start(&leaf, &spine_ns)?;
+    let r1 = control_loop(&listener, &spines, &lqd, &floor);
+    drop(floor);
     if let Err(e) = &r1 {
         eprintln!("control loop: {e:#}");
     }
@@ -639,12 +749,30 @@ fn daemon_parts() -> Result<()> {
     r1.and(r5)
 }
 
-fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd) -> Result<()> {
+fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd, floor: &Floor) -> Result<()> {
     /// How long a trial waits for the replace; a trial without one counts as this.
     const WAIT: Duration = Duration::from_secs(1);
     let mut rng = SmallRng::seed_from_u64(1);
     let mut lat_us = Trials::default();
+    let mut floor_us = Trials::default();
     for i in 0..LOOP_TRIALS {
+        // The floor's trial first, under the same spacing and the same background.
+        std::thread::sleep(Duration::from_micros(rng.random_range(45_000..55_000)));
+        listener.drain();
+        let congested = i % 2 == 0;
+        let t_send = floor.trigger(congested)?;
+        let ev = listener.wait(FLOOR_GROUP, WAIT, |m| {
+            m.len() == 4
+                && if congested {
+                    m.iter().any(|&(id, w)| id == FLOOR_GROUP + 2 && w < 255)
+                } else {
+                    all_equal(m)
+                }
+        });
+        match ev {
+            Some(ev) => floor_us.done(ev.t_ns.saturating_sub(t_send) as f64 / 1e3),
+            None => floor_us.timed_out(WAIT.as_secs_f64() * 1e6),
+        }
         // > T_reweight (20 ms) since the last application, random phase against the
         // senders' and the daemon's timers.
         std::thread::sleep(Duration::from_micros(rng.random_range(45_000..55_000)));
@@ -669,6 +797,10 @@ fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd) -> Result<()> {
         "control loop (datagram sent -> RTM_NEWNEXTHOP received), us: {}",
         lat_us.summary()
     );
+    eprintln!(
+        "    floor (same datagram to a UDP socket whose thread replaces a group; no lq), us: {}",
+        floor_us.summary()
+    );
     if lat_us.timeouts() > 0 {
         eprintln!(
             "{} trials saw no replace within {WAIT:?} (counted as {WAIT:?}); lqd log tail:\n{}",
@@ -681,13 +813,27 @@ fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd) -> Result<()> {
         lat_us.percentile(50.0),
         "us",
         Some("<= 100"),
-        None,
+        Some(floor_us.percentile(50.0)),
     );
     metric(
         "control_loop_p99_us",
         lat_us.percentile(99.0),
         "us",
         Some("<= 300"),
+        Some(floor_us.percentile(99.0)),
+    );
+    metric(
+        "control_loop_floor_p50_us",
+        floor_us.percentile(50.0),
+        "us",
+        None,
+        None,
+    );
+    metric(
+        "control_loop_floor_p99_us",
+        floor_us.percentile(99.0),
+        "us",
+        None,
         None,
     );
     metric(
