@@ -273,3 +273,43 @@ fn sampler_reads_tbf_shaped_veth() -> Result<()> {
     assert_eq!(down.raw.link_speed_bps, 100_000_000);
     Ok(())
 }
+
+/// With link notifications (what the helper role does, issue 15 item 3), a sample does the
+/// full RTM_GETLINK dump only when a link notification arrived: counters come from
+/// RTM_GETSTATS in between, and a link going down or up is seen at the next sample.
+#[test]
+fn link_notifications_drive_the_full_dump() -> Result<()> {
+    require_root();
+    let a = NetNs::new("lqsn-a")?;
+    let b = NetNs::new("lqsn-b")?;
+    veth_pair(&a, "n0", "10.78.0.1/24", &b, "n1", "10.78.0.2/24")?;
+    let name = a.name().to_string();
+    let (quiet, down, up) = a.run_in(move || -> Result<(u64, bool, bool)> {
+        let mut s = Sampler::new(vec![link("n0")])?;
+        s.follow_link_notifications()?;
+        ensure!(one(&mut s)?.raw.oper_up, "n0 starts up");
+        // Quiet: no notification, no full dump beyond the first sample's.
+        for _ in 0..20 {
+            one(&mut s)?;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let quiet = s.notified_dumps;
+        // Another process changes the link; the next sample must see it.
+        run("ip", &["-n", &name, "link", "set", "n0", "down"])?;
+        let down = !one(&mut s)?.raw.oper_up;
+        run("ip", &["-n", &name, "link", "set", "n0", "up"])?;
+        // veth reports carrier once both ends are up: give the kernel a moment.
+        let t0 = Instant::now();
+        let mut up = false;
+        while t0.elapsed() < Duration::from_secs(2) && !up {
+            std::thread::sleep(Duration::from_millis(2));
+            up = one(&mut s)?.raw.oper_up;
+        }
+        ensure!(s.notified_dumps > quiet, "the changes were notified");
+        Ok((quiet, down, up))
+    })??;
+    assert_eq!(quiet, 0, "no full dump was notified while nothing changed");
+    assert!(down, "n0 down seen at the next sample");
+    assert!(up, "n0 up again");
+    Ok(())
+}

@@ -486,6 +486,11 @@ pub fn kernel_source(
         })
         .collect();
     let mut sampler = Sampler::new(links).map_err(|e| other("rtnetlink", e.to_string()))?;
+    // Link state and speed from notifications, counters from RTM_GETSTATS: a full link
+    // dump every T_sample was most of the sampler's cost (issue 15 item 3).
+    sampler
+        .follow_link_notifications()
+        .map_err(|e| other("rtnetlink link notifications", e.to_string()))?;
 
     // ECN-eligible counter: its own instance of the embedded object, kept alive (the tcx
     // links detach when it is dropped).
