@@ -282,6 +282,16 @@ impl HashClear {
     }
 }
 
+/// The last `n` log lines of each daemon, headed by its instance name: what a failed
+/// fabric assertion shows.
+pub fn log_tails<'a>(daemons: impl IntoIterator<Item = &'a Daemon>, n: usize) -> String {
+    daemons
+        .into_iter()
+        .map(|d| format!("--- {}:\n{}", d.instance, d.log_tail(n)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A running `lqd run` inside a namespace: SIGTERM on drop, pins and socket removed.
 pub struct Daemon {
     child: Option<Child>,

@@ -24,7 +24,9 @@ use std::{
 
 use lq_tests::{
     daemon::lqd_bin,
-    fabric::{Clos3, Daemon, LbOptions, Shaping, enter_netns, group_members, route_group},
+    fabric::{
+        Clos3, Daemon, LbOptions, Shaping, enter_netns, group_members, log_tails, route_group,
+    },
     require_root,
 };
 
@@ -99,14 +101,7 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
     let (mut helpers, mut leaves) = fab
         .start_lqd(&lqd, "lqft", &o, &dir)
         .unwrap_or_else(|e| panic!("{e:#}"));
-    let logs = |helpers: &[Daemon], leaves: &[Daemon]| -> String {
-        helpers
-            .iter()
-            .chain(leaves)
-            .map(|d| format!("--- {}:\n{}", d.instance, d.log_tail(8)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let logs = |helpers: &[Daemon], leaves: &[Daemon]| log_tails(helpers.iter().chain(leaves), 8);
 
     // Every spine advertises: L1 hears S1..S4 (seed 003 section 7.3) and they stay active.
     let start = Instant::now();

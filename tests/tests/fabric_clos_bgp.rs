@@ -17,7 +17,10 @@ use std::{
 
 use lq_tests::{
     daemon::lqd_bin,
-    fabric::{Clos3, Daemon, LQ_TABLE, LbOptions, Routing, Shaping, group_members, route_group_in},
+    fabric::{
+        Clos3, Daemon, LQ_TABLE, LbOptions, Routing, Shaping, group_members, log_tails,
+        route_group_in,
+    },
     frr, require_root,
 };
 
@@ -99,14 +102,7 @@ fn leaves_steer_bgp_routes_learned_over_bmp_with_real_helpers() {
     let (helpers, mut leaves) = fab
         .start_lqd(&lqd, "lqfb", &o, &dir)
         .unwrap_or_else(|e| panic!("{e:#}"));
-    let logs = |leaves: &[Daemon]| -> String {
-        helpers
-            .iter()
-            .chain(leaves)
-            .map(|d| format!("--- {}:\n{}", d.instance, d.log_tail(8)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let logs = |leaves: &[Daemon]| log_tails(helpers.iter().chain(leaves), 8);
     let prefix = Clos3::host_prefix(2);
 
     // lq's copy of BGP's route, over both spines, with L2 learned as the remote leaf from

@@ -198,28 +198,10 @@ fn note_entry(due: &mut Due, v: &PathValue, spine_failed: bool, now_ns: u64, dea
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::controller::path_quality::tests::{key, value};
 
     const MS: u64 = 1_000_000;
     const DEAD: u64 = 60 * MS;
-
-    fn key(spine: u32, remote: u32, link: u32) -> PathKey {
-        PathKey {
-            spine_as: 0,
-            spine_id: spine,
-            remote_as: 0,
-            remote_id: remote,
-            link_id: link,
-        }
-    }
-
-    fn value(lqs: u8, at: u64) -> PathValue {
-        PathValue {
-            last_update_ns: at,
-            lqs,
-            cl: 1,
-            ..PathValue::default()
-        }
-    }
 
     /// A table of `spines` x `remotes`, entry LQS `lqs(spine, remote)`, refreshed at `at`.
     fn table(
