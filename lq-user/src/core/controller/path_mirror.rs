@@ -11,11 +11,15 @@
 //! * spines whose oldest live entry reaches the end of its dead interval (section 6.5:
 //!   an entry not refreshed by then counts as LQS 0 / CL 7; a refresh that changes nothing
 //!   sends no event, so the row is read to see whether it was refreshed);
-//! * spines with an expired entry, at every step (its refresh sends no event either);
+//! * the expired entries themselves, alone, at every step (a refresh that revives one
+//!   sends no event either);
 //! * spines that failed or recovered by heartbeat since the last step.
 //!
 //! The snapshot is updated in place, and the remote nodes whose effective entries changed
-//! are returned: only their groups are recomputed. The set of keys changes only when the
+//! are returned: only their groups are recomputed. What changes without an event (an
+//! entry's available bandwidth, its diagnostics) is read with the spine's next ageing
+//! read, within a dead interval; the integral weight function, which reads those, has the
+//! caller name every spine heard from since the last step. The set of keys changes only when the
 //! receiver claims a slot; the caller then [`PathMirror::rebuild`]s from a full read.
 //!
 //! Pure: rows are read through a closure, time is an input.
@@ -36,13 +40,16 @@ struct SpineRows {
 }
 
 /// When a spine's rows must be read again, besides a change event.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Due {
     /// The oldest refresh time among its live entries (as last read): once that entry's
     /// dead interval has passed, the rows are read again.
     oldest_live_ns: Option<u64>,
-    /// Some entry had expired at the last read (its spine not failed): read at every step.
-    expired: bool,
+    /// Positions of the entries that had expired at the last read (their spine not
+    /// failed): read again, alone, at every step; a refresh that changes nothing sends no
+    /// event. (A spine that stopped advertising a remote node keeps its slot for ever:
+    /// that row, not the spine's 512, is read at every step.)
+    expired: Vec<u32>,
 }
 
 /// What a [`PathMirror::refresh`] did.
@@ -105,6 +112,7 @@ impl PathMirror {
             rows.positions.push(i as u32);
             note_entry(
                 &mut rows.due,
+                i as u32,
                 v,
                 failed.contains(&spine),
                 now_ns,
@@ -132,25 +140,45 @@ impl PathMirror {
             .copied()
             .collect();
         due.extend(failed.symmetric_difference(&self.failed).copied());
+        let mut expired_only: Vec<NodeId> = Vec::new();
         for (spine, rows) in &self.spines {
             let aged = rows
                 .due
                 .oldest_live_ns
                 .is_some_and(|t| entry_expired(t, now_ns, dead_interval_ns));
-            if rows.due.expired || aged {
+            if aged {
                 due.insert(*spine);
+            } else if !rows.due.expired.is_empty() && !due.contains(spine) {
+                expired_only.push(*spine);
             }
         }
         self.failed = failed.clone();
         let mut out = Refresh::default();
-        for spine in due {
+        // All rows of the spines due; only the expired rows of the others.
+        let work = due
+            .into_iter()
+            .map(|s| (s, true))
+            .chain(expired_only.into_iter().map(|s| (s, false)));
+        for (spine, all) in work {
             let Some(rows) = self.spines.get_mut(&spine) else {
                 continue;
             };
             let spine_failed = failed.contains(&spine);
-            let mut due = Due::default();
-            for &p in &rows.positions {
-                let p = p as usize;
+            let (positions, mut due) = if all {
+                (rows.positions.clone(), Due::default())
+            } else {
+                // The live rows keep their schedule; the expired ones are read again.
+                let expired = std::mem::take(&mut rows.due.expired);
+                (
+                    expired,
+                    Due {
+                        oldest_live_ns: rows.due.oldest_live_ns,
+                        expired: Vec::new(),
+                    },
+                )
+            };
+            for p32 in positions {
+                let p = p32 as usize;
                 let Some(entry) = self.entries.get_mut(p) else {
                     out.stale = true;
                     continue;
@@ -167,7 +195,7 @@ impl PathMirror {
                 }
                 out.rows_read += 1;
                 let (k, v) = *entry;
-                note_entry(&mut due, &v, spine_failed, now_ns, dead_interval_ns);
+                note_entry(&mut due, p32, &v, spine_failed, now_ns, dead_interval_ns);
                 let (lqs, signal) = effective_entry(&v, spine_failed, now_ns, dead_interval_ns);
                 if self.snapshot.update_at(p, lqs, signal) {
                     out.changed_remotes.insert(node(k.remote_as, k.remote_id));
@@ -179,14 +207,21 @@ impl PathMirror {
     }
 }
 
-/// Folds one entry into its spine's read schedule.
-fn note_entry(due: &mut Due, v: &PathValue, spine_failed: bool, now_ns: u64, dead: u64) {
+/// Folds the entry at `position` into its spine's read schedule.
+fn note_entry(
+    due: &mut Due,
+    position: u32,
+    v: &PathValue,
+    spine_failed: bool,
+    now_ns: u64,
+    dead: u64,
+) {
     if spine_failed {
         // Its entries come back with the spine (a heartbeat recovery reads them).
         return;
     }
     if entry_expired(v.last_update_ns, now_ns, dead) {
-        due.expired = true;
+        due.expired.push(position);
     } else {
         due.oldest_live_ns = Some(
             due.oldest_live_ns
@@ -298,6 +333,39 @@ mod tests {
         });
         assert_eq!(r.changed_remotes, [node(0, 101)].into());
         assert_eq!(m.snapshot().links(node(0, 1), node(0, 101)), &[(7, 200)]);
+    }
+
+    #[test]
+    fn only_the_expired_row_is_read_at_every_step() {
+        let mut kernel = table(2, 4, 10 * MS, |_, _| 200);
+        kernel.sort_unstable_by_key(|e| remote_order(&e.0));
+        let mut m = PathMirror::default();
+        let none = BTreeSet::new();
+        m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &none);
+        // Spine 1 stops advertising remote 103 (its slot stays); everything else is
+        // refreshed every 20 ms without a change (no events).
+        let mut reads = Vec::new();
+        for t in (30..=250).step_by(10) {
+            if t % 20 == 10 {
+                for (k, v) in &mut kernel {
+                    if !(k.spine_id == 1 && k.remote_id == 103) {
+                        v.last_update_ns = t * MS;
+                    }
+                }
+            }
+            let r = m.refresh(&BTreeSet::new(), 0, t * MS, DEAD, &none, |p| {
+                kernel.get(p).copied()
+            });
+            assert!(!r.stale);
+            reads.push((t, r.rows_read));
+            assert_same_as_rebuild(&m, t * MS, &none);
+        }
+        assert_eq!(m.snapshot().links(node(0, 1), node(0, 103)), &[(7, 0)]);
+        // Once expired (after 70 ms), the row is read alone at each step; each spine's
+        // other rows only when their ageing read is due (every 40-60 ms), never every step.
+        let steps_with_only_that_row = reads.iter().filter(|(t, n)| *t > 80 && *n == 1).count();
+        assert!(steps_with_only_that_row >= 8, "{reads:?}");
+        assert!(reads.iter().all(|(_, n)| *n <= 8), "{reads:?}");
     }
 
     #[test]

@@ -772,8 +772,6 @@ pub(crate) mod tests {
         compute(cfg, m, l, &snap)
     }
 
-    /// A remote node's digest moves with any of its entries' LQS, CL or liveness, and
-    /// only with its own entries.
     #[test]
     fn min_of_local_and_remote() {
         let cfg = ControllerConfig::default();

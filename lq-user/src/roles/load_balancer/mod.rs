@@ -23,7 +23,7 @@ use tracing::{debug, error, info, warn};
 use crate::{
     config::Config,
     core::controller::{
-        config::ControllerConfig,
+        config::{ControllerConfig, WeightFunction},
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
         path_mirror::PathMirror,
         path_quality::{
@@ -581,7 +581,23 @@ impl LoadBalancer {
     /// One control step at `now_ns`. Returns how many groups were replaced.
     pub fn step(&mut self, now_ns: u64) -> Result<usize, LoadBalancerError> {
         self.last_step_ns = now_ns;
-        self.neighbors = self.reader.neighbors()?;
+        let neighbors = self.reader.neighbors()?;
+        // The receiver's change events name a spine when an entry's LQS or CL moved. The
+        // integral weight function also reads what moves without them (available
+        // bandwidth; with diagnostics, capacity and queue depth, docs/weights.md): with it,
+        // every spine heard from since the last step is read again, as before the mirror.
+        if matches!(self.controller.weight_function, WeightFunction::Integral(_)) {
+            for (k, v) in &neighbors {
+                if self
+                    .neighbors
+                    .get(k)
+                    .is_none_or(|old| old.accepted != v.accepted)
+                {
+                    self.named_spines.insert(*k);
+                }
+            }
+        }
+        self.neighbors = neighbors;
         // While lqd was not running (a restart, a crash), no XDP program refreshed the
         // table: silence from before this start is no evidence of failure. Every entry and
         // neighbor gets a full detection interval from the start (seed 003 section 6.5),
@@ -646,17 +662,17 @@ impl LoadBalancer {
             }
         }
         if rebuild {
+            let paths = self.reader.paths_known(true)?;
+            self.mirror
+                .rebuild(paths, self.started_ns, now_ns, dead, &failed);
             self.named_spines.clear();
             self.rebuild_needed = false;
             self.slots_claimed = claimed;
             self.events_lost = lost;
             self.next_full_scan_ns = now_ns + FULL_SCAN_NS;
-            let paths = self.reader.paths_known(true)?;
-            self.mirror
-                .rebuild(paths, self.started_ns, now_ns, dead, &failed);
         }
         let mirror = std::mem::take(&mut self.mirror);
-        self.slow_plane_resolve(mirror.entries());
+        self.slow_plane_resolve(mirror.entries(), now_ns);
         self.mirror = mirror;
         if self.regroup_needed {
             let slow = self.slow.take();
@@ -1116,10 +1132,27 @@ impl LoadBalancer {
         crate::views::snapshot::LoadBalancerSnapshot {
             weights: self.weights_view(),
             neighbors,
-            paths: self.mirror.entries().iter().copied().collect(),
+            paths: self.view_paths(),
             receiver_counters: self.counters().ok(),
             dead_interval_ns: self.controller.dead_interval_ns(),
         }
+    }
+
+    /// The path table for the views: the known rows as the kernel holds them now (the
+    /// control step's copy has refresh times up to a dead interval old for rows it had no
+    /// reason to read again, which a view would show as aged), refresh times raised to the
+    /// start as the step does.
+    fn view_paths(
+        &self,
+    ) -> std::collections::BTreeMap<lq_common::maps::PathKey, lq_common::maps::PathValue> {
+        let mut paths: std::collections::BTreeMap<_, _> = match self.reader.known_entries() {
+            Some(fresh) => fresh.collect(),
+            None => self.mirror.entries().iter().copied().collect(),
+        };
+        for v in paths.values_mut() {
+            v.last_update_ns = v.last_update_ns.max(self.started_ns);
+        }
+        paths
     }
 
     /// The receiver's counters by name, summed over CPUs.

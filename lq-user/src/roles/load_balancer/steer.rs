@@ -130,7 +130,7 @@ impl LoadBalancer {
         let changed = slow.set_bmp(snapshot);
         if changed {
             let mirror = std::mem::take(&mut self.mirror);
-            self.slow_plane_resolve(mirror.entries());
+            self.slow_plane_resolve(mirror.entries(), self.last_step_ns);
             self.mirror = mirror;
         }
         changed
@@ -140,9 +140,14 @@ impl LoadBalancer {
     /// (`paths`): a rule's remote, else the one remote node of the prefix's origin AS
     /// (section 6.2: AS-qualified entries carry it). Called before every computation, so
     /// a destination gains its mapping with the first entry of its leaf's AS.
+    ///
+    /// `paths` are the control step's copy of the table, current as of `read_at_ns` (the
+    /// step that refreshed them): liveness is judged at that time, not later, since a row
+    /// the step did not need to read again may have been refreshed in the kernel since.
     pub(super) fn slow_plane_resolve(
         &mut self,
         paths: &[(lq_common::maps::PathKey, lq_common::maps::PathValue)],
+        read_at_ns: u64,
     ) {
         let Some(slow) = self.slow.as_ref() else {
             return;
@@ -168,7 +173,11 @@ impl LoadBalancer {
         let mut all = BTreeSet::new();
         for (k, v) in paths {
             let r = node(k.remote_as, k.remote_id);
-            if !crate::core::controller::heartbeat::entry_expired(v.last_update_ns, now, dead) {
+            if !crate::core::controller::heartbeat::entry_expired(
+                v.last_update_ns,
+                read_at_ns,
+                dead,
+            ) {
                 live.insert(r);
             }
             all.insert(r);
@@ -202,7 +211,7 @@ impl LoadBalancer {
         if changed > 0 {
             // New destinations get their learned mapping before the next step.
             let mirror = std::mem::take(&mut self.mirror);
-            self.slow_plane_resolve(mirror.entries());
+            self.slow_plane_resolve(mirror.entries(), self.last_step_ns);
             self.mirror = mirror;
         }
         changed

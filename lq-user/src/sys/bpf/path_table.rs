@@ -573,14 +573,15 @@ impl TableReader {
     /// `full`. Slots are never freed and a key never moves, so the slots a full scan found
     /// used hold the same keys at every later read; only a slot claimed since (a new
     /// `(spine, remote, link)`) is missed until the next full scan. The control loop scans
-    /// in full when the receiver's `slots_claimed` count moves (and on a backstop timer) and
-    /// reads the known slots at every step in between: the mapping holds 131 072 slots, the
-    /// table of a small fabric a few dozen entries. Without the
-    /// mapping (pins of an older lqd), every read is a full batch read.
+    /// in full when the receiver's `slots_claimed` count moves (and on a backstop timer);
+    /// in between, a step reads single known rows ([`Self::known_entry`], the rows its
+    /// `PathMirror` names). The mapping holds 131 072 slots, the table of a small fabric a
+    /// few dozen entries. Without the mapping (pins of an older lqd), every read is a full
+    /// batch read.
     ///
     /// Sorted by [`remote_order`] (remote node, spine, link), the order of the control
-    /// step's snapshot: the known slots are kept in that order, so a step's read needs no
-    /// sort and no map of 32 768 entries.
+    /// step's snapshot: the known slots are kept in that order, and a row's position in it
+    /// is the position the mirror asks [`Self::known_entry`] for.
     pub fn paths_known(&mut self, full: bool) -> Result<Vec<(PathKey, PathValue)>, PathTableError> {
         let Some(slots) = &self.slots else {
             let mut all: Vec<(PathKey, PathValue)> = self.paths()?.into_iter().collect();
@@ -607,6 +608,13 @@ impl TableReader {
     pub fn known_entry(&self, position: usize) -> Option<(PathKey, PathValue)> {
         let slot = *self.known.get(position)?;
         self.slots.as_ref()?.entry(slot as usize)
+    }
+
+    /// Every row the last full read found, read again in place now; `None` without the
+    /// mapping.
+    pub fn known_entries(&self) -> Option<impl Iterator<Item = (PathKey, PathValue)> + '_> {
+        let slots = self.slots.as_ref()?;
+        Some(self.known.iter().filter_map(|i| slots.entry(*i as usize)))
     }
 
     /// The table is mapped, so that [`Self::known_entry`] reads a row without a system call.
