@@ -1080,14 +1080,7 @@ impl Sampler {
     /// RTM_GETSTATS dump (stats64 only). The helper role samples this way; without it a
     /// full dump runs every [`Self::set_link_dump_every`] samples.
     pub fn follow_link_notifications(&mut self) -> Result<(), SamplerError> {
-        let socket = crate::sys::netlink::wire::RouteSocket::open().map_err(RtnlError::Io)?;
-        socket
-            .socket()
-            .add_membership(libc::RTNLGRP_LINK)
-            .map_err(RtnlError::Io)?;
-        socket
-            .socket()
-            .set_non_blocking(true)
+        let socket = crate::sys::netlink::wire::RouteSocket::notifications(&[libc::RTNLGRP_LINK])
             .map_err(RtnlError::Io)?;
         self.link_events = Some(socket);
         self.link_events_buf = vec![0; 64 * 1024];

@@ -238,7 +238,9 @@ mod tests {
     const MS: u64 = 1_000_000;
     const DEAD: u64 = 60 * MS;
 
-    /// A table of `spines` x `remotes`, entry LQS `lqs(spine, remote)`, refreshed at `at`.
+    /// A table of `spines` x `remotes`, entry LQS `lqs(spine, remote)`, refreshed at `at`,
+    /// in [`remote_order`] (the order of the kernel's known rows, so a row's position is
+    /// the mirror's).
     fn table(
         spines: u32,
         remotes: u32,
@@ -251,6 +253,7 @@ mod tests {
                 t.push((key(s, r, 7), value(lqs(s, r), at)));
             }
         }
+        t.sort_unstable_by_key(|e| remote_order(&e.0));
         t
     }
 
@@ -276,7 +279,6 @@ mod tests {
                 }
             }
         }
-        kernel.sort_unstable_by_key(|e| remote_order(&e.0));
         let r = m.refresh(&[node(0, 2)].into(), 0, 20 * MS, DEAD, &none, |p| {
             kernel.get(p).copied()
         });
@@ -295,7 +297,6 @@ mod tests {
     #[test]
     fn an_unrefreshed_entry_expires_without_an_event_and_comes_back() {
         let mut kernel = table(2, 2, 10 * MS, |_, _| 200);
-        kernel.sort_unstable_by_key(|e| remote_order(&e.0));
         let mut m = PathMirror::default();
         let none = BTreeSet::new();
         m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &none);
@@ -338,7 +339,6 @@ mod tests {
     #[test]
     fn only_the_expired_row_is_read_at_every_step() {
         let mut kernel = table(2, 4, 10 * MS, |_, _| 200);
-        kernel.sort_unstable_by_key(|e| remote_order(&e.0));
         let mut m = PathMirror::default();
         let none = BTreeSet::new();
         m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &none);
@@ -370,11 +370,7 @@ mod tests {
 
     #[test]
     fn failure_and_recovery_by_heartbeat_reread_the_spine() {
-        let kernel = {
-            let mut t = table(3, 4, 10 * MS, |s, r| (s * 10 + r % 10) as u8);
-            t.sort_unstable_by_key(|e| remote_order(&e.0));
-            t
-        };
+        let kernel = table(3, 4, 10 * MS, |s, r| (s * 10 + r % 10) as u8);
         let mut m = PathMirror::default();
         m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &BTreeSet::new());
         let failed: BTreeSet<NodeId> = [node(0, 3)].into();

@@ -44,9 +44,7 @@ struct LinkStates {
 impl LinkWatch {
     /// Subscribes (in the calling thread's namespace), then probes each of `names`.
     pub fn open(names: &[String]) -> io::Result<Self> {
-        let socket = RouteSocket::open()?;
-        socket.socket().add_membership(RTNLGRP_LINK)?;
-        socket.socket().set_non_blocking(true)?;
+        let socket = RouteSocket::notifications(&[RTNLGRP_LINK])?;
         let mut me = Self {
             socket,
             probe: LinkProbe::open()?,

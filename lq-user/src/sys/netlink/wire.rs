@@ -165,6 +165,17 @@ impl RouteSocket {
         Ok(Self { socket })
     }
 
+    /// Opens a non-blocking socket joined to the multicast `groups` (RTNLGRP_*): the
+    /// kernel's notifications, read with [`Self::recv`] until it would block.
+    pub fn notifications(groups: &[u32]) -> io::Result<Self> {
+        let socket = Self::open()?;
+        for group in groups {
+            socket.socket.add_membership(*group)?;
+        }
+        socket.socket.set_non_blocking(true)?;
+        Ok(socket)
+    }
+
     /// The socket, for its options (extended ACK, multicast groups, non-blocking mode).
     pub fn socket(&self) -> &netlink_sys::Socket {
         &self.socket
