@@ -7,7 +7,9 @@
 //!    member (spine) it takes. Buckets move as the kernel moves them
 //!    (`nh_res_table_upkeep`): when the weights change, buckets of over-weight members that
 //!    have been idle for `idle_timer`, or any once the group has been unbalanced for
-//!    `unbalanced_timer`, go to under-weight members; a removed member's buckets go at once;
+//!    `unbalanced_timer`, go to under-weight members; a removed member's buckets go at once.
+//!    A moved flow's new data takes the new member; what it had queued stays in the old
+//!    path's queues and drains there (packets already queued at a spine are not re-routed);
 //! 2. each flow offers `min(rate, pacing, what is left to send) x dt` to its first queue
 //!    (leaf -> spine), whose output feeds the second (spine -> destination). A queue serves
 //!    its capacity (times the payload share `goodput`) per second, the backlog of each flow
@@ -133,6 +135,8 @@ struct Flow {
     b2: f64,
     /// The flow's current first and second queue.
     q: (usize, usize),
+    /// Data still queued on the paths the flow took before its bucket moved.
+    stale: Vec<Stale>,
     rate: f64,
     pacing: Option<f64>,
     slow_start: bool,
@@ -140,6 +144,14 @@ struct Flow {
     done_ns: Option<u64>,
     /// Which traffic block.
     block: usize,
+}
+
+/// A flow's data left in the queues of a path it no longer takes.
+#[derive(Clone, Copy, Debug)]
+struct Stale {
+    q: (usize, usize),
+    b1: f64,
+    b2: f64,
 }
 
 /// Result of one job.
@@ -285,6 +297,11 @@ impl ElasticModel {
         m
     }
 
+    /// The model's parameters.
+    pub fn spec(&self) -> &Elastic {
+        &self.spec
+    }
+
     fn queue(&mut self, a: usize, b: usize, gbps: f64) -> usize {
         if let Some(&q) = self.queue_of.get(&(a, b)) {
             return q;
@@ -423,7 +440,8 @@ impl ElasticModel {
                 delivered: 0.0,
                 b1: 0.0,
                 b2: 0.0,
-                q: (0, 0),
+                q: (usize::MAX, usize::MAX),
+                stale: Vec::new(),
                 rate: 10.0 * self.spec.mss_bytes / rtt,
                 pacing: pacing.map(|p| p / 8.0),
                 slow_start: true,
@@ -450,13 +468,47 @@ impl ElasticModel {
             let g = &mut self.groups[f.group];
             let m = g.buckets[f.bucket];
             g.last_active[f.bucket] = Some(t);
-            // A moved bucket takes its flow, backlog and all, to the new member's queues
-            // (the fluid limit of in-flight data re-routed).
-            f.q = g.queues[m];
+            // A moved bucket takes the flow's new data to the new member's queues; what it
+            // had queued drains on the old path. (Moving the backlog too, as this model
+            // once did, filled the healthy paths' queues with the degraded path's backlog
+            // at every removal: their LQS fell to 0 and they were removed in turn, which the
+            // netns fabric does not do; docs/sim.md.)
+            let q = g.queues[m];
+            if q != f.q {
+                if f.b1 + f.b2 > 0.0 && f.q.0 != usize::MAX {
+                    f.stale.push(Stale {
+                        q: f.q,
+                        b1: f.b1,
+                        b2: f.b2,
+                    });
+                }
+                f.b1 = 0.0;
+                f.b2 = 0.0;
+                f.q = q;
+            }
             let r = f.pacing.map_or(f.rate, |p| f.rate.min(p));
             let x = (r * dt).min(f.unsent).max(0.0);
             input1.push(x);
-            self.queues[f.q.0].input += x;
+        }
+        // The source's own limit (`source_gbps`): every flow of an over-offering source
+        // sends the same share of its offer, without a loss.
+        if let Some(bps) = self.spec.source_bps {
+            let budget = bps / 8.0 * dt;
+            let mut offered: HashMap<usize, f64> = HashMap::new();
+            for (k, &fi) in self.active.iter().enumerate() {
+                *offered
+                    .entry(self.groups[self.flows[fi].group].source)
+                    .or_default() += input1[k];
+            }
+            for (k, &fi) in self.active.iter().enumerate() {
+                let o = offered[&self.groups[self.flows[fi].group].source];
+                if o > budget {
+                    input1[k] *= budget / o;
+                }
+            }
+        }
+        for (k, &fi) in self.active.iter().enumerate() {
+            self.queues[self.flows[fi].q.0].input += input1[k];
         }
         // First queues: serve, drop.
         let good = self.spec.goodput;
@@ -465,8 +517,13 @@ impl ElasticModel {
         for &fi in &self.active {
             let f = &self.flows[fi];
             backlog1[f.q.0] += f.b1;
+            for st in &f.stale {
+                backlog1[st.q.0] += st.b1;
+            }
         }
         let mut lost = vec![false; self.active.len()];
+        // What the stale parts' first queues served this step, in flow and part order.
+        let mut stale_out: Vec<f64> = Vec::new();
         let mut out1 = vec![0.0; self.active.len()];
         // Per queue: fraction served of what it holds, fraction of arrivals dropped.
         let nq = self.queues.len();
@@ -526,16 +583,29 @@ impl ElasticModel {
             let s = s.min(hold);
             f.b1 = hold - s;
             out1[k] = s;
+            // Stale data: no arrivals, served in proportion to what it holds.
+            for st in &mut f.stale {
+                let s = st.b1 * served_frac[st.q.0];
+                st.b1 -= s;
+                // Arrives at the old path's second queue below (same step).
+                stale_out.push(s);
+            }
         }
         // Second queues.
         for q in &mut self.queues {
             q.input = 0.0;
         }
         let mut backlog2 = vec![0.0; nq];
+        let mut si = 0;
         for (k, &fi) in self.active.iter().enumerate() {
             let f = &self.flows[fi];
             self.queues[f.q.1].input += out1[k];
             backlog2[f.q.1] += f.b2;
+            for st in &f.stale {
+                self.queues[st.q.1].input += stale_out[si];
+                backlog2[st.q.1] += st.b2;
+                si += 1;
+            }
         }
         // The first queues' tx was counted; count the second hop separately.
         let tx_before: Vec<f64> = self.queues.iter().map(|q| q.tx_bytes).collect();
@@ -557,8 +627,24 @@ impl ElasticModel {
             }
         }
         let now = t + self.spec.dt_ns;
+        let mut si = 0;
         for (k, &fi) in self.active.iter().enumerate() {
             let f = &mut self.flows[fi];
+            for st in &mut f.stale {
+                let arrive = stale_out[si];
+                si += 1;
+                let q = st.q.1;
+                let dropped = arrive * drop_frac[q];
+                if dropped > 0.0 {
+                    lost[k] = true;
+                    f.unsent += dropped;
+                }
+                let hold = st.b2 + arrive - dropped;
+                let s = ((st.b2 + arrive) * served_frac[q]).min(hold);
+                st.b2 = hold - s;
+                f.delivered += s;
+            }
+            f.stale.retain(|st| st.b1 + st.b2 > 1e-6);
             let q = f.q.1;
             let arrive = out1[k];
             let dropped = arrive * drop_frac[q];
@@ -728,5 +814,149 @@ impl ElasticModel {
             jobs,
             poisson,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::sim::scenario::Scenario;
+
+    /// Two spines, two leaves; one flow of `mib` MiB from L1 to L2 at t = 0; S1 -> L2 at
+    /// 10 Mbit/s (a queue builds there), every other link 100 Mbit/s.
+    fn model(extra: &str, flows: u32, mib: f64) -> (ElasticModel, Scenario) {
+        let text = format!(
+            r#"
+name = "unit"
+duration_ms = 10000
+[params]
+t_sample_ms = 2
+t_notify_ms = 20
+[[nodes]]
+prefix = "S"
+count = 2
+tier = 1
+group = "spines"
+[[nodes]]
+prefix = "L"
+count = 2
+tier = 0
+group = "leaves"
+[[links]]
+a = "@spines"
+b = "@leaves"
+capacity_gbps = 0.1
+[elastic]
+watch_source = "L1"
+watch_destination = "L2"
+degraded = "S1"
+{extra}
+[[elastic.job]]
+sources = "L1"
+destination = "L2"
+at_ms = 0
+flows = {flows}
+size_mib = {mib}
+"#
+        );
+        let sc = Scenario::parse(&text, "unit").unwrap();
+        let idx = |n: &str| sc.nodes.iter().position(|x| x.name == n).unwrap();
+        let (s1, s2, l1, l2) = (idx("S1"), idx("S2"), idx("L1"), idx("L2"));
+        let spec = sc.elastic.clone().unwrap();
+        let uplinks = move |leaf: usize| if leaf == l1 { vec![s1, s2] } else { vec![] };
+        let capacity = move |a: usize, b: usize| Some(if (a, b) == (s1, l2) { 0.01 } else { 0.1 });
+        let m = ElasticModel::new(&spec, Balancing::Lq, 1, &uplinks, &capacity);
+        (m, sc)
+    }
+
+    fn node(sc: &Scenario, n: &str) -> usize {
+        sc.nodes.iter().position(|x| x.name == n).unwrap()
+    }
+
+    /// A flow moved to another spine leaves what it had queued at the old spine, which
+    /// drains there (packets already queued are not re-routed), and every octet arrives.
+    #[test]
+    fn a_moved_flow_drains_its_backlog_on_the_old_path() {
+        let (mut m, sc) = model("", 1, 4.0);
+        let (s1, s2, l1, l2) = (
+            node(&sc, "S1"),
+            node(&sc, "S2"),
+            node(&sc, "L1"),
+            node(&sc, "L2"),
+        );
+        let dt = m.spec().dt_ns;
+        let old = m.queue_index(s1, l2).unwrap();
+        let new = m.queue_index(s2, l2).unwrap();
+        m.set_weights(l1, l2, Some(vec![1, 0]), 0);
+        let mut t = 0;
+        while m.queues[old].backlog < 10_000.0 {
+            m.step(t);
+            t += dt;
+            assert!(t < 2_000_000_000, "no backlog at S1 -> L2");
+        }
+        let old_first = m.queue_index(l1, s1).unwrap();
+        let queued = m.queues[old].backlog;
+        m.set_weights(l1, l2, Some(vec![0, 1]), t);
+        m.step(t);
+        t += dt;
+        // The old path still holds (nearly all of) it: 10 Mbit/s drains 625 octets a step.
+        assert!(
+            m.queues[old].backlog > queued - 1_000.0,
+            "{} of {queued}",
+            m.queues[old].backlog
+        );
+        // From now on the old path only drains: what its first queue still held moves on
+        // to its second, nothing new comes in.
+        let stale = |m: &ElasticModel| m.queues[old].backlog + m.queues[old_first].backlog;
+        let mut last = stale(&m);
+        while stale(&m) > 0.0 {
+            m.step(t);
+            t += dt;
+            assert!(stale(&m) <= last + 1e-6, "the old path took new data");
+            last = stale(&m);
+            assert!(t < 5_000_000_000, "the old path never drained");
+        }
+        while m.stats().jobs[0].completed == 0 {
+            m.step(t);
+            t += dt;
+            assert!(t < 10_000_000_000, "the flow never completed");
+        }
+        assert!(m.queues[new].tx_bytes > 0.0);
+        assert_eq!(m.stats().jobs[0].completed, 1);
+    }
+
+    /// `source_gbps`: a source's flows send no more than it in all, without a loss.
+    #[test]
+    fn the_source_limit_caps_what_a_leaf_sends() {
+        let (mut m, sc) = model("source_gbps = 0.05", 8, 64.0);
+        let (s1, s2, l1, l2) = (
+            node(&sc, "S1"),
+            node(&sc, "S2"),
+            node(&sc, "L1"),
+            node(&sc, "L2"),
+        );
+        // Both flows' paths at 100 Mbit/s: the limit, not a queue, is the bottleneck.
+        m.set_weights(l1, l2, Some(vec![0, 1]), 0);
+        let dt = m.spec().dt_ns;
+        let q1 = m.queue_index(l1, s2).unwrap();
+        let mut t = 0;
+        while t < 2_000_000_000 {
+            m.step(t);
+            t += dt;
+        }
+        let before = m.queues[q1].tx_bytes;
+        while t < 4_000_000_000 {
+            m.step(t);
+            t += dt;
+        }
+        let line_bps = (m.queues[q1].tx_bytes - before) * 8.0 / 2.0;
+        let limit = 0.05e9 / m.spec().goodput;
+        assert!(
+            (0.95 * limit..=1.001 * limit).contains(&line_bps),
+            "{line_bps} vs {limit}"
+        );
+        assert_eq!(m.queues[q1].drops, 0);
+        assert_eq!(m.queues[m.queue_index(s2, l2).unwrap()].drops, 0);
+        let _ = s1;
     }
 }

@@ -41,7 +41,7 @@ use crate::core::controller::path_quality::{
 };
 use crate::core::controller::weights::{Application, MemberInput, WeightController, quantize};
 use crate::core::helper::advertiser::{Advertiser, Identity, MonitoredLink, PathMtu, RemoteNode};
-use crate::core::helper::pipeline::{LinkPipeline, Metrics, RawSample};
+use crate::core::helper::pipeline::{LinkPipeline, LinkReport, Metrics, RawSample};
 
 const PH_FLUID: u8 = 0;
 const PH_WAKE: u8 = 1;
@@ -132,6 +132,21 @@ struct SLink {
     source: Source,
     cursor: usize,
     printed: Option<(u8, u8)>,
+    /// `[elastic] sample_jitter`: where the counters put each sample's boundary.
+    jitter: Option<CounterJitter>,
+}
+
+/// The elastic model's TX counter as a real interface shows it to a 2 ms sampler: the
+/// octets of a sample are counted up to a boundary displaced by up to `span` x T_sample
+/// from the nominal instant (packets leave a shaped veth in bursts: the qdisc's watchdog
+/// and the softirq that runs it are late on a loaded host). Octets are conserved, but a
+/// sample that reads more than the line rate is clamped to U = 1 by the pipeline (A.2),
+/// so a saturated link reads U below 1 on average, as in the netns fabric (docs/sim.md).
+struct CounterJitter {
+    rng: SmallRng,
+    span: f64,
+    /// The model's own counter at the previous sample.
+    previous_true: f64,
 }
 
 struct HelperState {
@@ -302,6 +317,7 @@ fn mk_link(
         source,
         cursor: 0,
         printed: None,
+        jitter: None,
     }
 }
 
@@ -511,6 +527,16 @@ impl<'a> Engine<'a> {
                         if let Some(q) = m.queue_index(i, l.remote) {
                             l.source = Source::Elastic(q);
                             l.counters.max_buffer_bytes = m.queues[q].buffer_bytes.round() as u64;
+                            let span = m.spec().sample_jitter;
+                            if span > 0.0 {
+                                l.jitter = Some(CounterJitter {
+                                    rng: SmallRng::seed_from_u64(
+                                        sc.seed ^ (q as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                                    ),
+                                    span,
+                                    previous_true: 0.0,
+                                });
+                            }
                         }
                     }
                 }
@@ -750,7 +776,18 @@ impl<'a> Engine<'a> {
             // and the qdisc (A.2).
             let q = &m.queues[q];
             let c = &mut l.counters;
-            c.tx_bytes = q.tx_bytes.round() as u64;
+            let tx = match l.jitter.as_mut() {
+                None => q.tx_bytes,
+                Some(j) => {
+                    // The boundary moves by `shift` x the last interval's octets (the rate
+                    // then); never below what was already counted.
+                    let shift = j.rng.random_range(-j.span..=j.span);
+                    let per_interval = q.tx_bytes - j.previous_true;
+                    j.previous_true = q.tx_bytes;
+                    (q.tx_bytes + shift * per_interval).max(c.tx_bytes as f64)
+                }
+            };
+            c.tx_bytes = tx.round() as u64;
             c.queue_depth_bytes = q.backlog.round() as u64;
             c.drops = q.drops;
             c.t_ns = t;
@@ -788,7 +825,7 @@ impl<'a> Engine<'a> {
                         reports.push(*r);
                         if l.printed != Some((r.lqs, r.cl)) {
                             l.printed = Some((r.lqs, r.cl));
-                            self.helper_line(w, t, i, l.remote, r.lqs, r.cl)?;
+                            self.helper_line(w, t, i, l.remote, r)?;
                         }
                     }
                 }
@@ -1035,9 +1072,9 @@ impl<'a> Engine<'a> {
         t: u64,
         i: usize,
         remote: usize,
-        lqs: u8,
-        cl: u8,
+        r: &LinkReport,
     ) -> Result<(), SimError> {
+        let four = |x: f64| (x * 1e4).round() / 1e4;
         let mut m = Map::new();
         m.insert("t_ms".into(), Value::from(t as f64 / 1e6));
         m.insert("node".into(), Value::from(self.sc.nodes[i].name.as_str()));
@@ -1045,8 +1082,14 @@ impl<'a> Engine<'a> {
             "link".into(),
             Value::from(self.sc.nodes[remote].name.as_str()),
         );
-        m.insert("lqs".into(), Value::from(lqs));
-        m.insert("cl".into(), Value::from(cl));
+        m.insert("lqs".into(), Value::from(r.lqs));
+        m.insert("cl".into(), Value::from(r.cl));
+        // The smoothed U and D, the raw U and drop flag behind them (what the calibration
+        // against the netns demo compares, docs/sim.md).
+        m.insert("u".into(), Value::from(four(r.smooth.u)));
+        m.insert("d".into(), Value::from(four(r.smooth.d)));
+        m.insert("raw_u".into(), Value::from(four(r.raw.m.u)));
+        m.insert("x".into(), Value::from(r.raw.x));
         serde_json::to_writer(&mut *w, &Value::Object(m)).map_err(std::io::Error::from)?;
         w.write_all(b"\n")?;
         self.summary.lines += 1;
@@ -1117,18 +1160,18 @@ impl<'a> Engine<'a> {
     /// The `every_ms` dump: every helper link and every destination.
     fn dump(&mut self, t: u64, w: &mut dyn Write) -> Result<(), SimError> {
         for i in 0..self.nodes.len() {
-            let lines: Vec<(usize, u8, u8)> = self.nodes[i]
+            let lines: Vec<(usize, LinkReport)> = self.nodes[i]
                 .helper
                 .as_ref()
                 .map(|h| {
                     h.links
                         .iter()
-                        .filter_map(|l| l.pipe.report().map(|r| (l.remote, r.lqs, r.cl)))
+                        .filter_map(|l| l.pipe.report().map(|r| (l.remote, *r)))
                         .collect()
                 })
                 .unwrap_or_default();
-            for (r, lqs, cl) in lines {
-                self.helper_line(w, t, i, r, lqs, cl)?;
+            for (remote, r) in lines {
+                self.helper_line(w, t, i, remote, &r)?;
             }
             if let Some(mut lb) = self.nodes[i].lb.take() {
                 for p in 0..lb.dests.len() {

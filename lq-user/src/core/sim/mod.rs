@@ -129,7 +129,7 @@ pub struct Summary {
 
 /// Runs `scenario` to its end, writing JSON lines to `out`:
 ///
-/// * helper lines `{"t_ms", "node", "link", "lqs", "cl"}` whenever a link's LQS or
+/// * helper lines `{"t_ms", "node", "link", "lqs", "cl", "u", "d", "raw_u", "x"}` whenever a link's LQS or
 ///   (advertised) CL changes, `link` being the remote node's name;
 /// * load-balancer lines `{"t_ms", "node", "destination", "targets", "weights"}` whenever
 ///   the target or applied weights of a destination change at 4 decimals, each a map of

@@ -333,6 +333,8 @@ struct ElasticFile {
     beta: Option<f64>,
     increase_mss_per_rtt: Option<f64>,
     goodput: Option<f64>,
+    source_gbps: Option<f64>,
+    sample_jitter: Option<f64>,
     buckets: Option<u16>,
     idle_timer_ms: Option<f64>,
     unbalanced_timer_ms: Option<f64>,
@@ -468,6 +470,13 @@ pub struct Elastic {
     pub increase_mss_per_rtt: f64,
     /// Payload share of the line rate.
     pub goodput: f64,
+    /// What one source (the hosts behind a leaf) can send in all, bit/s of payload; `None`:
+    /// no limit. The sender backs off without a loss (its own CPU or socket buffers): the
+    /// flows' offers are scaled down together.
+    pub source_bps: Option<f64>,
+    /// How far (fraction of T_sample, in [0, 0.5]) the TX counter's view of a sample
+    /// boundary moves at random (`engine::CounterJitter`); 0: exact counters.
+    pub sample_jitter: f64,
     /// Buckets of every resilient group.
     pub buckets: u16,
     /// Resilient idle timer (ns).
@@ -1145,6 +1154,20 @@ fn build_elastic(
         beta,
         increase_mss_per_rtt: pos(e.increase_mss_per_rtt, 1.0, "increase_mss_per_rtt")?,
         goodput,
+        source_bps: match e.source_gbps {
+            None => None,
+            Some(g) => Some(pos(Some(g), 1.0, "source_gbps")? * 1e9),
+        },
+        sample_jitter: {
+            let j = e.sample_jitter.unwrap_or(0.0);
+            if !(0.0..=0.5).contains(&j) {
+                return cx.err(
+                    at,
+                    format!("[elastic] sample_jitter = {j} is outside [0, 0.5]"),
+                );
+            }
+            j
+        },
         buckets,
         idle_timer_ns: ns(e.idle_timer_ms.unwrap_or(1000.0), "idle_timer_ms")?,
         unbalanced_timer_ns: ns(

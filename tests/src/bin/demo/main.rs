@@ -565,7 +565,16 @@ fn run() -> Result<()> {
         let sh = shared.clone();
         let reg = reg.clone();
         let l1 = l1.name().to_string();
-        std::thread::spawn(move || monitor(&sh, &reg, &l1, &spine_sockets))
+        let sockets = spine_sockets.clone();
+        std::thread::spawn(move || monitor(&sh, &reg, &l1, &sockets))
+    };
+    // Every 50 ms, each spine's pipeline for its link to L4 (smoothed and raw U, D, the
+    // drop flag, LQS, CL) into helpers-l4.jsonl: the distributions `lqd sim`'s elastic
+    // model is calibrated against (docs/sim.md).
+    let helper_poller = {
+        let sh = shared.clone();
+        let out = std::fs::File::create(a.out.join("helpers-l4.jsonl"))?;
+        std::thread::spawn(move || helper_poller(&sh, &spine_sockets, out))
     };
     let _stop_monitor = StopOnDrop(shared.clone());
 
@@ -593,6 +602,7 @@ fn run() -> Result<()> {
     sleep(Duration::from_millis(600))?;
     shared.stop.store(true, Ordering::Relaxed);
     let _ = monitor.join();
+    let _ = helper_poller.join();
     let _ = weight_sampler.join();
 
     // ---- Report.
@@ -1498,6 +1508,34 @@ fn monitor(sh: &Shared, reg: &Registry, l1: &str, spines: &[PathBuf]) {
         }
         sh.samples.lock().unwrap().push(s);
     }
+}
+
+/// Every 50 ms until `sh.stop`: one JSON line per spine with its pipeline's view of the link
+/// to L4 (`lqd show local`), tagged with the phase and draw.
+fn helper_poller(sh: &Shared, spines: &[PathBuf], out: std::fs::File) {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(out);
+    while !sh.stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+        let phase = sh.phase.lock().unwrap().clone();
+        let draw = sh.draw.load(Ordering::Relaxed);
+        for (i, sock) in spines.iter().enumerate() {
+            let Ok(v) = lq_user::daemon::query(sock, "local") else {
+                continue;
+            };
+            for l in v["links"].as_array().into_iter().flatten() {
+                if l["interface"] != "l4" || l.get("raw").is_none() {
+                    continue;
+                }
+                let line = serde_json::json!({
+                    "t_s": now_s(), "draw": draw, "phase": phase, "spine": i + 1,
+                    "lqs": l["lqs"], "cl": l["cl"], "smoothed": l["smoothed"], "raw": l["raw"],
+                });
+                let _ = writeln!(out, "{line}");
+            }
+        }
+    }
+    let _ = out.flush();
 }
 
 /// Namespace operations by name (the monitor thread has no `NetNs`).
