@@ -180,7 +180,9 @@ pub struct SimArgs {
     /// Also print every value every N ms, not only on change.
     #[arg(long, value_name = "MS")]
     pub every_ms: Option<u64>,
-    /// Seed of the advertisement jitter.
+    /// The scenario's random seed (instead of its `seed`): the advertisement jitter and,
+    /// with `[elastic]`, every flow's hash bucket and the counters' jitter; `--seed 1..N`
+    /// gives N hash draws of one scenario.
     #[arg(long)]
     pub seed: Option<u64>,
     /// Run a named variant of the scenario (e.g. herd.toml's "undamped").

@@ -501,9 +501,13 @@ impl ElasticModel {
                     .or_default() += input1[k];
             }
             for (k, &fi) in self.active.iter().enumerate() {
-                let o = offered[&self.groups[self.flows[fi].group].source];
+                let f = &mut self.flows[fi];
+                let o = offered[&self.groups[f.group].source];
                 if o > budget {
                     input1[k] *= budget / o;
+                    // What the flow could send is its rate (TCP's congestion window
+                    // validation): a sender-limited flow does not grow without bound.
+                    f.rate = f.rate.min(input1[k] / dt);
                 }
             }
         }
@@ -643,6 +647,10 @@ impl ElasticModel {
                 let s = ((st.b2 + arrive) * served_frac[q]).min(hold);
                 st.b2 = hold - s;
                 f.delivered += s;
+            }
+            // A remainder below a micro-octet: counted as delivered, not lost.
+            for st in f.stale.iter().filter(|st| st.b1 + st.b2 <= 1e-6) {
+                f.delivered += st.b1 + st.b2;
             }
             f.stale.retain(|st| st.b1 + st.b2 > 1e-6);
             let q = f.q.1;
@@ -923,19 +931,24 @@ size_mib = {mib}
         }
         assert!(m.queues[new].tx_bytes > 0.0);
         assert_eq!(m.stats().jobs[0].completed, 1);
+        // Every octet once: delivered equals the size, and the two second hops carried at
+        // least that much (line octets; drops are sent again).
+        let size = 4.0 * 1024.0 * 1024.0;
+        assert!(
+            (m.flows[0].delivered - size).abs() < 1.0,
+            "{}",
+            m.flows[0].delivered
+        );
+        let carried = (m.queues[old].tx_bytes + m.queues[new].tx_bytes) * m.spec().goodput;
+        assert!(carried >= size - 1.0, "{carried} < {size}");
     }
 
     /// `source_gbps`: a source's flows send no more than it in all, without a loss.
     #[test]
     fn the_source_limit_caps_what_a_leaf_sends() {
         let (mut m, sc) = model("source_gbps = 0.05", 8, 64.0);
-        let (s1, s2, l1, l2) = (
-            node(&sc, "S1"),
-            node(&sc, "S2"),
-            node(&sc, "L1"),
-            node(&sc, "L2"),
-        );
-        // Both flows' paths at 100 Mbit/s: the limit, not a queue, is the bottleneck.
+        let (s2, l1, l2) = (node(&sc, "S2"), node(&sc, "L1"), node(&sc, "L2"));
+        // Every flow on S2's path at 100 Mbit/s: the limit, not a queue, is the bottleneck.
         m.set_weights(l1, l2, Some(vec![0, 1]), 0);
         let dt = m.spec().dt_ns;
         let q1 = m.queue_index(l1, s2).unwrap();
@@ -957,6 +970,9 @@ size_mib = {mib}
         );
         assert_eq!(m.queues[q1].drops, 0);
         assert_eq!(m.queues[m.queue_index(s2, l2).unwrap()].drops, 0);
-        let _ = s1;
+        // Sender-limited flows keep the rate they can send, not slow start's.
+        for f in &m.flows {
+            assert!(f.rate <= 0.05e9 / 8.0 * 1.01, "{}", f.rate);
+        }
     }
 }

@@ -554,6 +554,9 @@ fn run() -> Result<()> {
         progress: Mutex::new((0, 0)),
     });
     let spine_sockets: Vec<PathBuf> = spines.iter().map(Daemon::socket).collect();
+    // Opened before any monitor thread starts, so that an error here leaves none running.
+    let helpers_l4 =
+        std::fs::File::create(a.out.join("helpers-l4.jsonl")).context("create helpers-l4.jsonl")?;
     let weight_sampler = {
         let sh = shared.clone();
         let l1 = l1.name().to_string();
@@ -573,8 +576,7 @@ fn run() -> Result<()> {
     // model is calibrated against (docs/sim.md).
     let helper_poller = {
         let sh = shared.clone();
-        let out = std::fs::File::create(a.out.join("helpers-l4.jsonl"))?;
-        std::thread::spawn(move || helper_poller(&sh, &spine_sockets, out))
+        std::thread::spawn(move || helper_poller(&sh, &spine_sockets, helpers_l4))
     };
     let _stop_monitor = StopOnDrop(shared.clone());
 
@@ -1510,8 +1512,22 @@ fn monitor(sh: &Shared, reg: &Registry, l1: &str, spines: &[PathBuf]) {
     }
 }
 
+/// `lqd show local` of one spine with a 200 ms limit: a spine that does not answer costs
+/// the poller one sample, not a stalled round.
+fn query_local(sock: &std::path::Path) -> Option<Value> {
+    use std::io::{BufRead as _, Write as _};
+    let mut s = std::os::unix::net::UnixStream::connect(sock).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(200))).ok()?;
+    s.set_write_timeout(Some(Duration::from_millis(200))).ok()?;
+    s.write_all(b"local\n").ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line).ok()?;
+    serde_json::from_str(&line).ok()
+}
+
 /// Every 50 ms until `sh.stop`: one JSON line per spine with its pipeline's view of the link
-/// to L4 (`lqd show local`), tagged with the phase and draw.
+/// to L4 (`lqd show local`), tagged with the phase and draw; flushed every round, so an
+/// interrupted demo keeps what it measured.
 fn helper_poller(sh: &Shared, spines: &[PathBuf], out: std::fs::File) {
     use std::io::Write as _;
     let mut out = std::io::BufWriter::new(out);
@@ -1520,7 +1536,7 @@ fn helper_poller(sh: &Shared, spines: &[PathBuf], out: std::fs::File) {
         let phase = sh.phase.lock().unwrap().clone();
         let draw = sh.draw.load(Ordering::Relaxed);
         for (i, sock) in spines.iter().enumerate() {
-            let Ok(v) = lq_user::daemon::query(sock, "local") else {
+            let Some(v) = query_local(sock) else {
                 continue;
             };
             for l in v["links"].as_array().into_iter().flatten() {
@@ -1534,6 +1550,7 @@ fn helper_poller(sh: &Shared, spines: &[PathBuf], out: std::fs::File) {
                 let _ = writeln!(out, "{line}");
             }
         }
+        let _ = out.flush();
     }
     let _ = out.flush();
 }
