@@ -199,9 +199,14 @@ pub struct NeighborValue {
 }
 const _: () = assert!(core::mem::size_of::<NeighborValue>() == 24);
 
+/// How many changed entries a [`PathEvent`] names by their path-table slot.
+pub const EVENT_SLOTS: usize = 8;
+/// An unused element of [`PathEvent::changed_slots`] (no slot has this index).
+pub const NO_SLOT: u32 = u32::MAX;
+
 /// Event sent on the ring buffer for every accepted datagram that changed an entry's LQS or
 /// CL (or created an entry), so the controller reacts without polling.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct PathEvent {
     /// When the datagram was processed (CLOCK_MONOTONIC ns).
@@ -220,8 +225,40 @@ pub struct PathEvent {
     pub mode: u8,
     /// Padding, always 0.
     pub _pad: u8,
+    /// The path-table slots of the changed entries, in datagram order, when there are at
+    /// most [`EVENT_SLOTS`] of them (`changed <= EVENT_SLOTS`); the rest [`NO_SLOT`]. With
+    /// them the controller reads those rows alone instead of every row of the sender
+    /// (issue 15: a fabric where one entry in a thousand changes per T_notify). More
+    /// changes, or a receiver without slots (the reference in `receive`), name the sender
+    /// only: all [`NO_SLOT`].
+    pub changed_slots: [u32; EVENT_SLOTS],
 }
-const _: () = assert!(core::mem::size_of::<PathEvent>() == 24);
+const _: () = assert!(core::mem::size_of::<PathEvent>() == 56);
+
+impl Default for PathEvent {
+    fn default() -> Self {
+        Self {
+            time_ns: 0,
+            node_as: 0,
+            node_id: 0,
+            sequence: 0,
+            changed: 0,
+            entries: 0,
+            mode: 0,
+            _pad: 0,
+            changed_slots: [NO_SLOT; EVENT_SLOTS],
+        }
+    }
+}
+
+impl PathEvent {
+    /// The slots of the changed entries, when the event names them all; `None`: read every
+    /// row of the sender.
+    pub fn named_slots(&self) -> Option<&[u32]> {
+        let slots = self.changed_slots.get(..usize::from(self.changed))?;
+        slots.iter().all(|&s| s != NO_SLOT).then_some(slots)
+    }
+}
 
 /// `ReceiverConfig::as_qualified`: accept only Q = 0 (or Q = 1 with AS 0).
 pub const AS_QUALIFIED_NO: u8 = 0;

@@ -6,7 +6,7 @@
 use crate::{
     frame::{FrameClass, classify},
     maps::{
-        AS_QUALIFIED_YES, COUNTER_COUNT, Counter, NeighborKey, NeighborValue,
+        AS_QUALIFIED_YES, COUNTER_COUNT, Counter, EVENT_SLOTS, NO_SLOT, NeighborKey, NeighborValue,
         PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC, PathEvent, PathKey,
         PathValue, ReceiverConfig,
     },
@@ -217,6 +217,8 @@ pub fn process_payload<T: ReceiveTables>(
         entries: adv.entry_count() as u16,
         mode: h.mode.to_wire(),
         _pad: 0,
+        // The reference has no slots: the event names the sender.
+        changed_slots: [NO_SLOT; EVENT_SLOTS],
     });
     Verdict::Accept { event }
 }

@@ -23,9 +23,9 @@ use lq_common::{
     },
     maps::{
         AS_PLAN_PREFIX_CAPACITY, AS_QUALIFIED_YES, COUNTER_COUNT, Counter, EVENT_RING_BYTES,
-        NEIGHBOR_CAPACITY, NeighborKey, NeighborValue, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS,
-        PATH_FLAG_PFC_FABRIC, PATH_SLOT_PROBES, PATH_TABLE_CAPACITY, PathEvent, PathKey, PathSlot,
-        PathValue, ReceiverConfig, path_slot_index,
+        EVENT_SLOTS, NEIGHBOR_CAPACITY, NO_SLOT, NeighborKey, NeighborValue, PATH_FLAG_DIAGNOSTICS,
+        PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC, PATH_SLOT_PROBES, PATH_TABLE_CAPACITY, PathEvent,
+        PathKey, PathSlot, PathValue, ReceiverConfig, path_slot_index,
     },
     receive::neighbor_failed,
     wire::{
@@ -60,6 +60,11 @@ static LQ_AS_PLAN: LpmTrie<[u8; 4], u8, { AS_PLAN_PREFIX_CAPACITY as usize }> = 
 
 #[btf_map]
 static LQ_EVENTS: RingBuf<PathEvent, { EVENT_RING_BYTES as usize }> = RingBuf::new();
+
+/// The slots of the current datagram's first [`EVENT_SLOTS`] changed entries, per CPU (the
+/// stack has no room left for them: the verifier's 512 octets are the whole call chain's).
+#[btf_map]
+static LQ_CHANGED_SLOTS: PerCpuArray<[u32; EVENT_SLOTS], 1> = PerCpuArray::new();
 
 /// The XDP entry point: thin, everything happens in [`try_receive`].
 #[xdp]
@@ -256,6 +261,27 @@ struct EntryLoop {
     claimed: u32,
 }
 
+impl EntryLoop {
+    /// Counts an entry written to `slot`; a changed one is named by the event while there
+    /// is room (in `LQ_CHANGED_SLOTS`).
+    #[inline(always)]
+    fn note(&mut self, changed: bool, claimed: bool, slot: u32) {
+        self.stored += 1;
+        self.claimed += u32::from(claimed);
+        if changed {
+            let i = self.changed as usize;
+            if i < EVENT_SLOTS
+                && let Some(p) = LQ_CHANGED_SLOTS.get_ptr_mut(0)
+            {
+                // SAFETY: this CPU's slot; XDP runs with preemption disabled.
+                unsafe { (*p)[i & (EVENT_SLOTS - 1)] = slot };
+            }
+            self.changed += 1;
+        }
+    }
+}
+const _: () = assert!(EVENT_SLOTS.is_power_of_two());
+
 /// The scratch buffer of this CPU.
 #[inline(always)]
 fn scratch() -> Option<&'static mut [u8; SCRATCH_LEN]> {
@@ -375,9 +401,7 @@ extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
     // at the same moment may see a mix of old and new fields of this one entry; the next
     // read (at most one T_notify later) is whole.
     if let Some(placed) = place_in_slot(&key, &value, 0) {
-        lp.stored += 1;
-        lp.changed += u32::from(placed.changed);
-        lp.claimed += u32::from(placed.claimed);
+        lp.note(placed.changed, placed.claimed, placed.slot);
         return 0;
     }
     let mut probe = ProbeLoop {
@@ -386,6 +410,7 @@ extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
         placed: 0,
         changed: 0,
         claimed: 0,
+        slot: NO_SLOT,
     };
     // SAFETY: bpf_loop calls the callback at most PATH_SLOT_PROBES - 1 times with a pointer
     // to `probe`, which outlives the call.
@@ -401,9 +426,7 @@ extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
         count(Counter::TableFull);
         return 0;
     }
-    lp.stored += 1;
-    lp.changed += probe.changed;
-    lp.claimed += probe.claimed;
+    lp.note(probe.changed != 0, probe.claimed != 0, probe.slot);
     0
 }
 
@@ -413,13 +436,16 @@ struct Placed {
     changed: bool,
     /// It claimed a free slot.
     claimed: bool,
+    /// The slot's index.
+    slot: u32,
 }
 
 /// Writes `key`'s entry into its slot number `probe` if that slot holds the key or is
 /// free; `None` when another key holds it.
 #[inline(always)]
 fn place_in_slot(key: &PathKey, value: &PathValue, probe: u32) -> Option<Placed> {
-    let slot = LQ_PATHS.get_ptr_mut(path_slot_index(key, probe))?;
+    let index = path_slot_index(key, probe);
+    let slot = LQ_PATHS.get_ptr_mut(index)?;
     // SAFETY: an element of the array map, alive as long as the map.
     let slot = unsafe { &mut *slot };
     if slot.used == 0 {
@@ -429,6 +455,7 @@ fn place_in_slot(key: &PathKey, value: &PathValue, probe: u32) -> Option<Placed>
         return Some(Placed {
             changed: true,
             claimed: true,
+            slot: index,
         });
     }
     if slot.key == *key {
@@ -437,6 +464,7 @@ fn place_in_slot(key: &PathKey, value: &PathValue, probe: u32) -> Option<Placed>
         return Some(Placed {
             changed,
             claimed: false,
+            slot: index,
         });
     }
     None
@@ -451,6 +479,7 @@ struct ProbeLoop {
     placed: u32,
     changed: u32,
     claimed: u32,
+    slot: u32,
 }
 
 /// bpf_loop callback: probe `index + 1` of the key; 1 (stop) once the entry is written.
@@ -463,6 +492,7 @@ extern "C" fn probe_slot(index: u64, ctx: *mut c_void) -> i64 {
             p.placed = 1;
             p.changed = u32::from(placed.changed);
             p.claimed = u32::from(placed.claimed);
+            p.slot = placed.slot;
             1
         }
         None => 0,
@@ -620,19 +650,34 @@ fn receive_payload(
     }
     count(Counter::Accepted);
     if changed > 0 {
-        let event = PathEvent {
-            time_ns: now,
-            node_as,
-            node_id,
-            sequence,
-            changed,
-            entries: entry_count as u16,
-            mode,
-            _pad: 0,
-        };
-        if LQ_EVENTS.output(event, 0).is_err() {
+        // Written in place in the ring buffer: a 56-octet event on the stack would take
+        // the call chain past the verifier's 512 octets.
+        let Some(mut entry) = LQ_EVENTS.reserve(0) else {
             count(Counter::EventsLost);
+            return Ok(());
+        };
+        let e = entry.as_mut_ptr();
+        let named = LQ_CHANGED_SLOTS.get(0);
+        let n = usize::from(changed);
+        // SAFETY: `e` points to the reserved record, PathEvent-sized and 8-aligned; every
+        // field is written (plain integers) before the record is submitted.
+        unsafe {
+            (*e).time_ns = now;
+            (*e).node_as = node_as;
+            (*e).node_id = node_id;
+            (*e).sequence = sequence;
+            (*e).changed = changed;
+            (*e).entries = entry_count as u16;
+            (*e).mode = mode;
+            (*e)._pad = 0;
+            for i in 0..EVENT_SLOTS {
+                (*e).changed_slots[i] = match named {
+                    Some(s) if i < n => s[i],
+                    _ => NO_SLOT,
+                };
+            }
         }
+        entry.submit(0);
     }
     Ok(())
 }

@@ -24,9 +24,9 @@ use std::{
 use aya::maps::{Array as BpfArray, HashMap as BpfHashMap, Map, MapData, RingBuf};
 use lq_common::{
     maps::{
-        COUNTER_COUNT, Counter, NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue,
-        PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey, PathSlot, PathValue,
-        ReceiverConfig,
+        COUNTER_COUNT, Counter, EVENT_SLOTS, NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NO_SLOT, NeighborKey,
+        NeighborValue, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey, PathSlot,
+        PathValue, ReceiverConfig,
     },
     receive::{Counters, ReceiveTables, TableFull, Verdict, process_frame},
     wire::{
@@ -99,9 +99,51 @@ fn strip_neighbor(mut v: NeighborValue) -> NeighborValue {
     v
 }
 
+/// The fields both receivers fill: the reference has no slots (checked on their own,
+/// [`check_event_slots`]).
 fn strip_event(mut e: PathEvent) -> PathEvent {
     e.time_ns = 0;
+    e.changed_slots = [NO_SLOT; EVENT_SLOTS];
     e
+}
+
+/// The slots an XDP event names: one per changed entry while they fit (all [`NO_SLOT`]
+/// beyond), each holding an entry of the event's sender (a datagram that repeats a key
+/// names its slot as often as it changed it); `Err` says what is wrong.
+fn check_event_slots(
+    e: &PathEvent,
+    slot_key: impl Fn(u32) -> Option<PathKey>,
+) -> Result<(), String> {
+    let n = usize::from(e.changed);
+    let Some(named) = e.named_slots() else {
+        if n <= EVENT_SLOTS {
+            return Err(format!(
+                "{n} changes but not all named: {:?}",
+                e.changed_slots
+            ));
+        }
+        return if e.changed_slots.iter().all(|&s| s != NO_SLOT) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{n} changes, slots not all filled: {:?}",
+                e.changed_slots
+            ))
+        };
+    };
+    if e.changed_slots[n..].iter().any(|&s| s != NO_SLOT) {
+        return Err(format!(
+            "slots beyond the {n} changes: {:?}",
+            e.changed_slots
+        ));
+    }
+    for &s in named {
+        match slot_key(s) {
+            Some(k) if (k.spine_as, k.spine_id) == (e.node_as, e.node_id) => {}
+            other => return Err(format!("slot {s} holds {other:?}, not the sender's entry")),
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -817,6 +859,8 @@ struct Stats {
     totals: Counters,
     frames: u64,
     events: u64,
+    /// Change events of the XDP program that named their changed entries' slots.
+    events_with_slots: u64,
 }
 
 struct Phase<'a> {
@@ -984,11 +1028,13 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
         }
         before = after;
         let mut xdp_events = Vec::new();
+        let mut raw_events = Vec::new();
         while let Some(item) = events.next() {
             let bytes: &[u8] = &item;
             assert_eq!(bytes.len(), size_of::<PathEvent>());
             // SAFETY: a ring buffer item of the program is one PathEvent.
             let ev: PathEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+            raw_events.push(ev);
             xdp_events.push(strip_event(ev));
         }
 
@@ -1024,6 +1070,20 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
             fail(&format!(
                 "change event: reference {ref_events:?}, XDP {xdp_events:?}"
             ));
+        }
+        for e in &raw_events {
+            let slot_key = |s: u32| {
+                kmaps
+                    .paths
+                    .get(&s, 0)
+                    .ok()
+                    .filter(|x| x.used != 0)
+                    .map(|x| x.key)
+            };
+            if let Err(why) = check_event_slots(e, slot_key) {
+                fail(&format!("change event slots: {why}"));
+            }
+            stats.events_with_slots += u64::from(e.named_slots().is_some());
         }
         // What the reference just wrote must be in the kernel's maps too.
         for k in &tables.touched_neighbors {
@@ -1163,8 +1223,8 @@ fn xdp_and_reference_decide_every_frame_alike() {
     }
     println!("counter totals: {}", counters_str(&stats.totals));
     println!(
-        "frames with as_mismatch_entry: {}, change events: {}",
-        stats.frames_with_as_mismatch_entry, stats.events
+        "frames with as_mismatch_entry: {}, change events: {} ({} naming their slots)",
+        stats.frames_with_as_mismatch_entry, stats.events, stats.events_with_slots
     );
     println!(
         "total: {} frames in {:.1} s ({:.0} frames/s)",
@@ -1197,5 +1257,12 @@ fn xdp_and_reference_decide_every_frame_alike() {
         stats.frames_with_as_mismatch_entry >= min,
         "only {} frames with as_mismatch_entry (want >= {min})",
         stats.frames_with_as_mismatch_entry
+    );
+    // Both kinds of change event: slots named, and the sender alone (more changes).
+    assert!(
+        stats.events_with_slots >= min && stats.events - stats.events_with_slots >= min,
+        "change events: {} naming slots, {} naming the sender only (want >= {min} each)",
+        stats.events_with_slots,
+        stats.events - stats.events_with_slots
     );
 }

@@ -527,9 +527,77 @@ fn a_change_event_reaches_the_ring_buffer_only_on_change() {
         // SAFETY: the ring buffer item is a PathEvent written by the program.
         let ev: lq_common::maps::PathEvent =
             unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-        got.push((ev.sequence, ev.changed, ev.entries));
+        got.push((
+            ev.sequence,
+            ev.changed,
+            ev.entries,
+            ev.named_slots().map(<[u32]>::to_vec),
+        ));
     }
-    assert_eq!(got, vec![(1, 1, 1), (3, 1, 1)]);
+    // Each event names the changed entry's slot: the key's first probe in an empty table.
+    let key = lq_common::maps::PathKey {
+        spine_as: 0,
+        spine_id: ip4(10, 0, 0, 3),
+        remote_as: 0,
+        remote_id: ip4(10, 0, 1, 4),
+        link_id: 7,
+    };
+    let slot = lq_common::maps::path_slot_index(&key, 0);
+    assert_eq!(
+        got,
+        vec![(1, 1, 1, Some(vec![slot])), (3, 1, 1, Some(vec![slot]))]
+    );
+}
+
+/// A datagram that changes more entries than an event has room for names its sender only
+/// (the controller then reads all of that sender's rows); one with fewer names each.
+#[test]
+fn a_change_event_names_up_to_event_slots_entries() {
+    use lq_common::maps::{EVENT_SLOTS, NO_SLOT, PathEvent};
+    let mut rx = TestReceiver::load(&settings()).unwrap();
+    let mut events = rx.receiver.take_events().unwrap();
+    let frame = |seq: u16, n: u32, lqs: u8| {
+        let entries: Vec<_> = (0..n)
+            .map(|r| entry(ip4(10, 0, 1, 10 + r as u8), 7, lqs, 1))
+            .collect();
+        FrameSpec::lq(payload(&header(ip4(10, 0, 0, 3), seq), &entries)).build()
+    };
+    let n = EVENT_SLOTS as u32 + 1;
+    rx.run(&frame(1, n, 200)).unwrap(); // n new entries: the sender only
+    rx.run(&frame(2, n, 200)).unwrap(); // unchanged: no event
+    rx.run(&frame(3, EVENT_SLOTS as u32, 90)).unwrap(); // EVENT_SLOTS changed: named
+    let mut got: Vec<PathEvent> = Vec::new();
+    while let Some(item) = events.next() {
+        let bytes: &[u8] = &item;
+        // SAFETY: the ring buffer item is a PathEvent written by the program.
+        got.push(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) });
+    }
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].changed as usize, EVENT_SLOTS + 1);
+    assert_eq!(got[0].named_slots(), None);
+    assert!(got[0].changed_slots.iter().all(|&s| s != NO_SLOT));
+    let named = got[1].named_slots().expect("slots named");
+    let want: Vec<u32> = (0..EVENT_SLOTS as u32)
+        .map(|r| {
+            lq_common::maps::path_slot_index(
+                &lq_common::maps::PathKey {
+                    spine_as: 0,
+                    spine_id: ip4(10, 0, 0, 3),
+                    remote_as: 0,
+                    remote_id: ip4(10, 0, 1, 10 + r as u8),
+                    link_id: 7,
+                },
+                0,
+            )
+        })
+        .collect();
+    // First probes, unless two of these keys collide (then the second probes on).
+    let distinct: std::collections::BTreeSet<u32> = want.iter().copied().collect();
+    if distinct.len() == want.len() {
+        assert_eq!(named, &want[..]);
+    } else {
+        assert_eq!(named.len(), want.len());
+    }
 }
 
 /// The path table is an array with linear probing (`lq_common::maps::path_slot_index`): a

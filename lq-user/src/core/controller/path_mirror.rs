@@ -6,8 +6,9 @@
 //! a step O(table) and, at a step every few milliseconds, most of a core. Here a step reads
 //! only the rows of the spines that can have moved:
 //!
-//! * spines named by the receiver's change events (an accepted datagram that changed an
-//!   entry's LQS or CL, or created one);
+//! * the rows named by the receiver's change events (an accepted datagram that changed an
+//!   entry's LQS or CL names up to `EVENT_SLOTS` of them by slot), or every row of the
+//!   sender when the event names none (more changes than it has room for);
 //! * spines whose oldest live entry reaches the end of its dead interval (section 6.5:
 //!   an entry not refreshed by then counts as LQS 0 / CL 7; a refresh that changes nothing
 //!   sends no event, so the row is read to see whether it was refreshed);
@@ -124,10 +125,13 @@ impl PathMirror {
     }
 
     /// Reads again the rows that can have moved (module documentation) through `read`
-    /// (position -> the entry now in that row) and updates the snapshot in place.
+    /// (position -> the entry now in that row) and updates the snapshot in place: every row
+    /// of the spines in `named`, the rows at the positions in `named_rows`.
+    #[allow(clippy::too_many_arguments)] // the step's inputs, each a different kind
     pub fn refresh(
         &mut self,
         named: &BTreeSet<NodeId>,
+        named_rows: &[u32],
         not_before_ns: u64,
         now_ns: u64,
         dead_interval_ns: u64,
@@ -154,6 +158,46 @@ impl PathMirror {
         }
         self.failed = failed.clone();
         let mut out = Refresh::default();
+        // The named rows of the spines not read in full below, first (a row read in full
+        // later in this step would only be read twice).
+        for &p32 in named_rows {
+            let p = p32 as usize;
+            let Some(entry) = self.entries.get_mut(p) else {
+                out.stale = true;
+                continue;
+            };
+            let spine = node(entry.0.spine_as, entry.0.spine_id);
+            if due.contains(&spine) {
+                continue;
+            }
+            match read(p) {
+                Some((k, mut v)) if k == entry.0 => {
+                    v.last_update_ns = v.last_update_ns.max(not_before_ns);
+                    entry.1 = v;
+                }
+                _ => {
+                    out.stale = true;
+                    continue;
+                }
+            }
+            out.rows_read += 1;
+            let (k, v) = *entry;
+            let spine_failed = failed.contains(&spine);
+            // Its spine's schedule stays: the row's refresh is newer than the oldest one
+            // it knew. An expired row (not expected right after a change) joins the rows
+            // read at every step.
+            if !spine_failed
+                && entry_expired(v.last_update_ns, now_ns, dead_interval_ns)
+                && let Some(rows) = self.spines.get_mut(&spine)
+                && !rows.due.expired.contains(&p32)
+            {
+                rows.due.expired.push(p32);
+            }
+            let (lqs, signal) = effective_entry(&v, spine_failed, now_ns, dead_interval_ns);
+            if self.snapshot.update_at(p, lqs, signal) {
+                out.changed_remotes.insert(node(k.remote_as, k.remote_id));
+            }
+        }
         // All rows of the spines due; only the expired rows of the others.
         let work = due
             .into_iter()
@@ -279,7 +323,7 @@ mod tests {
                 }
             }
         }
-        let r = m.refresh(&[node(0, 2)].into(), 0, 20 * MS, DEAD, &none, |p| {
+        let r = m.refresh(&[node(0, 2)].into(), &[], 0, 20 * MS, DEAD, &none, |p| {
             kernel.get(p).copied()
         });
         assert_eq!(r.rows_read, 8, "one spine's rows");
@@ -288,10 +332,51 @@ mod tests {
         assert_eq!(m.snapshot().links(node(0, 2), node(0, 103)), &[(7, 50)]);
         assert_same_as_rebuild(&m, 20 * MS, &none);
         // Nothing named, nothing due: no read at all.
-        let r = m.refresh(&BTreeSet::new(), 0, 30 * MS, DEAD, &none, |_| {
+        let r = m.refresh(&BTreeSet::new(), &[], 0, 30 * MS, DEAD, &none, |_| {
             panic!("no row is due")
         });
         assert_eq!(r, Refresh::default());
+    }
+
+    #[test]
+    fn reads_only_the_named_rows() {
+        let mut kernel = table(4, 8, 10 * MS, |_, _| 200);
+        let mut m = PathMirror::default();
+        let none = BTreeSet::new();
+        m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &none);
+        // Two entries change (spines 2 and 3); their events name their rows.
+        let mut rows = Vec::new();
+        for (p, (k, v)) in kernel.iter_mut().enumerate() {
+            if (k.spine_id, k.remote_id) == (2, 103) || (k.spine_id, k.remote_id) == (3, 105) {
+                v.lqs = 40 + k.spine_id as u8;
+                v.last_update_ns = 20 * MS;
+                rows.push(p as u32);
+            }
+        }
+        let mut read = Vec::new();
+        let r = m.refresh(&BTreeSet::new(), &rows, 0, 20 * MS, DEAD, &none, |p| {
+            read.push(p);
+            kernel.get(p).copied()
+        });
+        assert_eq!(r.rows_read, 2, "the named rows alone");
+        assert_eq!(read.len(), 2);
+        assert_eq!(r.changed_remotes, [node(0, 103), node(0, 105)].into());
+        assert_eq!(m.snapshot().links(node(0, 2), node(0, 103)), &[(7, 42)]);
+        assert_same_as_rebuild(&m, 20 * MS, &none);
+        // A named row of a spine read in full is read once.
+        let r = m.refresh(&[node(0, 2)].into(), &rows, 0, 20 * MS, DEAD, &none, |p| {
+            kernel.get(p).copied()
+        });
+        assert_eq!(
+            r.rows_read,
+            8 + 1,
+            "spine 2's eight rows and spine 3's named one"
+        );
+        // A named position past the table: the caller must rebuild.
+        let r = m.refresh(&BTreeSet::new(), &[999], 0, 20 * MS, DEAD, &none, |p| {
+            kernel.get(p).copied()
+        });
+        assert!(r.stale);
     }
 
     #[test]
@@ -311,7 +396,7 @@ mod tests {
         let mut expired_at = None;
         for t in (20..=120).step_by(10) {
             refresh(&mut kernel, t * MS);
-            let r = m.refresh(&BTreeSet::new(), 0, t * MS, DEAD, &none, |p| {
+            let r = m.refresh(&BTreeSet::new(), &[], 0, t * MS, DEAD, &none, |p| {
                 kernel.get(p).copied()
             });
             if r.changed_remotes.contains(&node(0, 101)) && expired_at.is_none() {
@@ -329,7 +414,7 @@ mod tests {
                 v.last_update_ns = 125 * MS;
             }
         }
-        let r = m.refresh(&BTreeSet::new(), 0, 130 * MS, DEAD, &none, |p| {
+        let r = m.refresh(&BTreeSet::new(), &[], 0, 130 * MS, DEAD, &none, |p| {
             kernel.get(p).copied()
         });
         assert_eq!(r.changed_remotes, [node(0, 101)].into());
@@ -353,7 +438,7 @@ mod tests {
                     }
                 }
             }
-            let r = m.refresh(&BTreeSet::new(), 0, t * MS, DEAD, &none, |p| {
+            let r = m.refresh(&BTreeSet::new(), &[], 0, t * MS, DEAD, &none, |p| {
                 kernel.get(p).copied()
             });
             assert!(!r.stale);
@@ -374,15 +459,21 @@ mod tests {
         let mut m = PathMirror::default();
         m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &BTreeSet::new());
         let failed: BTreeSet<NodeId> = [node(0, 3)].into();
-        let r = m.refresh(&BTreeSet::new(), 0, 20 * MS, DEAD, &failed, |p| {
+        let r = m.refresh(&BTreeSet::new(), &[], 0, 20 * MS, DEAD, &failed, |p| {
             kernel.get(p).copied()
         });
         assert_eq!(r.rows_read, 4);
         assert_eq!(r.changed_remotes.len(), 4);
         assert_same_as_rebuild(&m, 20 * MS, &failed);
-        let r = m.refresh(&BTreeSet::new(), 0, 30 * MS, DEAD, &BTreeSet::new(), |p| {
-            kernel.get(p).copied()
-        });
+        let r = m.refresh(
+            &BTreeSet::new(),
+            &[],
+            0,
+            30 * MS,
+            DEAD,
+            &BTreeSet::new(),
+            |p| kernel.get(p).copied(),
+        );
         assert_eq!(r.changed_remotes.len(), 4);
         assert_same_as_rebuild(&m, 30 * MS, &BTreeSet::new());
     }
@@ -394,6 +485,7 @@ mod tests {
         m.rebuild(kernel, 0, 10 * MS, DEAD, &BTreeSet::new());
         let r = m.refresh(
             &[node(0, 1)].into(),
+            &[],
             0,
             20 * MS,
             DEAD,
@@ -403,6 +495,7 @@ mod tests {
         assert!(r.stale);
         let r = m.refresh(
             &[node(0, 1)].into(),
+            &[],
             0,
             20 * MS,
             DEAD,
@@ -421,6 +514,7 @@ mod tests {
         assert_eq!(m.snapshot().links(node(0, 1), node(0, 100)), &[(7, 77)]);
         let r = m.refresh(
             &BTreeSet::new(),
+            &[],
             100 * MS,
             161 * MS,
             DEAD,

@@ -35,7 +35,7 @@ use crate::{
     core::sorted::SortedProbe,
     sys::{
         bpf::path_table::{
-            PathTableError, ReceiverSettings, TableReader, XdpReceiver, event_sender,
+            PathTableError, ReceiverSettings, TableReader, XdpReceiver, change_event, event_sender,
         },
         clock::monotonic_ns,
         netlink::{
@@ -63,6 +63,10 @@ const DAMPING_SLACK_NS: u64 = 5_000_000;
 
 /// How often a control step recomputes every group, not only those whose inputs changed.
 const FULL_UPDATE_NS: u64 = 1_000_000_000;
+
+/// Rows named by change events kept between two steps; beyond, an event names its sender
+/// (a burst of changes costs one read of each sender's rows, not an unbounded list).
+const MAX_NAMED_SLOTS: usize = 4096;
 
 /// Errors of the load-balancer role.
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +146,9 @@ pub struct LoadBalancer {
     events_lost: u64,
     /// Spines named by change events since the last step: the step reads their rows.
     named_spines: BTreeSet<NeighborKey>,
+    /// Rows named by change events since the last step (sender, path-table slot): the step
+    /// reads those rows alone (an event names up to `EVENT_SLOTS` changed entries).
+    named_slots: Vec<(NeighborKey, u32)>,
     /// The next step reads the whole table (an unreadable event, a reload).
     rebuild_needed: bool,
     /// Groups computed at least once (a new group is computed at its first step).
@@ -204,6 +211,7 @@ impl LoadBalancer {
             slots_claimed: 0,
             events_lost: 0,
             named_spines: BTreeSet::new(),
+            named_slots: Vec::new(),
             rebuild_needed: true,
             computed: BTreeSet::new(),
             shared_digest: 0,
@@ -648,13 +656,23 @@ impl LoadBalancer {
             || now_ns >= self.next_full_scan_ns;
         let mut moved_remotes = None;
         if !rebuild {
-            let named = std::mem::take(&mut self.named_spines);
+            let mut named = std::mem::take(&mut self.named_spines);
             let reader = &self.reader;
-            let r = self
-                .mirror
-                .refresh(&named, self.started_ns, now_ns, dead, &failed, |p| {
-                    reader.known_entry(p)
-                });
+            // A slot the last full read did not find (claimed since): its sender's rows.
+            let mut rows: Vec<u32> = Vec::with_capacity(self.named_slots.len());
+            for (spine, slot) in self.named_slots.drain(..) {
+                match reader.position_of(slot) {
+                    Some(p) => rows.push(p as u32),
+                    None => {
+                        named.insert(spine);
+                    }
+                }
+            }
+            let r =
+                self.mirror
+                    .refresh(&named, &rows, self.started_ns, now_ns, dead, &failed, |p| {
+                        reader.known_entry(p)
+                    });
             if r.stale {
                 rebuild = true;
             } else {
@@ -666,6 +684,7 @@ impl LoadBalancer {
             self.mirror
                 .rebuild(paths, self.started_ns, now_ns, dead, &failed);
             self.named_spines.clear();
+            self.named_slots.clear();
             self.rebuild_needed = false;
             self.slots_claimed = claimed;
             self.events_lost = lost;
@@ -999,14 +1018,24 @@ impl LoadBalancer {
         .min()
     }
 
-    /// A change event from the receiver's ring buffer: the next step reads the rows of its
-    /// sender. A record lqd cannot read makes the next step read the whole table.
+    /// A change event from the receiver's ring buffer: the next step reads the changed rows
+    /// it names, or every row of its sender when it names none (more changes than it has
+    /// room for). A record lqd cannot read makes the next step read the whole table.
     pub fn note_event(&mut self, record: &[u8]) {
-        match event_sender(record) {
-            Some(spine) => {
+        let Some(e) = change_event(record) else {
+            self.rebuild_needed = true;
+            return;
+        };
+        let spine = event_sender(&e);
+        match e.named_slots() {
+            // Bounded: past a table's worth of named rows, the sender's rows are read.
+            Some(slots) if self.named_slots.len() < MAX_NAMED_SLOTS => {
+                self.named_slots
+                    .extend(slots.iter().map(|&slot| (spine, slot)));
+            }
+            _ => {
                 self.named_spines.insert(spine);
             }
-            None => self.rebuild_needed = true,
         }
     }
 

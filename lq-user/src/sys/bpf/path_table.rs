@@ -509,20 +509,24 @@ impl Drop for SlotMap {
 
 pub use crate::core::controller::path_quality::remote_order;
 
-/// The sender of a change event as the ring buffer holds it (a [`PathEvent`]); `None` for a
-/// record of another size (a receiver of another layout), which the caller must treat as
-/// "anything may have changed".
-pub fn event_sender(record: &[u8]) -> Option<NeighborKey> {
+/// A change event as the ring buffer holds it; `None` for a record of another size (a
+/// receiver of another layout, e.g. the pinned program of an older lqd), which the caller
+/// must treat as "anything may have changed".
+pub fn change_event(record: &[u8]) -> Option<PathEvent> {
     if record.len() != size_of::<PathEvent>() {
         return None;
     }
-    let word = |at: usize| -> Option<u32> {
-        Some(u32::from_ne_bytes(record.get(at..at + 4)?.try_into().ok()?))
-    };
-    Some(NeighborKey {
-        node_as: word(std::mem::offset_of!(PathEvent, node_as))?,
-        node_id: word(std::mem::offset_of!(PathEvent, node_id))?,
-    })
+    // SAFETY: `record` holds exactly size_of::<PathEvent>() octets (checked above), read
+    // unaligned; PathEvent is plain old data (integers only, every bit pattern valid).
+    Some(unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<PathEvent>()) })
+}
+
+/// The sender of a [`PathEvent`].
+pub fn event_sender(e: &PathEvent) -> NeighborKey {
+    NeighborKey {
+        node_as: e.node_as,
+        node_id: e.node_id,
+    }
 }
 
 /// Reads the pinned maps of one receiver instance.
@@ -533,6 +537,8 @@ pub struct TableReader {
     slots: Option<SlotMap>,
     /// The used slots of the last full scan ([`Self::paths_known`]).
     known: Vec<u32>,
+    /// `known` inverted: (slot, position), sorted by slot ([`Self::position_of`]).
+    slot_positions: Vec<(u32, u32)>,
     neighbors: HashMap<MapData, NeighborKey, NeighborValue>,
     counters: PerCpuArray<MapData, u64>,
     config: Array<MapData, ReceiverConfig>,
@@ -557,6 +563,7 @@ impl TableReader {
             paths,
             slots,
             known: Vec::new(),
+            slot_positions: Vec::new(),
             neighbors: HashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP)?))
                 .map_err(super::map_err::<PathTableError>(NEIGHBOR_MAP))?,
             counters: PerCpuArray::try_from(Map::PerCpuArray(open(COUNTER_MAP)?))
@@ -593,6 +600,8 @@ impl TableReader {
                 slots.used().map(|(i, (k, v))| (k, i as u32, v)).collect();
             used.sort_unstable_by_key(|e| remote_order(&e.0));
             self.known = used.iter().map(|e| e.1).collect();
+            self.slot_positions = (0..).zip(&self.known).map(|(p, &s)| (s, p)).collect();
+            self.slot_positions.sort_unstable();
             return Ok(used.into_iter().map(|(k, _, v)| (k, v)).collect());
         }
         Ok(self
@@ -608,6 +617,16 @@ impl TableReader {
     pub fn known_entry(&self, position: usize) -> Option<(PathKey, PathValue)> {
         let slot = *self.known.get(position)?;
         self.slots.as_ref()?.entry(slot as usize)
+    }
+
+    /// The position (in the last full read's order) of the row in `slot`; `None` for a slot
+    /// that read did not find used.
+    pub fn position_of(&self, slot: u32) -> Option<usize> {
+        let i = self
+            .slot_positions
+            .binary_search_by_key(&slot, |e| e.0)
+            .ok()?;
+        Some(self.slot_positions[i].1 as usize)
     }
 
     /// Every row the last full read found, read again in place now; `None` without the
@@ -717,7 +736,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn event_sender_reads_the_receiver_layout() {
+    fn change_event_reads_the_receiver_layout() {
+        let mut slots = [lq_common::maps::NO_SLOT; lq_common::maps::EVENT_SLOTS];
+        slots[0] = 17;
+        slots[1] = 131_071;
         let e = PathEvent {
             time_ns: 1,
             node_as: 65001,
@@ -727,7 +749,10 @@ mod tests {
             entries: 3,
             mode: 1,
             _pad: 0,
+            changed_slots: slots,
         };
+        // The record as the kernel's ring buffer holds it: the fields in order, native
+        // endian, no padding.
         let mut record = Vec::new();
         record.extend_from_slice(&e.time_ns.to_ne_bytes());
         record.extend_from_slice(&e.node_as.to_ne_bytes());
@@ -736,13 +761,28 @@ mod tests {
         record.extend_from_slice(&e.changed.to_ne_bytes());
         record.extend_from_slice(&e.entries.to_ne_bytes());
         record.extend_from_slice(&[e.mode, e._pad]);
+        for s in slots {
+            record.extend_from_slice(&s.to_ne_bytes());
+        }
+        let read = change_event(&record).unwrap();
+        assert_eq!(read, e);
         assert_eq!(
-            event_sender(&record),
-            Some(NeighborKey {
+            event_sender(&read),
+            NeighborKey {
                 node_as: 65001,
                 node_id: 0x0a00_0001
-            })
+            }
         );
-        assert_eq!(event_sender(&record[..20]), None);
+        assert_eq!(read.named_slots(), Some(&[17, 131_071][..]));
+        // More changes than slots, or a receiver without slots: the sender only.
+        let many = PathEvent { changed: 9, ..read };
+        assert_eq!(many.named_slots(), None);
+        let reference = PathEvent {
+            changed: 2,
+            ..PathEvent::default()
+        };
+        assert_eq!(reference.named_slots(), None);
+        // A record of an older layout (24 octets): unreadable.
+        assert_eq!(change_event(&record[..24]), None);
     }
 }
