@@ -158,31 +158,35 @@ impl PathMirror {
         }
         self.failed = failed.clone();
         let mut out = Refresh::default();
+        let clock = Clock {
+            not_before_ns,
+            now_ns,
+            dead_ns: dead_interval_ns,
+        };
         // The named rows of the spines not read in full below, first (a row read in full
         // later in this step would only be read twice).
         for &p32 in named_rows {
             let p = p32 as usize;
-            let Some(entry) = self.entries.get_mut(p) else {
+            let Some((key, _)) = self.entries.get(p) else {
                 out.stale = true;
                 continue;
             };
-            let spine = node(entry.0.spine_as, entry.0.spine_id);
+            let spine = node(key.spine_as, key.spine_id);
             if due.contains(&spine) {
                 continue;
             }
-            match read(p) {
-                Some((k, mut v)) if k == entry.0 => {
-                    v.last_update_ns = v.last_update_ns.max(not_before_ns);
-                    entry.1 = v;
-                }
-                _ => {
-                    out.stale = true;
-                    continue;
-                }
-            }
-            out.rows_read += 1;
-            let (k, v) = *entry;
             let spine_failed = failed.contains(&spine);
+            let Some(v) = reread(
+                &mut self.entries,
+                &mut self.snapshot,
+                &mut out,
+                p,
+                spine_failed,
+                &clock,
+                &mut read,
+            ) else {
+                continue;
+            };
             // Its spine's schedule stays: the row's refresh is newer than the oldest one
             // it knew. An expired row (not expected right after a change) joins the rows
             // read at every step.
@@ -192,10 +196,6 @@ impl PathMirror {
                 && !rows.due.expired.contains(&p32)
             {
                 rows.due.expired.push(p32);
-            }
-            let (lqs, signal) = effective_entry(&v, spine_failed, now_ns, dead_interval_ns);
-            if self.snapshot.update_at(p, lqs, signal) {
-                out.changed_remotes.insert(node(k.remote_as, k.remote_id));
             }
         }
         // All rows of the spines due; only the expired rows of the others.
@@ -222,33 +222,65 @@ impl PathMirror {
                 )
             };
             for p32 in positions {
-                let p = p32 as usize;
-                let Some(entry) = self.entries.get_mut(p) else {
-                    out.stale = true;
-                    continue;
-                };
-                match read(p) {
-                    Some((k, mut v)) if k == entry.0 => {
-                        v.last_update_ns = v.last_update_ns.max(not_before_ns);
-                        entry.1 = v;
-                    }
-                    _ => {
-                        out.stale = true;
-                        continue;
-                    }
-                }
-                out.rows_read += 1;
-                let (k, v) = *entry;
-                note_entry(&mut due, p32, &v, spine_failed, now_ns, dead_interval_ns);
-                let (lqs, signal) = effective_entry(&v, spine_failed, now_ns, dead_interval_ns);
-                if self.snapshot.update_at(p, lqs, signal) {
-                    out.changed_remotes.insert(node(k.remote_as, k.remote_id));
+                if let Some(v) = reread(
+                    &mut self.entries,
+                    &mut self.snapshot,
+                    &mut out,
+                    p32 as usize,
+                    spine_failed,
+                    &clock,
+                    &mut read,
+                ) {
+                    note_entry(&mut due, p32, &v, spine_failed, now_ns, dead_interval_ns);
                 }
             }
             rows.due = due;
         }
         out
     }
+}
+
+/// The times a refresh judges rows by.
+struct Clock {
+    /// Refresh times older than this are raised to it (lqd's start).
+    not_before_ns: u64,
+    now_ns: u64,
+    dead_ns: u64,
+}
+
+/// Reads the row at `p` again through `read` into `entries` and the snapshot, naming its
+/// remote node in `out` when its effective values moved. `None` (and `out.stale`) when
+/// the row no longer holds the key it held at the last rebuild.
+fn reread(
+    entries: &mut [(PathKey, PathValue)],
+    snapshot: &mut PathSnapshot,
+    out: &mut Refresh,
+    p: usize,
+    spine_failed: bool,
+    clock: &Clock,
+    read: &mut impl FnMut(usize) -> Option<(PathKey, PathValue)>,
+) -> Option<PathValue> {
+    let Some(entry) = entries.get_mut(p) else {
+        out.stale = true;
+        return None;
+    };
+    match read(p) {
+        Some((k, mut v)) if k == entry.0 => {
+            v.last_update_ns = v.last_update_ns.max(clock.not_before_ns);
+            entry.1 = v;
+        }
+        _ => {
+            out.stale = true;
+            return None;
+        }
+    }
+    out.rows_read += 1;
+    let (k, v) = *entry;
+    let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
+    if snapshot.update_at(p, lqs, signal) {
+        out.changed_remotes.insert(node(k.remote_as, k.remote_id));
+    }
+    Some(v)
 }
 
 /// Folds the entry at `position` into its spine's read schedule.
