@@ -52,7 +52,7 @@ pub const PATH_SLOT_PROBES: u32 = 32;
 /// Capacity of the neighbor table.
 pub const NEIGHBOR_CAPACITY: u32 = 1024;
 /// Ring buffer size in bytes (a power of two, a multiple of the page size).
-pub const EVENT_RING_BYTES: u32 = 256 * 1024;
+pub const EVENT_RING_BYTES: u32 = 512 * 1024;
 /// How many AS ranges the AS plan can hold.
 pub const AS_PLAN_MAX: usize = 8;
 /// Capacity of the AS plan trie: 8 ranges need at most 8 x 62 prefixes.
@@ -228,9 +228,10 @@ pub struct PathEvent {
     /// The path-table slots of the changed entries, in datagram order, when there are at
     /// most [`EVENT_SLOTS`] of them (`changed <= EVENT_SLOTS`); the rest [`NO_SLOT`]. With
     /// them the controller reads those rows alone instead of every row of the sender
-    /// (issue 15: a fabric where one entry in a thousand changes per T_notify). More
-    /// changes, or a receiver without slots (the reference in `receive`), name the sender
-    /// only: all [`NO_SLOT`].
+    /// (issue 15: a fabric where one entry in a thousand changes per T_notify). With more
+    /// changes (the slots then hold the first [`EVENT_SLOTS`]) or from a receiver without
+    /// slots (the reference in `receive`: all [`NO_SLOT`]) the event names the sender:
+    /// [`PathEvent::named_slots`] is `None`.
     pub changed_slots: [u32; EVENT_SLOTS],
 }
 const _: () = assert!(core::mem::size_of::<PathEvent>() == 56);

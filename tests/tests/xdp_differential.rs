@@ -108,10 +108,12 @@ fn strip_event(mut e: PathEvent) -> PathEvent {
 }
 
 /// The slots an XDP event names: one per changed entry while they fit (all [`NO_SLOT`]
-/// beyond), each holding an entry of the event's sender (a datagram that repeats a key
-/// names its slot as often as it changed it); `Err` says what is wrong.
+/// beyond), each one the reference wrote for this datagram (`touched`) and holding an
+/// entry of the event's sender (a datagram that repeats a key names its slot as often as
+/// it changed it); `Err` says what is wrong.
 fn check_event_slots(
     e: &PathEvent,
+    touched: &[(PathKey, usize)],
     slot_key: impl Fn(u32) -> Option<PathKey>,
 ) -> Result<(), String> {
     let n = usize::from(e.changed);
@@ -138,6 +140,11 @@ fn check_event_slots(
         ));
     }
     for &s in named {
+        if !touched.iter().any(|t| t.1 == s as usize) {
+            return Err(format!(
+                "slot {s} was not written for this datagram: {touched:?}"
+            ));
+        }
         match slot_key(s) {
             Some(k) if (k.spine_as, k.spine_id) == (e.node_as, e.node_id) => {}
             other => return Err(format!("slot {s} holds {other:?}, not the sender's entry")),
@@ -1080,7 +1087,7 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
                     .filter(|x| x.used != 0)
                     .map(|x| x.key)
             };
-            if let Err(why) = check_event_slots(e, slot_key) {
+            if let Err(why) = check_event_slots(e, &tables.touched_paths, slot_key) {
                 fail(&format!("change event slots: {why}"));
             }
             stats.events_with_slots += u64::from(e.named_slots().is_some());

@@ -591,13 +591,14 @@ fn a_change_event_names_up_to_event_slots_entries() {
             )
         })
         .collect();
-    // First probes, unless two of these keys collide (then the second probes on).
+    // The keys' first probes (these keys do not collide, so each takes its first slot).
     let distinct: std::collections::BTreeSet<u32> = want.iter().copied().collect();
-    if distinct.len() == want.len() {
-        assert_eq!(named, &want[..]);
-    } else {
-        assert_eq!(named.len(), want.len());
-    }
+    assert_eq!(
+        distinct.len(),
+        want.len(),
+        "the test's keys collide: pick others"
+    );
+    assert_eq!(named, &want[..]);
 }
 
 /// The path table is an array with linear probing (`lq_common::maps::path_slot_index`): a

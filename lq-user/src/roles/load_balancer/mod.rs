@@ -668,6 +668,9 @@ impl LoadBalancer {
                     }
                 }
             }
+            // A row named by several events is read once.
+            rows.sort_unstable();
+            rows.dedup();
             let r =
                 self.mirror
                     .refresh(&named, &rows, self.started_ns, now_ns, dead, &failed, |p| {
