@@ -67,15 +67,17 @@ impl NetNs {
 
 impl NetNs {
     /// Starts tshark writing what `iface` receives and sends, as the capture filter
-    /// `filter` selects, to the file `pcap`, and gives it 1.5 s to open the interface (a
-    /// capture that starts late misses the first datagrams). Kill the child to stop it.
+    /// `filter` selects, to the file `pcap`, and returns once it captures: dumpcap writes
+    /// the file's header only after it has opened the interface, so the header's presence
+    /// says the capture runs (a fixed wait was too short on a loaded machine, and a capture
+    /// that starts late misses the first datagrams). Kill the child to stop it.
     pub fn capture(
         &self,
         iface: &str,
         filter: &str,
         pcap: &std::path::Path,
     ) -> Result<std::process::Child> {
-        let child = self
+        let mut child = self
             .command("tshark")
             .args(["-q", "-i", iface, "-f", filter, "-w"])
             .arg(pcap)
@@ -83,7 +85,28 @@ impl NetNs {
             .stderr(std::process::Stdio::null())
             .spawn()
             .context("start tshark (installed by `cargo xtask setup`)")?;
-        std::thread::sleep(std::time::Duration::from_millis(1500));
+        // A pcapng section header block and an interface description block: >= 48 octets.
+        const HEADER_LEN: u64 = 48;
+        let start = std::time::Instant::now();
+        loop {
+            if std::fs::metadata(pcap).is_ok_and(|m| m.len() >= HEADER_LEN) {
+                break;
+            }
+            if let Some(status) = child.try_wait()? {
+                anyhow::bail!("tshark on {iface} in {} exited: {status}", self.name);
+            }
+            if start.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
+                anyhow::bail!(
+                    "tshark on {iface} in {} wrote no capture header in 20 s",
+                    self.name
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // The header is written just after the interface opened: a margin for the filter.
+        std::thread::sleep(std::time::Duration::from_millis(200));
         Ok(child)
     }
 
