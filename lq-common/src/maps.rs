@@ -9,6 +9,9 @@ use crate::wire::AsRange;
 /// open-addressed hash table of [`PathKey`] -> [`PathValue`] with the slot index computed by
 /// [`path_slot_index`] (see there for why it is not a BPF hash map).
 pub const PATH_TABLE_MAP: &str = "LQ_PATHS";
+/// The path table's refresh stamps: an array of [`PathStampLine`]s, one `u16` per slot of
+/// [`PATH_TABLE_MAP`] ([`path_stamp_at`], [`path_stamp`]).
+pub const PATH_STAMP_MAP: &str = "LQ_PATH_STAMPS";
 /// Per-neighbor receive state: [`NeighborKey`] -> [`NeighborValue`].
 pub const NEIGHBOR_MAP: &str = "LQ_NEIGHBORS";
 /// Per-CPU `u64` counters indexed by [`Counter`].
@@ -168,6 +171,57 @@ pub struct PathValue {
     pub pfc_pause_fraction: u8,
 }
 const _: () = assert!(core::mem::size_of::<PathValue>() == 24);
+
+/// Slots per [`PathStampLine`]: one 64-octet cache line of `u16` stamps.
+pub const PATH_STAMPS_PER_LINE: usize = 32;
+/// Lines of the stamp array: one stamp per path table slot.
+pub const PATH_STAMP_LINES: u32 = PATH_TABLE_CAPACITY / PATH_STAMPS_PER_LINE as u32;
+const _: () = assert!(PATH_STAMPS_PER_LINE.is_power_of_two());
+const _: () = assert!(PATH_STAMP_LINES * PATH_STAMPS_PER_LINE as u32 == PATH_TABLE_CAPACITY);
+/// A stamp counts units of 2^20 ns (1.05 ms) of `bpf_ktime_get_ns()`, modulo 2^16 (68.7 s).
+pub const PATH_STAMP_SHIFT: u32 = 20;
+
+/// One line of the path table's refresh stamps ([`PATH_STAMP_MAP`]).
+///
+/// Why a second array: the receiver rewrites every entry each T_notify, and the control
+/// loop must notice an entry that stopped being refreshed (seed 003 section 6.5). Reading
+/// the rows for that (48 octets each, scattered over 6 MiB, each last written by the other
+/// CPU) was most of lqd's work at 64 x 512 (issue 15). The XDP program also writes each
+/// slot's stamp here, 32 to a cache line, so lqd sweeps 4 096 lines in slot order instead
+/// of reading 32 768 rows, and reads a row only when its stamp has not moved for a dead
+/// interval. A stamp is a hint: an entry is aged only after its row says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct PathStampLine {
+    /// [`path_stamp`] of the slots' last writes.
+    pub stamps: [u16; PATH_STAMPS_PER_LINE],
+}
+const _: () = assert!(core::mem::size_of::<PathStampLine>() == 64);
+
+/// The stamp of a write at `ns` (`bpf_ktime_get_ns()`).
+#[inline(always)]
+pub const fn path_stamp(ns: u64) -> u16 {
+    (ns >> PATH_STAMP_SHIFT) as u16
+}
+
+/// Where slot `slot`'s stamp lives: (line, index in the line).
+#[inline(always)]
+pub const fn path_stamp_at(slot: u32) -> (u32, usize) {
+    (
+        slot / PATH_STAMPS_PER_LINE as u32,
+        slot as usize & (PATH_STAMPS_PER_LINE - 1),
+    )
+}
+
+/// The earliest time a write stamped `stamp` can have happened, taking the latest such
+/// time at or before `now_ns` (a stamp wraps every 68.7 s): a lower bound of the write's
+/// time, never later than it for a write less than 68.7 s old.
+#[inline(always)]
+pub const fn path_stamp_time_ns(stamp: u16, now_ns: u64) -> u64 {
+    let units = now_ns >> PATH_STAMP_SHIFT;
+    let back = (units as u16).wrapping_sub(stamp) as u64;
+    units.saturating_sub(back) << PATH_STAMP_SHIFT
+}
 
 /// Key of the neighbor table: (node-as, node-id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -402,6 +456,8 @@ mod pod {
     // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::PathEvent {}
     // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
+    unsafe impl aya::Pod for super::PathStampLine {}
+    // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::ReceiverConfig {}
 }
 
@@ -410,6 +466,35 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::vec::Vec;
+
+    #[test]
+    fn a_stamps_time_is_a_lower_bound_within_one_unit() {
+        let unit = 1u64 << PATH_STAMP_SHIFT;
+        for write in [
+            0u64,
+            5,
+            unit - 1,
+            unit,
+            3 * unit + 7,
+            70_000_000_000,
+            1 << 40,
+        ] {
+            let s = path_stamp(write);
+            // Read back at the write and up to one wrap (68.7 s) later.
+            for later in [0, 1, unit, 40_000_000, 68_000_000_000] {
+                let t = path_stamp_time_ns(s, write + later);
+                assert!(t <= write && write - t < unit, "{write} + {later}: {t}");
+            }
+        }
+        // A stamp from the future (a torn read) maps to the past, never past `now`.
+        assert!(path_stamp_time_ns(path_stamp(10 * unit), 9 * unit) < 9 * unit);
+        assert_eq!(path_stamp_at(0), (0, 0));
+        assert_eq!(path_stamp_at(33), (1, 1));
+        assert_eq!(
+            path_stamp_at(PATH_TABLE_CAPACITY - 1),
+            (PATH_STAMP_LINES - 1, PATH_STAMPS_PER_LINE - 1)
+        );
+    }
 
     fn covered(range: AsRange, asn: u32) -> bool {
         as_range_prefixes(range).any(|(len, first)| {

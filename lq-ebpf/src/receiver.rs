@@ -24,8 +24,9 @@ use lq_common::{
     maps::{
         AS_PLAN_PREFIX_CAPACITY, AS_QUALIFIED_YES, COUNTER_COUNT, Counter, EVENT_RING_BYTES,
         EVENT_SLOTS, NEIGHBOR_CAPACITY, NO_SLOT, NeighborKey, NeighborValue, PATH_FLAG_DIAGNOSTICS,
-        PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC, PATH_SLOT_PROBES, PATH_TABLE_CAPACITY, PathEvent,
-        PathKey, PathSlot, PathValue, ReceiverConfig, path_slot_index,
+        PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC, PATH_SLOT_PROBES, PATH_STAMP_LINES,
+        PATH_TABLE_CAPACITY, PathEvent, PathKey, PathSlot, PathStampLine, PathValue,
+        ReceiverConfig, path_slot_index, path_stamp, path_stamp_at,
     },
     receive::neighbor_failed,
     wire::{
@@ -42,6 +43,15 @@ use lq_common::{
 static LQ_PATHS: Array<
     PathSlot,
     { PATH_TABLE_CAPACITY as usize },
+    { aya_ebpf::bindings::BPF_F_MMAPABLE as usize },
+> = Array::new();
+
+/// Every slot's refresh stamp, 32 to a cache line (`lq_common::maps::PathStampLine` says
+/// why): written after the slot, memory-mappable like the table.
+#[btf_map]
+static LQ_PATH_STAMPS: Array<
+    PathStampLine,
+    { PATH_STAMP_LINES as usize },
     { aya_ebpf::bindings::BPF_F_MMAPABLE as usize },
 > = Array::new();
 
@@ -452,6 +462,7 @@ fn place_in_slot(key: &PathKey, value: &PathValue, probe: u32) -> Option<Placed>
         slot.key = *key;
         slot.value = *value;
         slot.used = 1;
+        stamp(index, value.last_update_ns);
         return Some(Placed {
             changed: true,
             claimed: true,
@@ -461,6 +472,7 @@ fn place_in_slot(key: &PathKey, value: &PathValue, probe: u32) -> Option<Placed>
     if slot.key == *key {
         let changed = slot.value.lqs != value.lqs || slot.value.cl != value.cl;
         slot.value = *value;
+        stamp(index, value.last_update_ns);
         return Some(Placed {
             changed,
             claimed: false,
@@ -468,6 +480,17 @@ fn place_in_slot(key: &PathKey, value: &PathValue, probe: u32) -> Option<Placed>
         });
     }
     None
+}
+
+/// Writes slot `index`'s refresh stamp, after its row.
+#[inline(always)]
+fn stamp(index: u32, now_ns: u64) {
+    let (line, i) = path_stamp_at(index);
+    if let Some(p) = LQ_PATH_STAMPS.get_ptr_mut(line) {
+        // SAFETY: an element of the array map, alive as long as the map; `i` is below
+        // PATH_STAMPS_PER_LINE by construction (a mask).
+        unsafe { (*p).stamps[i] = path_stamp(now_ns) };
+    }
 }
 
 /// The state of one key's collision probes (bpf_loop context).

@@ -25,8 +25,8 @@ use aya::maps::{Array as BpfArray, HashMap as BpfHashMap, Map, MapData, RingBuf}
 use lq_common::{
     maps::{
         COUNTER_COUNT, Counter, EVENT_SLOTS, NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NO_SLOT, NeighborKey,
-        NeighborValue, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey, PathSlot,
-        PathValue, ReceiverConfig,
+        NeighborValue, PATH_STAMP_MAP, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey,
+        PathSlot, PathStampLine, PathValue, ReceiverConfig, path_stamp, path_stamp_at,
     },
     receive::{Counters, ReceiveTables, TableFull, Verdict, process_frame},
     wire::{
@@ -880,6 +880,7 @@ struct Phase<'a> {
 /// The kernel maps, opened from their pins, for per-key lookups.
 struct KernelMaps {
     paths: BpfArray<MapData, PathSlot>,
+    stamps: BpfArray<MapData, PathStampLine>,
     neighbors: BpfHashMap<MapData, NeighborKey, NeighborValue>,
 }
 
@@ -889,6 +890,7 @@ impl KernelMaps {
         let open = |name: &str| MapData::from_pin(dir.join(name)).expect("open pinned map");
         Self {
             paths: BpfArray::try_from(Map::Array(open(PATH_TABLE_MAP))).unwrap(),
+            stamps: BpfArray::try_from(Map::Array(open(PATH_STAMP_MAP))).unwrap(),
             neighbors: BpfHashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP))).unwrap(),
         }
     }
@@ -1100,14 +1102,25 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
                 fail(&format!("neighbor {k:?}: reference {rv:?}, kernel {kv:?}"));
             }
         }
-        // Slot by slot: the same key in the same slot with the same value.
+        // Slot by slot: the same key in the same slot with the same value, and the slot's
+        // refresh stamp from the time the kernel wrote into it.
         for (k, slot) in &tables.touched_paths {
-            let kv = kmaps
+            let ks = kmaps
                 .paths
                 .get(&(*slot as u32), 0)
                 .ok()
-                .filter(|s| s.used != 0 && s.key == *k)
-                .map(|s| strip_path(s.value));
+                .filter(|s| s.used != 0 && s.key == *k);
+            if let Some(ks) = ks {
+                let (line, at) = path_stamp_at(*slot as u32);
+                let stamp = kmaps.stamps.get(&line, 0).ok().map(|l| l.stamps[at]);
+                if stamp != Some(path_stamp(ks.value.last_update_ns)) {
+                    fail(&format!(
+                        "path {k:?} in slot {slot}: stamp {stamp:?}, written at {} ns",
+                        ks.value.last_update_ns
+                    ));
+                }
+            }
+            let kv = ks.map(|s| strip_path(s.value));
             let rv = tables.paths.get(k).map(strip_path);
             if kv != rv {
                 fail(&format!(

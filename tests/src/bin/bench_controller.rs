@@ -1098,6 +1098,7 @@ impl Reweight {
         let t0 = Instant::now();
         let snap =
             PathSnapshot::from_map(&table, now, self.cfg.dead_interval_ns(), &BTreeSet::new());
+        let ta = Instant::now();
         let report = compute_groups(
             &self.cfg,
             &self.mapping,
@@ -1105,7 +1106,15 @@ impl Reweight {
             &snap,
             self.keys.iter(),
         );
+        let tb = Instant::now();
         let apps = self.wc.update(&report, now);
+        let tc = Instant::now();
+        eprintln!(
+            "TMP snap {:?} groups {:?} update {:?}",
+            ta - t0,
+            tb - ta,
+            tc - tb
+        );
         let msgs: Vec<NexthopMsg> = apps
             .iter()
             .map(|(k, app)| {

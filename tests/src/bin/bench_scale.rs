@@ -231,6 +231,14 @@ fn bpftool(args: &[&str]) -> Result<Value> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
+/// The group replaces lqd has done (0 when it does not answer).
+fn group_replaces(lqd: &Lqd) -> u64 {
+    lqd.show("weights")
+        .ok()
+        .and_then(|w| w["group-replaces"].as_u64())
+        .unwrap_or(0)
+}
+
 /// Groups lqd has programmed with all 64 members.
 fn full_groups(lqd: &Lqd) -> usize {
     lqd.show("weights").ok().map_or(0, |w| {
@@ -313,29 +321,32 @@ fn measure(lqd: &Lqd, pid: u32, before: &BTreeSet<u32>, sent: &AtomicU64) -> Res
     let (mut leaf, mut lqd_pct, mut xdp_pct, mut machine, mut rate, mut rss) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     for w in 0..WINDOWS {
-        let (cpu0, (rt0, rc0), (busy0, tot0), s0, wall0) = (
+        let (cpu0, (rt0, rc0), (busy0, tot0), s0, g0, wall0) = (
             process_cpu_ns(pid)?,
             program_stats(prog)?,
             machine_jiffies()?,
             sent.load(Ordering::Relaxed),
+            group_replaces(lqd),
             Instant::now(),
         );
         std::thread::sleep(WINDOW);
-        let (cpu1, (rt1, rc1), (busy1, tot1), s1) = (
+        let (cpu1, (rt1, rc1), (busy1, tot1), s1, g1) = (
             process_cpu_ns(pid)?,
             program_stats(prog)?,
             machine_jiffies()?,
             sent.load(Ordering::Relaxed),
+            group_replaces(lqd),
         );
         let wall = wall0.elapsed().as_nanos() as f64;
         let l = (cpu1 - cpu0) as f64 / wall * 100.0;
         let x = (rt1 - rt0).as_nanos() as f64 / wall * 100.0;
         let runs = (rc1 - rc0) as f64 / (wall / 1e9);
         let sent_rate = (s1 - s0) as f64 / (wall / 1e9);
+        let replaces = g1.saturating_sub(g0) as f64 / (wall / 1e9);
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         let m = (busy1 - busy0) as f64 / (tot1 - tot0).max(1) as f64 * cpus * 100.0;
         eprintln!(
-            "window {}: lqd {l:.2} % + XDP {x:.2} % of a core ({runs:.0} runs/s, {sent_rate:.0} datagrams/s sent); machine busy {m:.0} % of one core",
+            "window {}: lqd {l:.2} % + XDP {x:.2} % of a core ({runs:.0} runs/s, {sent_rate:.0} datagrams/s sent, {replaces:.0} group replaces/s); machine busy {m:.0} % of one core",
             w + 1
         );
         leaf.push(l + x);

@@ -4,53 +4,60 @@
 //! A leaf of a 64 x 512 fabric holds 32 768 entries and its spines rewrite every one of them
 //! every T_notify; reading them all and rebuilding the [`PathSnapshot`] at every step made
 //! a step O(table) and, at a step every few milliseconds, most of a core. Here a step reads
-//! only the rows of the spines that can have moved:
+//! only the rows that can have moved:
 //!
 //! * the rows named by the receiver's change events (an accepted datagram that changed an
 //!   entry's LQS or CL names up to `EVENT_SLOTS` of them by slot), or every row of the
 //!   sender when the event names none (more changes than it has room for);
-//! * spines whose oldest live entry reaches the end of its dead interval (section 6.5:
-//!   an entry not refreshed by then counts as LQS 0 / CL 7; a refresh that changes nothing
-//!   sends no event, so the row is read to see whether it was refreshed);
+//! * rows that may have aged (section 6.5: an entry not refreshed for a dead interval
+//!   counts as LQS 0 / CL 7; a refresh that changes nothing sends no event). The receiver
+//!   stamps every slot it writes in a compact array ([`lq_common::maps::PathStampLine`]);
+//!   once the oldest live entry reaches the end of its dead interval, a sweep reads every
+//!   row's stamp in slot order (4 096 cache lines for the whole table) and reads a row
+//!   only when its stamp has not moved since its refresh time as known. A moved stamp
+//!   raises the known refresh time to the stamp's (a lower bound, at most 1.05 ms early);
+//!   an entry is aged only after its row says so. Without stamps (pins of an older lqd)
+//!   the sweep reads every row whose known refresh time has reached its dead interval;
 //! * the expired entries themselves, alone, at every step (a refresh that revives one
 //!   sends no event either);
 //! * spines that failed or recovered by heartbeat since the last step.
 //!
 //! The snapshot is updated in place, and the remote nodes whose effective entries changed
 //! are returned: only their groups are recomputed. What changes without an event (an
-//! entry's available bandwidth, its diagnostics) is read with the spine's next ageing
-//! read, within a dead interval; the integral weight function, which reads those, has the
-//! caller name every spine heard from since the last step. The set of keys changes only when the
+//! entry's available bandwidth, its diagnostics) is read when its spine is named or at the
+//! next full read; the integral weight function, which reads those, has the caller name
+//! every spine heard from since the last step. The set of keys changes only when the
 //! receiver claims a slot; the caller then [`PathMirror::rebuild`]s from a full read.
 //!
-//! Pure: rows are read through a closure, time is an input.
+//! Pure: rows and stamps are read through [`TableRows`], time is an input.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lq_common::maps::{PathKey, PathValue};
+use lq_common::maps::{PathKey, PathValue, path_stamp, path_stamp_time_ns};
 
 use super::heartbeat::entry_expired;
 use super::path_quality::{NodeId, PathSnapshot, effective_entry, node, remote_order};
 
-/// The rows of one spine and when they must be read again.
-#[derive(Clone, Debug, Default)]
-struct SpineRows {
-    /// Positions of its entries in [`PathMirror::entries`].
-    positions: Vec<u32>,
-    due: Due,
+/// Where a refresh reads the table.
+pub trait TableRows {
+    /// The entry now in the row at `position` (the mirror's order); `None` when it cannot
+    /// be read.
+    fn row(&mut self, position: usize) -> Option<(PathKey, PathValue)>;
+
+    /// Calls `f(position, stamp)` with every row's refresh stamp
+    /// ([`lq_common::maps::path_stamp`] of its last write), in the order cheapest to read;
+    /// `false`, without calling it, when the table keeps no stamps.
+    fn stamps(&mut self, f: &mut dyn FnMut(usize, u16)) -> bool {
+        let _ = f;
+        false
+    }
 }
 
-/// When a spine's rows must be read again, besides a change event.
-#[derive(Clone, Debug, Default)]
-struct Due {
-    /// The oldest refresh time among its live entries (as last read): once that entry's
-    /// dead interval has passed, the rows are read again.
-    oldest_live_ns: Option<u64>,
-    /// Positions of the entries that had expired at the last read (their spine not
-    /// failed): read again, alone, at every step; a refresh that changes nothing sends no
-    /// event. (A spine that stopped advertising a remote node keeps its slot for ever:
-    /// that row, not the spine's 512, is read at every step.)
-    expired: Vec<u32>,
+/// Rows read by a closure; no stamps.
+impl<F: FnMut(usize) -> Option<(PathKey, PathValue)>> TableRows for F {
+    fn row(&mut self, position: usize) -> Option<(PathKey, PathValue)> {
+        self(position)
+    }
 }
 
 /// What a [`PathMirror::refresh`] did.
@@ -58,6 +65,8 @@ struct Due {
 pub struct Refresh {
     /// Rows read.
     pub rows_read: usize,
+    /// Stamps read by an ageing sweep (0 when none was due).
+    pub stamps_read: usize,
     /// Remote nodes with an entry whose effective values changed.
     pub changed_remotes: BTreeSet<NodeId>,
     /// A row no longer held the key it held at the last rebuild (or could not be read):
@@ -65,21 +74,49 @@ pub struct Refresh {
     pub stale: bool,
 }
 
+/// Per row (by position) what the ageing sweep needs, kept beside `entries` so that a
+/// sweep touches no key.
+#[derive(Clone, Copy, Debug, Default)]
+struct RowState {
+    /// Its spine's index in [`PathMirror::spines`].
+    spine: u32,
+    /// The stamp of its refresh time as known (from the row or the last sweep).
+    stamp: u16,
+    /// In [`PathMirror::expired`].
+    expired: bool,
+}
+
+/// One spine's rows and whether it has failed by heartbeat.
+#[derive(Clone, Debug, Default)]
+struct SpineRows {
+    node: NodeId,
+    /// Positions of its entries in [`PathMirror::entries`].
+    positions: Vec<u32>,
+    failed: bool,
+}
+
 /// The path table as the control step sees it; see the module documentation.
 #[derive(Clone, Debug, Default)]
 pub struct PathMirror {
     /// Every entry, sorted by [`remote_order`]; a position is also the entry's position in
-    /// `snapshot`.
+    /// `snapshot`. A refresh time is exact after a row read, a lower bound after a sweep.
     entries: Vec<(PathKey, PathValue)>,
+    rows: Vec<RowState>,
     snapshot: PathSnapshot,
-    spines: BTreeMap<NodeId, SpineRows>,
-    /// The failed spines the snapshot was last computed with.
-    failed: BTreeSet<NodeId>,
+    spines: Vec<SpineRows>,
+    spine_index: BTreeMap<NodeId, u32>,
+    /// Positions of the entries of live spines that had expired at their last read: read
+    /// again, alone, at every step. (A spine that stopped advertising a remote node keeps
+    /// its slot for ever: that row, not the spine's 512, is read at every step.)
+    expired: Vec<u32>,
+    /// The oldest known refresh time among the live entries of live spines: the next
+    /// ageing sweep is due once its dead interval has passed.
+    oldest_live_ns: Option<u64>,
 }
 
 impl PathMirror {
     /// Every entry, sorted by [`remote_order`], refresh times raised to `not_before_ns` as of
-    /// the last read.
+    /// the last read (a sweep's lower bound for rows it did not read).
     pub fn entries(&self) -> &[(PathKey, PathValue)] {
         &self.entries
     }
@@ -101,209 +138,215 @@ impl PathMirror {
         failed: &BTreeSet<NodeId>,
     ) {
         entries.sort_unstable_by_key(|e| remote_order(&e.0));
+        self.rows.clear();
         for (_, v) in &mut entries {
+            self.rows.push(RowState {
+                stamp: path_stamp(v.last_update_ns),
+                ..RowState::default()
+            });
             v.last_update_ns = v.last_update_ns.max(not_before_ns);
         }
         self.snapshot =
             PathSnapshot::from_entries(entries.iter().copied(), now_ns, dead_interval_ns, failed);
         self.spines.clear();
-        for (i, (k, v)) in entries.iter().enumerate() {
+        self.spine_index.clear();
+        for (i, (k, _)) in entries.iter().enumerate() {
             let spine = node(k.spine_as, k.spine_id);
-            let rows = self.spines.entry(spine).or_default();
-            rows.positions.push(i as u32);
-            note_entry(
-                &mut rows.due,
-                i as u32,
-                v,
-                failed.contains(&spine),
-                now_ns,
-                dead_interval_ns,
-            );
+            let index = *self.spine_index.entry(spine).or_insert_with(|| {
+                self.spines.push(SpineRows {
+                    node: spine,
+                    positions: Vec::new(),
+                    failed: failed.contains(&spine),
+                });
+                self.spines.len() as u32 - 1
+            });
+            self.spines[index as usize].positions.push(i as u32);
+            self.rows[i].spine = index;
         }
         self.entries = entries;
-        self.failed = failed.clone();
+        self.expired.clear();
+        self.oldest_live_ns = None;
+        for p in 0..self.entries.len() {
+            self.note(p, now_ns, dead_interval_ns);
+        }
     }
 
-    /// Reads again the rows that can have moved (module documentation) through `read`
-    /// (position -> the entry now in that row) and updates the snapshot in place: every row
-    /// of the spines in `named`, the rows at the positions in `named_rows`.
-    #[allow(clippy::too_many_arguments)] // the step's inputs, each a different kind
+    /// Reads again the rows that can have moved (module documentation) from `table` and
+    /// updates the snapshot in place: every row of the spines in `named`, the rows at the
+    /// positions in `named_rows`, the expired rows, and the rows an ageing sweep finds
+    /// unrefreshed.
     pub fn refresh(
         &mut self,
         named: &BTreeSet<NodeId>,
         named_rows: &[u32],
-        not_before_ns: u64,
-        now_ns: u64,
-        dead_interval_ns: u64,
+        clock: RefreshClock,
         failed: &BTreeSet<NodeId>,
-        mut read: impl FnMut(usize) -> Option<(PathKey, PathValue)>,
+        table: &mut impl TableRows,
     ) -> Refresh {
-        let mut due: BTreeSet<NodeId> = named
+        let mut out = Refresh::default();
+        // Spines read in full: named ones, and those that failed or recovered.
+        let mut full: BTreeSet<u32> = named
             .iter()
-            .filter(|s| self.spines.contains_key(s))
-            .copied()
+            .filter_map(|s| self.spine_index.get(s).copied())
             .collect();
-        due.extend(failed.symmetric_difference(&self.failed).copied());
-        let mut expired_only: Vec<NodeId> = Vec::new();
-        for (spine, rows) in &self.spines {
-            let aged = rows
-                .due
-                .oldest_live_ns
-                .is_some_and(|t| entry_expired(t, now_ns, dead_interval_ns));
-            if aged {
-                due.insert(*spine);
-            } else if !rows.due.expired.is_empty() && !due.contains(spine) {
-                expired_only.push(*spine);
+        for (i, spine) in self.spines.iter_mut().enumerate() {
+            let now_failed = failed.contains(&spine.node);
+            if now_failed != spine.failed {
+                spine.failed = now_failed;
+                full.insert(i as u32);
             }
         }
-        self.failed = failed.clone();
-        let mut out = Refresh::default();
-        let clock = Clock {
-            not_before_ns,
-            now_ns,
-            dead_ns: dead_interval_ns,
-        };
-        // The named rows of the spines not read in full below, first (a row read in full
-        // later in this step would only be read twice).
+        // The named rows of the spines not read in full below (a row read in full later in
+        // this step would only be read twice).
         for &p32 in named_rows {
             let p = p32 as usize;
-            let Some((key, _)) = self.entries.get(p) else {
+            let Some(row) = self.rows.get(p) else {
                 out.stale = true;
                 continue;
             };
-            let spine = node(key.spine_as, key.spine_id);
-            if due.contains(&spine) {
+            if full.contains(&row.spine) {
                 continue;
             }
-            let spine_failed = failed.contains(&spine);
-            let Some(v) = reread(
-                &mut self.entries,
-                &mut self.snapshot,
-                &mut out,
-                p,
-                spine_failed,
-                &clock,
-                &mut read,
-            ) else {
-                continue;
-            };
-            // Its spine's schedule stays: the row's refresh is newer than the oldest one
-            // it knew. An expired row (not expected right after a change) joins the rows
-            // read at every step.
-            if !spine_failed
-                && entry_expired(v.last_update_ns, now_ns, dead_interval_ns)
-                && let Some(rows) = self.spines.get_mut(&spine)
-                && !rows.due.expired.contains(&p32)
-            {
-                rows.due.expired.push(p32);
+            self.read_row(p, &clock, table, &mut out);
+        }
+        for s in &full {
+            let positions = std::mem::take(&mut self.spines[*s as usize].positions);
+            for &p in &positions {
+                self.read_row(p as usize, &clock, table, &mut out);
+            }
+            self.spines[*s as usize].positions = positions;
+        }
+        // The expired rows, alone (those read above already are noted again).
+        let expired = std::mem::take(&mut self.expired);
+        for &p in &expired {
+            self.rows[p as usize].expired = false;
+        }
+        for &p in &expired {
+            let spine = self.rows[p as usize].spine;
+            if !full.contains(&spine) && !self.spines[spine as usize].failed {
+                self.read_row(p as usize, &clock, table, &mut out);
             }
         }
-        // All rows of the spines due; only the expired rows of the others.
-        let work = due
-            .into_iter()
-            .map(|s| (s, true))
-            .chain(expired_only.into_iter().map(|s| (s, false)));
-        for (spine, all) in work {
-            let Some(rows) = self.spines.get_mut(&spine) else {
-                continue;
-            };
-            let spine_failed = failed.contains(&spine);
-            let (positions, mut due) = if all {
-                (rows.positions.clone(), Due::default())
-            } else {
-                // The live rows keep their schedule; the expired ones are read again.
-                let expired = std::mem::take(&mut rows.due.expired);
-                (
-                    expired,
-                    Due {
-                        oldest_live_ns: rows.due.oldest_live_ns,
-                        expired: Vec::new(),
-                    },
-                )
-            };
-            for p32 in positions {
-                if let Some(v) = reread(
-                    &mut self.entries,
-                    &mut self.snapshot,
-                    &mut out,
-                    p32 as usize,
-                    spine_failed,
-                    &clock,
-                    &mut read,
-                ) {
-                    note_entry(&mut due, p32, &v, spine_failed, now_ns, dead_interval_ns);
-                }
-            }
-            rows.due = due;
+        // The ageing sweep, once the oldest live entry may have aged.
+        if self
+            .oldest_live_ns
+            .is_some_and(|t| entry_expired(t, clock.now_ns, clock.dead_ns))
+        {
+            self.sweep(&clock, table, &mut out);
         }
         out
+    }
+
+    /// The ageing sweep (module documentation): raises known refresh times from the
+    /// stamps, reads the rows that may have aged, and sets the next sweep's time.
+    fn sweep(&mut self, clock: &RefreshClock, table: &mut impl TableRows, out: &mut Refresh) {
+        let mut may_have_aged: Vec<u32> = Vec::new();
+        let (entries, rows, spines) = (&mut self.entries, &mut self.rows, &self.spines);
+        let mut oldest: Option<u64> = None;
+        let mut stamps_read = 0;
+        let n = entries.len();
+        let mut judge = |p: usize, stamp: Option<u16>| {
+            let (Some(row), Some(entry)) = (rows.get_mut(p), entries.get_mut(p)) else {
+                return;
+            };
+            if row.expired || spines[row.spine as usize].failed {
+                return;
+            }
+            let v = &mut entry.1;
+            if let Some(s) = stamp
+                && s != row.stamp
+            {
+                row.stamp = s;
+                v.last_update_ns = v
+                    .last_update_ns
+                    .max(path_stamp_time_ns(s, clock.now_ns))
+                    .max(clock.not_before_ns);
+            }
+            if entry_expired(v.last_update_ns, clock.now_ns, clock.dead_ns) {
+                may_have_aged.push(p as u32);
+            } else {
+                oldest = Some(oldest.map_or(v.last_update_ns, |t| t.min(v.last_update_ns)));
+            }
+        };
+        let stamped = table.stamps(&mut |p, s| {
+            stamps_read += 1;
+            judge(p, Some(s));
+        });
+        if !stamped {
+            for p in 0..n {
+                judge(p, None);
+            }
+        }
+        out.stamps_read += stamps_read;
+        self.oldest_live_ns = oldest;
+        for p in may_have_aged {
+            self.read_row(p as usize, clock, table, out);
+        }
+    }
+
+    /// Reads the row at `p` again into `entries` and the snapshot, naming its remote node
+    /// in `out` when its effective values moved, and notes it for ageing; `out.stale` when
+    /// the row no longer holds the key it held at the last rebuild.
+    fn read_row(
+        &mut self,
+        p: usize,
+        clock: &RefreshClock,
+        table: &mut impl TableRows,
+        out: &mut Refresh,
+    ) {
+        let (Some(entry), Some(row)) = (self.entries.get_mut(p), self.rows.get_mut(p)) else {
+            out.stale = true;
+            return;
+        };
+        match table.row(p) {
+            Some((k, mut v)) if k == entry.0 => {
+                row.stamp = path_stamp(v.last_update_ns);
+                v.last_update_ns = v.last_update_ns.max(clock.not_before_ns);
+                entry.1 = v;
+            }
+            _ => {
+                out.stale = true;
+                return;
+            }
+        }
+        out.rows_read += 1;
+        let (k, v) = *entry;
+        let spine_failed = self.spines[row.spine as usize].failed;
+        let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
+        if self.snapshot.update_at(p, lqs, signal) {
+            out.changed_remotes.insert(node(k.remote_as, k.remote_id));
+        }
+        self.note(p, clock.now_ns, clock.dead_ns);
+    }
+
+    /// Folds the entry at `p` into the ageing schedule: an expired one joins the rows read
+    /// at every step, a live one may be the oldest. A failed spine's entries come back
+    /// with the spine (its recovery reads them).
+    fn note(&mut self, p: usize, now_ns: u64, dead_ns: u64) {
+        let row = &mut self.rows[p];
+        if self.spines[row.spine as usize].failed {
+            return;
+        }
+        let t = self.entries[p].1.last_update_ns;
+        if entry_expired(t, now_ns, dead_ns) {
+            if !row.expired {
+                row.expired = true;
+                self.expired.push(p as u32);
+            }
+        } else {
+            self.oldest_live_ns = Some(self.oldest_live_ns.map_or(t, |o| o.min(t)));
+        }
     }
 }
 
 /// The times a refresh judges rows by.
-struct Clock {
+#[derive(Clone, Copy, Debug)]
+pub struct RefreshClock {
     /// Refresh times older than this are raised to it (lqd's start).
-    not_before_ns: u64,
-    now_ns: u64,
-    dead_ns: u64,
-}
-
-/// Reads the row at `p` again through `read` into `entries` and the snapshot, naming its
-/// remote node in `out` when its effective values moved. `None` (and `out.stale`) when
-/// the row no longer holds the key it held at the last rebuild.
-fn reread(
-    entries: &mut [(PathKey, PathValue)],
-    snapshot: &mut PathSnapshot,
-    out: &mut Refresh,
-    p: usize,
-    spine_failed: bool,
-    clock: &Clock,
-    read: &mut impl FnMut(usize) -> Option<(PathKey, PathValue)>,
-) -> Option<PathValue> {
-    let Some(entry) = entries.get_mut(p) else {
-        out.stale = true;
-        return None;
-    };
-    match read(p) {
-        Some((k, mut v)) if k == entry.0 => {
-            v.last_update_ns = v.last_update_ns.max(clock.not_before_ns);
-            entry.1 = v;
-        }
-        _ => {
-            out.stale = true;
-            return None;
-        }
-    }
-    out.rows_read += 1;
-    let (k, v) = *entry;
-    let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
-    if snapshot.update_at(p, lqs, signal) {
-        out.changed_remotes.insert(node(k.remote_as, k.remote_id));
-    }
-    Some(v)
-}
-
-/// Folds the entry at `position` into its spine's read schedule.
-fn note_entry(
-    due: &mut Due,
-    position: u32,
-    v: &PathValue,
-    spine_failed: bool,
-    now_ns: u64,
-    dead: u64,
-) {
-    if spine_failed {
-        // Its entries come back with the spine (a heartbeat recovery reads them).
-        return;
-    }
-    if entry_expired(v.last_update_ns, now_ns, dead) {
-        due.expired.push(position);
-    } else {
-        due.oldest_live_ns = Some(
-            due.oldest_live_ns
-                .map_or(v.last_update_ns, |t| t.min(v.last_update_ns)),
-        );
-    }
+    pub not_before_ns: u64,
+    pub now_ns: u64,
+    /// miss_count x T_notify (6.5).
+    pub dead_ns: u64,
 }
 
 #[cfg(test)]
@@ -313,6 +356,14 @@ mod tests {
 
     const MS: u64 = 1_000_000;
     const DEAD: u64 = 60 * MS;
+
+    fn clock(not_before_ns: u64, now_ns: u64) -> RefreshClock {
+        RefreshClock {
+            not_before_ns,
+            now_ns,
+            dead_ns: DEAD,
+        }
+    }
 
     /// A table of `spines` x `remotes`, entry LQS `lqs(spine, remote)`, refreshed at `at`,
     /// in [`remote_order`] (the order of the kernel's known rows, so a row's position is
@@ -355,18 +406,26 @@ mod tests {
                 }
             }
         }
-        let r = m.refresh(&[node(0, 2)].into(), &[], 0, 20 * MS, DEAD, &none, |p| {
-            kernel.get(p).copied()
-        });
+        let r = m.refresh(
+            &[node(0, 2)].into(),
+            &[],
+            clock(0, 20 * MS),
+            &none,
+            &mut |p: usize| kernel.get(p).copied(),
+        );
         assert_eq!(r.rows_read, 8, "one spine's rows");
         assert_eq!(r.changed_remotes, [node(0, 103)].into());
         assert!(!r.stale);
         assert_eq!(m.snapshot().links(node(0, 2), node(0, 103)), &[(7, 50)]);
         assert_same_as_rebuild(&m, 20 * MS, &none);
         // Nothing named, nothing due: no read at all.
-        let r = m.refresh(&BTreeSet::new(), &[], 0, 30 * MS, DEAD, &none, |_| {
-            panic!("no row is due")
-        });
+        let r = m.refresh(
+            &BTreeSet::new(),
+            &[],
+            clock(0, 30 * MS),
+            &none,
+            &mut |_: usize| panic!("no row is due"),
+        );
         assert_eq!(r, Refresh::default());
     }
 
@@ -386,28 +445,42 @@ mod tests {
             }
         }
         let mut read = Vec::new();
-        let r = m.refresh(&BTreeSet::new(), &rows, 0, 20 * MS, DEAD, &none, |p| {
-            read.push(p);
-            kernel.get(p).copied()
-        });
+        let r = m.refresh(
+            &BTreeSet::new(),
+            &rows,
+            clock(0, 20 * MS),
+            &none,
+            &mut |p: usize| {
+                read.push(p);
+                kernel.get(p).copied()
+            },
+        );
         assert_eq!(r.rows_read, 2, "the named rows alone");
         assert_eq!(read.len(), 2);
         assert_eq!(r.changed_remotes, [node(0, 103), node(0, 105)].into());
         assert_eq!(m.snapshot().links(node(0, 2), node(0, 103)), &[(7, 42)]);
         assert_same_as_rebuild(&m, 20 * MS, &none);
         // A named row of a spine read in full is read once.
-        let r = m.refresh(&[node(0, 2)].into(), &rows, 0, 20 * MS, DEAD, &none, |p| {
-            kernel.get(p).copied()
-        });
+        let r = m.refresh(
+            &[node(0, 2)].into(),
+            &rows,
+            clock(0, 20 * MS),
+            &none,
+            &mut |p: usize| kernel.get(p).copied(),
+        );
         assert_eq!(
             r.rows_read,
             8 + 1,
             "spine 2's eight rows and spine 3's named one"
         );
         // A named position past the table: the caller must rebuild.
-        let r = m.refresh(&BTreeSet::new(), &[999], 0, 20 * MS, DEAD, &none, |p| {
-            kernel.get(p).copied()
-        });
+        let r = m.refresh(
+            &BTreeSet::new(),
+            &[999],
+            clock(0, 20 * MS),
+            &none,
+            &mut |p: usize| kernel.get(p).copied(),
+        );
         assert!(r.stale);
     }
 
@@ -428,9 +501,13 @@ mod tests {
         let mut expired_at = None;
         for t in (20..=120).step_by(10) {
             refresh(&mut kernel, t * MS);
-            let r = m.refresh(&BTreeSet::new(), &[], 0, t * MS, DEAD, &none, |p| {
-                kernel.get(p).copied()
-            });
+            let r = m.refresh(
+                &BTreeSet::new(),
+                &[],
+                clock(0, t * MS),
+                &none,
+                &mut |p: usize| kernel.get(p).copied(),
+            );
             if r.changed_remotes.contains(&node(0, 101)) && expired_at.is_none() {
                 expired_at = Some(t);
             }
@@ -446,9 +523,13 @@ mod tests {
                 v.last_update_ns = 125 * MS;
             }
         }
-        let r = m.refresh(&BTreeSet::new(), &[], 0, 130 * MS, DEAD, &none, |p| {
-            kernel.get(p).copied()
-        });
+        let r = m.refresh(
+            &BTreeSet::new(),
+            &[],
+            clock(0, 130 * MS),
+            &none,
+            &mut |p: usize| kernel.get(p).copied(),
+        );
         assert_eq!(r.changed_remotes, [node(0, 101)].into());
         assert_eq!(m.snapshot().links(node(0, 1), node(0, 101)), &[(7, 200)]);
     }
@@ -470,9 +551,13 @@ mod tests {
                     }
                 }
             }
-            let r = m.refresh(&BTreeSet::new(), &[], 0, t * MS, DEAD, &none, |p| {
-                kernel.get(p).copied()
-            });
+            let r = m.refresh(
+                &BTreeSet::new(),
+                &[],
+                clock(0, t * MS),
+                &none,
+                &mut |p: usize| kernel.get(p).copied(),
+            );
             assert!(!r.stale);
             reads.push((t, r.rows_read));
             assert_same_as_rebuild(&m, t * MS, &none);
@@ -485,26 +570,121 @@ mod tests {
         assert!(reads.iter().all(|(_, n)| *n <= 8), "{reads:?}");
     }
 
+    /// A table with the receiver's refresh stamps, counting the rows read.
+    struct Stamped<'k> {
+        kernel: &'k [(PathKey, PathValue)],
+        rows_read: usize,
+    }
+
+    impl TableRows for Stamped<'_> {
+        fn row(&mut self, p: usize) -> Option<(PathKey, PathValue)> {
+            self.rows_read += 1;
+            self.kernel.get(p).copied()
+        }
+
+        fn stamps(&mut self, f: &mut dyn FnMut(usize, u16)) -> bool {
+            for (p, (_, v)) in self.kernel.iter().enumerate() {
+                f(p, path_stamp(v.last_update_ns));
+            }
+            true
+        }
+    }
+
+    #[test]
+    fn with_stamps_a_refreshed_table_ages_without_row_reads() {
+        let mut kernel = table(4, 8, 10 * MS, |_, _| 200);
+        let mut m = PathMirror::default();
+        let none = BTreeSet::new();
+        m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &none);
+        // Every entry refreshed every 20 ms without a change (no events), spines 7 ms
+        // apart, 9 steps a refresh period: sweeps find every stamp moved and read no row.
+        let (mut sweeps, mut rows) = (0, 0);
+        for step in 1..=90u64 {
+            let t = 10 * MS + step * 20 * MS / 9;
+            for (k, v) in &mut kernel {
+                let phase = u64::from(k.spine_id) * 7 * MS;
+                if t > phase {
+                    v.last_update_ns = t - (t - phase) % (20 * MS);
+                }
+            }
+            let mut table = Stamped {
+                kernel: &kernel,
+                rows_read: 0,
+            };
+            let r = m.refresh(&BTreeSet::new(), &[], clock(0, t), &none, &mut table);
+            assert!(!r.stale && r.changed_remotes.is_empty(), "{t}: {r:?}");
+            sweeps += usize::from(r.stamps_read > 0);
+            rows += table.rows_read;
+            assert_same_as_rebuild(&m, t, &none);
+        }
+        assert_eq!(rows, 0, "no row read for ageing");
+        // 200 ms: a sweep every 40-60 ms (the oldest entry's dead interval), not per step.
+        assert!((3..=5).contains(&sweeps), "{sweeps} sweeps");
+    }
+
+    #[test]
+    fn with_stamps_an_unrefreshed_entry_ages_once_its_row_says_so() {
+        // Written at 10.9 ms: its stamp's lower bound is 10.49 ms (units of 1.05 ms).
+        let mut kernel = table(2, 4, 10_900_000, |_, _| 200);
+        let mut m = PathMirror::default();
+        let none = BTreeSet::new();
+        m.rebuild(kernel.clone(), 0, 11 * MS, DEAD, &none);
+        let mut expired_at = None;
+        let mut reads = Vec::new();
+        for t in (12..=140).map(|ms| ms * MS) {
+            // Spine 1 stops refreshing remote 103; the rest are refreshed every 20 ms.
+            if t % (20 * MS) == 10 * MS {
+                for (k, v) in &mut kernel {
+                    if !(k.spine_id == 1 && k.remote_id == 103) {
+                        v.last_update_ns = t;
+                    }
+                }
+            }
+            let mut table = Stamped {
+                kernel: &kernel,
+                rows_read: 0,
+            };
+            let r = m.refresh(&BTreeSet::new(), &[], clock(0, t), &none, &mut table);
+            if table.rows_read > 0 {
+                reads.push((t / MS, table.rows_read));
+            }
+            if r.changed_remotes.contains(&node(0, 103)) {
+                expired_at.get_or_insert(t / MS);
+            }
+            assert_same_as_rebuild(&m, t, &none);
+        }
+        // Dead after 70.9 ms: seen at the first step after, by reading its row; the
+        // stamp's earlier bound (70.49 ms) read the row at 71 ms without ageing it.
+        assert_eq!(expired_at, Some(71));
+        assert_eq!(m.snapshot().links(node(0, 1), node(0, 103)), &[(7, 0)]);
+        // The rows of the other entries, never: that row alone, at every step after.
+        assert!(reads.iter().all(|(_, n)| *n == 1), "{reads:?}");
+        assert_eq!(reads.first(), Some(&(71, 1)), "{reads:?}");
+        assert_eq!(reads.len(), 140 - 71 + 1, "{reads:?}");
+    }
+
     #[test]
     fn failure_and_recovery_by_heartbeat_reread_the_spine() {
         let kernel = table(3, 4, 10 * MS, |s, r| (s * 10 + r % 10) as u8);
         let mut m = PathMirror::default();
         m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &BTreeSet::new());
         let failed: BTreeSet<NodeId> = [node(0, 3)].into();
-        let r = m.refresh(&BTreeSet::new(), &[], 0, 20 * MS, DEAD, &failed, |p| {
-            kernel.get(p).copied()
-        });
+        let r = m.refresh(
+            &BTreeSet::new(),
+            &[],
+            clock(0, 20 * MS),
+            &failed,
+            &mut |p: usize| kernel.get(p).copied(),
+        );
         assert_eq!(r.rows_read, 4);
         assert_eq!(r.changed_remotes.len(), 4);
         assert_same_as_rebuild(&m, 20 * MS, &failed);
         let r = m.refresh(
             &BTreeSet::new(),
             &[],
-            0,
-            30 * MS,
-            DEAD,
+            clock(0, 30 * MS),
             &BTreeSet::new(),
-            |p| kernel.get(p).copied(),
+            &mut |p: usize| kernel.get(p).copied(),
         );
         assert_eq!(r.changed_remotes.len(), 4);
         assert_same_as_rebuild(&m, 30 * MS, &BTreeSet::new());
@@ -518,21 +698,17 @@ mod tests {
         let r = m.refresh(
             &[node(0, 1)].into(),
             &[],
-            0,
-            20 * MS,
-            DEAD,
+            clock(0, 20 * MS),
             &BTreeSet::new(),
-            |_| Some((key(1, 999, 7), value(1, 20 * MS))),
+            &mut |_: usize| Some((key(1, 999, 7), value(1, 20 * MS))),
         );
         assert!(r.stale);
         let r = m.refresh(
             &[node(0, 1)].into(),
             &[],
-            0,
-            20 * MS,
-            DEAD,
+            clock(0, 20 * MS),
             &BTreeSet::new(),
-            |_| None,
+            &mut |_: usize| None,
         );
         assert!(r.stale);
     }
@@ -547,11 +723,9 @@ mod tests {
         let r = m.refresh(
             &BTreeSet::new(),
             &[],
-            100 * MS,
-            161 * MS,
-            DEAD,
+            clock(100 * MS, 161 * MS),
             &BTreeSet::new(),
-            |p| kernel.get(p).copied(),
+            &mut |p: usize| kernel.get(p).copied(),
         );
         assert_eq!(r.changed_remotes, [node(0, 100)].into());
         assert_eq!(m.snapshot().links(node(0, 1), node(0, 100)), &[(7, 0)]);

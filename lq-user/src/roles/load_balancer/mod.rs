@@ -25,7 +25,7 @@ use crate::{
     core::controller::{
         config::{ControllerConfig, WeightFunction},
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
-        path_mirror::PathMirror,
+        path_mirror::{PathMirror, RefreshClock, TableRows},
         path_quality::{
             Digest, GroupKey, LocalQuality, NnhMapping, PathQualityReport, Prefix, UplinkId,
             compute_some_groups, unused_entries,
@@ -51,6 +51,22 @@ pub use crate::config::GROUP_ID_OFFSET;
 /// The uplinks' interface names, in configuration order.
 fn uplink_interfaces(cfg: &Config) -> Vec<String> {
     cfg.uplink.iter().map(|u| u.interface.clone()).collect()
+}
+
+/// The mirror's view of the pinned table: rows and refresh stamps read in place.
+struct KnownRows<'r>(&'r TableReader);
+
+impl TableRows for KnownRows<'_> {
+    fn row(
+        &mut self,
+        position: usize,
+    ) -> Option<(lq_common::maps::PathKey, lq_common::maps::PathValue)> {
+        self.0.known_entry(position)
+    }
+
+    fn stamps(&mut self, f: &mut dyn FnMut(usize, u16)) -> bool {
+        self.0.for_each_stamp(f)
+    }
 }
 
 /// How often a control step reads every slot of the path table even though the receiver's
@@ -671,11 +687,14 @@ impl LoadBalancer {
             // A row named by several events is read once.
             rows.sort_unstable();
             rows.dedup();
-            let r =
-                self.mirror
-                    .refresh(&named, &rows, self.started_ns, now_ns, dead, &failed, |p| {
-                        reader.known_entry(p)
-                    });
+            let clock = RefreshClock {
+                not_before_ns: self.started_ns,
+                now_ns,
+                dead_ns: dead,
+            };
+            let r = self
+                .mirror
+                .refresh(&named, &rows, clock, &failed, &mut KnownRows(reader));
             if r.stale {
                 rebuild = true;
             } else {

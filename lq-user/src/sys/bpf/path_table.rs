@@ -18,8 +18,9 @@ use aya::{
 };
 use lq_common::maps::{
     AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP,
-    NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent,
-    PathKey, PathSlot, PathValue, ReceiverConfig, XDP_PROGRAM,
+    NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_STAMP_LINES, PATH_STAMP_MAP,
+    PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey, PathSlot, PathStampLine, PathValue,
+    ReceiverConfig, XDP_PROGRAM, path_stamp_at,
 };
 use lq_common::{maps::as_range_prefixes, wire::AsRange};
 
@@ -29,8 +30,9 @@ pub use crate::core::controller::effective::{EffectiveEntry, effective_paths};
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lq"));
 
 /// Maps the receiver pins under its instance folder, so a daemon restart keeps them.
-pub const PINNED_MAPS: [&str; 5] = [
+pub const PINNED_MAPS: [&str; 6] = [
     PATH_TABLE_MAP,
+    PATH_STAMP_MAP,
     NEIGHBOR_MAP,
     COUNTER_MAP,
     CONFIG_MAP,
@@ -433,27 +435,31 @@ fn read_array_batched<V: aya::Pod + Default + Clone>(
     Ok(values)
 }
 
-/// The path table's slots mapped into lqd's memory (the map is `BPF_F_MMAPABLE`): a
-/// control step reads them in place, without a system call and without copying 1.5 MB of
-/// mostly empty slots (issue 15: that copy was most of a step).
-struct SlotMap {
-    ptr: std::ptr::NonNull<PathSlot>,
+/// The first `len` elements of an array map created with `BPF_F_MMAPABLE`, mapped
+/// read-only into lqd's memory: the path table's slots and their refresh stamps. A control
+/// step reads them in place, without a system call and without copying 6 MiB of mostly
+/// empty slots (issue 15: that copy was most of a step).
+struct MappedArray<T> {
+    ptr: std::ptr::NonNull<T>,
     len: usize,
     bytes: usize,
 }
 
 // SAFETY: the mapping is read-only shared memory owned by this value; reading it from
 // another thread is as sound as from this one.
-unsafe impl Send for SlotMap {}
+unsafe impl<T> Send for MappedArray<T> {}
 
-impl SlotMap {
-    /// Maps the first `len` slots of the array map `fd`; fails when the map was created
+impl<T: Copy> MappedArray<T> {
+    /// Maps the first `len` elements of the array map `fd`; fails when the map was created
     /// without `BPF_F_MMAPABLE` (pins of an older lqd), and the caller reads by batch.
+    /// `T`'s size must be the map's value size, a multiple of 8 (the kernel's element
+    /// stride).
     fn new(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> std::io::Result<Self> {
         use std::os::fd::AsRawFd;
+        const { assert!(size_of::<T>().is_multiple_of(8)) };
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let bytes = (len * size_of::<PathSlot>()).div_ceil(page) * page;
+        let bytes = (len * size_of::<T>()).div_ceil(page) * page;
         // SAFETY: a fresh read-only shared mapping of the map's value area; the kernel
         // checks the fd, the length and the map's flags.
         let p = unsafe {
@@ -469,22 +475,38 @@ impl SlotMap {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        let ptr = std::ptr::NonNull::new(p.cast::<PathSlot>())
+        let ptr = std::ptr::NonNull::new(p.cast::<T>())
             .ok_or_else(|| std::io::Error::other("mmap returned a null mapping"))?;
         Ok(Self { ptr, len, bytes })
     }
 
+    /// A pointer to element `i`, `None` past the end. Read it with volatile reads: the XDP
+    /// program writes the elements concurrently.
+    fn at(&self, i: usize) -> Option<*const T> {
+        // SAFETY: i < len, within the mapping (page-aligned base, elements of T's size and
+        // alignment, T plain data: any bytes are a valid value).
+        (i < self.len).then(|| unsafe { self.ptr.as_ptr().add(i) }.cast_const())
+    }
+}
+
+impl<T> Drop for MappedArray<T> {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes) };
+    }
+}
+
+/// The path table's slots, mapped.
+type SlotMap = MappedArray<PathSlot>;
+
+impl SlotMap {
     /// Slot `i`'s entry when the slot is used. Volatile reads: the XDP program writes the
     /// slots concurrently (a slot read while it is written may mix two updates of one
     /// entry, as a batch copy could).
     fn entry(&self, i: usize) -> Option<(PathKey, PathValue)> {
-        if i >= self.len {
-            return None;
-        }
-        // SAFETY: i < len, within the mapping; PathSlot is plain data (any bytes are a
-        // valid value) and suitably aligned (page-aligned base, 48-octet elements).
-        let slot = unsafe { self.ptr.as_ptr().add(i) };
-        // SAFETY: as above; `used` alone first, the whole slot only when used.
+        let slot = self.at(i)?;
+        // SAFETY: a pointer into the mapping (`at`); `used` alone first, the whole slot
+        // only when used.
         let used = unsafe { std::ptr::read_volatile(&raw const (*slot).used) };
         if used == 0 {
             return None;
@@ -500,10 +522,16 @@ impl SlotMap {
     }
 }
 
-impl Drop for SlotMap {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes) };
+/// The slots' refresh stamps, mapped.
+type StampMap = MappedArray<PathStampLine>;
+
+impl StampMap {
+    /// Slot `slot`'s refresh stamp (a volatile read: the XDP program writes it).
+    fn stamp(&self, slot: u32) -> Option<u16> {
+        let (line, i) = path_stamp_at(slot);
+        let line = self.at(line as usize)?;
+        // SAFETY: a pointer into the mapping (`at`); `i` < PATH_STAMPS_PER_LINE.
+        Some(unsafe { std::ptr::read_volatile(&raw const (*line).stamps[i]) })
     }
 }
 
@@ -535,6 +563,8 @@ pub struct TableReader {
     /// `slots`, or in one batched syscall when the map cannot be mapped.
     paths: MapData,
     slots: Option<SlotMap>,
+    /// The slots' refresh stamps, mapped; `None` with the pins of an older lqd.
+    stamps: Option<StampMap>,
     /// The used slots of the last full scan ([`Self::paths_known`]).
     known: Vec<u32>,
     /// `known` inverted: (slot, position), sorted by slot ([`Self::position_of`]).
@@ -559,9 +589,14 @@ impl TableReader {
             use std::os::fd::AsFd;
             SlotMap::new(paths.fd().as_fd(), PATH_TABLE_CAPACITY as usize).ok()
         };
+        let stamps = open(PATH_STAMP_MAP).ok().and_then(|m| {
+            use std::os::fd::AsFd;
+            StampMap::new(m.fd().as_fd(), PATH_STAMP_LINES as usize).ok()
+        });
         Ok(Self {
             paths,
             slots,
+            stamps,
             known: Vec::new(),
             slot_positions: Vec::new(),
             neighbors: HashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP)?))
@@ -627,6 +662,22 @@ impl TableReader {
             .binary_search_by_key(&slot, |e| e.0)
             .ok()?;
         Some(self.slot_positions[i].1 as usize)
+    }
+
+    /// Calls `f(position, stamp)` with the refresh stamp of every row the last full read
+    /// found, in position order (the caller's per-row state is then read in memory order;
+    /// the 256 KiB of stamps stay in cache between sweeps); `false`, without calling it,
+    /// when the stamps are not mapped (pins of an older lqd).
+    pub fn for_each_stamp(&self, f: &mut dyn FnMut(usize, u16)) -> bool {
+        let Some(stamps) = &self.stamps else {
+            return false;
+        };
+        for (position, &slot) in self.known.iter().enumerate() {
+            if let Some(s) = stamps.stamp(slot) {
+                f(position, s);
+            }
+        }
+        true
     }
 
     /// Every row the last full read found, read again in place now; `None` without the
