@@ -492,46 +492,17 @@ pub fn kernel_source(
         .follow_link_notifications()
         .map_err(|e| other("rtnetlink link notifications", e.to_string()))?;
 
-    // ECN-eligible counter: its own instance of the embedded object, kept alive (the tcx
-    // links detach when it is dropped).
-    let mut ebpf = aya::EbpfLoader::new()
-        .load(crate::sys::bpf::path_table::EBPF_OBJECT)
-        .map_err(|e| other("eBPF object", e.to_string()))?;
-    {
-        use aya::programs::{LinkOrder, SchedClassifier, TcAttachType, tc::TcAttachOptions};
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut(lq_common::maps::ECN_PROGRAM)
-            .ok_or_else(|| other("eBPF object", "no ECN program".into()))?
-            .try_into()
-            .map_err(|e: aya::programs::ProgramError| other("ECN program", e.to_string()))?;
-        prog.load()
-            .map_err(|e| other("ECN program", e.to_string()))?;
-        for l in &cfg.link {
-            if let Err(tcx) = prog.attach_with_options(
-                &l.interface,
-                TcAttachType::Egress,
-                TcAttachOptions::TcxOrder(LinkOrder::default()),
-            ) {
-                warn!(iface = %l.interface, error = %tcx, "tcx egress attach failed; trying a clsact qdisc");
-                let _ = aya::programs::tc::qdisc_add_clsact(&l.interface);
-                prog.attach_with_options(
-                    &l.interface,
-                    TcAttachType::Egress,
-                    TcAttachOptions::Netlink(Default::default()),
+    // ECN-eligible counter (A.1): the tc egress program on every link, read in one
+    // batched lookup per sample.
+    let ecn =
+        crate::sys::bpf::ecn::EcnEligible::attach(cfg.link.iter().map(|l| l.interface.as_str()))
+            .map_err(|e| {
+                other(
+                    "ECN-eligible counter",
+                    crate::core::report::Chain(&e).to_string(),
                 )
-                .map_err(|e| other(&l.interface, e.to_string()))?;
-            }
-        }
-    }
-    let map = ebpf
-        .take_map(lq_common::maps::ECN_ELIGIBLE_MAP)
-        .ok_or_else(|| other("eBPF object", "no ECN map".into()))?;
-    let eligible: aya::maps::PerCpuHashMap<aya::maps::MapData, u32, u64> =
-        aya::maps::PerCpuHashMap::try_from(map).map_err(|e| other("ECN map", e.to_string()))?;
-    sampler.set_ecn_eligible_source(Box::new(move |ifindex: u32, _name: &str| {
-        // No entry yet: no ECN-capable packet has left this link, a count of 0.
-        Some(eligible.get(&ifindex, 0).map_or(0, |v| v.iter().sum()))
-    }));
+            })?;
+    sampler.set_ecn_eligible_source(Box::new(ecn));
 
     if let Some(dir) = pfc_pin_dir {
         let reader = crate::sys::bpf::pfc::PfcReader::open(dir)
@@ -571,7 +542,6 @@ pub fn kernel_source(
         sampler,
         last: Vec::new(),
         mtus: Vec::new(),
-        _ecn: ebpf,
     }))
 }
 
@@ -579,15 +549,26 @@ pub fn kernel_source(
 /// time, so the pipeline and the advertiser share one clock.
 struct KernelSource {
     sampler: crate::sys::sampler::Sampler,
-    last: Vec<Value>,
+    /// The last sample of every link, as the sampler gave it: `describe` renders it when a
+    /// client asks (`lqd show local`), not at every sample (500 a second per link).
+    last: Vec<crate::sys::sampler::LinkSample>,
     mtus: Vec<Option<u32>>,
-    _ecn: aya::Ebpf,
 }
 
 impl SampleSource for KernelSource {
     fn sample(&mut self, t_ns: u64) -> Result<Vec<RawSample>, String> {
-        let samples = self.sampler.sample().map_err(|e| e.to_string())?;
-        self.last = samples
+        self.last = self.sampler.sample().map_err(|e| e.to_string())?;
+        self.mtus.clear();
+        self.mtus.extend(self.last.iter().map(|s| s.mtu));
+        Ok(self
+            .last
+            .iter()
+            .map(|s| RawSample { t_ns, ..s.raw })
+            .collect())
+    }
+
+    fn describe(&self) -> Vec<Value> {
+        self.last
             .iter()
             .map(|s| {
                 json!({
@@ -600,17 +581,7 @@ impl SampleSource for KernelSource {
                     "notes": s.notes,
                 })
             })
-            .collect();
-        self.mtus.clear();
-        self.mtus.extend(samples.iter().map(|s| s.mtu));
-        Ok(samples
-            .into_iter()
-            .map(|s| RawSample { t_ns, ..s.raw })
-            .collect())
-    }
-
-    fn describe(&self) -> Vec<Value> {
-        self.last.clone()
+            .collect()
     }
 
     fn link_mtus(&self) -> &[Option<u32>] {

@@ -221,6 +221,73 @@ fn str_attr(p: &[u8]) -> String {
     String::from_utf8_lossy(&p[..end]).into_owned()
 }
 
+/// A qdisc or class kind (TCA_KIND), kept inline: the kernel's names are at most 15 octets
+/// (IFNAMSIZ with its NUL), and the sampler reads 64 of them every 2 ms (a `String` each
+/// was an allocation per link per sample, issue 15). A longer or non-UTF-8 name reads as
+/// its first 15 octets, lossily.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct QdiscKind {
+    len: u8,
+    bytes: [u8; Self::MAX],
+}
+
+impl QdiscKind {
+    /// The longest kind name kept.
+    pub const MAX: usize = 15;
+
+    /// The kind named by a TCA_KIND attribute's payload (NUL-terminated or not).
+    pub fn new(p: &[u8]) -> Self {
+        let end = p.iter().position(|b| *b == 0).unwrap_or(p.len());
+        let mut name = &p[..end.min(Self::MAX)];
+        // A cut inside a multi-octet character: keep the valid prefix.
+        if let Err(e) = std::str::from_utf8(name) {
+            name = &name[..e.valid_up_to()];
+        }
+        let mut k = Self {
+            len: name.len() as u8,
+            ..Self::default()
+        };
+        k.bytes[..name.len()].copy_from_slice(name);
+        k
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for QdiscKind {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<&str> for QdiscKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Debug for QdiscKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for QdiscKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for QdiscKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// The TX counters of `struct rtnl_link_stats64` that the sampler uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct LinkStats {
@@ -394,7 +461,7 @@ pub struct QdiscInfo {
     /// tcm_parent: [`TC_H_ROOT`] for the egress root qdisc.
     pub parent: u32,
     /// TCA_KIND.
-    pub kind: String,
+    pub kind: QdiscKind,
     /// TCA_STATS2 / TCA_STATS_BASIC.
     pub basic: Option<BasicStats>,
     /// TCA_STATS2 / TCA_STATS_QUEUE.
@@ -437,7 +504,7 @@ pub fn peek_qdisc(payload: &[u8]) -> Result<(u32, u32), DecodeError> {
 
 /// The kind, options, stats and xstats attributes of a tcmsg payload.
 struct TcAttrs<'a> {
-    kind: String,
+    kind: QdiscKind,
     options: Option<&'a [u8]>,
     xstats: Option<&'a [u8]>,
     basic: Option<BasicStats>,
@@ -446,7 +513,7 @@ struct TcAttrs<'a> {
 
 fn tc_attrs(payload: &[u8]) -> Result<TcAttrs<'_>, DecodeError> {
     let mut t = TcAttrs {
-        kind: String::new(),
+        kind: QdiscKind::default(),
         options: None,
         xstats: None,
         basic: None,
@@ -456,7 +523,7 @@ fn tc_attrs(payload: &[u8]) -> Result<TcAttrs<'_>, DecodeError> {
     for a in attrs(payload.get(TCMSG_LEN..).unwrap_or(&[])) {
         let (ty, p) = a?;
         match ty {
-            TCA_KIND => t.kind = str_attr(p),
+            TCA_KIND => t.kind = QdiscKind::new(p),
             TCA_OPTIONS => t.options = Some(p),
             // The legacy copy of the xstats; TCA_STATS_APP below carries the same bytes.
             TCA_XSTATS => t.xstats = Some(p),
@@ -731,7 +798,7 @@ pub struct ClassInfo {
     /// tcm_parent: [`TC_H_ROOT`] for an htb root class.
     pub parent: u32,
     /// TCA_KIND.
-    pub kind: String,
+    pub kind: QdiscKind,
     /// The class rate in bits/s (htb: TCA_HTB_PARMS rate, TCA_HTB_RATE64 when present).
     pub rate_bps: Option<u64>,
 }
@@ -880,6 +947,10 @@ impl SpeedSource {
 /// available for this link; the sampler then repeats its last value (so the counter never
 /// goes backwards).
 pub trait CounterSource: Send {
+    /// Called once per sample before the links are read: a source that reads all links
+    /// at once does it here.
+    fn begin_sample(&mut self) {}
+
     /// The free-running counter of link `ifindex` / `name`.
     fn read(&mut self, ifindex: u32, name: &str) -> Option<u64>;
 }
@@ -887,6 +958,52 @@ pub trait CounterSource: Send {
 impl<F: FnMut(u32, &str) -> Option<u64> + Send> CounterSource for F {
     fn read(&mut self, ifindex: u32, name: &str) -> Option<u64> {
         self(ifindex, name)
+    }
+}
+
+/// The explanations of one link's reading ([`note`]'s constants), kept inline: a `Vec`
+/// was an allocation per link per sample (issue 15). At most [`Notes::MAX`]; a reading
+/// gathers at most seven.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Notes {
+    len: u8,
+    items: [&'static str; Notes::MAX],
+}
+
+impl Notes {
+    /// How many a reading keeps.
+    pub const MAX: usize = 10;
+
+    /// Adds `note` (ignored past [`Self::MAX`]).
+    pub fn push(&mut self, note: &'static str) {
+        if let Some(slot) = self.items.get_mut(usize::from(self.len)) {
+            *slot = note;
+            self.len += 1;
+        }
+    }
+
+    /// The notes, in the order they were added.
+    pub fn as_slice(&self) -> &[&'static str] {
+        &self.items[..usize::from(self.len)]
+    }
+}
+
+impl std::ops::Deref for Notes {
+    type Target = [&'static str];
+    fn deref(&self) -> &[&'static str] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for Notes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl serde::Serialize for Notes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.as_slice().serialize(s)
     }
 }
 
@@ -928,8 +1045,9 @@ pub mod note {
 /// One link's reading: the pipeline input and how it was obtained.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkSample {
-    /// The monitored interface name.
-    pub name: String,
+    /// The monitored interface name (shared with the sampler's configuration: no copy per
+    /// sample).
+    pub name: std::sync::Arc<str>,
     /// Its ifindex (the wire's Link ID), `None` when the interface is missing.
     pub ifindex: Option<u32>,
     /// The pipeline input.
@@ -937,11 +1055,11 @@ pub struct LinkSample {
     /// Where `raw.link_speed_bps` came from.
     pub speed_source: SpeedSource,
     /// The egress root qdisc's kind.
-    pub qdisc: Option<String>,
+    pub qdisc: Option<QdiscKind>,
     /// Its marking capability (A.1 ECN-marked counter).
     pub ecn: EcnMarking,
     /// Explanations (constants of [`note`]).
-    pub notes: Vec<&'static str>,
+    pub notes: Notes,
     /// IFLA_MTU of the last full link dump: the advertiser splits its datagrams for the
     /// smallest link MTU (wire spec). `None` when the interface is missing.
     pub mtu: Option<u32>,
@@ -987,8 +1105,10 @@ impl Extend32 {
 /// Per-link state across samples.
 struct LinkState {
     cfg: LinkConfig,
+    /// `cfg.name`, shared with every sample of the link.
+    name: std::sync::Arc<str>,
     /// (tcm_handle, kind) of the last root qdisc, to tell a replaced qdisc from a wrap.
-    qdisc_id: Option<(u32, String)>,
+    qdisc_id: Option<(u32, QdiscKind)>,
     drops: Extend32,
     marks: Extend32,
     /// (ifindex, speed, read at, oper_up then).
@@ -1011,6 +1131,9 @@ pub struct Sampler {
     ecn_eligible: Option<Box<dyn CounterSource>>,
     pause: Option<Box<dyn CounterSource>>,
     skipped: u64,
+    /// (ifindex, position in `links`) of the links found, sorted: a qdisc's link by binary
+    /// search (rebuilt every sample in place, no allocation).
+    by_ifindex: Vec<(u32, usize)>,
     link_dump_every: u32,
     round: u32,
     /// RTNLGRP_LINK notifications (non-blocking): a link's state, speed or name changed,
@@ -1044,6 +1167,7 @@ impl Sampler {
         let links = links
             .into_iter()
             .map(|cfg| LinkState {
+                name: cfg.name.as_str().into(),
                 cfg,
                 qdisc_id: None,
                 drops: Extend32::default(),
@@ -1064,6 +1188,7 @@ impl Sampler {
             ecn_eligible: None,
             pause: None,
             skipped: 0,
+            by_ifindex: Vec::new(),
             link_dump_every: 1,
             round: 0,
             link_events: None,
@@ -1158,8 +1283,15 @@ impl Sampler {
             t_ns = Some(self.link_dump()?);
         }
         let t_ns = t_ns.unwrap_or_default();
+        self.by_ifindex.clear();
+        self.by_ifindex.extend(
+            (self.links.iter().enumerate())
+                .filter_map(|(i, l)| l.link.as_ref().map(|k| (k.ifindex, i))),
+        );
+        self.by_ifindex.sort_unstable();
         {
-            let (links, skipped) = (&mut self.links, &mut self.skipped);
+            let (links, skipped, by_ifindex) =
+                (&mut self.links, &mut self.skipped, &self.by_ifindex);
             dump(&mut self.rtnl, "qdisc", encode_getqdisc_dump, |ty, p| {
                 if ty != RTM_NEWQDISC {
                     return;
@@ -1171,17 +1303,21 @@ impl Sampler {
                 if parent != TC_H_ROOT {
                     return;
                 }
-                let Some(l) = links
-                    .iter_mut()
-                    .find(|l| l.link.as_ref().is_some_and(|k| k.ifindex == ifindex))
-                else {
+                let Ok(at) = by_ifindex.binary_search_by_key(&ifindex, |e| e.0) else {
                     return;
                 };
+                let l = &mut links[by_ifindex[at].1];
                 match decode_qdisc(p) {
                     Ok(q) => l.qdisc = Some(q),
                     Err(_) => *skipped += 1,
                 }
             })?;
+        }
+        for source in [self.ecn_eligible.as_mut(), self.pause.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            source.begin_sample();
         }
         let mut out = Vec::with_capacity(self.links.len());
         for i in 0..self.links.len() {
@@ -1245,10 +1381,11 @@ impl Sampler {
 
     /// Builds one link's sample from this round's link and qdisc messages.
     fn finish_link(&mut self, i: usize, t_ns: u64) -> Result<LinkSample, SamplerError> {
-        let mut notes = Vec::new();
+        let mut notes = Notes::default();
         let l = &mut self.links[i];
-        let name = l.cfg.name.clone();
-        let Some(link) = l.link.clone() else {
+        let name = l.name.clone();
+        // The link's counters and state, without its name (no allocation per sample).
+        let Some(link) = l.link.as_ref().map(|k| LinkInfo { name: None, ..*k }) else {
             notes.push(note::NO_INTERFACE);
             l.qdisc_id = None;
             l.drops.detach();
@@ -1276,7 +1413,7 @@ impl Sampler {
         });
 
         // Qdisc counters: a new (handle, kind) is a new counter owner.
-        let id = qdisc.as_ref().map(|q| (q.handle, q.kind.clone()));
+        let id = qdisc.as_ref().map(|q| (q.handle, q.kind));
         let same = id.is_some() && id == l.qdisc_id;
         l.qdisc_id = id;
         let (mut depth, mut max_buffer, mut ecn) = (0, 0, EcnMarking::CannotMark);
@@ -2127,6 +2264,36 @@ mod tests {
         assert_eq!(q.rate_bps, Some(100_000_000));
         assert_eq!(q.ecn, EcnMarking::Marks(9));
         assert_eq!(q.limit.bytes, Some(4 << 20));
+    }
+
+    #[test]
+    fn kinds_and_notes_are_kept_inline() {
+        assert_eq!(QdiscKind::new(b"tbf\0"), "tbf");
+        assert_eq!(QdiscKind::new(b"fq_codel"), "fq_codel");
+        // Longer than the kernel allows: the first 15 octets; a cut character dropped.
+        assert_eq!(QdiscKind::new(b"abcdefghijklmnopq"), "abcdefghijklmno");
+        assert_eq!(
+            QdiscKind::new("abcdefghijklmn\u{e9}".as_bytes()),
+            "abcdefghijklmn"
+        );
+        assert_eq!(QdiscKind::new(b"\xff\xfe"), "");
+        assert_eq!(
+            serde_json::to_string(&QdiscKind::new(b"htb")).unwrap(),
+            "\"htb\""
+        );
+        let mut n = Notes::default();
+        for _ in 0..Notes::MAX + 3 {
+            n.push(note::NO_PAUSE);
+        }
+        assert_eq!(n.len(), Notes::MAX);
+        let mut n = Notes::default();
+        n.push(note::NO_STATS);
+        n.push(note::NOQUEUE);
+        assert!(n.contains(&note::NOQUEUE));
+        assert_eq!(
+            serde_json::to_value(n).unwrap(),
+            serde_json::json!([note::NO_STATS, note::NOQUEUE])
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The eBPF programs and their pinned maps, through aya: the XDP receiver and its path
-//! table ([`path_table`]), the PFC tc counter ([`pfc`]). Both report program and map
+//! table ([`path_table`]), the PFC tc counter ([`pfc`]), the helper's ECN-eligible packet
+//! counter ([`ecn`]). Both report program and map
 //! failures with the same two errors, [`ProgramOpError`] and [`MapOpError`].
 
+pub mod ecn;
 pub mod path_table;
 pub mod pfc;
 
@@ -43,4 +45,74 @@ pub(crate) fn program_err<E: From<ProgramOpError>>(
 ) -> impl FnOnce(ProgramError) -> E {
     let what = what.into();
     move |source| ProgramOpError { kind, what, source }.into()
+}
+
+/// `union bpf_attr` for BPF_MAP_*_BATCH (linux/bpf.h, `batch`).
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// BPF_MAP_LOOKUP_BATCH (linux/bpf.h `enum bpf_cmd`).
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+
+/// Reads every element of the map `fd` into `keys` and `values` (as many as they hold:
+/// `keys.len() / key_size`, elements of `key_size` and `value_size` octets; a per-CPU map's
+/// value is its value size rounded up to 8, times the possible CPUs) with as few
+/// BPF_MAP_LOOKUP_BATCH calls as the kernel allows (usually one), and returns how many it
+/// read. The batch cursor is a `u32`: an array's index, a hash map's bucket.
+pub(crate) fn lookup_batch(
+    fd: std::os::fd::BorrowedFd<'_>,
+    keys: &mut [u8],
+    key_size: usize,
+    values: &mut [u8],
+    value_size: usize,
+) -> Result<usize, std::io::Error> {
+    use std::os::fd::AsRawFd;
+    let len = (keys.len() / key_size).min(values.len() / value_size);
+    let (mut done, mut cursor_in, mut cursor_out) = (0usize, 0u32, 0u32);
+    while done < len {
+        let mut attr = BatchAttr {
+            in_batch: if done == 0 {
+                0
+            } else {
+                (&raw const cursor_in) as u64
+            },
+            out_batch: (&raw mut cursor_out) as u64,
+            keys: keys[done * key_size..].as_mut_ptr() as u64,
+            values: values[done * value_size..].as_mut_ptr() as u64,
+            count: (len - done) as u32,
+            map_fd: fd.as_raw_fd() as u32,
+            ..BatchAttr::default()
+        };
+        // SAFETY: attr is a valid bpf_attr prefix for this command; keys and values have
+        // room for `count` elements of the map's key and value sizes (the caller's
+        // contract); cursor_in and cursor_out outlive the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                (&raw mut attr).cast::<libc::c_void>(),
+                size_of::<BatchAttr>() as libc::c_uint,
+            )
+        };
+        let err = (r < 0).then(std::io::Error::last_os_error);
+        done += attr.count as usize;
+        match err {
+            None if attr.count == 0 => break,
+            None => cursor_in = cursor_out,
+            // ENOENT: the last batch (its elements are in `count`).
+            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+            Some(e) => return Err(e),
+        }
+    }
+    Ok(done)
 }

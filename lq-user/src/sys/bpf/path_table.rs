@@ -368,23 +368,6 @@ impl XdpReceiver {
     }
 }
 
-/// `union bpf_attr` for BPF_MAP_*_BATCH (linux/bpf.h, `batch`).
-#[repr(C)]
-#[derive(Default)]
-struct BatchAttr {
-    in_batch: u64,
-    out_batch: u64,
-    keys: u64,
-    values: u64,
-    count: u32,
-    map_fd: u32,
-    elem_flags: u64,
-    flags: u64,
-}
-
-/// BPF_MAP_LOOKUP_BATCH (linux/bpf.h `enum bpf_cmd`).
-const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
-
 /// Every element of an array map of `len` elements of type `V`, in index order, with as few
 /// BPF_MAP_LOOKUP_BATCH calls as the kernel allows (usually one): the path table has 32 768
 /// slots, and one lookup syscall per slot would cost the reader tens of milliseconds.
@@ -392,46 +375,14 @@ fn read_array_batched<V: aya::Pod + Default + Clone>(
     fd: std::os::fd::BorrowedFd<'_>,
     len: usize,
 ) -> Result<Vec<V>, std::io::Error> {
-    use std::os::fd::AsRawFd;
-    let mut keys = vec![0u32; len];
+    let mut keys = vec![0u8; len * size_of::<u32>()];
     let mut values = vec![V::default(); len];
-    let (mut done, mut cursor_in, mut cursor_out) = (0usize, 0u32, 0u32);
-    while done < len {
-        let mut attr = BatchAttr {
-            in_batch: if done == 0 {
-                0
-            } else {
-                (&raw const cursor_in) as u64
-            },
-            out_batch: (&raw mut cursor_out) as u64,
-            keys: keys[done..].as_mut_ptr() as u64,
-            values: values[done..].as_mut_ptr() as u64,
-            count: (len - done) as u32,
-            map_fd: fd.as_raw_fd() as u32,
-            ..BatchAttr::default()
-        };
-        // SAFETY: attr is a valid bpf_attr prefix for this command; keys and values have
-        // room for `count` elements of the map's key and value sizes (u32, V); cursor_out
-        // outlives the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                (&raw mut attr).cast::<libc::c_void>(),
-                size_of::<BatchAttr>() as libc::c_uint,
-            )
-        };
-        let err = (r < 0).then(std::io::Error::last_os_error);
-        done += attr.count as usize;
-        match err {
-            None if attr.count == 0 => break,
-            None => cursor_in = cursor_out,
-            // ENOENT: the last batch (its elements are in `count`).
-            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
-            Some(e) => return Err(e),
-        }
-    }
-    values.truncate(done);
+    // SAFETY: V is plain old data (aya::Pod): its octets may be written with any values.
+    let bytes = unsafe {
+        std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), len * size_of::<V>())
+    };
+    let n = super::lookup_batch(fd, &mut keys, size_of::<u32>(), bytes, size_of::<V>())?;
+    values.truncate(n);
     Ok(values)
 }
 
