@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use lq_common::maps::{NeighborKey, PathKey, PathValue};
 use tracing::debug;
 
-use super::config::{ControllerConfig, ParallelLinkAggregation};
+use super::config::{ControllerConfig, ParallelLinkAggregation, WeightFunction};
 use super::heartbeat::entry_expired;
 
 /// A node identity: (AS, Router-ID), AS 0 when unqualified (section 6.2).
@@ -598,10 +598,16 @@ pub fn compute_some_groups<'g>(
 
     // Per uplink once, not per group and uplink.
     let locals: Vec<u8> = mapping.uplinks.keys().map(|u| local.get(*u)).collect();
+    // Only the integral weight function reads the members' signals.
+    let with_signals = matches!(config.weight_function, WeightFunction::Integral(_));
     for key in groups {
         let remote = &key.remote;
         let entries = remote.map(|r| snapshot.remote(r));
-        let mut signals = Vec::with_capacity(mapping.uplinks.len());
+        let mut signals = Vec::with_capacity(if with_signals {
+            mapping.uplinks.len()
+        } else {
+            0
+        });
         let mut members = Vec::with_capacity(mapping.uplinks.len());
         let mut any_remote = false;
         for ((&uplink, u), &local_q) in mapping.uplinks.iter().zip(&locals) {
@@ -617,10 +623,12 @@ pub fn compute_some_groups<'g>(
                 aggregate(config.parallel_links, mapping, u.spine, r, e.links(u.spine))
             });
             any_remote |= remote_q.is_some();
-            signals.push(member_signal(
-                uplink,
-                entries.map_or(&[][..], |e| e.signals(u.spine)),
-            ));
+            if with_signals {
+                signals.push(member_signal(
+                    uplink,
+                    entries.map_or(&[][..], |e| e.signals(u.spine)),
+                ));
+            }
             members.push(MemberQuality {
                 uplink,
                 spine: u.spine,
@@ -655,7 +663,9 @@ pub fn compute_some_groups<'g>(
         report
             .groups
             .insert(key.clone(), DestinationQuality { source, members });
-        report.signals.insert(key.clone(), signals);
+        if with_signals {
+            report.signals.insert(key.clone(), signals);
+        }
     }
     report
 }
@@ -897,7 +907,15 @@ pub(crate) mod tests {
                 .collect::<Vec<_>>(),
             [(11, 237), (13, 200)]
         );
-        assert_eq!(r.signals[&m.group_of(&prefix(42)).unwrap()].len(), 2);
+        // The members' signals, which only the integral function reads, are computed for
+        // it alone, over the same members.
+        assert!(r.signals.is_empty());
+        let integral = ControllerConfig {
+            weight_function: WeightFunction::Integral(Default::default()),
+            ..cfg
+        };
+        let ri = run(&integral, &m, &l, &t, 0);
+        assert_eq!(ri.signals[&m.group_of(&prefix(42)).unwrap()].len(), 2);
         assert_eq!(
             m.group_of(&prefix(42)).unwrap().label(),
             "0/0.0.0.104 via 11,13"
@@ -1018,8 +1036,13 @@ pub(crate) mod tests {
         }
         // The seed's qualities are untouched; only the integral function's signals (a
         // deliberate departure, docs/weights.md) carry the diagnostics.
+        let integral = ControllerConfig {
+            weight_function: WeightFunction::Integral(Default::default()),
+            ..cfg
+        };
+        let noisy_signals = run(&integral, &m, &l, &noisy, 10).signals;
         let noisy = run(&cfg, &m, &l, &noisy, 10);
         assert_eq!(noisy.groups, base.groups);
-        assert_ne!(noisy.signals, base.signals);
+        assert_ne!(noisy_signals, run(&integral, &m, &l, &plain, 10).signals);
     }
 }
