@@ -147,3 +147,21 @@ pub fn spread(v: &[f64]) -> String {
     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     format!("min {min:.2} / median {:.2} / max {max:.2}", median(v))
 }
+
+/// Pins thread or process `pid` (0: the caller) to `cpus`.
+pub fn pin_to_cpus(pid: libc::pid_t, cpus: &[usize]) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity only read
+    // and write it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Pins thread or process `pid` (0: the caller) to one CPU.
+pub fn pin_to_cpu(pid: libc::pid_t, cpu: usize) {
+    pin_to_cpus(pid, &[cpu]);
+}

@@ -32,7 +32,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 use lq_tests::{
-    bench::{emit, main_of, median, spread},
+    bench::{emit, main_of, median, pin_to_cpu, spread},
     daemon::{Lqd, Sender},
     netns::{NetNs, veth_pair},
     packet::{entry, header, ip4},
@@ -131,17 +131,6 @@ fn senders(
             Ok(())
         })
     })
-}
-
-/// Pins thread or process `pid` (0: the caller) to one CPU.
-fn pin_to_cpu(pid: libc::pid_t, cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity only read
-    // and write it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 /// CPU time of every thread of `pid`, in ns (schedstat's first field).

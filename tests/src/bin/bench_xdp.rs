@@ -3,10 +3,10 @@
 //! Metrics (one `LQ-METRIC` line each, see `xtask/src/bench.rs`):
 //!
 //! 1. `xdp_non_lq_ratio`: ns per non-LQ frame through `lq_receiver` / ns per the same frame
-//!    through `lq_baseline_pass`, both under BPF_PROG_TEST_RUN (repeat 1 000 000), timed by
-//!    the calling thread's CPU clock (sub-ns; the kernel's whole-ns average is shown beside
-//!    it), the two programs interleaved over 15 rounds and the median of the per-round
-//!    ratios taken, so drift cancels. The mix: UDP/53 and TCP frames, untagged, 802.1Q- and
+//!    through `lq_baseline_pass`, both under BPF_PROG_TEST_RUN (repeat 100 000), timed by the
+//!    calling thread's CPU clock (sub-ns; the kernel's whole-ns average is shown beside it),
+//!    the two programs interleaved over 101 rounds on one pinned CPU and the median of the
+//!    per-round ratios taken, so drift cancels. The mix: UDP/53 and TCP frames, untagged, 802.1Q- and
 //!    802.1ad-tagged, IPv4 and IPv6; the median of all the mix's paired ratios is reported
 //!    (each frame's, and the worst, are printed).
 //! 2. `xdp_lq_1_ns`, `xdp_lq_90_ns`: ns per *accepted* LQ datagram (1 and 90 entries) and
@@ -26,7 +26,7 @@
 //! them) is owned by guards that remove it on drop, so errors and panics clean up too.
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
-use lq_tests::bench::{emit, median, spread};
+use lq_tests::bench::{emit, median, pin_to_cpu, pin_to_cpus, spread};
 use std::{
     collections::HashMap,
     net::UdpSocket,
@@ -55,10 +55,12 @@ use lq_tests::{
     xdp::{TestReceiver, XDP_DROP, XDP_PASS, settings},
 };
 
-/// BPF_PROG_TEST_RUN repeat for the non-LQ frames.
-const NON_LQ_REPEAT: u32 = 1_000_000;
+/// BPF_PROG_TEST_RUN repeat for the non-LQ frames: short runs, many of them, so that
+/// each pair of runs sees the same machine (on a shared 2-core VM the speed of a 10 ns
+/// program drifts by 1.5x within seconds).
+const NON_LQ_REPEAT: u32 = 100_000;
 /// Interleaved rounds for the non-LQ comparison.
-const NON_LQ_ROUNDS: usize = 15;
+const NON_LQ_ROUNDS: usize = 101;
 /// BPF_PROG_TEST_RUN repeat for LQ datagrams (a 90-entry accept is a few microseconds).
 const LQ_REPEAT: u32 = 200_000;
 /// Interleaved rounds for the LQ datagrams.
@@ -313,9 +315,21 @@ fn bench_non_lq(rx: &mut TestReceiver) -> Result<NonLq> {
         "non-LQ frames were not all counted as not_ours"
     );
 
+    // One CPU for the whole comparison (a migration between the two runs of a pair would
+    // compare two caches), all of them again after.
+    pin_to_cpu(0, 1);
+    let result = non_lq_rounds(rx, &frames);
+    let all: Vec<usize> =
+        (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+    pin_to_cpus(0, &all);
+    result
+}
+
+/// The interleaved rounds of [`bench_non_lq`].
+fn non_lq_rounds(rx: &mut TestReceiver, frames: &[(&'static str, Vec<u8>)]) -> Result<NonLq> {
     let mut worst: Option<NonLq> = None;
     let (mut all_paired, mut all_recv, mut all_base) = (Vec::new(), Vec::new(), Vec::new());
-    for (name, f) in &frames {
+    for (name, f) in frames {
         let (mut recv, mut base, mut paired) = (Vec::new(), Vec::new(), Vec::new());
         let (mut recv_kernel, mut base_kernel) = (Vec::new(), Vec::new());
         for round in 0..NON_LQ_ROUNDS {
@@ -367,7 +381,7 @@ fn bench_non_lq(rx: &mut TestReceiver) -> Result<NonLq> {
         "non-LQ worst frame (context): ratio {:.3} ({:.2} vs {:.2} ns)",
         worst.ratio, worst.receiver_ns, worst.baseline_ns
     );
-    // The figure: the median of every paired round of every frame of the mix (105 ratios),
+    // The figure: the median of every paired round of every frame of the mix (707 ratios),
     // which moves far less from run to run on a loaded machine than the worst of seven
     // per-frame medians.
     Ok(NonLq {
