@@ -14,6 +14,11 @@
 //!   CPU time (every thread's `schedstat`). The veth driver's own cost is the virtual
 //!   link's, not the leaf's, and is not counted; the whole machine's busy share is printed
 //!   beside it.
+//! - `leaf_replace_kernel_pct_64x512`: the kernel's share of that: lqd's group replaces a
+//!   second (printed per window) times the kernel's system time of one replace of the same
+//!   kind (lqd's members and buckets, one member's weight moving by 10 %), measured after
+//!   the windows with `ip -batch` on 64 copies (512 replaces, the child's system time):
+//!   a floor no user-space change moves at this churn.
 //! - `lqd_rss_mib_64x512`: lqd's resident set (VmRSS, the mapped path table included).
 //! - `bpf_map_bytes_64x512`: the memory the kernel charges for the maps of lqd's receiver
 //!   program (`bytes_memlock` of each, read with bpftool, the independent judge).
@@ -220,6 +225,95 @@ fn bpftool(args: &[&str]) -> Result<Value> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
+/// The kernel's system time, in ms, of one replace of a group like lqd's (resilient, with
+/// lqd's members and bucket count): `ip -batch` creates 64 copies and replaces each 8
+/// times, one member's weight moving by 10 % as in lqd's replaces here; the child's system
+/// time (getrusage) over the 512 replaces.
+/// The copies are deleted after.
+fn replace_kernel_ms(ns: &NetNs) -> Result<f64> {
+    let all: Value = serde_json::from_str(&ns.ip(&["-j", "nexthop", "show"])?)?;
+    let all = all.as_array().context("nexthop show")?;
+    let members: Vec<u64> = all
+        .iter()
+        // lqd's per-uplink members (nothing else creates nexthops in the leaf namespace).
+        .filter(|n| n["gateway"].is_string())
+        .filter_map(|n| n["id"].as_u64())
+        .collect();
+    let buckets = all
+        .iter()
+        .find_map(|n| n["resilient"]["buckets"].as_u64())
+        .unwrap_or(128);
+    ensure!(
+        members.len() == SPINES,
+        "expected {SPINES} member nexthops of lqd's, found {}",
+        members.len()
+    );
+    const COPIES: u64 = 64;
+    const ROUNDS: u64 = 8;
+    const BASE: u64 = 900_000;
+    // Like lqd's replaces here (one entry's LQS moving 200 <-> 180): one member's weight
+    // differs from the others' in every other round.
+    let group = |copy: u64, round: u64| -> String {
+        let m: Vec<String> = (members.iter().enumerate())
+            .map(|(i, id)| {
+                let low = round % 2 == 1 && i as u64 == (copy + round) % SPINES as u64;
+                format!("{id},{}", if low { 90 } else { 100 })
+            })
+            .collect();
+        m.join("/")
+    };
+    let res = format!("type resilient buckets {buckets} idle_timer 120 unbalanced_timer 0");
+    let dir = std::env::temp_dir().join(lq_tests::unique_name("bench-scale-floor"));
+    std::fs::create_dir_all(&dir)?;
+    let run_batch = |name: &str, text: String| -> Result<f64> {
+        let path = dir.join(name);
+        std::fs::write(&path, text)?;
+        let sys0 = children_sys_ms();
+        let out = Command::new("ip")
+            .args(["-n", ns.name(), "-batch"])
+            .arg(&path)
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "ip -batch {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(children_sys_ms() - sys0)
+    };
+    let result = (|| -> Result<f64> {
+        let create: String = (0..COPIES)
+            .map(|c| format!("nexthop add id {} group {} {res}\n", BASE + c, group(c, 0)))
+            .collect();
+        run_batch("create", create)?;
+        let mut replace = String::new();
+        for round in 1..=ROUNDS {
+            for c in 0..COPIES {
+                replace.push_str(&format!(
+                    "nexthop replace id {} group {} {res}\n",
+                    BASE + c,
+                    group(c, round)
+                ));
+            }
+        }
+        Ok(run_batch("replace", replace)? / (COPIES * ROUNDS) as f64)
+    })();
+    let delete: String = (0..COPIES)
+        .map(|c| format!("nexthop del id {}\n", BASE + c))
+        .collect();
+    let _ = run_batch("delete", delete);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// The system time of this process's waited-for children, in ms.
+fn children_sys_ms() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    u.ru_stime.tv_sec as f64 * 1e3 + u.ru_stime.tv_usec as f64 / 1e3
+}
+
 /// The group replaces lqd has done (0 when it does not answer).
 fn group_replaces(lqd: &Lqd) -> u64 {
     lqd.show("weights")
@@ -265,7 +359,7 @@ fn run() -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let sender = senders(&spines, stop.clone(), sent.clone())?;
-    let result = measure(&lqd, pid, &before, &sent);
+    let result = measure(&leaf, &lqd, pid, &before, &sent);
     stop.store(true, Ordering::Relaxed);
     let sent_ok = sender
         .join()
@@ -280,7 +374,13 @@ fn run() -> Result<()> {
     sent_ok
 }
 
-fn measure(lqd: &Lqd, pid: u32, before: &BTreeSet<u32>, sent: &AtomicU64) -> Result<()> {
+fn measure(
+    ns: &NetNs,
+    lqd: &Lqd,
+    pid: u32,
+    before: &BTreeSet<u32>,
+    sent: &AtomicU64,
+) -> Result<()> {
     let t0 = Instant::now();
     loop {
         let n = full_groups(lqd);
@@ -309,6 +409,7 @@ fn measure(lqd: &Lqd, pid: u32, before: &BTreeSet<u32>, sent: &AtomicU64) -> Res
     std::thread::sleep(Duration::from_secs(2));
     let (mut leaf, mut lqd_pct, mut xdp_pct, mut machine, mut rate, mut rss) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut replace_rate = vec![];
     for w in 0..WINDOWS {
         let (cpu0, (rt0, rc0), (busy0, tot0), s0, g0, wall0) = (
             process_cpu_ns(pid)?,
@@ -343,6 +444,7 @@ fn measure(lqd: &Lqd, pid: u32, before: &BTreeSet<u32>, sent: &AtomicU64) -> Res
         xdp_pct.push(x);
         machine.push(m);
         rate.push(sent_rate);
+        replace_rate.push(replaces);
         rss.push(status_kib(pid, "VmRSS:")? / 1024.0);
     }
     eprintln!(
@@ -409,6 +511,22 @@ fn measure(lqd: &Lqd, pid: u32, before: &BTreeSet<u32>, sent: &AtomicU64) -> Res
         "leaf_datagrams_per_s_64x512",
         median(&rate),
         "datagrams/s",
+        None,
+        None,
+    );
+    // The kernel's share: lqd's group replaces a second times the kernel's system time of
+    // one replace of the same kind of group, measured here on copies.
+    let per_replace_ms = replace_kernel_ms(ns)?;
+    let floor = median(&replace_rate) * per_replace_ms / 1e3 * 100.0;
+    eprintln!(
+        "kernel floor of the group replaces: {:.0} replaces/s x {:.1} us of kernel time each = {floor:.2} % of a core",
+        median(&replace_rate),
+        per_replace_ms * 1e3
+    );
+    emit(
+        "leaf_replace_kernel_pct_64x512",
+        floor,
+        "% of a core",
         None,
         None,
     );

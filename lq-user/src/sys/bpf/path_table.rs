@@ -11,14 +11,14 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     maps::{
-        Array, HashMap, Map, MapData, PerCpuArray, RingBuf,
+        Array, Map, MapData, PerCpuArray, RingBuf,
         lpm_trie::{Key, LpmTrie},
     },
     programs::{Xdp, XdpMode},
 };
 use lq_common::maps::{
     AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP,
-    NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_STAMP_LINES, PATH_STAMP_MAP,
+    NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_STAMP_LINES, PATH_STAMP_MAP,
     PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey, PathSlot, PathStampLine, PathValue,
     ReceiverConfig, XDP_PROGRAM, path_stamp_at,
 };
@@ -520,7 +520,10 @@ pub struct TableReader {
     known: Vec<u32>,
     /// `known` inverted: (slot, position), sorted by slot ([`Self::position_of`]).
     slot_positions: Vec<(u32, u32)>,
-    neighbors: HashMap<MapData, NeighborKey, NeighborValue>,
+    /// The neighbor table (a hash map), read in one batched lookup.
+    neighbors: MapData,
+    /// Key and value buffers of the neighbors' batched lookup.
+    neighbor_buf: std::cell::RefCell<(Vec<u8>, Vec<u8>)>,
     counters: PerCpuArray<MapData, u64>,
     config: Array<MapData, ReceiverConfig>,
 }
@@ -550,8 +553,8 @@ impl TableReader {
             stamps,
             known: Vec::new(),
             slot_positions: Vec::new(),
-            neighbors: HashMap::try_from(Map::HashMap(open(NEIGHBOR_MAP)?))
-                .map_err(super::map_err::<PathTableError>(NEIGHBOR_MAP))?,
+            neighbors: open(NEIGHBOR_MAP)?,
+            neighbor_buf: Default::default(),
             counters: PerCpuArray::try_from(Map::PerCpuArray(open(COUNTER_MAP)?))
                 .map_err(super::map_err::<PathTableError>(COUNTER_MAP))?,
             config: Array::try_from(Map::Array(open(CONFIG_MAP)?)).map_err(super::map_err::<
@@ -680,10 +683,42 @@ impl TableReader {
 
     /// Every neighbor, sorted by key.
     pub fn neighbors(&self) -> Result<BTreeMap<NeighborKey, NeighborValue>, PathTableError> {
-        self.neighbors
-            .iter()
-            .collect::<Result<_, _>>()
-            .map_err(super::map_err::<PathTableError>(NEIGHBOR_MAP))
+        use std::os::fd::AsFd;
+        // One batched lookup (the control step reads the neighbors every step: aya's
+        // iterator costs two system calls per neighbor, 128 at 64 spines), into buffers
+        // kept between calls.
+        let mut buf = self.neighbor_buf.borrow_mut();
+        let (keys, values) = &mut *buf;
+        if keys.is_empty() {
+            keys.resize(NEIGHBOR_CAPACITY as usize * size_of::<NeighborKey>(), 0);
+            values.resize(NEIGHBOR_CAPACITY as usize * size_of::<NeighborValue>(), 0);
+        }
+        let n = super::lookup_batch(
+            self.neighbors.fd().as_fd(),
+            keys,
+            size_of::<NeighborKey>(),
+            values,
+            size_of::<NeighborValue>(),
+        )
+        .map_err(|source| PathTableError::BatchRead {
+            map: NEIGHBOR_MAP,
+            source,
+        })?;
+        Ok((0..n)
+            .map(|i| {
+                let k = &keys[i * size_of::<NeighborKey>()..];
+                let v = &values[i * size_of::<NeighborValue>()..];
+                // SAFETY: each element holds size_of::<T>() octets written by the kernel;
+                // NeighborKey and NeighborValue are plain data (every bit pattern valid),
+                // read unaligned.
+                unsafe {
+                    (
+                        std::ptr::read_unaligned(k.as_ptr().cast::<NeighborKey>()),
+                        std::ptr::read_unaligned(v.as_ptr().cast::<NeighborValue>()),
+                    )
+                }
+            })
+            .collect())
     }
 
     /// Counters summed over CPUs, indexed by [`Counter`].
