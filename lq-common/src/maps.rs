@@ -187,9 +187,10 @@ pub const PATH_STAMP_SHIFT: u32 = 20;
 /// loop must notice an entry that stopped being refreshed (seed 003 section 6.5). Reading
 /// the rows for that (48 octets each, scattered over 6 MiB, each last written by the other
 /// CPU) was most of lqd's work at 64 x 512 (issue 15). The XDP program also writes each
-/// slot's stamp here, 32 to a cache line, so lqd sweeps 4 096 lines in slot order instead
-/// of reading 32 768 rows, and reads a row only when its stamp has not moved for a dead
-/// interval. A stamp is a hint: an entry is aged only after its row says so.
+/// slot's stamp here, 32 to a cache line (256 KiB for the whole table, which stays in
+/// cache), so lqd sweeps the stamps instead of reading 32 768 rows, and reads a row only
+/// when its stamp has not moved for a dead interval. A stamp is a hint: an entry is aged
+/// only after its row says so.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(C)]
 pub struct PathStampLine {

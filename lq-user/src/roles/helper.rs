@@ -39,8 +39,9 @@ pub trait SampleSource {
     fn sample(&mut self, t_ns: u64) -> Result<Vec<RawSample>, String>;
 
     /// Per link, how the last sample was obtained (speed source, qdisc, caveats), for
-    /// `lqd show local`.
-    fn describe(&self) -> Vec<Value> {
+    /// `lqd show local`: typed and copied, rendered only when a client asks (a sample is
+    /// taken 500 times a second per link).
+    fn describe(&self) -> Vec<LinkDescription> {
         Vec::new()
     }
 
@@ -48,6 +49,38 @@ pub trait SampleSource {
     /// unknown). Empty when the source does not know: the MTUs read at start stay.
     fn link_mtus(&self) -> &[Option<u32>] {
         &[]
+    }
+}
+
+/// How one link's last sample was obtained ([`SampleSource::describe`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkDescription {
+    /// Where the link speed came from.
+    pub speed_source: &'static str,
+    /// The link speed used.
+    pub link_speed_bps: u64,
+    /// The egress root qdisc's kind.
+    pub qdisc: Option<crate::sys::sampler::QdiscKind>,
+    /// A.1 counters as read.
+    pub ecn_eligible: u64,
+    pub ecn_marked: u64,
+    pub pause_ns: u64,
+    /// Caveats.
+    pub notes: crate::sys::sampler::Notes,
+}
+
+impl LinkDescription {
+    /// The `source` object of `lqd show local`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "speed-source": self.speed_source,
+            "link-speed-bps": self.link_speed_bps,
+            "qdisc": self.qdisc,
+            "ecn-eligible-packets": self.ecn_eligible,
+            "ecn-marked-packets": self.ecn_marked,
+            "pfc-paused-ns": self.pause_ns,
+            "notes": self.notes,
+        })
     }
 }
 
@@ -59,7 +92,7 @@ pub struct SampleBatch {
     /// One sample per link, or why the counters could not be read.
     pub samples: Result<Vec<RawSample>, String>,
     /// How they were obtained ([`SampleSource::describe`]).
-    pub described: Vec<Value>,
+    pub described: Vec<LinkDescription>,
     /// The links' MTUs as of this sample ([`SampleSource::link_mtus`]).
     pub link_mtus: Vec<Option<u32>>,
     /// How long reading them took.
@@ -102,7 +135,7 @@ pub struct HelperRole {
     /// The counter source, until [`HelperRole::spawn_sampler`] moves it to its thread.
     source: Option<Box<dyn SampleSource + Send>>,
     /// How the last samples were obtained ([`SampleSource::describe`]).
-    described: Vec<Value>,
+    described: Vec<LinkDescription>,
     /// `[helper] mtu`: an upper bound on the links' MTUs, if configured.
     mtu_cap: Option<u32>,
     reports: Vec<Option<LinkReport>>,
@@ -411,9 +444,11 @@ impl HelperRole {
             .zip(&self.reports)
             .enumerate()
             .map(|(i, (l, r))| LocalLinkView {
-                source: r
-                    .as_ref()
-                    .map(|_| described.get(i).cloned().unwrap_or(Value::Null)),
+                source: r.as_ref().map(|_| {
+                    described
+                        .get(i)
+                        .map_or(Value::Null, LinkDescription::to_json)
+                }),
                 interface: l.iface.clone(),
                 link_id: l.ifindex,
                 measured: r.is_some(),
@@ -549,8 +584,8 @@ pub fn kernel_source(
 /// time, so the pipeline and the advertiser share one clock.
 struct KernelSource {
     sampler: crate::sys::sampler::Sampler,
-    /// The last sample of every link, as the sampler gave it: `describe` renders it when a
-    /// client asks (`lqd show local`), not at every sample (500 a second per link).
+    /// The last sample of every link, as the sampler gave it (`describe` copies what
+    /// `lqd show local` shows; the view renders it).
     last: Vec<crate::sys::sampler::LinkSample>,
     mtus: Vec<Option<u32>>,
 }
@@ -567,19 +602,17 @@ impl SampleSource for KernelSource {
             .collect())
     }
 
-    fn describe(&self) -> Vec<Value> {
+    fn describe(&self) -> Vec<LinkDescription> {
         self.last
             .iter()
-            .map(|s| {
-                json!({
-                    "speed-source": s.speed_source.as_str(),
-                    "link-speed-bps": s.raw.link_speed_bps,
-                    "qdisc": s.qdisc,
-                    "ecn-eligible-packets": s.raw.ecn_eligible,
-                    "ecn-marked-packets": s.raw.ecn_marked,
-                    "pfc-paused-ns": s.raw.pause_ns,
-                    "notes": s.notes,
-                })
+            .map(|s| LinkDescription {
+                speed_source: s.speed_source.as_str(),
+                link_speed_bps: s.raw.link_speed_bps,
+                qdisc: s.qdisc,
+                ecn_eligible: s.raw.ecn_eligible,
+                ecn_marked: s.raw.ecn_marked,
+                pause_ns: s.raw.pause_ns,
+                notes: s.notes,
             })
             .collect()
     }

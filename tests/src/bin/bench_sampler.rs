@@ -145,6 +145,8 @@ impl Sample for Box<dyn SampleSource + Send> {
     fn speeds(&mut self) -> Result<Vec<u64>> {
         let t = lq_user::sys::clock::monotonic_ns();
         let out = self.sample(t).map_err(anyhow::Error::msg)?;
+        // What the role's sampler thread sends with every sample.
+        std::hint::black_box((self.describe(), self.link_mtus().to_vec()));
         Ok(out.iter().map(|r| r.link_speed_bps).collect())
     }
 }

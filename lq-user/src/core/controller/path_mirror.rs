@@ -13,11 +13,13 @@
 //!   counts as LQS 0 / CL 7; a refresh that changes nothing sends no event). The receiver
 //!   stamps every slot it writes in a compact array ([`lq_common::maps::PathStampLine`]);
 //!   once the oldest live entry reaches the end of its dead interval, a sweep reads every
-//!   row's stamp in slot order (4 096 cache lines for the whole table) and reads a row
-//!   only when its stamp has not moved since its refresh time as known. A moved stamp
-//!   raises the known refresh time to the stamp's (a lower bound, at most 1.05 ms early);
-//!   an entry is aged only after its row says so. Without stamps (pins of an older lqd)
-//!   the sweep reads every row whose known refresh time has reached its dead interval;
+//!   row's stamp (2 octets each, 256 KiB for the whole table, in the rows' order) and
+//!   reads a row only when its stamp has not moved since its refresh time as known. A
+//!   moved stamp raises the known refresh time to the stamp's (a lower bound, at most
+//!   1.05 ms early); an entry is aged only after its row says so. A row's known stamp is
+//!   always one read from the stamp array (the first sweep after a rebuild only records
+//!   them). Without stamps (pins of an older lqd) the sweep reads every row whose known
+//!   refresh time has reached its dead interval;
 //! * the expired entries themselves, alone, at every step (a refresh that revives one
 //!   sends no event either);
 //! * spines that failed or recovered by heartbeat since the last step.
@@ -43,6 +45,12 @@ pub trait TableRows {
     /// The entry now in the row at `position` (the mirror's order); `None` when it cannot
     /// be read.
     fn row(&mut self, position: usize) -> Option<(PathKey, PathValue)>;
+
+    /// The refresh stamp of the row at `position`; `None` when the table keeps no stamps.
+    fn stamp(&mut self, position: usize) -> Option<u16> {
+        let _ = position;
+        None
+    }
 
     /// Calls `f(position, stamp)` with every row's refresh stamp
     /// ([`lq_common::maps::path_stamp`] of its last write), in the order cheapest to read;
@@ -84,6 +92,8 @@ struct RowState {
     stamp: u16,
     /// In [`PathMirror::expired`].
     expired: bool,
+    /// The refresh that last read the row ([`PathMirror::refreshes`]).
+    read_in: u32,
 }
 
 /// One spine's rows and whether it has failed by heartbeat.
@@ -112,6 +122,13 @@ pub struct PathMirror {
     /// The oldest known refresh time among the live entries of live spines: the next
     /// ageing sweep is due once its dead interval has passed.
     oldest_live_ns: Option<u64>,
+    /// Refreshes done (wrapping): which rows a refresh has read already.
+    refreshes: u32,
+    /// The rows' stamps have been read since the last rebuild: a stamp that differs from
+    /// the one known is a refresh. (The first sweep after a rebuild only records them: a
+    /// row's stamp is taken from the stamp array, never derived from the row, so that a
+    /// stamp array younger than the table, after an upgrade, is not read as refreshes.)
+    stamps_known: bool,
 }
 
 impl PathMirror {
@@ -140,10 +157,7 @@ impl PathMirror {
         entries.sort_unstable_by_key(|e| remote_order(&e.0));
         self.rows.clear();
         for (_, v) in &mut entries {
-            self.rows.push(RowState {
-                stamp: path_stamp(v.last_update_ns),
-                ..RowState::default()
-            });
+            self.rows.push(RowState::default());
             v.last_update_ns = v.last_update_ns.max(not_before_ns);
         }
         self.snapshot =
@@ -166,6 +180,7 @@ impl PathMirror {
         self.entries = entries;
         self.expired.clear();
         self.oldest_live_ns = None;
+        self.stamps_known = false;
         for p in 0..self.entries.len() {
             self.note(p, now_ns, dead_interval_ns);
         }
@@ -184,6 +199,13 @@ impl PathMirror {
         table: &mut impl TableRows,
     ) -> Refresh {
         let mut out = Refresh::default();
+        self.refreshes = self.refreshes.wrapping_add(1);
+        // The expired rows: taken out of the list first; every row read below is noted
+        // again (back on the list while still expired).
+        let expired = std::mem::take(&mut self.expired);
+        for &p in &expired {
+            self.rows[p as usize].expired = false;
+        }
         // Spines read in full: named ones, and those that failed or recovered.
         let mut full: BTreeSet<u32> = named
             .iter()
@@ -204,7 +226,7 @@ impl PathMirror {
                 out.stale = true;
                 continue;
             };
-            if full.contains(&row.spine) {
+            if full.contains(&row.spine) || row.read_in == self.refreshes {
                 continue;
             }
             self.read_row(p, &clock, table, &mut out);
@@ -216,14 +238,11 @@ impl PathMirror {
             }
             self.spines[*s as usize].positions = positions;
         }
-        // The expired rows, alone (those read above already are noted again).
-        let expired = std::mem::take(&mut self.expired);
+        // The expired rows not read above, alone; a failed spine's come back with the
+        // spine (its recovery reads them all).
         for &p in &expired {
-            self.rows[p as usize].expired = false;
-        }
-        for &p in &expired {
-            let spine = self.rows[p as usize].spine;
-            if !full.contains(&spine) && !self.spines[spine as usize].failed {
+            let row = self.rows[p as usize];
+            if row.read_in != self.refreshes && !self.spines[row.spine as usize].failed {
                 self.read_row(p as usize, &clock, table, &mut out);
             }
         }
@@ -245,6 +264,7 @@ impl PathMirror {
         let mut oldest: Option<u64> = None;
         let mut stamps_read = 0;
         let n = entries.len();
+        let stamps_known = self.stamps_known;
         let mut judge = |p: usize, stamp: Option<u16>| {
             let (Some(row), Some(entry)) = (rows.get_mut(p), entries.get_mut(p)) else {
                 return;
@@ -257,10 +277,12 @@ impl PathMirror {
                 && s != row.stamp
             {
                 row.stamp = s;
-                v.last_update_ns = v
-                    .last_update_ns
-                    .max(path_stamp_time_ns(s, clock.now_ns))
-                    .max(clock.not_before_ns);
+                if stamps_known {
+                    v.last_update_ns = v
+                        .last_update_ns
+                        .max(path_stamp_time_ns(s, clock.now_ns))
+                        .max(clock.not_before_ns);
+                }
             }
             if entry_expired(v.last_update_ns, clock.now_ns, clock.dead_ns) {
                 may_have_aged.push(p as u32);
@@ -278,6 +300,7 @@ impl PathMirror {
             }
         }
         out.stamps_read += stamps_read;
+        self.stamps_known = stamped;
         self.oldest_live_ns = oldest;
         for p in may_have_aged {
             self.read_row(p as usize, clock, table, out);
@@ -298,9 +321,14 @@ impl PathMirror {
             out.stale = true;
             return;
         };
+        // The stamp before the row: the receiver writes the row first, so a row read
+        // after its stamp is at least as new (a newer row with an older stamp only makes
+        // the next sweep see a move it already knows).
+        let stamp = table.stamp(p);
         match table.row(p) {
             Some((k, mut v)) if k == entry.0 => {
-                row.stamp = path_stamp(v.last_update_ns);
+                row.stamp = stamp.unwrap_or_else(|| path_stamp(v.last_update_ns));
+                row.read_in = self.refreshes;
                 v.last_update_ns = v.last_update_ns.max(clock.not_before_ns);
                 entry.1 = v;
             }
@@ -585,6 +613,12 @@ mod tests {
             self.kernel.get(p).copied()
         }
 
+        fn stamp(&mut self, p: usize) -> Option<u16> {
+            self.kernel
+                .get(p)
+                .map(|(_, v)| path_stamp(v.last_update_ns))
+        }
+
         fn stamps(&mut self, f: &mut dyn FnMut(usize, u16)) -> bool {
             for (p, (_, v)) in self.kernel.iter().enumerate() {
                 f(p, path_stamp(v.last_update_ns));
@@ -616,30 +650,38 @@ mod tests {
             };
             let r = m.refresh(&BTreeSet::new(), &[], clock(0, t), &none, &mut table);
             assert!(!r.stale && r.changed_remotes.is_empty(), "{t}: {r:?}");
+            // The first sweep after the rebuild records the stamps and reads the rows due
+            // (their stamps are not trusted yet); after it, none.
+            if sweeps > 0 {
+                rows += table.rows_read;
+            }
             sweeps += usize::from(r.stamps_read > 0);
-            rows += table.rows_read;
             assert_same_as_rebuild(&m, t, &none);
         }
-        assert_eq!(rows, 0, "no row read for ageing");
+        assert_eq!(rows, 0, "no row read for ageing after the first sweep");
         // 200 ms: a sweep every 40-60 ms (the oldest entry's dead interval), not per step.
         assert!((3..=5).contains(&sweeps), "{sweeps} sweeps");
     }
 
     #[test]
     fn with_stamps_an_unrefreshed_entry_ages_once_its_row_says_so() {
-        // Written at 10.9 ms: its stamp's lower bound is 10.49 ms (units of 1.05 ms).
+        // Every entry is refreshed every 20 ms at 10.9 ms + 20 k ms (not on a stamp unit);
+        // spine 1's entry for remote 103 stops after 90.9 ms: dead after 150.9 ms. Its
+        // stamp's lower bound (90.18 ms) makes a sweep read its row from 150.18 ms on;
+        // the row says live until 150.9.
         let mut kernel = table(2, 4, 10_900_000, |_, _| 200);
         let mut m = PathMirror::default();
         let none = BTreeSet::new();
         m.rebuild(kernel.clone(), 0, 11 * MS, DEAD, &none);
-        let mut expired_at = None;
+        let (mut expired_at, mut last_refresh) = (None, 10_900_000);
         let mut reads = Vec::new();
-        for t in (12..=140).map(|ms| ms * MS) {
-            // Spine 1 stops refreshing remote 103; the rest are refreshed every 20 ms.
-            if t % (20 * MS) == 10 * MS {
+        let mut sweeps = 0;
+        for t in (11 * MS..=200 * MS).step_by(250_000) {
+            if t >= last_refresh + 20 * MS {
+                last_refresh += 20 * MS;
                 for (k, v) in &mut kernel {
-                    if !(k.spine_id == 1 && k.remote_id == 103) {
-                        v.last_update_ns = t;
+                    if !(k.spine_id == 1 && k.remote_id == 103 && last_refresh > 91 * MS) {
+                        v.last_update_ns = last_refresh;
                     }
                 }
             }
@@ -648,22 +690,97 @@ mod tests {
                 rows_read: 0,
             };
             let r = m.refresh(&BTreeSet::new(), &[], clock(0, t), &none, &mut table);
-            if table.rows_read > 0 {
-                reads.push((t / MS, table.rows_read));
+            // After the first sweep (which records the stamps and reads the rows due).
+            if sweeps > 0 && table.rows_read > 0 {
+                reads.push((t, table.rows_read));
             }
+            sweeps += usize::from(r.stamps_read > 0);
             if r.changed_remotes.contains(&node(0, 103)) {
-                expired_at.get_or_insert(t / MS);
+                expired_at.get_or_insert(t);
             }
             assert_same_as_rebuild(&m, t, &none);
         }
-        // Dead after 70.9 ms: seen at the first step after, by reading its row; the
-        // stamp's earlier bound (70.49 ms) read the row at 71 ms without ageing it.
-        assert_eq!(expired_at, Some(71));
+        // Aged at the first step after 150.9 ms, no earlier.
+        assert_eq!(expired_at, Some(151 * MS));
         assert_eq!(m.snapshot().links(node(0, 1), node(0, 103)), &[(7, 0)]);
-        // The rows of the other entries, never: that row alone, at every step after.
+        // Only that row is ever read after the first sweep: from the stamp's bound on,
+        // at every step (live until 150.9, then expired).
         assert!(reads.iter().all(|(_, n)| *n == 1), "{reads:?}");
-        assert_eq!(reads.first(), Some(&(71, 1)), "{reads:?}");
-        assert_eq!(reads.len(), 140 - 71 + 1, "{reads:?}");
+        assert_eq!(reads.first().map(|r| r.0), Some(150_250_000), "{reads:?}");
+    }
+
+    #[test]
+    fn an_expired_row_read_with_its_spine_stays_watched_and_comes_back() {
+        let mut kernel = table(2, 2, 10 * MS, |_, _| 200);
+        let mut m = PathMirror::default();
+        let none = BTreeSet::new();
+        m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &none);
+        let step = |m: &mut PathMirror, kernel: &[(PathKey, PathValue)], named: &[u32], t| {
+            let named: BTreeSet<NodeId> = named.iter().map(|s| node(0, *s)).collect();
+            let mut table = Stamped {
+                kernel,
+                rows_read: 0,
+            };
+            m.refresh(&named, &[], clock(0, t), &none, &mut table)
+        };
+        // Spine 1's entry for remote 101 stops; the rest are refreshed every 20 ms.
+        let refresh_all_but = |kernel: &mut Vec<(PathKey, PathValue)>, t: u64, skip: bool| {
+            for (k, v) in kernel.iter_mut() {
+                if !(skip && k.spine_id == 1 && k.remote_id == 101) {
+                    v.last_update_ns = t;
+                }
+            }
+        };
+        for t in (20..=100).step_by(10) {
+            if t % 20 == 10 {
+                refresh_all_but(&mut kernel, t * MS, true);
+            }
+            step(&mut m, &kernel, &[], t * MS);
+        }
+        assert_eq!(m.snapshot().links(node(0, 1), node(0, 101)), &[(7, 0)]);
+        // Spine 1 is named (another entry of it changed) while the row is still expired:
+        // the row is read with the spine and stays watched.
+        step(&mut m, &kernel, &[1], 105 * MS);
+        assert_eq!(m.snapshot().links(node(0, 1), node(0, 101)), &[(7, 0)]);
+        // Then refreshed with its old LQS (no event): live again at the next step.
+        refresh_all_but(&mut kernel, 108 * MS, false);
+        let r = step(&mut m, &kernel, &[], 110 * MS);
+        assert_eq!(r.changed_remotes, [node(0, 101)].into());
+        assert_eq!(m.snapshot().links(node(0, 1), node(0, 101)), &[(7, 200)]);
+        assert_same_as_rebuild(&m, 110 * MS, &none);
+    }
+
+    #[test]
+    fn a_stamp_array_younger_than_the_table_is_not_read_as_refreshes() {
+        // After an upgrade the table keeps its rows while the stamps start at 0: the first
+        // sweep records them, and a row nobody refreshes still ages.
+        struct Zeroed<'k>(&'k [(PathKey, PathValue)]);
+        impl TableRows for Zeroed<'_> {
+            fn row(&mut self, p: usize) -> Option<(PathKey, PathValue)> {
+                self.0.get(p).copied()
+            }
+            fn stamp(&mut self, _: usize) -> Option<u16> {
+                Some(0)
+            }
+            fn stamps(&mut self, f: &mut dyn FnMut(usize, u16)) -> bool {
+                (0..self.0.len()).for_each(|p| f(p, 0));
+                true
+            }
+        }
+        let kernel = table(1, 1, 500 * MS, |_, _| 200);
+        let mut m = PathMirror::default();
+        let none = BTreeSet::new();
+        m.rebuild(kernel.clone(), 0, 500 * MS, DEAD, &none);
+        for t in (510..=600).step_by(10) {
+            m.refresh(
+                &BTreeSet::new(),
+                &[],
+                clock(0, t * MS),
+                &none,
+                &mut Zeroed(&kernel),
+            );
+        }
+        assert_eq!(m.snapshot().links(node(0, 1), node(0, 100)), &[(7, 0)]);
     }
 
     #[test]

@@ -233,7 +233,8 @@ pub struct PathQualityReport {
     /// Per group.
     pub groups: BTreeMap<GroupKey, DestinationQuality>,
     /// Per group, the congestion and capacity signals of every member (same order as
-    /// `groups[..].members`); read only by `weight-function = "integral"`.
+    /// `groups[..].members`); read only by `weight-function = "integral"`, and computed
+    /// only for it (empty with the seed's function).
     pub signals: BTreeMap<GroupKey, Vec<MemberSignal>>,
     /// Entries whose remote node is the NNH of no destination: kept, unused (6.1).
     pub unknown_remote_entries: usize,

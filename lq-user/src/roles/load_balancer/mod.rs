@@ -64,6 +64,10 @@ impl TableRows for KnownRows<'_> {
         self.0.known_entry(position)
     }
 
+    fn stamp(&mut self, position: usize) -> Option<u16> {
+        self.0.stamp_of(position)
+    }
+
     fn stamps(&mut self, f: &mut dyn FnMut(usize, u16)) -> bool {
         self.0.for_each_stamp(f)
     }

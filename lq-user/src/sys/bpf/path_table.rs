@@ -398,9 +398,9 @@ struct MappedArray<T> {
 
 // SAFETY: the mapping is read-only shared memory owned by this value; reading it from
 // another thread is as sound as from this one.
-unsafe impl<T> Send for MappedArray<T> {}
+unsafe impl<T: aya::Pod> Send for MappedArray<T> {}
 
-impl<T: Copy> MappedArray<T> {
+impl<T: aya::Pod> MappedArray<T> {
     /// Maps the first `len` elements of the array map `fd`; fails when the map was created
     /// without `BPF_F_MMAPABLE` (pins of an older lqd), and the caller reads by batch.
     /// `T`'s size must be the map's value size, a multiple of 8 (the kernel's element
@@ -616,6 +616,12 @@ impl TableReader {
             .binary_search_by_key(&slot, |e| e.0)
             .ok()?;
         Some(self.slot_positions[i].1 as usize)
+    }
+
+    /// The refresh stamp of the row at `position` (the last full read's order); `None`
+    /// without the stamp mapping or beyond the rows that read found.
+    pub fn stamp_of(&self, position: usize) -> Option<u16> {
+        self.stamps.as_ref()?.stamp(*self.known.get(position)?)
     }
 
     /// Calls `f(position, stamp)` with the refresh stamp of every row the last full read
