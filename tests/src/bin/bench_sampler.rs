@@ -315,7 +315,7 @@ fn main() -> Result<()> {
         let line = json!({
             "name": name,
             "value": round3(value),
-            "unit": "%",
+            "unit": if name.ends_with("_ratio") { "ratio" } else { "%" },
             "goal": goal,
             "baseline": baseline,
         });

@@ -388,6 +388,17 @@ mod tests {
     const MS: u64 = 1_000_000;
     const DEAD: u64 = 60 * MS;
 
+    /// A refresh with nothing named or failed, rows read from `kernel` (no stamps).
+    fn unnamed(m: &mut PathMirror, kernel: &[(PathKey, PathValue)], now_ns: u64) -> Refresh {
+        m.refresh(
+            &BTreeSet::new(),
+            &[],
+            clock(0, now_ns),
+            &BTreeSet::new(),
+            &mut |p: usize| kernel.get(p).copied(),
+        )
+    }
+
     fn clock(not_before_ns: u64, now_ns: u64) -> RefreshClock {
         RefreshClock {
             not_before_ns,
@@ -532,13 +543,7 @@ mod tests {
         let mut expired_at = None;
         for t in (20..=120).step_by(10) {
             refresh(&mut kernel, t * MS);
-            let r = m.refresh(
-                &BTreeSet::new(),
-                &[],
-                clock(0, t * MS),
-                &none,
-                &mut |p: usize| kernel.get(p).copied(),
-            );
+            let r = unnamed(&mut m, &kernel, t * MS);
             if r.changed_remotes.contains(&node(0, 101)) && expired_at.is_none() {
                 expired_at = Some(t);
             }
@@ -554,13 +559,7 @@ mod tests {
                 v.last_update_ns = 125 * MS;
             }
         }
-        let r = m.refresh(
-            &BTreeSet::new(),
-            &[],
-            clock(0, 130 * MS),
-            &none,
-            &mut |p: usize| kernel.get(p).copied(),
-        );
+        let r = unnamed(&mut m, &kernel, 130 * MS);
         assert_eq!(r.changed_remotes, [node(0, 101)].into());
         assert_eq!(m.snapshot().links(node(0, 1), node(0, 101)), &[(7, 200)]);
     }
@@ -582,13 +581,7 @@ mod tests {
                     }
                 }
             }
-            let r = m.refresh(
-                &BTreeSet::new(),
-                &[],
-                clock(0, t * MS),
-                &none,
-                &mut |p: usize| kernel.get(p).copied(),
-            );
+            let r = unnamed(&mut m, &kernel, t * MS);
             assert!(!r.stale);
             reads.push((t, r.rows_read));
             assert_same_as_rebuild(&m, t * MS, &none);

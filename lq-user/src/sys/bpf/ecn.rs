@@ -9,7 +9,7 @@ use std::os::fd::AsFd as _;
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Map, MapData},
-    programs::{LinkOrder, SchedClassifier, TcAttachType, tc::TcAttachOptions},
+    programs::{SchedClassifier, TcAttachType},
 };
 use lq_common::maps::{ECN_ELIGIBLE_MAP, ECN_IF_CAPACITY, ECN_PROGRAM};
 use tracing::warn;
@@ -63,23 +63,12 @@ impl EcnEligible {
         prog.load()
             .map_err(super::program_err::<EcnError>("tc", "load the ECN counter"))?;
         for iface in ifaces {
-            if let Err(tcx) = prog.attach_with_options(
-                iface,
-                TcAttachType::Egress,
-                TcAttachOptions::TcxOrder(LinkOrder::default()),
-            ) {
-                warn!(%iface, error = %tcx, "tcx egress attach failed; trying a clsact qdisc");
-                let _ = aya::programs::tc::qdisc_add_clsact(iface);
-                prog.attach_with_options(
-                    iface,
-                    TcAttachType::Egress,
-                    TcAttachOptions::Netlink(Default::default()),
-                )
-                .map_err(super::program_err::<EcnError>(
-                    "tc",
-                    format!("attach the ECN counter to {iface}"),
-                ))?;
-            }
+            super::attach_tc(prog, iface, TcAttachType::Egress).map_err(super::program_err::<
+                EcnError,
+            >(
+                "tc",
+                format!("attach the ECN counter to {iface}"),
+            ))?;
         }
         let Some(Map::PerCpuHashMap(map)) = ebpf.take_map(ECN_ELIGIBLE_MAP) else {
             return Err(EcnError::Missing(ECN_ELIGIBLE_MAP));

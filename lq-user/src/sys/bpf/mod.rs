@@ -7,7 +7,10 @@ pub mod ecn;
 pub mod path_table;
 pub mod pfc;
 
-use aya::{maps::MapError, programs::ProgramError};
+use aya::{
+    maps::MapError,
+    programs::{LinkOrder, ProgramError, SchedClassifier, TcAttachType, tc, tc::TcAttachOptions},
+};
 
 /// A program operation (load, attach, ...) failed.
 #[derive(Debug, thiserror::Error)]
@@ -115,4 +118,32 @@ pub(crate) fn lookup_batch(
         }
     }
     Ok(done)
+}
+
+/// How a tc program ended up attached to an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcMode {
+    /// A tcx link (kernel >= 6.6).
+    Tcx,
+    /// A clsact qdisc with a direct-action filter (older kernels).
+    Clsact,
+}
+
+/// Attaches the tc program `prog` to `iface` at `at`: a tcx link, or where tcx is refused
+/// (kernels before 6.6), a direct-action filter on a clsact qdisc (created if missing).
+pub(crate) fn attach_tc(
+    prog: &mut SchedClassifier,
+    iface: &str,
+    at: TcAttachType,
+) -> Result<TcMode, ProgramError> {
+    match prog.attach_with_options(iface, at, TcAttachOptions::TcxOrder(LinkOrder::default())) {
+        Ok(_) => Ok(TcMode::Tcx),
+        Err(tcx) => {
+            tracing::warn!(%iface, error = %tcx, "tcx attach failed; falling back to a clsact qdisc");
+            // EEXIST: the qdisc is already there.
+            let _ = tc::qdisc_add_clsact(iface);
+            prog.attach_with_options(iface, at, TcAttachOptions::Netlink(Default::default()))?;
+            Ok(TcMode::Clsact)
+        }
+    }
 }

@@ -15,10 +15,7 @@ use std::{
 use aya::{
     Ebpf,
     maps::{HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
-    programs::{
-        LinkOrder, SchedClassifier, TcAttachType,
-        tc::{self, TcAttachOptions},
-    },
+    programs::{SchedClassifier, TcAttachType},
 };
 use lq_common::pfc::{
     PFC_IF_CONFIG_MAP, PFC_IF_CONFIGURED, PFC_PAUSE_MAP, PFC_PRIORITIES, PFC_PROGRAM,
@@ -78,14 +75,7 @@ pub enum PfcError {
     Aggregate(#[from] lag::Aggregate),
 }
 
-/// How the counter ended up attached to an interface.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TcMode {
-    /// A tcx link (kernel >= 6.6).
-    Tcx,
-    /// A clsact qdisc with a direct-action filter (older kernels).
-    Clsact,
-}
+pub use super::TcMode;
 
 /// One attached interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,28 +138,13 @@ impl PfcCounter {
         }
         self.configure(&info)?;
         let prog = self.program()?;
-        let mode = match prog.attach_with_options(
-            iface,
-            TcAttachType::Ingress,
-            TcAttachOptions::TcxOrder(LinkOrder::default()),
-        ) {
-            Ok(_) => TcMode::Tcx,
-            Err(tcx) => {
-                tracing::warn!(%iface, error = %tcx, "tcx attach failed; falling back to a clsact qdisc");
-                // EEXIST: the qdisc is already there.
-                let _ = tc::qdisc_add_clsact(iface);
-                prog.attach_with_options(
-                    iface,
-                    TcAttachType::Ingress,
-                    TcAttachOptions::Netlink(Default::default()),
-                )
-                .map_err(super::program_err::<PfcError>(
-                    "tc",
-                    format!("attach to {iface}"),
-                ))?;
-                TcMode::Clsact
-            }
-        };
+        let mode =
+            super::attach_tc(prog, iface, TcAttachType::Ingress).map_err(super::program_err::<
+                PfcError,
+            >(
+                "tc",
+                format!("attach to {iface}"),
+            ))?;
         let a = Attached {
             iface: iface.into(),
             info,
