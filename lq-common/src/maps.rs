@@ -5,10 +5,16 @@
 
 use crate::wire::AsRange;
 
-/// The path quality table (seed 003 section 6.2): an array of [`PathSlot`]s, an
-/// open-addressed hash table of [`PathKey`] -> [`PathValue`] with the slot index computed by
-/// [`path_slot_index`] (see there for why it is not a BPF hash map).
+/// The path quality table (seed 003 section 6.2): an array of [`PathSlot`]s (rows), each
+/// claimed by one [`PathKey`] in arrival order and found through [`PATH_INDEX_MAP`] (see
+/// [`path_index_at`] for the layout and why it is not a BPF hash map).
 pub const PATH_TABLE_MAP: &str = "LQ_PATHS";
+/// The path table's key index: an open-addressed hash table of `u64` cells, each 0 (free)
+/// or a row of [`PATH_TABLE_MAP`] plus one, probed from [`path_index_at`].
+pub const PATH_INDEX_MAP: &str = "LQ_PATH_INDEX";
+/// One `u64` at index 0: how many rows of [`PATH_TABLE_MAP`] have been claimed (the next
+/// free row), advanced atomically by the receiver.
+pub const PATH_ROWS_MAP: &str = "LQ_PATH_ROWS";
 /// The path table's refresh stamps: an array of [`PathStampLine`]s, one `u16` per slot of
 /// [`PATH_TABLE_MAP`] ([`path_stamp_at`], [`path_stamp`]).
 pub const PATH_STAMP_MAP: &str = "LQ_PATH_STAMPS";
@@ -35,21 +41,26 @@ pub const ECN_PROGRAM: &str = "lq_ecn_egress";
 /// How many interfaces the ECN counter tracks.
 pub const ECN_IF_CAPACITY: u32 = 256;
 
-/// Capacity of the path table: four slots per entry of a 64-spine x 512-leaf fabric
-/// (32 768 entries, one link each), so that the design load fills a quarter of the slots
-/// and a key almost always finds its first slot (at 100 % load, linear probing with
-/// [`PATH_SLOT_PROBES`] would refuse entries). 131 072 x 48 octets = 6 MiB. A power of two
-/// (the slot index is the top bits of a 32-bit hash).
-pub const PATH_TABLE_CAPACITY: u32 = 131_072;
-/// log2 of [`PATH_TABLE_CAPACITY`].
-pub const PATH_TABLE_BITS: u32 = 17;
-const _: () = assert!(1 << PATH_TABLE_BITS == PATH_TABLE_CAPACITY);
-/// Slots probed for a key (linear probing from [`path_slot_index`]) before the entry is
-/// refused as `table_full`. At the design load (64 spines x 512 remote leaves = 25 % of the
-/// slots) a key is found at its first slot almost always, but linear probing clusters: with
-/// 8 probes, 14 of the 32 768 keys of `cargo xtask bench scale` found no slot. With 32 the
-/// chance of a full probe run at that load is about (0.25 e^0.75)^32 = 1e-9 per key; a
-/// probe beyond the first costs one array access and one key compare, and only a
+/// Rows of the path table: two per entry of a 64-spine x 512-leaf fabric (32 768 entries,
+/// one link each). Rows are claimed in arrival order and never freed (a key keeps its row),
+/// so the table holds this many distinct keys; 65 536 x 48 octets = 3 MiB. A multiple of
+/// [`PATH_STAMPS_PER_LINE`].
+pub const PATH_TABLE_CAPACITY: u32 = 65_536;
+/// Cells of the key index ([`PATH_INDEX_MAP`]): twice the rows, so that a full table fills
+/// half the cells and a key is almost always found at its first cell. A power of two (the
+/// cell is the top bits of a 32-bit hash); 131 072 x 8 octets = 1 MiB.
+pub const PATH_INDEX_CAPACITY: u32 = 131_072;
+/// log2 of [`PATH_INDEX_CAPACITY`].
+pub const PATH_INDEX_BITS: u32 = 17;
+const _: () = assert!(1 << PATH_INDEX_BITS == PATH_INDEX_CAPACITY);
+const _: () = assert!(PATH_INDEX_CAPACITY >= 2 * PATH_TABLE_CAPACITY);
+/// Index cells probed for a key (linear probing from [`path_index_at`]) before the entry
+/// is refused as `table_full`. At the design load (32 768 keys in 131 072 cells, 25 %) a
+/// key is found at its first cell almost always, but linear probing clusters: with 8
+/// probes, 14 of the 32 768 keys of `cargo xtask bench scale` found no slot when the table
+/// itself was probed at that load. With 32 the chance of a full probe run at 25 % is about
+/// (0.25 e^0.75)^32 = 1e-9 per key, and at a full table (50 %) about 1e-2 over all keys;
+/// a probe beyond the first costs one array access and one key compare, and only a
 /// colliding key pays it.
 pub const PATH_SLOT_PROBES: u32 = 32;
 /// Capacity of the neighbor table.
@@ -110,32 +121,40 @@ const _: () = assert!(core::mem::size_of::<PathKey>() == 20);
 pub struct PathSlot {
     /// The entry's key; meaningful when `used` is 1.
     pub key: PathKey,
-    /// 1: the slot holds an entry; 0: free (a slot is never freed once used).
+    /// 1: the slot holds an entry; 0: free, or a row whose claim lost a race to another
+    /// CPU claiming the same key (the key may then be set: readers go by `used`). A row is
+    /// never freed once used.
     pub used: u32,
     /// The entry's value; meaningful when `used` is 1.
     pub value: PathValue,
 }
 const _: () = assert!(core::mem::size_of::<PathSlot>() == 48);
 
-/// Slot `probe` (0-based) of `key` in the path table.
+/// Cell `probe` (0-based) of `key` in the key index ([`PATH_INDEX_MAP`]).
 ///
-/// Why the table is an array with a hash of our own rather than a BPF hash map: the XDP
-/// receiver writes up to 91 entries per datagram (spec `lq-udp-wire.md`, "MUST process 91
-/// entries"), and a BPF hash map lookup (jhash over the 20-octet key, bucket walk, key
-/// compare through a helper call) was most of the 90-entry cost. Here an entry update is one
-/// array access (the verifier inlines array lookups into address arithmetic) and one key
-/// compare. The hash: a multiply-xor mix of the five key words, top bits taken; linear
-/// probing from there. The reference receiver's table model (`lq_common::receive`'s users,
-/// the differential test) uses this same function, so table-full behaviour is identical.
+/// The layout, and why: the XDP receiver writes up to 91 entries per datagram (spec
+/// `lq-udp-wire.md`, "MUST process 91 entries"), 1.6 million a second at a 64 x 512
+/// fabric's leaf. A BPF hash map lookup (jhash over the 20-octet key, bucket walk, key
+/// compare through a helper call) was most of the 90-entry cost, and an open-addressed
+/// table whose rows sit where the key hashes scatters one datagram's entries over the whole
+/// table: a cache miss per entry, most of the receiver's time at that scale (issue 15).
+/// So rows are claimed in arrival order (one datagram's new entries take adjacent rows)
+/// and this index, a hash of our own with linear probing over `u64` cells, finds a key's
+/// row. The receiver first tries the row after the previous entry's row (a helper
+/// advertises its entries in the same order every time), and asks the index only when that
+/// row holds another key: once per datagram in the steady state. The hash: a multiply-xor
+/// mix of the five key words, top bits taken. The reference model of the table (the
+/// differential test's) uses this same function, so placement and `table_full` are
+/// identical.
 #[inline(always)]
-pub const fn path_slot_index(key: &PathKey, probe: u32) -> u32 {
+pub const fn path_index_at(key: &PathKey, probe: u32) -> u32 {
     let mut h = key.spine_id.wrapping_mul(0x9e37_79b1);
     h = (h ^ key.spine_as).wrapping_mul(0x85eb_ca77);
     h = (h ^ key.remote_id).wrapping_mul(0xc2b2_ae3d);
     h = (h ^ key.remote_as).wrapping_mul(0x27d4_eb2f);
     h = (h ^ key.link_id).wrapping_mul(0x1656_67b1);
     h ^= h >> 15;
-    ((h >> (32 - PATH_TABLE_BITS)).wrapping_add(probe)) & (PATH_TABLE_CAPACITY - 1)
+    ((h >> (32 - PATH_INDEX_BITS)).wrapping_add(probe)) & (PATH_INDEX_CAPACITY - 1)
 }
 
 /// `PathValue::flags`: the entry carried valid diagnostics.

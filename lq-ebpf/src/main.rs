@@ -8,8 +8,12 @@
 //! * [`hash_clear`]: `lq_clear_hash` (tc), clears a veth-carried socket hash (the demo).
 #![no_std]
 #![no_main]
+// Inline assembly on BPF (the atomic row claims of `atomic`): lq-ebpf is built with the
+// nightly toolchain (aya-build, -Z build-std) in any case.
+#![feature(asm_experimental_arch)]
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
+mod atomic;
 mod ecn;
 mod hash_clear;
 mod pfc;

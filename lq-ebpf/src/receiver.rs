@@ -8,6 +8,7 @@
 
 use core::ffi::c_void;
 
+use crate::atomic::{compare_exchange_u64, fetch_add_u64};
 use aya_ebpf::{
     bindings::xdp_action,
     btf_maps::{Array, HashMap, LpmTrie, PerCpuArray, RingBuf},
@@ -24,9 +25,9 @@ use lq_common::{
     maps::{
         AS_PLAN_PREFIX_CAPACITY, AS_QUALIFIED_YES, COUNTER_COUNT, Counter, EVENT_RING_BYTES,
         EVENT_SLOTS, NEIGHBOR_CAPACITY, NO_SLOT, NeighborKey, NeighborValue, PATH_FLAG_DIAGNOSTICS,
-        PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC, PATH_SLOT_PROBES, PATH_STAMP_LINES,
-        PATH_TABLE_CAPACITY, PathEvent, PathKey, PathSlot, PathStampLine, PathValue,
-        ReceiverConfig, path_slot_index, path_stamp, path_stamp_at,
+        PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC, PATH_INDEX_CAPACITY, PATH_SLOT_PROBES,
+        PATH_STAMP_LINES, PATH_TABLE_CAPACITY, PathEvent, PathKey, PathSlot, PathStampLine,
+        PathValue, ReceiverConfig, path_index_at, path_stamp, path_stamp_at,
     },
     receive::neighbor_failed,
     wire::{
@@ -35,10 +36,10 @@ use lq_common::{
     },
 };
 
-/// The path table: an open-addressed hash table in an array, slot of a key from
-/// `lq_common::maps::path_slot_index` (why: see there). Memory-mappable
-/// (`BPF_F_MMAPABLE`), so that lqd reads the slots in place at every control step instead
-/// of copying the whole array through a system call (issue 15).
+/// The path table: rows claimed in arrival order, found through [`LQ_PATH_INDEX`]
+/// (`lq_common::maps::path_index_at` says why). Memory-mappable (`BPF_F_MMAPABLE`), so
+/// that lqd reads the rows in place at every control step instead of copying the whole
+/// array through a system call (issue 15).
 #[btf_map]
 static LQ_PATHS: Array<
     PathSlot,
@@ -54,6 +55,14 @@ static LQ_PATH_STAMPS: Array<
     { PATH_STAMP_LINES as usize },
     { aya_ebpf::bindings::BPF_F_MMAPABLE as usize },
 > = Array::new();
+
+/// The key index: cell -> row + 1 (0: free), open addressing from `path_index_at`.
+#[btf_map]
+static LQ_PATH_INDEX: Array<u64, { PATH_INDEX_CAPACITY as usize }> = Array::new();
+
+/// Rows of `LQ_PATHS` claimed so far (the next free row), at index 0.
+#[btf_map]
+static LQ_PATH_ROWS: Array<u64, 1> = Array::new();
 
 #[btf_map]
 static LQ_NEIGHBORS: HashMap<NeighborKey, NeighborValue, { NEIGHBOR_CAPACITY as usize }> =
@@ -295,6 +304,10 @@ struct EntryLoop {
     changed: u32,
     /// Slots this datagram's new entries claimed (`slots_claimed`).
     claimed: u32,
+    /// The row after the last entry's row: where the next entry most likely is (a helper
+    /// advertises its entries in the same order every time, and new ones take adjacent
+    /// rows). [`NO_SLOT`] before the first entry.
+    next_row: u32,
 }
 
 impl EntryLoop {
@@ -429,83 +442,158 @@ extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
         value.ecn_marking_rate = (diag >> 16) as u8 >> 3;
         value.pfc_pause_fraction = pfc_x >> 3;
     }
-    // The key's slots in probe order: the first that holds the key is updated in place,
-    // else the first free one takes it. Usually the first slot decides: one array access
-    // (inlined by the verifier) and one key compare per entry, here inline. A collision
-    // probes on in a bpf_loop callback, which the verifier checks once instead of once per
-    // probe (32 inline probes made it walk 200 000 instructions). A reader copying a slot
-    // at the same moment may see a mix of old and new fields of this one entry; the next
-    // read (at most one T_notify later) is whole.
-    if let Some(placed) = place_in_slot(&key, &value, 0) {
-        lp.note(placed.changed, placed.claimed, placed.slot);
-        return 0;
-    }
-    let mut probe = ProbeLoop {
-        key,
-        value,
-        placed: 0,
-        changed: 0,
-        claimed: 0,
-        slot: NO_SLOT,
+    // Usually the row after the previous entry's holds this key: one array access and one
+    // key compare, on the cache line next to the last (issue 15: scattered rows cost a
+    // cache miss per entry at a 64 x 512 fabric). Else the key index, probed in a bpf_loop
+    // callback, which the verifier checks once instead of once per probe and per path of
+    // this function (inline probes made it walk 140 000 instructions); in the steady
+    // state that is once per datagram. A reader copying a row at the same moment may see
+    // a mix of old and new fields of this one entry; the next read (at most one T_notify
+    // later) is whole.
+    let placed = match update_row(lp.next_row, &key, &value, true) {
+        Some(placed) => placed,
+        None => {
+            let mut probe = ProbeLoop {
+                key,
+                value,
+                outcome: PROBE_NEXT,
+                changed: 0,
+                claimed: 0,
+                slot: NO_SLOT,
+            };
+            // SAFETY: bpf_loop calls the callback at most PATH_SLOT_PROBES times with a
+            // pointer to `probe`, which outlives the call.
+            unsafe {
+                bpf_loop(
+                    PATH_SLOT_PROBES,
+                    probe_cell as *mut c_void,
+                    (&raw mut probe).cast(),
+                    0,
+                )
+            };
+            if probe.outcome != PROBE_PLACED {
+                count(Counter::TableFull);
+                return 0;
+            }
+            Placed {
+                changed: probe.changed,
+                claimed: probe.claimed,
+                slot: probe.slot,
+            }
+        }
     };
-    // SAFETY: bpf_loop calls the callback at most PATH_SLOT_PROBES - 1 times with a pointer
-    // to `probe`, which outlives the call.
-    unsafe {
-        bpf_loop(
-            PATH_SLOT_PROBES - 1,
-            probe_slot as *mut c_void,
-            (&raw mut probe).cast(),
-            0,
-        )
-    };
-    if probe.placed == 0 {
-        count(Counter::TableFull);
-        return 0;
-    }
-    lp.note(probe.changed != 0, probe.claimed != 0, probe.slot);
+    lp.next_row = placed.slot.wrapping_add(1);
+    lp.note(placed.changed != 0, placed.claimed != 0, placed.slot);
     0
 }
 
-/// Where an entry went ([`place_in_slot`]).
+/// Where an entry went ([`update_row`], [`place_by_index`]).
 struct Placed {
-    /// New, or its LQS or CL changed.
-    changed: bool,
-    /// It claimed a free slot.
-    claimed: bool,
-    /// The slot's index.
+    /// Not 0: new, or its LQS or CL changed.
+    changed: u32,
+    /// 1: it claimed a free row.
+    claimed: u32,
+    /// The row's index.
     slot: u32,
 }
 
-/// Writes `key`'s entry into its slot number `probe` if that slot holds the key or is
-/// free; `None` when another key holds it.
+/// What one cell of the key index did with an entry.
+enum Probe {
+    /// Written to its row.
+    Placed(Placed),
+    /// The cell holds another key: probe the next.
+    Next,
+    /// The key is new and no row is left.
+    Full,
+}
+
+/// Whether two keys are equal, with one branch instead of one per field (each branch of
+/// an entry's path multiplies the states the verifier walks).
 #[inline(always)]
-fn place_in_slot(key: &PathKey, value: &PathValue, probe: u32) -> Option<Placed> {
-    let index = path_slot_index(key, probe);
-    let slot = LQ_PATHS.get_ptr_mut(index)?;
+fn same_key(a: &PathKey, b: &PathKey) -> bool {
+    (a.spine_as ^ b.spine_as)
+        | (a.spine_id ^ b.spine_id)
+        | (a.remote_as ^ b.remote_as)
+        | (a.remote_id ^ b.remote_id)
+        | (a.link_id ^ b.link_id)
+        == 0
+}
+
+/// Writes `key`'s entry into row `row` if the row holds that key (and, with
+/// `published_only`, is in use: a row that lost a claim race holds its key unused, and
+/// only the index may lead to a row not yet in use); `None` otherwise or past the table.
+#[inline(always)]
+fn update_row(row: u32, key: &PathKey, value: &PathValue, published_only: bool) -> Option<Placed> {
+    let slot = LQ_PATHS.get_ptr_mut(row)?;
     // SAFETY: an element of the array map, alive as long as the map.
     let slot = unsafe { &mut *slot };
-    if slot.used == 0 {
+    if !same_key(&slot.key, key) || (published_only && slot.used == 0) {
+        return None;
+    }
+    // Computed without branches, for the same reason as `same_key`.
+    let changed = (slot.used ^ 1)
+        | u32::from(slot.value.lqs ^ value.lqs)
+        | u32::from(slot.value.cl ^ value.cl);
+    slot.value = *value;
+    slot.used = 1;
+    stamp(row, value.last_update_ns);
+    Some(Placed {
+        changed,
+        claimed: 0,
+        slot: row,
+    })
+}
+
+/// Probes cell `probe` of `key` in the key index: updates the row the cell leads to if it
+/// holds the key; claims the next free row for the key if the cell is free.
+///
+/// A claim writes the row's key, then publishes the row in the cell with a compare-and-
+/// exchange, then writes the value and marks the row used: another CPU that reaches the
+/// cell meanwhile finds the key and writes the same row. When another CPU published the
+/// cell first, the claimed row stays unused (a hole, never read) and the entry goes where
+/// the cell leads.
+#[inline(always)]
+fn place_by_index(key: &PathKey, value: &PathValue, probe: u32) -> Probe {
+    let Some(cell) = LQ_PATH_INDEX.get_ptr_mut(path_index_at(key, probe)) else {
+        return Probe::Next;
+    };
+    // SAFETY: an element of the array map, 8-aligned, alive as long as the map; another
+    // CPU may publish it concurrently (hence the volatile read).
+    let mut held = unsafe { core::ptr::read_volatile(cell) };
+    if held == 0 {
+        let Some(rows) = LQ_PATH_ROWS.get_ptr_mut(0) else {
+            return Probe::Full;
+        };
+        // SAFETY: element 0 of the array map, 8-aligned, alive as long as the map.
+        let row = unsafe { fetch_add_u64(rows, 1) };
+        let Some(slot) = LQ_PATHS
+            .get_ptr_mut(row as u32)
+            .filter(|_| row < u64::from(PATH_TABLE_CAPACITY))
+        else {
+            return Probe::Full;
+        };
+        let row = row as u32;
+        // SAFETY: an element of the array map, alive as long as the map; the row is this
+        // CPU's alone until published below.
+        let slot = unsafe { &mut *slot };
         slot.key = *key;
-        slot.value = *value;
-        slot.used = 1;
-        stamp(index, value.last_update_ns);
-        return Some(Placed {
-            changed: true,
-            claimed: true,
-            slot: index,
-        });
+        // SAFETY: as for the read of `cell` above.
+        held = unsafe { compare_exchange_u64(cell, 0, u64::from(row) + 1) };
+        if held == 0 {
+            slot.value = *value;
+            slot.used = 1;
+            stamp(row, value.last_update_ns);
+            return Probe::Placed(Placed {
+                changed: 1,
+                claimed: 1,
+                slot: row,
+            });
+        }
     }
-    if slot.key == *key {
-        let changed = slot.value.lqs != value.lqs || slot.value.cl != value.cl;
-        slot.value = *value;
-        stamp(index, value.last_update_ns);
-        return Some(Placed {
-            changed,
-            claimed: false,
-            slot: index,
-        });
+    match update_row((held - 1) as u32, key, value, false) {
+        Some(placed) => Probe::Placed(placed),
+        None => Probe::Next,
     }
-    None
 }
 
 /// Writes slot `index`'s refresh stamp, after its row.
@@ -519,32 +607,44 @@ fn stamp(index: u32, now_ns: u64) {
     }
 }
 
+/// [`ProbeLoop::outcome`]: probing on.
+const PROBE_NEXT: u32 = 0;
+/// [`ProbeLoop::outcome`]: the entry is written.
+const PROBE_PLACED: u32 = 1;
+/// [`ProbeLoop::outcome`]: no row left for a new key.
+const PROBE_FULL: u32 = 2;
+
 /// The state of one key's collision probes (bpf_loop context).
 #[repr(C)]
 struct ProbeLoop {
     key: PathKey,
     value: PathValue,
-    /// 1 once the entry is written.
-    placed: u32,
+    /// [`PROBE_NEXT`], [`PROBE_PLACED`] or [`PROBE_FULL`].
+    outcome: u32,
     changed: u32,
     claimed: u32,
     slot: u32,
 }
 
-/// bpf_loop callback: probe `index + 1` of the key; 1 (stop) once the entry is written.
+/// bpf_loop callback: cell `index` of the key; 1 (stop) once the entry is written or the
+/// table is full.
 #[inline(never)]
-extern "C" fn probe_slot(index: u64, ctx: *mut c_void) -> i64 {
+extern "C" fn probe_cell(index: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: `ctx` is the ProbeLoop passed to bpf_loop by store_entry.
     let p = unsafe { &mut *ctx.cast::<ProbeLoop>() };
-    match place_in_slot(&p.key, &p.value, index as u32 + 1) {
-        Some(placed) => {
-            p.placed = 1;
-            p.changed = u32::from(placed.changed);
-            p.claimed = u32::from(placed.claimed);
+    match place_by_index(&p.key, &p.value, index as u32) {
+        Probe::Placed(placed) => {
+            p.outcome = PROBE_PLACED;
+            p.changed = placed.changed;
+            p.claimed = placed.claimed;
             p.slot = placed.slot;
             1
         }
-        None => 0,
+        Probe::Full => {
+            p.outcome = PROBE_FULL;
+            1
+        }
+        Probe::Next => 0,
     }
 }
 
@@ -637,6 +737,7 @@ fn receive_payload(
         stored: 0,
         changed: 0,
         claimed: 0,
+        next_row: NO_SLOT,
     };
     // SAFETY: bpf_loop calls the callback at most entry_count (<= 91) times with a pointer
     // to `lp`, which outlives the call.

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use lq_common::maps::{
-    COUNTER_COUNT, PATH_SLOT_PROBES, PATH_TABLE_CAPACITY, PathKey, PathSlot, PathValue,
-    XDP_PROGRAM, path_slot_index,
+    COUNTER_COUNT, PATH_INDEX_CAPACITY, PATH_SLOT_PROBES, PATH_TABLE_CAPACITY, PathKey, PathSlot,
+    PathValue, XDP_PROGRAM, path_index_at,
 };
 use lq_user::sys::bpf::path_table::{ReceiverSettings, TableReader, XdpReceiver};
 
@@ -44,6 +44,19 @@ impl TestReceiver {
             reader,
             pin_dir,
         })
+    }
+
+    /// Loads the receiver again on the same pin folder, as a restarted lqd does: the
+    /// pinned maps it finds compatible are kept.
+    pub fn reload(&mut self, settings: &ReceiverSettings) -> Result<()> {
+        self.receiver = XdpReceiver::load(&self.pin_dir, settings).context("reload receiver")?;
+        self.reader = self.receiver.reader()?;
+        Ok(())
+    }
+
+    /// The pin folder.
+    pub fn pin_dir(&self) -> &std::path::Path {
+        &self.pin_dir
     }
 
     /// Runs one frame; returns the XDP verdict.
@@ -90,13 +103,17 @@ pub fn settings() -> ReceiverSettings {
     }
 }
 
-/// The reference model of the XDP receiver's path table (`LQ_PATHS`): the same array of
-/// slots, the same slot function and probing (`lq_common::maps::path_slot_index`), so its
-/// contents, placement and `table_full` refusals are the kernel's exactly.
+/// The reference model of the XDP receiver's path table (`LQ_PATHS` and its key index
+/// `LQ_PATH_INDEX`): the same rows claimed in the same order, the same index function and
+/// probing (`lq_common::maps::path_index_at`), so its contents, placement and
+/// `table_full` refusals are the kernel's exactly (on one CPU: the receiver's guess of the
+/// next row only finds faster what the index finds).
 pub struct SlotTable {
-    /// The slots, indexed like the kernel's array.
+    /// The rows, indexed like the kernel's array.
     pub slots: Vec<PathSlot>,
-    /// Slots in use.
+    /// The key index: row + 1, 0 when free.
+    pub index: Vec<u64>,
+    /// Rows in use (claimed).
     pub used: usize,
 }
 
@@ -104,6 +121,7 @@ impl Default for SlotTable {
     fn default() -> Self {
         Self {
             slots: vec![PathSlot::default(); PATH_TABLE_CAPACITY as usize],
+            index: vec![0; PATH_INDEX_CAPACITY as usize],
             used: 0,
         }
     }
@@ -112,25 +130,26 @@ impl Default for SlotTable {
 /// Where a key is or would go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotLookup {
-    /// The key is in this slot.
+    /// The key is in this row.
     Found(usize),
-    /// The key is absent; this is the first free slot of its probe sequence.
+    /// The key is absent; this is the first free cell of its probe sequence in the index.
     Free(usize),
-    /// The key is absent and every slot of its probe sequence is used.
+    /// The key is absent and every cell of its probe sequence leads to another key.
     Full,
 }
 
 impl SlotTable {
-    /// The receiver's probe: the first slot holding `key`, else the first free one.
+    /// The receiver's probe of the index: the row holding `key`, else its first free cell.
     pub fn lookup(&self, key: &PathKey) -> SlotLookup {
         for probe in 0..PATH_SLOT_PROBES {
-            let i = path_slot_index(key, probe) as usize;
-            let s = &self.slots[i];
-            if s.used == 0 {
-                return SlotLookup::Free(i);
+            let cell = path_index_at(key, probe) as usize;
+            let held = self.index[cell];
+            if held == 0 {
+                return SlotLookup::Free(cell);
             }
-            if s.key == *key {
-                return SlotLookup::Found(i);
+            let row = (held - 1) as usize;
+            if self.slots[row].key == *key {
+                return SlotLookup::Found(row);
             }
         }
         SlotLookup::Full
@@ -144,13 +163,19 @@ impl SlotTable {
         }
     }
 
-    /// Writes `key` as the receiver does: the slot it went to, or `None` (table full).
+    /// Writes `key` as the receiver does: the row it went to, or `None` (table full: the
+    /// probe run leads to other keys only, or no row is left).
     pub fn set(&mut self, key: PathKey, value: PathValue) -> Option<usize> {
         let i = match self.lookup(&key) {
             SlotLookup::Found(i) => i,
-            SlotLookup::Free(i) => {
+            SlotLookup::Free(cell) => {
+                if self.used >= self.slots.len() {
+                    return None;
+                }
+                let row = self.used;
                 self.used += 1;
-                i
+                self.index[cell] = row as u64 + 1;
+                row
             }
             SlotLookup::Full => return None,
         };

@@ -534,15 +534,8 @@ fn a_change_event_reaches_the_ring_buffer_only_on_change() {
             ev.named_slots().map(<[u32]>::to_vec),
         ));
     }
-    // Each event names the changed entry's slot: the key's first probe in an empty table.
-    let key = lq_common::maps::PathKey {
-        spine_as: 0,
-        spine_id: ip4(10, 0, 0, 3),
-        remote_as: 0,
-        remote_id: ip4(10, 0, 1, 4),
-        link_id: 7,
-    };
-    let slot = lq_common::maps::path_slot_index(&key, 0);
+    // Each event names the changed entry's row: the first row, claimed by the only key.
+    let slot = 0;
     assert_eq!(
         got,
         vec![(1, 1, 1, Some(vec![slot])), (3, 1, 1, Some(vec![slot]))]
@@ -577,37 +570,20 @@ fn a_change_event_names_up_to_event_slots_entries() {
     assert_eq!(got[0].named_slots(), None);
     assert!(got[0].changed_slots.iter().all(|&s| s != NO_SLOT));
     let named = got[1].named_slots().expect("slots named");
-    let want: Vec<u32> = (0..EVENT_SLOTS as u32)
-        .map(|r| {
-            lq_common::maps::path_slot_index(
-                &lq_common::maps::PathKey {
-                    spine_as: 0,
-                    spine_id: ip4(10, 0, 0, 3),
-                    remote_as: 0,
-                    remote_id: ip4(10, 0, 1, 10 + r as u8),
-                    link_id: 7,
-                },
-                0,
-            )
-        })
-        .collect();
-    // The keys' first probes (these keys do not collide, so each takes its first slot).
-    let distinct: std::collections::BTreeSet<u32> = want.iter().copied().collect();
-    assert_eq!(
-        distinct.len(),
-        want.len(),
-        "the test's keys collide: pick others"
-    );
+    // Rows are claimed in arrival order: the first datagram's entries took rows 0, 1, ...
+    let want: Vec<u32> = (0..EVENT_SLOTS as u32).collect();
     assert_eq!(named, &want[..]);
 }
 
-/// The path table is an array with linear probing (`lq_common::maps::path_slot_index`): a
-/// key whose `PATH_SLOT_PROBES` slots are all taken by other keys is refused as
-/// `table_full`, the others are stored, each in the slot the reference model
-/// (`lq_tests::xdp::SlotTable`) puts it in, and a second datagram updates them in place.
+/// The path table's key index probes linearly (`lq_common::maps::path_index_at`): a key
+/// whose `PATH_SLOT_PROBES` cells all lead to other keys is refused as `table_full`, the
+/// others are stored, each in the row the reference model (`lq_tests::xdp::SlotTable`)
+/// puts it in, and a second datagram updates them in place. The second datagram lists the
+/// keys in reverse, so the receiver's guess of the next row (the row after the last
+/// entry's) misses every time and each key is found through the index.
 #[test]
 fn colliding_keys_fill_their_probe_run_then_count_table_full() {
-    use lq_common::maps::{PATH_SLOT_PROBES, PathValue, path_slot_index};
+    use lq_common::maps::{PATH_SLOT_PROBES, PathValue, path_index_at};
     use lq_tests::xdp::SlotTable;
 
     let spine = ip4(10, 0, 0, 7);
@@ -619,17 +595,20 @@ fn colliding_keys_fill_their_probe_run_then_count_table_full() {
         remote_id: remote,
         link_id,
     };
-    // PATH_SLOT_PROBES + 1 link ids whose keys all start probing at the same slot.
-    let target = path_slot_index(&key(1), 0);
+    // PATH_SLOT_PROBES + 1 link ids whose keys all start probing at the same cell.
+    let target = path_index_at(&key(1), 0);
     let links: Vec<u32> = (1..u32::MAX)
-        .filter(|&l| path_slot_index(&key(l), 0) == target)
+        .filter(|&l| path_index_at(&key(l), 0) == target)
         .take(PATH_SLOT_PROBES as usize + 1)
         .collect();
     assert_eq!(links.len(), PATH_SLOT_PROBES as usize + 1);
 
     let mut rx = TestReceiver::load(&settings()).unwrap();
     for (seq, lqs) in [(1u16, 100u8), (2, 101)] {
-        let entries: Vec<_> = links.iter().map(|&l| entry(remote, l, lqs, 2)).collect();
+        let mut entries: Vec<_> = links.iter().map(|&l| entry(remote, l, lqs, 2)).collect();
+        if seq == 2 {
+            entries.reverse();
+        }
         let frame = FrameSpec::lq(payload(&header(spine, seq), &entries)).build();
         let before = rx.counters().unwrap();
         assert_eq!(rx.run(&frame).unwrap(), XDP_DROP);
@@ -656,4 +635,114 @@ fn colliding_keys_fill_their_probe_run_then_count_table_full() {
             model.entries().keys().collect::<Vec<_>>()
         );
     }
+}
+
+/// Rows are claimed in arrival order until none is left: the 65 537th distinct key counts
+/// `table_full` (as the reference model refuses it), and the keys already stored are still
+/// updated in place.
+#[test]
+fn the_table_refuses_new_keys_once_every_row_is_claimed() {
+    use lq_common::maps::{PATH_TABLE_CAPACITY, PathValue};
+    use lq_tests::xdp::SlotTable;
+
+    let spine = ip4(10, 0, 0, 9);
+    let remote = |i: u32| 0x0a01_0000 + i;
+    let mut rx = TestReceiver::load(&settings()).unwrap();
+    let mut model = SlotTable::default();
+    let keys = PATH_TABLE_CAPACITY + 1;
+    let mut seq = 0u16;
+    let mut send = |rx: &mut TestReceiver, first: u32, n: u32, lqs: u8| {
+        seq += 1;
+        let entries: Vec<_> = (first..first + n)
+            .map(|i| entry(remote(i), 1, lqs, 0))
+            .collect();
+        let frame = FrameSpec::lq(payload(&header(spine, seq), &entries)).build();
+        assert_eq!(rx.run(&frame).unwrap(), XDP_DROP);
+    };
+    let mut first = 0;
+    while first < keys {
+        let n = (keys - first).min(91);
+        send(&mut rx, first, n, 200);
+        first += n;
+    }
+    let stored: Vec<bool> = (0..keys)
+        .map(|i| {
+            let key = PathKey {
+                spine_as: 0,
+                spine_id: spine,
+                remote_as: 0,
+                remote_id: remote(i),
+                link_id: 1,
+            };
+            model.set(key, PathValue::default()).is_some()
+        })
+        .collect();
+    assert_eq!(
+        stored.iter().filter(|s| **s).count(),
+        PATH_TABLE_CAPACITY as usize
+    );
+    assert!(
+        !stored[keys as usize - 1],
+        "the model refuses the last key too"
+    );
+    let counters = rx.counters().unwrap();
+    assert_eq!(counters[Counter::TableFull as usize], 1);
+    assert_eq!(
+        counters[Counter::SlotsClaimed as usize],
+        u64::from(PATH_TABLE_CAPACITY)
+    );
+    // A full table still takes its keys' updates (here the first datagram's, in place).
+    send(&mut rx, 0, 91, 90);
+    let paths = rx.reader.paths().unwrap();
+    assert_eq!(paths.len(), PATH_TABLE_CAPACITY as usize);
+    let first_key = PathKey {
+        spine_as: 0,
+        spine_id: spine,
+        remote_as: 0,
+        remote_id: remote(0),
+        link_id: 1,
+    };
+    assert_eq!(paths[&first_key].lqs, 90);
+    assert_eq!(rx.counters().unwrap()[Counter::TableFull as usize], 1);
+}
+
+/// The maps of the path table (rows, key index, row count, stamps) are kept or created
+/// anew together: a restart keeps the whole table; a pin folder holding rows without the
+/// key index (an older lqd's) gets a new table, not a new index over old rows, which would
+/// claim second rows for keys that have one.
+#[test]
+fn the_path_table_parts_are_kept_or_created_together() {
+    use lq_common::maps::PATH_INDEX_MAP;
+
+    let mut rx = TestReceiver::load(&settings()).unwrap();
+    let frame = |seq: u16| {
+        let entries = [
+            entry(ip4(10, 0, 1, 4), 7, 200, 1),
+            entry(ip4(10, 0, 1, 5), 7, 200, 1),
+        ];
+        FrameSpec::lq(payload(&header(ip4(10, 0, 0, 3), seq), &entries)).build()
+    };
+    rx.run(&frame(1)).unwrap();
+    rx.reload(&settings()).unwrap();
+    assert_eq!(
+        rx.reader.paths().unwrap().len(),
+        2,
+        "a restart keeps the table"
+    );
+    rx.run(&frame(2)).unwrap();
+    assert_eq!(rx.reader.paths().unwrap().len(), 2);
+
+    std::fs::remove_file(rx.pin_dir().join(PATH_INDEX_MAP)).unwrap();
+    rx.reload(&settings()).unwrap();
+    assert!(
+        rx.reader.paths().unwrap().is_empty(),
+        "rows without their index are created anew"
+    );
+    let claimed = rx.counters().unwrap()[Counter::SlotsClaimed as usize];
+    rx.run(&frame(3)).unwrap();
+    assert_eq!(rx.reader.paths().unwrap().len(), 2);
+    assert_eq!(
+        rx.counters().unwrap()[Counter::SlotsClaimed as usize] - claimed,
+        2
+    );
 }

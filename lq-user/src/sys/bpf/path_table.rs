@@ -18,9 +18,9 @@ use aya::{
 };
 use lq_common::maps::{
     AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP,
-    NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_STAMP_LINES, PATH_STAMP_MAP,
-    PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey, PathSlot, PathStampLine, PathValue,
-    ReceiverConfig, XDP_PROGRAM, path_stamp_at,
+    NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_INDEX_MAP, PATH_ROWS_MAP,
+    PATH_STAMP_LINES, PATH_STAMP_MAP, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey,
+    PathSlot, PathStampLine, PathValue, ReceiverConfig, XDP_PROGRAM, path_stamp_at,
 };
 use lq_common::{maps::as_range_prefixes, wire::AsRange};
 
@@ -30,13 +30,25 @@ pub use crate::core::controller::effective::{EffectiveEntry, effective_paths};
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lq"));
 
 /// Maps the receiver pins under its instance folder, so a daemon restart keeps them.
-pub const PINNED_MAPS: [&str; 6] = [
+pub const PINNED_MAPS: [&str; 8] = [
     PATH_TABLE_MAP,
+    PATH_INDEX_MAP,
+    PATH_ROWS_MAP,
     PATH_STAMP_MAP,
     NEIGHBOR_MAP,
     COUNTER_MAP,
     CONFIG_MAP,
     AS_PLAN_MAP,
+];
+
+/// The maps that together hold the path table: rows, their key index, the count of rows
+/// claimed, the rows' stamps. Kept or created anew together: a new index over old rows
+/// would claim rows that hold other keys, old stamps would be read as new refreshes.
+const PATH_TABLE_PARTS: [&str; 4] = [
+    PATH_TABLE_MAP,
+    PATH_INDEX_MAP,
+    PATH_ROWS_MAP,
+    PATH_STAMP_MAP,
 ];
 
 /// Default bpffs folder of one `lqd` instance.
@@ -124,18 +136,24 @@ pub fn load_pinned(pin_dir: &Path, maps: &[&'static str]) -> Result<Ebpf, LoadPi
 
 /// Removes, with a warning, the pins whose map differs from this object's definition of it
 /// (key or value size, capacity): pins made by an older lqd whose table has since been
-/// resized (the path table grew from 32 768 to 131 072 slots, the counters by one). aya
-/// reuses a pin as it is, and the program would then index past its end (`table_full` for
-/// three quarters of the entries, a failed counter read). The table is refilled by the next
-/// advertisements (one T_notify); forwarding state (groups, routes) is not in these maps.
+/// resized or laid out anew (the path table went from 32 768 to 131 072 slots, then to
+/// 65 536 rows found through a key index; the counters grew by one). aya reuses a pin as it
+/// is, and the program would then index past its end or misread the rows. The parts of
+/// the path table go together ([`PATH_TABLE_PARTS`]): when one is removed or missing, the
+/// others are removed too. The table is refilled by the next advertisements (one
+/// T_notify); forwarding state (groups, routes) is not in these maps.
 fn remove_incompatible_pins(pin_dir: &Path, maps: &[&'static str]) {
     let Ok(obj) = aya_obj::Object::parse(EBPF_OBJECT) else {
         return;
     };
+    let mut table_kept = true;
     for name in maps {
         let path = pin_dir.join(name);
-        let (Some(want), Ok(have)) = (obj.maps.get(*name), aya::maps::MapInfo::from_pin(&path))
-        else {
+        let Ok(have) = aya::maps::MapInfo::from_pin(&path) else {
+            table_kept &= !PATH_TABLE_PARTS.contains(name);
+            continue;
+        };
+        let Some(want) = obj.maps.get(*name) else {
             continue;
         };
         let (want_def, have_def) = (
@@ -150,6 +168,20 @@ fn remove_incompatible_pins(pin_dir: &Path, maps: &[&'static str]) {
                 pinned = ?have_def,
                 expected = ?want_def,
                 "a pinned map of an older layout (key, value size, entries): removed, created anew"
+            );
+            let _ = std::fs::remove_file(&path);
+            table_kept &= !PATH_TABLE_PARTS.contains(name);
+        }
+    }
+    if table_kept {
+        return;
+    }
+    for name in maps.iter().filter(|m| PATH_TABLE_PARTS.contains(m)) {
+        let path = pin_dir.join(name);
+        if path.exists() {
+            tracing::warn!(
+                pin = %path.display(),
+                "a part of the path table without the others: removed, the table is created anew"
             );
             let _ = std::fs::remove_file(&path);
         }
@@ -571,7 +603,7 @@ impl TableReader {
     /// `(spine, remote, link)`) is missed until the next full scan. The control loop scans
     /// in full when the receiver's `slots_claimed` count moves (and on a backstop timer);
     /// in between, a step reads single known rows ([`Self::known_entry`], the rows its
-    /// `PathMirror` names). The mapping holds 131 072 slots, the table of a small fabric a
+    /// `PathMirror` names). The mapping holds 65 536 rows, the table of a small fabric a
     /// few dozen entries. Without the mapping (pins of an older lqd), every read is a full
     /// batch read.
     ///
