@@ -130,6 +130,17 @@ fn a_loaded_link_is_advertised_triggered_and_recovers_slowly() {
     eprintln!("congestion visible at the leaf after {t:?}");
     let local = spine.show("local").unwrap();
     assert!(local["triggered"].as_u64().unwrap() >= 1, "{local}");
+    // Each triggered advertisement's timing (seed 7.2, "within one sampling interval";
+    // `cargo xtask bench helper` measures it): its sample, the loop taking it, the send,
+    // in that order, one record per triggered advertisement (at most the last 16).
+    let triggers = local["recent-triggers"].as_array().unwrap();
+    assert!(!triggers.is_empty() && triggers.len() <= 16, "{local}");
+    assert!(triggers.len() as u64 <= local["triggered"].as_u64().unwrap());
+    for t in triggers {
+        let at = |f: &str| t[f].as_u64().unwrap();
+        assert!(at("sample-ns") <= at("decided-ns"), "{t}");
+        assert!(at("decided-ns") <= at("sent-ns"), "{t}");
+    }
     // The helper's YANG state (`local`: what it advertises) is valid ietf-lq-telemetry data.
     let state = spine.show("state").unwrap();
     lq_tests::yanglint_data(&state).unwrap();

@@ -8,6 +8,7 @@ use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
 };
 
+use lq_common::wire::Mode;
 use rand::{RngCore, SeedableRng, rngs::SmallRng};
 use serde_json::{Value, json};
 use socket2::{SockAddr, Socket};
@@ -26,6 +27,7 @@ use crate::{
         clock::{boottime_ns, os_random_u64},
         netlink::ifindex,
     },
+    views::snapshot::TriggerView,
 };
 
 /// How late a periodic timer may fire and still send "at" its deadline (see
@@ -140,12 +142,19 @@ pub struct HelperRole {
     mtu_cap: Option<u32>,
     reports: Vec<Option<LinkReport>>,
     notifications: Vec<ThresholdCrossed>,
+    /// The last [`RECENT_TRIGGERS`] triggered advertisements: when the sample that
+    /// triggered each was taken and when it left (seed 003 section 7.2, "within one sampling
+    /// interval"), oldest first.
+    recent_triggers: std::collections::VecDeque<TriggerView>,
     /// Datagrams sent, and send errors (counted, logged once a second at most).
     pub sent: u64,
     /// Send errors.
     pub send_errors: u64,
     last_error_log_ns: u64,
 }
+
+/// How many triggered advertisements `show local` lists ([`HelperRole::local_view`]).
+pub const RECENT_TRIGGERS: usize = 16;
 
 impl HelperRole {
     /// Opens one socket per `[[link]]` and builds the advertiser.
@@ -233,6 +242,7 @@ impl HelperRole {
             described: Vec::new(),
             reports: vec![None; n],
             notifications: Vec::new(),
+            recent_triggers: std::collections::VecDeque::with_capacity(RECENT_TRIGGERS),
             sent: 0,
             send_errors: 0,
             last_error_log_ns: 0,
@@ -324,7 +334,7 @@ impl HelperRole {
             }
         }
         let out = self.advertiser.on_sample(now_ns, &fresh);
-        self.transmit(now_ns, out)
+        self.transmit(now_ns, out, Some((batch.t_ns, batch.took_ns)))
     }
 
     /// The periodic timer fired at `now_ns` (CLOCK_BOOTTIME) between samples: sends the
@@ -341,11 +351,18 @@ impl HelperRole {
             _ => now_ns,
         };
         let out = self.advertiser.on_sample(at, &[]);
-        self.transmit(now_ns, out)
+        self.transmit(now_ns, out, None)
     }
 
     /// Sends the advertiser's datagrams (if any) out of every link.
-    fn transmit(&mut self, now_ns: u64, out: Option<Outgoing>) -> usize {
+    /// Sends `out` out of every link; `sample` is when the reading of the counters it was
+    /// decided on began and how long it took (none for the periodic timer's sends).
+    fn transmit(
+        &mut self,
+        now_ns: u64,
+        out: Option<Outgoing>,
+        sample: Option<(u64, u64)>,
+    ) -> usize {
         self.notifications
             .extend(self.advertiser.take_notifications());
         let Some(out) = out else {
@@ -362,6 +379,20 @@ impl HelperRole {
             }
         }
         self.sent += n as u64;
+        if out.mode == Mode::Triggered
+            && let Some((sample_ns, read_ns)) = sample
+        {
+            if self.recent_triggers.len() == RECENT_TRIGGERS {
+                self.recent_triggers.pop_front();
+            }
+            self.recent_triggers.push_back(TriggerView {
+                sequence: out.first_sequence,
+                sample_ns,
+                read_ns,
+                decided_ns: now_ns,
+                sent_ns: boottime_ns(),
+            });
+        }
         if !errors.is_empty() {
             self.send_errors += errors.len() as u64;
             self.log_error(
@@ -488,6 +519,7 @@ impl HelperRole {
             send_errors: self.send_errors,
             path_mtu: self.advertiser.path_mtu().mtu,
             entries_per_datagram: self.advertiser.entries_per_datagram(),
+            recent_triggers: self.recent_triggers.iter().cloned().collect(),
         }
     }
 

@@ -250,6 +250,30 @@ pub struct LocalView {
     /// Entries that fit one datagram at that MTU.
     #[serde(default)]
     pub entries_per_datagram: usize,
+    /// The last triggered advertisements (at most 16, oldest first): when the sample
+    /// they were decided on was read and when they left, for checking seed 003 section
+    /// 7.2's "within one sampling interval".
+    #[serde(default)]
+    pub recent_triggers: Vec<TriggerView>,
+}
+
+/// One triggered advertisement's timing. Both times are CLOCK_BOOTTIME nanoseconds of
+/// the node (the clock lqd's timers use; equal to CLOCK_MONOTONIC on a node that never
+/// suspended).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TriggerView {
+    /// Sequence number of its first datagram.
+    pub sequence: u16,
+    /// When the reading of the link counters of the sample whose LQS or CL change
+    /// triggered it began.
+    pub sample_ns: u64,
+    /// How long that reading took (rtnetlink dumps; 0 when read on the loop's thread).
+    pub read_ns: u64,
+    /// When the daemon's loop took the sample and decided to send.
+    pub decided_ns: u64,
+    /// When its last datagram had been handed to the sockets of every link.
+    pub sent_ns: u64,
 }
 
 /// One monitored egress link of the helper.
