@@ -23,6 +23,8 @@ pub struct TestReceiver {
     /// Its reader.
     pub reader: TableReader,
     pin_dir: PathBuf,
+    /// Whether dropping this removes the pin folder (not for [`Self::another_instance`]).
+    owns_pins: bool,
 }
 
 impl TestReceiver {
@@ -43,6 +45,21 @@ impl TestReceiver {
             receiver,
             reader,
             pin_dir,
+            owns_pins: true,
+        })
+    }
+
+    /// A second instance of the receiver on the same pinned maps (one path table), to run
+    /// on another CPU at the same time (BPF_PROG_TEST_RUN runs the program on the calling
+    /// thread's CPU). It leaves the pin folder to `self`.
+    pub fn another_instance(&self, settings: &ReceiverSettings) -> Result<Self> {
+        let receiver = XdpReceiver::load(&self.pin_dir, settings).context("load receiver")?;
+        let reader = receiver.reader()?;
+        Ok(Self {
+            receiver,
+            reader,
+            pin_dir: self.pin_dir.clone(),
+            owns_pins: false,
         })
     }
 
@@ -87,7 +104,9 @@ impl TestReceiver {
 
 impl Drop for TestReceiver {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.pin_dir);
+        if self.owns_pins {
+            let _ = std::fs::remove_dir_all(&self.pin_dir);
+        }
     }
 }
 

@@ -616,7 +616,11 @@ fn colliding_keys_fill_their_probe_run_then_count_table_full() {
         let delta = |c: Counter| after[c as usize] - before[c as usize];
         assert_eq!(delta(Counter::Accepted), 1);
         assert_eq!(delta(Counter::EntriesStored), u64::from(PATH_SLOT_PROBES));
-        assert_eq!(delta(Counter::TableFull), 1, "the ninth colliding key");
+        assert_eq!(
+            delta(Counter::TableFull),
+            1,
+            "the colliding key after the probe run"
+        );
 
         let mut model = SlotTable::default();
         for &l in &links {
@@ -744,5 +748,113 @@ fn the_path_table_parts_are_kept_or_created_together() {
     assert_eq!(
         rx.counters().unwrap()[Counter::SlotsClaimed as usize] - claimed,
         2
+    );
+}
+
+/// Two CPUs claiming rows at once: two instances of the receiver share the pinned table,
+/// each run by a thread pinned to its own CPU (BPF_PROG_TEST_RUN runs the program on the
+/// calling thread's CPU), released together round after round. In each round both send
+/// one spine's datagram of 91 new keys (the same keys: both may claim them together; one
+/// datagram may also be refused as stale, check 10), then each a datagram of another
+/// spine (different new keys, claimed at once from the shared row count). Every key sent
+/// must end in exactly one used row and every used row hold a key that was sent: a lost
+/// claim race leaves its row unused, never a second row for a key or two keys in a row.
+#[test]
+fn concurrent_claims_keep_one_row_per_key() {
+    use aya::maps::{Array, Map, MapData};
+    use lq_common::maps::{PATH_ROWS_MAP, PATH_TABLE_MAP, PathSlot};
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::{Arc, Barrier};
+
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("one CPU: no concurrent claims to test");
+        return;
+    }
+    const ROUNDS: u32 = 150;
+    const PER: u32 = 91;
+    let shared_spine = ip4(10, 0, 0, 20);
+    let own_spine = |cpu: u32| ip4(10, 0, 0, 21 + cpu as u8);
+    let remote = |round: u32, i: u32| 0x0a02_0000 + round * PER + i;
+    let frame = move |spine: u32, seq: u16, round: u32| {
+        let entries: Vec<_> = (0..PER)
+            .map(|i| entry(remote(round, i), 1, 200, 0))
+            .collect();
+        FrameSpec::lq(payload(&header(spine, seq), &entries)).build()
+    };
+    let rx = TestReceiver::load(&settings()).unwrap();
+    let other = rx.another_instance(&settings()).unwrap();
+    let barrier = Arc::new(Barrier::new(2));
+    let run = move |mut rx: TestReceiver, cpu: u32, barrier: Arc<Barrier>| {
+        lq_tests::bench::pin_to_cpu(0, cpu as usize);
+        for round in 0..ROUNDS {
+            let shared = frame(shared_spine, (2 * round + cpu + 1) as u16, round);
+            let own = frame(own_spine(cpu), (round + 1) as u16, round);
+            barrier.wait();
+            assert_eq!(rx.run(&shared).unwrap(), XDP_DROP);
+            barrier.wait();
+            assert_eq!(rx.run(&own).unwrap(), XDP_DROP);
+        }
+        rx
+    };
+    let b = barrier.clone();
+    let second = std::thread::spawn(move || run(other, 1, b));
+    let rx = run(rx, 0, barrier);
+    drop(second.join().unwrap());
+
+    let dir = rx.receiver.pin_dir().to_path_buf();
+    let open = |name: &str| MapData::from_pin(dir.join(name)).unwrap();
+    let rows: Array<MapData, PathSlot> = Array::try_from(Map::Array(open(PATH_TABLE_MAP))).unwrap();
+    let claimed: Array<MapData, u64> = Array::try_from(Map::Array(open(PATH_ROWS_MAP))).unwrap();
+    let claimed = claimed.get(&0, 0).unwrap();
+    let mut rows_of: BTreeMap<PathKey, usize> = BTreeMap::new();
+    for i in 0..claimed as u32 {
+        let slot = rows.get(&i, 0).unwrap();
+        if slot.used != 0 {
+            *rows_of.entry(slot.key).or_default() += 1;
+        }
+    }
+    let key = |spine: u32, remote: u32| PathKey {
+        spine_as: 0,
+        spine_id: spine,
+        remote_as: 0,
+        remote_id: remote,
+        link_id: 1,
+    };
+    let mut sent = BTreeSet::new();
+    for round in 0..ROUNDS {
+        for i in 0..PER {
+            for spine in [shared_spine, own_spine(0), own_spine(1)] {
+                sent.insert(key(spine, remote(round, i)));
+            }
+        }
+    }
+    let twice: Vec<_> = rows_of.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "keys in more than one used row: {twice:?}"
+    );
+    let stray: Vec<_> = rows_of.keys().filter(|k| !sent.contains(*k)).collect();
+    assert!(
+        stray.is_empty(),
+        "used rows holding keys never sent: {stray:?}"
+    );
+    let missing: Vec<_> = sent.iter().filter(|k| !rows_of.contains_key(*k)).collect();
+    let counters = rx.counters().unwrap();
+    assert!(
+        missing.is_empty(),
+        "{} keys sent have no row: {:?}; counters {:?}",
+        missing.len(),
+        &missing[..missing.len().min(8)],
+        lq_common::maps::Counter::ALL
+            .iter()
+            .map(|c| (c.name(), counters[*c as usize]))
+            .filter(|(_, n)| *n != 0)
+            .collect::<Vec<_>>()
+    );
+    eprintln!(
+        "{} keys in {} rows claimed: {} rows left unused by lost claim races",
+        sent.len(),
+        claimed,
+        claimed as usize - rows_of.len()
     );
 }
