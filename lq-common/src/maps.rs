@@ -12,9 +12,18 @@ pub const PATH_TABLE_MAP: &str = "LQ_PATHS";
 /// The path table's key index: an open-addressed hash table of `u64` cells, each 0 (free)
 /// or a row of [`PATH_TABLE_MAP`] plus one, probed from [`path_index_at`].
 pub const PATH_INDEX_MAP: &str = "LQ_PATH_INDEX";
-/// One `u64` at index 0: how many rows of [`PATH_TABLE_MAP`] have been claimed (the next
-/// free row), advanced atomically by the receiver.
+/// One `u64` at index 0: how many rows of [`PATH_TABLE_MAP`] CPUs have reserved, in blocks
+/// of [`PATH_CLAIM_BLOCK`] (the next free row while below [`PATH_TABLE_CAPACITY`]; it may
+/// pass it by a block per CPU once the table is full), advanced atomically by the receiver.
 pub const PATH_ROWS_MAP: &str = "LQ_PATH_ROWS";
+/// Per CPU, one [`PathClaimBlock`]: the rows this CPU reserved and has not claimed yet.
+pub const PATH_BLOCK_MAP: &str = "LQ_PATH_BLOCK";
+/// Rows a CPU reserves at once. A CPU claims the rows of its block one after the other,
+/// so the new entries of one datagram (one CPU receives it) take adjacent rows even while
+/// other CPUs claim rows for other spines' datagrams (claims from one shared count would
+/// interleave them, and the receiver's guess of the next row would then miss for good).
+/// At most this many rows per CPU are reserved and unused.
+pub const PATH_CLAIM_BLOCK: u32 = 64;
 /// The path table's refresh stamps: an array of [`PathStampLine`]s, one `u16` per slot of
 /// [`PATH_TABLE_MAP`] ([`path_stamp_at`], [`path_stamp`]).
 pub const PATH_STAMP_MAP: &str = "LQ_PATH_STAMPS";
@@ -43,9 +52,11 @@ pub const ECN_IF_CAPACITY: u32 = 256;
 
 /// Rows of the path table: two per entry of a 64-spine x 512-leaf fabric (32 768 entries,
 /// one link each). Rows are claimed in arrival order and never freed (a key keeps its row),
-/// so the table holds this many distinct keys; 65 536 x 48 octets = 3 MiB. A multiple of
-/// [`PATH_STAMPS_PER_LINE`].
+/// so the table holds at most this many distinct keys (fewer by the rows reserved by CPUs
+/// and not yet claimed, and by the rows of lost claim races); 65 536 x 48 octets = 3 MiB.
+/// A multiple of [`PATH_STAMPS_PER_LINE`] and of [`PATH_CLAIM_BLOCK`].
 pub const PATH_TABLE_CAPACITY: u32 = 65_536;
+const _: () = assert!(PATH_TABLE_CAPACITY.is_multiple_of(PATH_CLAIM_BLOCK));
 /// Cells of the key index ([`PATH_INDEX_MAP`]): twice the rows, so that a full table fills
 /// half the cells and a key is almost always found at its first cell. A power of two (the
 /// cell is the top bits of a 32-bit hash); 131 072 x 8 octets = 1 MiB.
@@ -120,14 +131,25 @@ const _: () = assert!(core::mem::size_of::<PathKey>() == 20);
 pub struct PathSlot {
     /// The entry's key; meaningful when `used` is 1.
     pub key: PathKey,
-    /// 1: the slot holds an entry; 0: free, or a row whose claim lost a race to another
-    /// CPU claiming the same key (the key may then be set: readers go by `used`). A row is
-    /// never freed once used.
+    /// 1: the slot holds an entry; 0: free, or a row whose claim lost its index cell to
+    /// another CPU's claim (the key may then be set: readers go by `used`). A row is never
+    /// freed once used.
     pub used: u32,
     /// The entry's value; meaningful when `used` is 1.
     pub value: PathValue,
 }
 const _: () = assert!(core::mem::size_of::<PathSlot>() == 48);
+
+/// A CPU's reserved rows ([`PATH_BLOCK_MAP`]): `next` up to, not including, `end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct PathClaimBlock {
+    /// The next row to claim.
+    pub next: u32,
+    /// The end of the block.
+    pub end: u32,
+}
+const _: () = assert!(core::mem::size_of::<PathClaimBlock>() == 8);
 
 /// Cell `probe` (0-based) of `key` in the key index ([`PATH_INDEX_MAP`]).
 ///
@@ -146,7 +168,7 @@ const _: () = assert!(core::mem::size_of::<PathSlot>() == 48);
 /// the finaliser, keys with consecutive remote Router-IDs fell into clusters: 23 of 40 950
 /// such keys found no free cell in 32 probes at 31 % load; with it, none, longest run 15).
 /// The reference model of the table (the differential test's) uses this same function, so
-/// placement and `table_full` are identical.
+/// placement and `table_full` are identical on one CPU.
 #[inline(always)]
 pub const fn path_index_at(key: &PathKey, probe: u32) -> u32 {
     let mut h = key.spine_id.wrapping_mul(0x9e37_79b1);
@@ -209,9 +231,9 @@ pub const PATH_STAMP_SHIFT: u32 = 20;
 ///
 /// Why a second array: the receiver rewrites every entry each T_notify, and the control
 /// loop must notice an entry that stopped being refreshed (seed 003 section 6.5). Reading
-/// the rows for that (48 octets each, scattered over 6 MiB, each last written by the other
-/// CPU) was most of lqd's work at 64 x 512 (issue 15). The XDP program also writes each
-/// slot's stamp here, 32 to a cache line (256 KiB for the whole table, which stays in
+/// the rows for that (48 octets each, then scattered over 6 MiB, each last written by the
+/// other CPU) was most of lqd's work at 64 x 512 (issue 15). The XDP program also writes
+/// each row's stamp here, 32 to a cache line (128 KiB for the whole table, which stays in
 /// cache), so lqd sweeps the stamps instead of reading 32 768 rows, and reads a row only
 /// when its stamp has not moved for a dead interval. A stamp is a hint: an entry is aged
 /// only after its row says so.
@@ -474,6 +496,8 @@ mod pod {
     unsafe impl aya::Pod for super::PathValue {}
     // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::PathSlot {}
+    // SAFETY: #[repr(C)] plain integers, no padding (size asserted).
+    unsafe impl aya::Pod for super::PathClaimBlock {}
     // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.
     unsafe impl aya::Pod for super::NeighborKey {}
     // SAFETY: #[repr(C)] plain data with explicit padding (sizes asserted); every bit pattern is a value.

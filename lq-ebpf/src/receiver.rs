@@ -24,10 +24,11 @@ use lq_common::{
     },
     maps::{
         AS_PLAN_PREFIX_CAPACITY, AS_QUALIFIED_YES, COUNTER_COUNT, Counter, EVENT_RING_BYTES,
-        EVENT_SLOTS, NEIGHBOR_CAPACITY, NO_SLOT, NeighborKey, NeighborValue, PATH_FLAG_DIAGNOSTICS,
-        PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC, PATH_INDEX_CAPACITY, PATH_SLOT_PROBES,
-        PATH_STAMP_LINES, PATH_TABLE_CAPACITY, PathEvent, PathKey, PathSlot, PathStampLine,
-        PathValue, ReceiverConfig, path_index_at, path_stamp, path_stamp_at,
+        EVENT_SLOTS, NEIGHBOR_CAPACITY, NO_SLOT, NeighborKey, NeighborValue, PATH_CLAIM_BLOCK,
+        PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC, PATH_INDEX_CAPACITY,
+        PATH_SLOT_PROBES, PATH_STAMP_LINES, PATH_TABLE_CAPACITY, PathClaimBlock, PathEvent,
+        PathKey, PathSlot, PathStampLine, PathValue, ReceiverConfig, path_index_at, path_stamp,
+        path_stamp_at,
     },
     receive::neighbor_failed,
     wire::{
@@ -60,9 +61,14 @@ static LQ_PATH_STAMPS: Array<
 #[btf_map]
 static LQ_PATH_INDEX: Array<u64, { PATH_INDEX_CAPACITY as usize }> = Array::new();
 
-/// Rows of `LQ_PATHS` claimed so far (the next free row), at index 0.
+/// Rows of `LQ_PATHS` reserved so far, in blocks, at index 0
+/// (`lq_common::maps::PATH_ROWS_MAP`).
 #[btf_map]
 static LQ_PATH_ROWS: Array<u64, 1> = Array::new();
+
+/// This CPU's reserved rows not claimed yet (`lq_common::maps::PATH_CLAIM_BLOCK` says why).
+#[btf_map]
+static LQ_PATH_BLOCK: PerCpuArray<PathClaimBlock, 1> = PerCpuArray::new();
 
 #[btf_map]
 static LQ_NEIGHBORS: HashMap<NeighborKey, NeighborValue, { NEIGHBOR_CAPACITY as usize }> =
@@ -547,11 +553,12 @@ fn update_row(row: u32, key: &PathKey, value: &PathValue, published_only: bool) 
 /// Probes cell `probe` of `key` in the key index: updates the row the cell leads to if it
 /// holds the key; claims the next free row for the key if the cell is free.
 ///
-/// A claim writes the row's key, then publishes the row in the cell with a compare-and-
-/// exchange, then writes the value and marks the row used: another CPU that reaches the
-/// cell meanwhile finds the key and writes the same row. When another CPU published the
-/// cell first, the claimed row stays unused (a hole, never read) and the entry goes where
-/// the cell leads.
+/// A claim takes the next row of this CPU's block ([`claim_row`]), writes the row's key,
+/// then publishes the row in the cell with a compare-and-exchange, then writes the value
+/// and marks the row used: another CPU that reaches the cell meanwhile finds the key and
+/// writes the same row. When another CPU published the cell first (for this key or a
+/// colliding one), the claimed row stays unused (a hole, never read) and the entry goes
+/// where the cell leads, or to the next cell.
 #[inline(always)]
 fn place_by_index(key: &PathKey, value: &PathValue, probe: u32) -> Probe {
     let Some(cell) = LQ_PATH_INDEX.get_ptr_mut(path_index_at(key, probe)) else {
@@ -561,22 +568,27 @@ fn place_by_index(key: &PathKey, value: &PathValue, probe: u32) -> Probe {
     // CPU may publish it concurrently (hence the volatile read).
     let mut held = unsafe { core::ptr::read_volatile(cell) };
     if held == 0 {
-        let Some(rows) = LQ_PATH_ROWS.get_ptr_mut(0) else {
+        let Some(row) = claim_row() else {
+            // No row left here; another CPU may have published this key meanwhile.
+            // SAFETY: as above.
+            held = unsafe { core::ptr::read_volatile(cell) };
+            if held == 0 {
+                return Probe::Full;
+            }
+            return match update_row((held - 1) as u32, key, value, false) {
+                Some(placed) => Probe::Placed(placed),
+                None => Probe::Next,
+            };
+        };
+        let Some(slot) = LQ_PATHS.get_ptr_mut(row) else {
             return Probe::Full;
         };
-        // SAFETY: element 0 of the array map, 8-aligned, alive as long as the map.
-        let row = unsafe { fetch_add_u64(rows, 1) };
-        let Some(slot) = LQ_PATHS
-            .get_ptr_mut(row as u32)
-            .filter(|_| row < u64::from(PATH_TABLE_CAPACITY))
-        else {
-            return Probe::Full;
-        };
-        let row = row as u32;
         // SAFETY: an element of the array map, alive as long as the map; the row is this
         // CPU's alone until published below.
         let slot = unsafe { &mut *slot };
         slot.key = *key;
+        // The compare-and-exchange is an `asm!` block without `nomem`: the compiler keeps
+        // the key's store before it and the value's after it.
         // SAFETY: as for the read of `cell` above.
         held = unsafe { compare_exchange_u64(cell, 0, u64::from(row) + 1) };
         if held == 0 {
@@ -594,6 +606,38 @@ fn place_by_index(key: &PathKey, value: &PathValue, probe: u32) -> Probe {
         Some(placed) => Probe::Placed(placed),
         None => Probe::Next,
     }
+}
+
+/// The next row of this CPU's block, reserving a new block of `PATH_CLAIM_BLOCK` rows from
+/// the shared count when it is used up; `None` when the table has no row left. A full
+/// table is seen with a plain read, without an atomic operation on the shared count for
+/// every new key.
+#[inline(always)]
+fn claim_row() -> Option<u32> {
+    let block = LQ_PATH_BLOCK.get_ptr_mut(0)?;
+    // SAFETY: this CPU's element of the per-CPU array; XDP runs with preemption disabled.
+    let block = unsafe { &mut *block };
+    if block.next < block.end {
+        let row = block.next;
+        block.next += 1;
+        return Some(row);
+    }
+    let rows = LQ_PATH_ROWS.get_ptr_mut(0)?;
+    // SAFETY: element 0 of the array map, 8-aligned, alive as long as the map; other CPUs
+    // advance it concurrently (only atomically).
+    if unsafe { core::ptr::read_volatile(rows) } >= u64::from(PATH_TABLE_CAPACITY) {
+        return None;
+    }
+    // SAFETY: as above.
+    let base = unsafe { fetch_add_u64(rows, u64::from(PATH_CLAIM_BLOCK)) };
+    if base >= u64::from(PATH_TABLE_CAPACITY) {
+        return None;
+    }
+    // The capacity is a multiple of the block: the whole block lies in the table.
+    let base = base as u32;
+    block.next = base + 1;
+    block.end = base + PATH_CLAIM_BLOCK;
+    Some(base)
 }
 
 /// Writes slot `index`'s refresh stamp, after its row.

@@ -31,6 +31,12 @@ impl TestReceiver {
     /// Loads the receiver with `settings` into a fresh pin folder.
     pub fn load(settings: &ReceiverSettings) -> Result<Self> {
         crate::require_root();
+        // BPF_PROG_TEST_RUN runs the program on the calling thread's CPU, and the receiver
+        // claims rows from a block per CPU: held on one CPU, the rows follow one another
+        // as in the reference model ([`SlotTable`]).
+        // SAFETY: no preconditions.
+        let cpu = unsafe { libc::sched_getcpu() };
+        crate::bench::pin_to_cpu(0, usize::try_from(cpu).unwrap_or(0));
         let pin_dir = PathBuf::from("/sys/fs/bpf").join(crate::unique_name("lq-test"));
         let receiver = match XdpReceiver::load(&pin_dir, settings) {
             Ok(r) => r,
@@ -125,8 +131,9 @@ pub fn settings() -> ReceiverSettings {
 /// The reference model of the XDP receiver's path table (`LQ_PATHS` and its key index
 /// `LQ_PATH_INDEX`): the same rows claimed in the same order, the same index function and
 /// probing (`lq_common::maps::path_index_at`), so its contents, placement and
-/// `table_full` refusals are the kernel's exactly (on one CPU: the receiver's guess of the
-/// next row only finds faster what the index finds).
+/// `table_full` refusals are the kernel's exactly on one CPU (whose blocks of reserved rows
+/// follow one another; the receiver's guess of the next row only finds faster what the
+/// index finds).
 pub struct SlotTable {
     /// The rows, indexed like the kernel's array.
     pub slots: Vec<PathSlot>,

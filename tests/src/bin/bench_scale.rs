@@ -367,11 +367,36 @@ fn run() -> Result<()> {
     let counters = lqd.show("counters").ok();
     eprintln!(
         "lqd counters: {}",
-        counters.map_or_else(|| "?".into(), |c| c.to_string())
+        counters
+            .as_ref()
+            .map_or_else(|| "?".into(), |c| c.to_string())
     );
     drop(lqd);
     result?;
+    // A figure from a receiver that refused entries would be of a smaller fabric.
+    let refused = counters
+        .as_ref()
+        .and_then(|c| {
+            c.pointer("/receiver/table_full")
+                .or_else(|| find_key(c, "table_full"))
+        })
+        .and_then(Value::as_u64);
+    ensure!(
+        refused == Some(0),
+        "the receiver refused entries (table_full {refused:?}): the figures are not of a 64 x 512 table"
+    );
     sent_ok
+}
+
+/// The first value under `key` anywhere in `v`.
+fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    match v {
+        Value::Object(m) => m
+            .get(key)
+            .or_else(|| m.values().find_map(|x| find_key(x, key))),
+        Value::Array(a) => a.iter().find_map(|x| find_key(x, key)),
+        _ => None,
+    }
 }
 
 fn measure(

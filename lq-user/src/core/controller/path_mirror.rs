@@ -13,7 +13,7 @@
 //!   counts as LQS 0 / CL 7; a refresh that changes nothing sends no event). The receiver
 //!   stamps every slot it writes in a compact array ([`lq_common::maps::PathStampLine`]);
 //!   once the oldest live entry reaches the end of its dead interval, a sweep reads every
-//!   row's stamp (2 octets each, 256 KiB for the whole table, in the rows' order) and
+//!   row's stamp (2 octets each, 128 KiB for the whole table, in the rows' order) and
 //!   reads a row only when its stamp has not moved since its refresh time as known. A
 //!   moved stamp raises the known refresh time to the stamp's (a lower bound, at most
 //!   1.05 ms early); an entry is aged only after its row says so. A row's known stamp is

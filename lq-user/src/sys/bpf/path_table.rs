@@ -18,9 +18,10 @@ use aya::{
 };
 use lq_common::maps::{
     AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP,
-    NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_INDEX_MAP, PATH_ROWS_MAP,
-    PATH_STAMP_LINES, PATH_STAMP_MAP, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey,
-    PathSlot, PathStampLine, PathValue, ReceiverConfig, XDP_PROGRAM, path_stamp_at,
+    NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_BLOCK_MAP, PATH_INDEX_MAP,
+    PATH_ROWS_MAP, PATH_STAMP_LINES, PATH_STAMP_MAP, PATH_TABLE_CAPACITY, PATH_TABLE_MAP,
+    PathEvent, PathKey, PathSlot, PathStampLine, PathValue, ReceiverConfig, XDP_PROGRAM,
+    path_stamp_at,
 };
 use lq_common::{maps::as_range_prefixes, wire::AsRange};
 
@@ -30,10 +31,11 @@ pub use crate::core::controller::effective::{EffectiveEntry, effective_paths};
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lq"));
 
 /// Maps the receiver pins under its instance folder, so a daemon restart keeps them.
-pub const PINNED_MAPS: [&str; 8] = [
+pub const PINNED_MAPS: [&str; 9] = [
     PATH_TABLE_MAP,
     PATH_INDEX_MAP,
     PATH_ROWS_MAP,
+    PATH_BLOCK_MAP,
     PATH_STAMP_MAP,
     NEIGHBOR_MAP,
     COUNTER_MAP,
@@ -42,12 +44,15 @@ pub const PINNED_MAPS: [&str; 8] = [
 ];
 
 /// The maps that together hold the path table: rows, their key index, the count of rows
-/// claimed, the rows' stamps. Kept or created anew together: a new index over old rows
-/// would claim rows that hold other keys, old stamps would be read as new refreshes.
-const PATH_TABLE_PARTS: [&str; 4] = [
+/// reserved, the CPUs' reserved blocks, the rows' stamps. Kept or created anew together: a
+/// new index over old rows would claim rows that hold other keys, a new count would
+/// reserve them again, old stamps would be read as new refreshes. The blocks are pinned
+/// too, so that a restart does not leave every CPU's unclaimed rows unused.
+const PATH_TABLE_PARTS: [&str; 5] = [
     PATH_TABLE_MAP,
     PATH_INDEX_MAP,
     PATH_ROWS_MAP,
+    PATH_BLOCK_MAP,
     PATH_STAMP_MAP,
 ];
 
@@ -401,8 +406,8 @@ impl XdpReceiver {
 }
 
 /// Every element of an array map of `len` elements of type `V`, in index order, with as few
-/// BPF_MAP_LOOKUP_BATCH calls as the kernel allows (usually one): the path table has 32 768
-/// slots, and one lookup syscall per slot would cost the reader tens of milliseconds.
+/// BPF_MAP_LOOKUP_BATCH calls as the kernel allows (usually one): the path table has 65 536
+/// rows, and one lookup syscall per row would cost the reader tens of milliseconds.
 fn read_array_batched<V: aya::Pod + Default + Clone>(
     fd: std::os::fd::BorrowedFd<'_>,
     len: usize,
@@ -420,8 +425,8 @@ fn read_array_batched<V: aya::Pod + Default + Clone>(
 
 /// The first `len` elements of an array map created with `BPF_F_MMAPABLE`, mapped
 /// read-only into lqd's memory: the path table's slots and their refresh stamps. A control
-/// step reads them in place, without a system call and without copying 6 MiB of mostly
-/// empty slots (issue 15: that copy was most of a step).
+/// step reads them in place, without a system call and without copying 3 MiB of mostly
+/// empty rows (issue 15: that copy was most of a step).
 struct MappedArray<T> {
     ptr: std::ptr::NonNull<T>,
     len: usize,
@@ -658,7 +663,7 @@ impl TableReader {
 
     /// Calls `f(position, stamp)` with the refresh stamp of every row the last full read
     /// found, in position order (the caller's per-row state is then read in memory order;
-    /// the 256 KiB of stamps stay in cache between sweeps); `false`, without calling it,
+    /// the 128 KiB of stamps stay in cache between sweeps); `false`, without calling it,
     /// when the stamps are not mapped (pins of an older lqd).
     pub fn for_each_stamp(&self, f: &mut dyn FnMut(usize, u16)) -> bool {
         let Some(stamps) = &self.stamps else {
