@@ -379,7 +379,9 @@ impl HelperRole {
             }
         }
         self.sent += n as u64;
+        // A triggered advertisement that left by at least one link.
         if out.mode == Mode::Triggered
+            && n > 0
             && let Some((sample_ns, read_ns)) = sample
         {
             if self.recent_triggers.len() == RECENT_TRIGGERS {

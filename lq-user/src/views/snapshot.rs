@@ -257,7 +257,7 @@ pub struct LocalView {
     pub recent_triggers: Vec<TriggerView>,
 }
 
-/// One triggered advertisement's timing. Both times are CLOCK_BOOTTIME nanoseconds of
+/// One triggered advertisement's timing. The times are CLOCK_BOOTTIME nanoseconds of
 /// the node (the clock lqd's timers use; equal to CLOCK_MONOTONIC on a node that never
 /// suspended).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -270,7 +270,8 @@ pub struct TriggerView {
     pub sample_ns: u64,
     /// How long that reading took (rtnetlink dumps; 0 when read on the loop's thread).
     pub read_ns: u64,
-    /// When the daemon's loop took the sample and decided to send.
+    /// When the daemon's loop received the sample (the pipeline and the advertiser then
+    /// decided to send).
     pub decided_ns: u64,
     /// When its last datagram had been handed to the sockets of every link.
     pub sent_ns: u64,

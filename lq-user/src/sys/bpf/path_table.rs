@@ -499,6 +499,9 @@ impl SlotMap {
         if used == 0 {
             return None;
         }
+        // The receiver writes a row's key before it marks the row used: the key is read
+        // after `used` (a no-op on x86; on arm64 the loads could otherwise pass each other).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         // SAFETY: as above.
         let s = unsafe { std::ptr::read_volatile(slot) };
         Some((s.key, s.value))
