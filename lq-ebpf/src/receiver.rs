@@ -575,10 +575,7 @@ fn place_by_index(key: &PathKey, value: &PathValue, probe: u32) -> Probe {
             if held == 0 {
                 return Probe::Full;
             }
-            return match update_row((held - 1) as u32, key, value, false) {
-                Some(placed) => Probe::Placed(placed),
-                None => Probe::Next,
-            };
+            return follow_cell(held, key, value);
         };
         let Some(slot) = LQ_PATHS.get_ptr_mut(row) else {
             return Probe::Full;
@@ -602,6 +599,13 @@ fn place_by_index(key: &PathKey, value: &PathValue, probe: u32) -> Probe {
             });
         }
     }
+    follow_cell(held, key, value)
+}
+
+/// The entry written to the row an index cell holding `held` (row + 1) leads to, if that
+/// row holds the key; else the next cell.
+#[inline(always)]
+fn follow_cell(held: u64, key: &PathKey, value: &PathValue) -> Probe {
     match update_row((held - 1) as u32, key, value, false) {
         Some(placed) => Probe::Placed(placed),
         None => Probe::Next,

@@ -165,7 +165,7 @@ fn main() -> Result<()> {
         match first {
             Some((t1, seq)) => {
                 lat.done(t1.saturating_sub(t0) as f64 / 1000.0);
-                match trigger_sample_ns(&spine, seq) {
+                match trigger_record(&spine, seq) {
                     Some(rec) => {
                         let sample_mono = rec.sample_ns.saturating_sub(boot_minus_mono);
                         from_sample.done(t1.saturating_sub(sample_mono) as f64 / 1000.0);
@@ -251,7 +251,7 @@ fn main() -> Result<()> {
 /// The timing lqd recorded for the triggered advertisement starting at `sequence`, from
 /// `lqd show local` (its snapshot is published within milliseconds: asked for up to a
 /// second).
-fn trigger_sample_ns(spine: &Lqd, sequence: u16) -> Option<TriggerView> {
+fn trigger_record(spine: &Lqd, sequence: u16) -> Option<TriggerView> {
     let deadline = Instant::now() + Duration::from_secs(1);
     while Instant::now() < deadline {
         if let Ok(local) = spine.show("local")
