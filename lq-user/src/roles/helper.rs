@@ -354,8 +354,7 @@ impl HelperRole {
         self.transmit(now_ns, out, None)
     }
 
-    /// Sends the advertiser's datagrams (if any) out of every link.
-    /// Sends `out` out of every link; `sample` is when the reading of the counters it was
+    /// Sends the advertiser's datagrams `out` (if any) out of every link; `sample` is when the reading of the counters it was
     /// decided on began and how long it took (none for the periodic timer's sends).
     fn transmit(
         &mut self,

@@ -120,6 +120,25 @@ pub(crate) fn lookup_batch(
     Ok(done)
 }
 
+/// [`lookup_batch`] into typed buffers: as many elements as both `keys` and `values` hold,
+/// each value one `V` (not for per-CPU maps, whose value is one per CPU).
+pub(crate) fn lookup_batch_into<K: aya::Pod, V: aya::Pod>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    keys: &mut [K],
+    values: &mut [V],
+) -> Result<usize, std::io::Error> {
+    let (key_octets, value_octets) = (size_of_val(keys), size_of_val(values));
+    // SAFETY: K and V are plain old data (aya::Pod): their octets may be written with any
+    // values; each byte view covers exactly its slice and lives only for this call.
+    let (keys, values) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(keys.as_mut_ptr().cast::<u8>(), key_octets),
+            std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), value_octets),
+        )
+    };
+    lookup_batch(fd, keys, size_of::<K>(), values, size_of::<V>())
+}
+
 /// How a tc program ended up attached to an interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TcMode {

@@ -412,13 +412,9 @@ fn read_array_batched<V: aya::Pod + Default + Clone>(
     fd: std::os::fd::BorrowedFd<'_>,
     len: usize,
 ) -> Result<Vec<V>, std::io::Error> {
-    let mut keys = vec![0u8; len * size_of::<u32>()];
+    let mut keys = vec![0u32; len];
     let mut values = vec![V::default(); len];
-    // SAFETY: V is plain old data (aya::Pod): its octets may be written with any values.
-    let bytes = unsafe {
-        std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), len * size_of::<V>())
-    };
-    let n = super::lookup_batch(fd, &mut keys, size_of::<u32>(), bytes, size_of::<V>())?;
+    let n = super::lookup_batch_into(fd, &mut keys, &mut values)?;
     values.truncate(n);
     Ok(values)
 }
@@ -563,7 +559,7 @@ pub struct TableReader {
     /// The neighbor table (a hash map), read in one batched lookup.
     neighbors: MapData,
     /// Key and value buffers of the neighbors' batched lookup.
-    neighbor_buf: std::cell::RefCell<(Vec<u8>, Vec<u8>)>,
+    neighbor_buf: std::cell::RefCell<(Vec<NeighborKey>, Vec<NeighborValue>)>,
     counters: PerCpuArray<MapData, u64>,
     config: Array<MapData, ReceiverConfig>,
 }
@@ -736,34 +732,19 @@ impl TableReader {
         let mut buf = self.neighbor_buf.borrow_mut();
         let (keys, values) = &mut *buf;
         if keys.is_empty() {
-            keys.resize(NEIGHBOR_CAPACITY as usize * size_of::<NeighborKey>(), 0);
-            values.resize(NEIGHBOR_CAPACITY as usize * size_of::<NeighborValue>(), 0);
+            keys.resize(NEIGHBOR_CAPACITY as usize, NeighborKey::default());
+            values.resize(NEIGHBOR_CAPACITY as usize, NeighborValue::default());
         }
-        let n = super::lookup_batch(
-            self.neighbors.fd().as_fd(),
-            keys,
-            size_of::<NeighborKey>(),
-            values,
-            size_of::<NeighborValue>(),
-        )
-        .map_err(|source| PathTableError::BatchRead {
-            map: NEIGHBOR_MAP,
-            source,
-        })?;
-        Ok((0..n)
-            .map(|i| {
-                let k = &keys[i * size_of::<NeighborKey>()..];
-                let v = &values[i * size_of::<NeighborValue>()..];
-                // SAFETY: each element holds size_of::<T>() octets written by the kernel;
-                // NeighborKey and NeighborValue are plain data (every bit pattern valid),
-                // read unaligned.
-                unsafe {
-                    (
-                        std::ptr::read_unaligned(k.as_ptr().cast::<NeighborKey>()),
-                        std::ptr::read_unaligned(v.as_ptr().cast::<NeighborValue>()),
-                    )
-                }
-            })
+        let n = super::lookup_batch_into(self.neighbors.fd().as_fd(), keys, values).map_err(
+            |source| PathTableError::BatchRead {
+                map: NEIGHBOR_MAP,
+                source,
+            },
+        )?;
+        Ok(keys[..n]
+            .iter()
+            .copied()
+            .zip(values[..n].iter().copied())
             .collect())
     }
 
