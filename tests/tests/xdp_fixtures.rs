@@ -264,6 +264,28 @@ fn fixtures() -> Vec<Fixture> {
         XDP_DROP,
         Counter::BadValue,
     );
+    // Check 9 looks at CHECKS_PER_CALL (4) entries per call: a bad value in any position of
+    // a later call refuses the whole datagram too.
+    for (entries, bad) in [(6, 5), (9, 8), (91, 90)] {
+        push(
+            match bad {
+                5 => "negative bandwidth in entry 6 of 6",
+                8 => "negative bandwidth in entry 9 of 9",
+                _ => "negative bandwidth in entry 91 of 91",
+            },
+            {
+                let es: Vec<_> = (1..=entries as u32)
+                    .map(|link| entry(ip4(10, 0, 1, 4), link, 200, 1))
+                    .collect();
+                let mut p = payload(&header(ip4(10, 0, 0, 2), 1), &es);
+                let at = 16 + bad * 16 + 8;
+                p[at..at + 4].copy_from_slice(&(-1.0f32).to_bits().to_be_bytes());
+                FrameSpec::lq(p).build()
+            },
+            XDP_DROP,
+            Counter::BadValue,
+        );
+    }
     // Accepted, in several framings.
     push(
         "IPv4 datagram, sequence 1",
