@@ -190,6 +190,14 @@ fn weights_follow_remote_congestion_and_spine_failure() {
     );
     eprintln!("S2 congested -> target weights in {t:?}");
     let w = lqd.show("weights").unwrap();
+    // The replacing steps' own record: lqd's part and the kernel's, both measured.
+    let timing = &w["step-timing"];
+    assert!(timing["steps"].as_u64().unwrap() >= 1, "{timing}");
+    for part in ["work-us", "replace-us"] {
+        let p = &timing[part];
+        let (p50, max) = (p["p50"].as_f64().unwrap(), p["max"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p50 <= max, "{part}: {p}");
+    }
     let members = w["groups"][0]["members"].as_array().unwrap();
     assert_eq!(members.len(), 4);
     let s2 = members.iter().find(|m| m["uplink"] == 2).unwrap();

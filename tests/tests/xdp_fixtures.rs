@@ -377,7 +377,7 @@ fn every_receive_check_has_its_verdict_and_counter() {
     let paths = rx.reader.paths().unwrap();
     assert_eq!(paths.len(), 1);
     assert_eq!(claimed, 1, "one slot claimed, by the first accepted entry");
-    assert_eq!(rx.reader.slots_claimed().unwrap(), 1);
+    assert_eq!(rx.reader.counter(Counter::SlotsClaimed).unwrap(), 1);
     let key = PathKey {
         spine_as: 0,
         spine_id: ip4(10, 0, 0, 2),

@@ -115,6 +115,23 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             "Nexthop group replaces done.",
             w.group_replaces,
         );
+        let t = &w.step_timing;
+        if t.steps > 0 {
+            o.family(
+                "lq_control_step_seconds",
+                "gauge",
+                "The last replacing control steps (up to 256): lqd's work up to the replaces sent (part=\"lqd\") and the replaces' kernel round trip (part=\"kernel\"), by quantile.",
+            );
+            for (part, p) in [("lqd", &t.work_us), ("kernel", &t.replace_us)] {
+                for (q, v) in [("0.5", p.p50), ("0.99", p.p99), ("1", p.max)] {
+                    o.sample(
+                        "lq_control_step_seconds",
+                        &[("part", part.into()), ("quantile", q.into())],
+                        v / 1e6,
+                    );
+                }
+            }
+        }
         o.counter(
             "lq_group_replace_errors_total",
             "Nexthop group replaces the kernel refused.",

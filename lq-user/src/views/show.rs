@@ -219,6 +219,20 @@ pub fn weights_view_table(w: &WeightsView) -> String {
         "group replaces: {}  refused: {}  member deletes on spine failure: {}",
         w.group_replaces, w.group_errors, w.member_deletes
     );
+    let t = &w.step_timing;
+    if t.steps > 0 {
+        let _ = writeln!(
+            s,
+            "last {} replacing steps, us (p50 / p99 / max): lqd {:.0} / {:.0} / {:.0}, kernel replaces {:.0} / {:.0} / {:.0}",
+            t.steps,
+            t.work_us.p50,
+            t.work_us.p99,
+            t.work_us.max,
+            t.replace_us.p50,
+            t.replace_us.p99,
+            t.replace_us.max
+        );
+    }
     s
 }
 

@@ -78,6 +78,10 @@ pub struct WeightsView {
     pub groups: Vec<GroupWeights>,
     /// Nexthop group replaces done.
     pub group_replaces: u64,
+    /// How long the last control steps that replaced groups took: lqd's part and the
+    /// kernel's.
+    #[serde(default)]
+    pub step_timing: StepTimingView,
     /// Member nexthops deleted on a spine failure (each left every group at once, 6.5).
     #[serde(default)]
     pub member_deletes: u64,
@@ -92,6 +96,48 @@ pub struct WeightsView {
     /// The slow plane's followed routes and counters (`[slow-plane]`), when it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_plane: Option<Value>,
+}
+
+/// The durations of the last control steps that replaced at least one group (at most 256).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct StepTimingView {
+    /// How many steps the figures cover.
+    pub steps: u64,
+    /// lqd's own work: from the step's start (a change event, a timer) to its replaces
+    /// sent, microseconds.
+    pub work_us: Percentiles,
+    /// The kernel's: the step's group replaces, sent to acknowledged, microseconds.
+    pub replace_us: Percentiles,
+}
+
+/// Nearest-rank percentiles of a set of durations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// The percentiles, in microseconds, of durations in nanoseconds; zeros when empty.
+    pub fn of_ns(durations: impl Iterator<Item = u64>) -> Self {
+        let mut v: Vec<u64> = durations.collect();
+        if v.is_empty() {
+            return Self::default();
+        }
+        v.sort_unstable();
+        let rank = |p: f64| v[((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        let us = |ns: u64| ns as f64 / 1e3;
+        Self {
+            p50: us(rank(50.0)),
+            p99: us(rank(99.0)),
+            max: us(v[v.len() - 1]),
+        }
+    }
 }
 
 /// One group: the destinations behind one remote node and their members' weights.

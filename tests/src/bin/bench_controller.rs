@@ -11,8 +11,13 @@
 //!    RTNLGRP_NEXTHOP. Beside it, interleaved trial by trial, the floor of that path
 //!    (`control_loop_floor_p50_us`, `_p99_us`, the goals' baselines): the same datagram from
 //!    the spine namespace to a plain UDP socket in the leaf namespace, whose thread, woken by
-//!    it, replaces a group of the same kind through the same `Rtnl`, seen by the same
+//!    it, replaces a group of the same kind (one route through it, as lqd's destination has
+//!    through lqd's group) through the same `Rtnl`, seen by the same
 //!    listener: two wake-ups across namespaces and CPUs and one kernel replace, without lq.
+//!    Beside them, from lqd's own record of its replacing steps (`show weights`,
+//!    `step-timing`), `control_loop_lqd_work_p50_us` (the step up to the replace sent) and
+//!    `control_loop_kernel_replace_p50_us` (the replace sent to acknowledged): lqd's share
+//!    and the kernel's.
 //! 2. `group_replace_us`, `group_replace_vs_iproute2_ratio`: mean cost of one replace of a
 //!    4-member resilient group via `lq_user::sys::netlink::Rtnl` (N = 2000, two weight sets
 //!    alternating), against `ip -batch` doing the same N replaces (wall time of the `ip`
@@ -92,6 +97,8 @@ const LOOP_TRIALS: usize = 300;
 /// The floor's UDP port and group (members `FLOOR_GROUP + 1..=4`).
 const FLOOR_PORT: u16 = 47_001;
 const FLOOR_GROUP: u32 = ID_BASE + 0x2_0000;
+/// The route through the floor's group.
+const FLOOR_ROUTE: &str = "10.250.0.0/24";
 const FAIL_TRIALS: usize = 50;
 const REPLACE_N: usize = 2000;
 const REPLACE_ROUNDS: usize = 5;
@@ -627,6 +634,17 @@ impl Floor {
         ready_rx
             .recv_timeout(Duration::from_secs(5))
             .map_err(|_| anyhow!("floor responder did not start"))?;
+        // A route through the floor's group, as lqd's destination has through its group: a
+        // replace of a group that routes use does more kernel work (about 20 us here with
+        // one route, ip -batch), and the floor is the same replace without lqd.
+        let st = Command::new("ip")
+            .args(["-n", leaf.name(), "route", "replace", FLOOR_ROUTE, "nhid"])
+            .arg(FLOOR_GROUP.to_string())
+            .status()?;
+        ensure!(
+            st.success(),
+            "ip route replace {FLOOR_ROUTE} nhid {FLOOR_GROUP}: {st}"
+        );
         Ok(Self {
             send,
             stop,
@@ -847,6 +865,37 @@ fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd, floor: &Floor) 
         lat_us.timeouts() as f64,
         "trials",
         Some("<= 0"),
+        None,
+    );
+    // Where a trial's time goes, from lqd's own record of its last replacing steps (up to
+    // 256, all of them trials): its work up to the replace sent, and the replace's kernel
+    // round trip. The rest is wake-ups (XDP's ring buffer to lqd, the notification to the
+    // listener).
+    let w = lqd.show("weights")?;
+    let t = &w["step-timing"];
+    let part = |p: &str, q: &str| t[p][q].as_f64().unwrap_or(f64::NAN);
+    eprintln!(
+        "    lqd's record of its last {} replacing steps, us (p50 / p99 / max): its work {:.0} / {:.0} / {:.0}, the kernel's replace {:.0} / {:.0} / {:.0}",
+        t["steps"],
+        part("work-us", "p50"),
+        part("work-us", "p99"),
+        part("work-us", "max"),
+        part("replace-us", "p50"),
+        part("replace-us", "p99"),
+        part("replace-us", "max"),
+    );
+    metric(
+        "control_loop_lqd_work_p50_us",
+        part("work-us", "p50"),
+        "us",
+        None,
+        None,
+    );
+    metric(
+        "control_loop_kernel_replace_p50_us",
+        part("replace-us", "p50"),
+        "us",
+        None,
         None,
     );
     Ok(())

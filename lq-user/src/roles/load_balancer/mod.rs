@@ -192,6 +192,44 @@ pub struct LoadBalancer {
     pub group_errors: u64,
     /// The slow plane's core, with `[slow-plane]`.
     slow: Option<crate::roles::load_balancer::slow_plane::SlowPlane>,
+    /// How long the last steps that replaced groups took, in two parts.
+    step_times: StepTimes,
+}
+
+/// The durations of the last [`STEP_TIMES`] control steps that replaced at least one group:
+/// lqd's own work (from the step's start to its first replace sent) and the kernel's
+/// (the replaces' round trip, to the last acknowledgement). Shown by `lqd show weights`
+/// and the metrics so that an operator (and `bench_controller`) can tell a slow daemon
+/// from a slow kernel (issue 15: the group replace's RCU grace period is most of a step).
+#[derive(Default)]
+struct StepTimes {
+    work_ns: std::collections::VecDeque<u64>,
+    replace_ns: std::collections::VecDeque<u64>,
+}
+
+/// How many replacing steps [`StepTimes`] keeps.
+const STEP_TIMES: usize = 256;
+
+impl StepTimes {
+    fn record(&mut self, work_ns: u64, replace_ns: u64) {
+        if self.work_ns.len() == STEP_TIMES {
+            self.work_ns.pop_front();
+            self.replace_ns.pop_front();
+        }
+        self.work_ns.push_back(work_ns);
+        self.replace_ns.push_back(replace_ns);
+    }
+
+    fn view(&self) -> crate::views::snapshot::StepTimingView {
+        let us = |d: &std::collections::VecDeque<u64>| {
+            crate::views::snapshot::Percentiles::of_ns(d.iter().copied())
+        };
+        crate::views::snapshot::StepTimingView {
+            steps: self.work_ns.len() as u64,
+            work_us: us(&self.work_ns),
+            replace_us: us(&self.replace_ns),
+        }
+    }
 }
 
 impl LoadBalancer {
@@ -243,6 +281,7 @@ impl LoadBalancer {
             links: LinkWatch::open(&uplink_interfaces(&cfg)).map_err(RtnlError::Io)?,
             started_ns: monotonic_ns(),
             group_replaces: 0,
+            step_times: StepTimes::default(),
             group_errors: 0,
             slow: None,
             cfg,
@@ -608,6 +647,8 @@ impl LoadBalancer {
 
     /// One control step at `now_ns`. Returns how many groups were replaced.
     pub fn step(&mut self, now_ns: u64) -> Result<usize, LoadBalancerError> {
+        // The step's own duration is measured, not taken from `now_ns` (the loop's time).
+        let step_started = monotonic_ns();
         self.last_step_ns = now_ns;
         let neighbors = self.reader.neighbors()?;
         // The receiver's change events name a spine when an entry's LQS or CL moved. The
@@ -667,8 +708,9 @@ impl LoadBalancer {
         // moves the count again, and the next step reads in full), on a reload, or on the
         // backstop timer.
         let dead = self.controller.dead_interval_ns();
-        let claimed = self.reader.slots_claimed()?;
-        let lost = self.reader.counter(Counter::EventsLost)?;
+        let counters = self.reader.counters()?;
+        let claimed = counters[Counter::SlotsClaimed as usize];
+        let lost = counters[Counter::EventsLost as usize];
         let mut rebuild = self.rebuild_needed
             || !self.reader.mapped()
             || claimed != self.slots_claimed
@@ -811,7 +853,12 @@ impl LoadBalancer {
                 batch.push((key, app, msg));
             }
         }
-        let replaced = self.program(batch);
+        let work_done = monotonic_ns();
+        let (replaced, kernel_ns) = self.program(batch);
+        if replaced > 0 {
+            self.step_times
+                .record(work_done.saturating_sub(step_started), kernel_ns);
+        }
         self.install_pending_routes();
         self.delete_orphans();
         Ok(replaced)
@@ -897,15 +944,19 @@ impl LoadBalancer {
 
     /// Programs the replaces of one step in one pipelined batch; returns how many groups
     /// changed.
-    fn program(&mut self, batch: Vec<(GroupKey, Application, NexthopMsg)>) -> usize {
+    /// Replaces the batch's groups; returns how many the kernel took and how long its
+    /// replaces took, sent to acknowledged (logging and bookkeeping not counted).
+    fn program(&mut self, batch: Vec<(GroupKey, Application, NexthopMsg)>) -> (usize, u64) {
         let Some(rtnl) = self.rtnl.as_mut() else {
-            return 0;
+            return (0, 0);
         };
         if batch.is_empty() {
-            return 0;
+            return (0, 0);
         }
         let msgs: Vec<NexthopMsg> = batch.iter().map(|(_, _, m)| m.clone()).collect();
+        let sent = monotonic_ns();
         let mut results = rtnl.replace_nexthops(&msgs);
+        let mut kernel_ns = monotonic_ns().saturating_sub(sent);
         if results.iter().any(Result::is_err) {
             // The kernel deletes the nexthops of a device that goes down (and anyone may
             // delete an object): re-create lqd's member nexthops and try once more.
@@ -920,7 +971,10 @@ impl LoadBalancer {
                 .filter(|i| results[*i].is_err())
                 .collect();
             let again: Vec<NexthopMsg> = failed.iter().map(|i| msgs[*i].clone()).collect();
-            for (i, r) in failed.into_iter().zip(rtnl.replace_nexthops(&again)) {
+            let sent = monotonic_ns();
+            let retried = rtnl.replace_nexthops(&again);
+            kernel_ns += monotonic_ns().saturating_sub(sent);
+            for (i, r) in failed.into_iter().zip(retried) {
                 results[i] = r;
             }
         }
@@ -943,7 +997,7 @@ impl LoadBalancer {
                 }
             }
         }
-        replaced
+        (replaced, kernel_ns)
     }
 
     /// Points every destination's route at its group, once the group exists in the kernel
@@ -1153,6 +1207,7 @@ impl LoadBalancer {
         WeightsView {
             groups,
             group_replaces: self.group_replaces,
+            step_timing: self.step_times.view(),
             member_deletes: self.member_deletes,
             group_errors: self.group_errors,
             unknown_remote_entries: self.last_report.unknown_remote_entries as u64,
@@ -1263,5 +1318,27 @@ fn check_sysctls() {
         warn!(
             "net.ipv4.fib_multipath_hash_policy = 0 hashes on addresses only: flows between two hosts share one path (1 hashes the L4 ports too)"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_times_keep_the_last_steps_and_their_percentiles() {
+        let mut t = StepTimes::default();
+        assert_eq!(t.view().steps, 0);
+        // 300 steps: the first 44 (work 1 ms) fall out of the window of 256.
+        for i in 0..300u64 {
+            let work = if i < 44 { 1_000_000 } else { 1_000 * (i - 43) };
+            t.record(work, 2 * work);
+        }
+        let v = t.view();
+        assert_eq!(v.steps, STEP_TIMES as u64);
+        assert_eq!(v.work_us.max, 256.0);
+        assert_eq!(v.work_us.p50, 128.0);
+        assert_eq!(v.work_us.p99, 254.0);
+        assert_eq!(v.replace_us.max, 512.0);
     }
 }

@@ -39,9 +39,11 @@ pub struct EcnEligible {
     _ebpf: Ebpf,
     map: MapData,
     cpus: usize,
-    /// Batch buffers, kept between reads (no allocation per sample).
-    keys: Vec<u8>,
-    values: Vec<u8>,
+    /// Batch buffers, kept between reads (no allocation per sample): ifindexes, their
+    /// per-CPU counts, their sums.
+    keys: Vec<u32>,
+    values: Vec<u64>,
+    sums: Vec<u64>,
     /// (ifindex, packets summed over CPUs), sorted, as of the last read.
     counts: Vec<(u32, u64)>,
     /// The last read failed: the sampler keeps the counts it had.
@@ -79,8 +81,9 @@ impl EcnEligible {
             _ebpf: ebpf,
             map,
             cpus,
-            keys: vec![0; capacity * size_of::<u32>()],
-            values: vec![0; capacity * cpus * size_of::<u64>()],
+            keys: vec![0; capacity],
+            values: vec![0; capacity * cpus],
+            sums: vec![0; capacity],
             counts: Vec::with_capacity(capacity),
             failed: false,
         })
@@ -88,24 +91,20 @@ impl EcnEligible {
 
     /// Reads every link's count in one batched lookup.
     pub fn refresh(&mut self) -> Result<(), std::io::Error> {
-        let value_size = self.cpus * size_of::<u64>();
-        let n = super::lookup_batch(
+        let n = super::lookup_batch_per_cpu_sums(
             self.map.fd().as_fd(),
             &mut self.keys,
-            size_of::<u32>(),
+            self.cpus,
             &mut self.values,
-            value_size,
+            &mut self.sums,
         )?;
         self.counts.clear();
-        for i in 0..n {
-            let k = &self.keys[i * 4..i * 4 + 4];
-            let ifindex = u32::from_ne_bytes([k[0], k[1], k[2], k[3]]);
-            let packets = self.values[i * value_size..(i + 1) * value_size]
-                .chunks_exact(8)
-                .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-                .fold(0u64, u64::wrapping_add);
-            self.counts.push((ifindex, packets));
-        }
+        self.counts.extend(
+            self.keys[..n]
+                .iter()
+                .copied()
+                .zip(self.sums[..n].iter().copied()),
+        );
         self.counts.sort_unstable();
         Ok(())
     }

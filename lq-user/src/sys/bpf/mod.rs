@@ -139,6 +139,42 @@ pub(crate) fn lookup_batch_into<K: aya::Pod, V: aya::Pod>(
     lookup_batch(fd, keys, size_of::<K>(), values, size_of::<V>())
 }
 
+/// [`lookup_batch`] for a per-CPU map whose value is one `u64` per CPU (counters): reads
+/// as many elements as `keys` holds, each value summed over the `cpus` possible CPUs
+/// (wrapping) into `sums`; `per_cpu` is the kernel's copy, `keys.len() * cpus` long at
+/// least. Returns how many elements it read. One system call where a lookup per key was
+/// one each (the receiver's 17 counters, the ECN counter's links).
+pub(crate) fn lookup_batch_per_cpu_sums<K: aya::Pod>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    keys: &mut [K],
+    cpus: usize,
+    per_cpu: &mut [u64],
+    sums: &mut [u64],
+) -> Result<usize, std::io::Error> {
+    let len = keys.len().min(sums.len()).min(per_cpu.len() / cpus.max(1));
+    let (key_octets, value_octets) = (len * size_of::<K>(), len * cpus * size_of::<u64>());
+    // SAFETY: K and u64 are plain old data (aya::Pod): their octets may be written with any
+    // values; each byte view covers part of its slice (len elements) and lives only for
+    // this call.
+    let (key_bytes, value_bytes) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(keys.as_mut_ptr().cast::<u8>(), key_octets),
+            std::slice::from_raw_parts_mut(per_cpu.as_mut_ptr().cast::<u8>(), value_octets),
+        )
+    };
+    let n = lookup_batch(
+        fd,
+        key_bytes,
+        size_of::<K>(),
+        value_bytes,
+        cpus * size_of::<u64>(),
+    )?;
+    for (sum, values) in sums.iter_mut().zip(per_cpu.chunks_exact(cpus)).take(n) {
+        *sum = values.iter().fold(0u64, |a, v| a.wrapping_add(*v));
+    }
+    Ok(n)
+}
+
 /// How a tc program ended up attached to an interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TcMode {
