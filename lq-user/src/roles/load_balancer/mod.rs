@@ -197,10 +197,11 @@ pub struct LoadBalancer {
 }
 
 /// The durations of the last [`STEP_TIMES`] control steps that replaced at least one group:
-/// lqd's own work (from the step's start to its first replace sent) and the kernel's
-/// (the replaces' round trip, to the last acknowledgement). Shown by `lqd show weights`
-/// and the metrics so that an operator (and `bench_controller`) can tell a slow daemon
-/// from a slow kernel (issue 15: the group replace's RCU grace period is most of a step).
+/// lqd's own work (from the step's start to its replaces sent) and the kernel's (the
+/// replaces' round trip, to the last acknowledgement). Shown by `lqd show weights` and the
+/// metrics so that an operator (and `bench_controller`) can tell a slow daemon from a slow
+/// kernel (issue 15: the replace, which waits for an expedited RCU grace period, is most of
+/// a step).
 #[derive(Default)]
 struct StepTimes {
     work_ns: std::collections::VecDeque<u64>,
@@ -943,9 +944,8 @@ impl LoadBalancer {
     }
 
     /// Programs the replaces of one step in one pipelined batch; returns how many groups
-    /// changed.
-    /// Replaces the batch's groups; returns how many the kernel took and how long its
-    /// replaces took, sent to acknowledged (logging and bookkeeping not counted).
+    /// changed and how long the kernel took, sent to acknowledged (logging and bookkeeping
+    /// not counted).
     fn program(&mut self, batch: Vec<(GroupKey, Application, NexthopMsg)>) -> (usize, u64) {
         let Some(rtnl) = self.rtnl.as_mut() else {
             return (0, 0);

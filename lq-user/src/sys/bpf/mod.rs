@@ -151,7 +151,8 @@ pub(crate) fn lookup_batch_per_cpu_sums<K: aya::Pod>(
     per_cpu: &mut [u64],
     sums: &mut [u64],
 ) -> Result<usize, std::io::Error> {
-    let len = keys.len().min(sums.len()).min(per_cpu.len() / cpus.max(1));
+    let cpus = cpus.max(1);
+    let len = keys.len().min(sums.len()).min(per_cpu.len() / cpus);
     let (key_octets, value_octets) = (len * size_of::<K>(), len * cpus * size_of::<u64>());
     // SAFETY: K and u64 are plain old data (aya::Pod): their octets may be written with any
     // values; each byte view covers part of its slice (len elements) and lives only for
