@@ -189,7 +189,20 @@ fn weights_follow_remote_congestion_and_spine_failure() {
         &[(1, 255), (2, 77), (3, 255), (4, 255)],
     );
     eprintln!("S2 congested -> target weights in {t:?}");
-    let w = lqd.show("weights").unwrap();
+    // Clients read the snapshot the loop last published (at most every 5 ms, longer when
+    // building it is slow, as in a debug build): wait for one taken after these steps.
+    let published = Instant::now();
+    let w = loop {
+        let w = lqd.show("weights").unwrap();
+        let fresh = w["step-timing"]["steps"].as_u64() >= Some(1)
+            && w["groups"][0]["members"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["uplink"] == 2 && m["remote-lqs"] == 72));
+        if fresh || published.elapsed() > Duration::from_secs(5) {
+            break w;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     // The replacing steps' own record: lqd's part and the kernel's, both measured.
     let timing = &w["step-timing"];
     assert!(timing["steps"].as_u64().unwrap() >= 1, "{timing}");
