@@ -759,3 +759,120 @@ fn an_unconfirmed_spine_gets_no_weight_and_a_failed_spine_shows_lqs_0_cl_7() {
     stop.store(true, Ordering::Relaxed);
     sender.join().unwrap();
 }
+
+/// `show weights` once it satisfies `ok` (clients read the last published snapshot).
+fn weights_when(
+    lqd: &Lqd,
+    what: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let w = lqd.show("weights").unwrap();
+        if ok(&w) {
+            return w;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{what}: {w}\nlqd log:\n{}",
+            lqd.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A resilient group of 8 buckets, 2 per member: S2's LQS from 237 to 220 changes its
+/// weight but no member's bucket count. lqd programs it and counts it as moving no bucket;
+/// with `skip-bucket-neutral` (reloaded) the way back is not sent at all (the kernel keeps
+/// S2's lower weight, and its buckets are the same), while a change that moves buckets
+/// still is.
+#[test]
+fn replaces_that_move_no_bucket_are_counted_and_skipped_on_request() {
+    require_root();
+    let f = fabric();
+    let spines = Spines::start(&f.spines);
+    let cfg = leaf_config() + "\n[damping]\ngain = 1.0\n\n[nexthop-group]\nbuckets = 8\n";
+    let lqd = Lqd::start(&f.leaf, &cfg).unwrap();
+    let equal = [(1, 255), (2, 255), (3, 255), (4, 255)];
+    wait_for("steady state", &lqd, &f.leaf, &equal);
+    assert!(
+        lqd.log_text()
+            .contains("few resilient buckets for the members"),
+        "{}",
+        lqd.log_text()
+    );
+
+    spines.set(1, Some(220));
+    let start = Instant::now();
+    let lowered = loop {
+        let g = group_weights(&f.leaf).unwrap_or_default();
+        if g.len() == 4 && g[1].1 < 255 {
+            break g;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{g:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(
+        [lowered[0], lowered[2], lowered[3]],
+        [(1, 255), (3, 255), (4, 255)],
+        "{lowered:?}"
+    );
+    weights_when(&lqd, "a replace counted as moving no bucket", |w| {
+        w["bucket-neutral-replaces"].as_u64() >= Some(1)
+    });
+
+    let text = std::fs::read_to_string(lqd.config_path()).unwrap() + "skip-bucket-neutral = true\n";
+    std::fs::write(lqd.config_path(), text).unwrap();
+    lqd.signal(libc::SIGHUP);
+    let start = Instant::now();
+    while !lqd.log_text().contains("configuration reloaded") {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{}",
+            lqd.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    spines.set(1, Some(237));
+    let w = weights_when(&lqd, "the way back skipped", |w| {
+        w["bucket-neutral-skipped"].as_u64() >= Some(1)
+    });
+    // lqd applies equal weights; the kernel keeps S2's lower one, to the same buckets.
+    let s2 = &w["groups"][0]["members"][1];
+    assert_eq!(s2["applied"].as_f64(), Some(0.25), "{w}");
+    assert_eq!(group_weights(&f.leaf).as_deref(), Some(&lowered[..]));
+    // The kernel's buckets (the forwarding itself): two per member, as equal weights give.
+    let buckets: serde_json::Value = serde_json::from_str(
+        &f.leaf
+            .ip(&[
+                "-j",
+                "nexthop",
+                "bucket",
+                "show",
+                "id",
+                &GROUP_ID.to_string(),
+            ])
+            .unwrap(),
+    )
+    .unwrap();
+    let mut per_member = std::collections::BTreeMap::new();
+    for b in buckets.as_array().unwrap() {
+        *per_member
+            .entry(b["bucket"]["nhid"].as_u64().unwrap() - (GROUP_ID - 0x1_0000))
+            .or_insert(0) += 1;
+    }
+    assert_eq!(
+        per_member.into_iter().collect::<Vec<_>>(),
+        [(1, 2), (2, 2), (3, 2), (4, 2)],
+        "{buckets}"
+    );
+
+    // S2 at LQS 30 moves buckets: replaced as before.
+    spines.set(1, Some(30));
+    wait_for(
+        "congested",
+        &lqd,
+        &f.leaf,
+        &[(1, 255), (2, 32), (3, 255), (4, 255)],
+    );
+}

@@ -466,6 +466,13 @@ pub struct NexthopGroup {
     /// Delete lqd's nexthop objects and routes on exit (default: leave forwarding in place).
     #[serde(default)]
     pub flush_on_exit: bool,
+    /// Resilient groups: do not replace a group when the new weights would move no bucket
+    /// (`weights::moves_no_bucket`: the forwarding stays exactly the same). Saves the
+    /// kernel's grace period per such replace; the kernel then keeps the last weights that
+    /// moved a bucket, so `ip nexthop` can differ from `lqd show weights` within a
+    /// bucket's share. Default false: every weight change is programmed.
+    #[serde(default)]
+    pub skip_bucket_neutral: bool,
 }
 
 impl Default for NexthopGroup {
@@ -479,6 +486,7 @@ impl Default for NexthopGroup {
             id_base: default_id_base(),
             program_kernel: true,
             flush_on_exit: false,
+            skip_bucket_neutral: false,
         }
     }
 }

@@ -133,6 +133,16 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             }
         }
         o.counter(
+            "lq_group_replaces_bucket_neutral_total",
+            "Nexthop group replaces done that moved no resilient bucket (the forwarding stayed the same).",
+            w.bucket_neutral_replaces,
+        );
+        o.counter(
+            "lq_group_replaces_skipped_total",
+            "Nexthop group replaces not sent because they would have moved no bucket (skip-bucket-neutral).",
+            w.bucket_neutral_skipped,
+        );
+        o.counter(
             "lq_group_replace_errors_total",
             "Nexthop group replaces the kernel refused.",
             w.group_errors,

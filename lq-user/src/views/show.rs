@@ -214,11 +214,19 @@ pub fn weights_view_table(w: &WeightsView) -> String {
             );
         }
     }
-    let _ = writeln!(
+    let _ = write!(
         s,
-        "group replaces: {}  refused: {}  member deletes on spine failure: {}",
-        w.group_replaces, w.group_errors, w.member_deletes
+        "group replaces: {} (moving no bucket: {})  refused: {}  member deletes on spine failure: {}",
+        w.group_replaces, w.bucket_neutral_replaces, w.group_errors, w.member_deletes
     );
+    if w.bucket_neutral_skipped > 0 {
+        let _ = write!(
+            s,
+            "  skipped as moving no bucket: {}",
+            w.bucket_neutral_skipped
+        );
+    }
+    s.push('\n');
     let t = &w.step_timing;
     if t.steps > 0 {
         let _ = writeln!(
@@ -347,6 +355,7 @@ mod tests {
                 }],
             }],
             group_replaces: 3,
+            bucket_neutral_replaces: 1,
             ..WeightsView::default()
         };
         let json = serde_json::to_value(&w).unwrap();
@@ -365,7 +374,9 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.ends_with("group replaces: 3  refused: 0  member deletes on spine failure: 0\n"),
+            t.ends_with(
+                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0\n"
+            ),
             "{t}"
         );
         assert!(weights_table(&json!([])).starts_with("unexpected weights answer"));

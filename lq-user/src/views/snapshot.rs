@@ -87,6 +87,12 @@ pub struct WeightsView {
     pub member_deletes: u64,
     /// Nexthop group replaces the kernel refused.
     pub group_errors: u64,
+    /// Replaces done that moved no resilient bucket (the forwarding stayed the same).
+    #[serde(default)]
+    pub bucket_neutral_replaces: u64,
+    /// Replaces not sent because they would have moved no bucket (`skip-bucket-neutral`).
+    #[serde(default)]
+    pub bucket_neutral_skipped: u64,
     /// Entries whose remote node is the NNH of no destination (6.1).
     pub unknown_remote_entries: u64,
     /// Entries from nodes that are not the spine of any member.

@@ -19,6 +19,10 @@
 //!   kind (lqd's members and buckets, one member's weight moving by 10 %), measured after
 //!   the windows with `ip -batch` on 64 copies (512 replaces, the child's system time):
 //!   a floor no user-space change moves at this churn.
+//! - `leaf_replaces_per_s_64x512` and `leaf_bucket_neutral_replace_fraction_64x512`: the
+//!   replaces a second and the share of them that moved no bucket (128 buckets for 64
+//!   members: 2 each); then one more window after a restart with `skip-bucket-neutral`
+//!   (`leaf_cpu_pct_64x512_skip_bucket_neutral`, `leaf_replaces_per_s_64x512_skip_bucket_neutral`).
 //! - `lqd_rss_mib_64x512`: lqd's resident set (VmRSS, the mapped path table included).
 //! - `bpf_map_bytes_64x512`: the memory the kernel charges for the maps of lqd's receiver
 //!   program (`bytes_memlock` of each, read with bpftool, the independent judge).
@@ -68,10 +72,11 @@ fn remote_id(r: usize) -> u32 {
     ip4(10, 1, (r / 256) as u8, (r % 256) as u8)
 }
 
-fn leaf_config() -> String {
+/// The leaf's configuration (defaults, but `skip-bucket-neutral` as given).
+fn leaf_config(skip_bucket_neutral: bool) -> String {
     let ifaces: Vec<String> = (1..=SPINES).map(|k| format!("\"up{k}\"")).collect();
     let mut c = format!(
-        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [{}]\n",
+        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [{}]\n\n[nexthop-group]\nskip-bucket-neutral = {skip_bucket_neutral}\n",
         ifaces.join(", ")
     );
     for k in 1..=SPINES {
@@ -314,12 +319,71 @@ fn children_sys_ms() -> f64 {
     u.ru_stime.tv_sec as f64 * 1e3 + u.ru_stime.tv_usec as f64 / 1e3
 }
 
-/// The group replaces lqd has done (0 when it does not answer).
-fn group_replaces(lqd: &Lqd) -> u64 {
-    lqd.show("weights")
-        .ok()
-        .and_then(|w| w["group-replaces"].as_u64())
-        .unwrap_or(0)
+/// lqd's group replaces done, those of them that moved no bucket, and those skipped as
+/// moving none (0s when it does not answer).
+fn replace_counts(lqd: &Lqd) -> (u64, u64, u64) {
+    let w = lqd.show("weights").unwrap_or_default();
+    let n = |k: &str| w[k].as_u64().unwrap_or(0);
+    (
+        n("group-replaces"),
+        n("bucket-neutral-replaces"),
+        n("bucket-neutral-skipped"),
+    )
+}
+
+/// One measurement window's figures.
+struct Window {
+    /// lqd's CPU (every thread), % of a core.
+    lqd_pct: f64,
+    /// The XDP receiver's run time, % of a core.
+    xdp_pct: f64,
+    sent_rate: f64,
+    replace_rate: f64,
+    /// Of the replaces done, those that moved no resilient bucket.
+    neutral_fraction: f64,
+}
+
+/// Measures one WINDOW of lqd `pid` and receiver program `prog`, printed under `label`.
+fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &AtomicU64, label: &str) -> Result<Window> {
+    let (cpu0, (rt0, _), (busy0, tot0), s0, g0, wall0) = (
+        process_cpu_ns(pid)?,
+        program_stats(prog)?,
+        machine_jiffies()?,
+        sent.load(Ordering::Relaxed),
+        replace_counts(lqd),
+        Instant::now(),
+    );
+    std::thread::sleep(WINDOW);
+    let (cpu1, (rt1, _), (busy1, tot1), s1, g1) = (
+        process_cpu_ns(pid)?,
+        program_stats(prog)?,
+        machine_jiffies()?,
+        sent.load(Ordering::Relaxed),
+        replace_counts(lqd),
+    );
+    let wall = wall0.elapsed().as_nanos() as f64;
+    let secs = wall / 1e9;
+    let lqd_pct = (cpu1 - cpu0) as f64 / wall * 100.0;
+    let xdp_pct = (rt1 - rt0).as_nanos() as f64 / wall * 100.0;
+    let sent_rate = (s1 - s0) as f64 / secs;
+    let replaces = g1.0.saturating_sub(g0.0);
+    let neutral = g1.1.saturating_sub(g0.1);
+    let skipped = g1.2.saturating_sub(g0.2);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let machine = (busy1 - busy0) as f64 / (tot1 - tot0).max(1) as f64 * cpus * 100.0;
+    eprintln!(
+        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core ({sent_rate:.0} datagrams/s sent; {:.0} group replaces/s, {:.0} of them moving no bucket, {:.0} skipped as moving none); machine busy {machine:.0} % of one core",
+        replaces as f64 / secs,
+        neutral as f64 / secs,
+        skipped as f64 / secs,
+    );
+    Ok(Window {
+        lqd_pct,
+        xdp_pct,
+        sent_rate,
+        replace_rate: replaces as f64 / secs,
+        neutral_fraction: neutral as f64 / replaces.max(1) as f64,
+    })
 }
 
 /// Groups lqd has programmed with all 64 members.
@@ -353,17 +417,13 @@ fn run() -> Result<()> {
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("BPF_ENABLE_STATS (kernel 5.8)")?;
     let before = receiver_programs()?;
-    let lqd = Lqd::start_logging(&leaf, &leaf_config(), "info")?;
+    let lqd = Lqd::start_logging(&leaf, &leaf_config(false), "info")?;
     let pid = lqd.pid().context("lqd has no pid")?;
     pin_process(pid, 0)?;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let sender = senders(&spines, stop.clone(), sent.clone())?;
     let result = measure(&leaf, &lqd, pid, &before, &sent);
-    stop.store(true, Ordering::Relaxed);
-    let sent_ok = sender
-        .join()
-        .map_err(|_| anyhow::anyhow!("the sender thread panicked"))?;
     let counters = lqd.show("counters").ok();
     eprintln!(
         "lqd counters: {}",
@@ -372,7 +432,17 @@ fn run() -> Result<()> {
             .map_or_else(|| "?".into(), |c| c.to_string())
     );
     drop(lqd);
+    // The same fabric under `skip-bucket-neutral` (a restart that adopts the groups).
+    let skipping = match result {
+        Ok(()) => measure_skipping(&leaf, &sent),
+        Err(_) => Ok(()),
+    };
+    stop.store(true, Ordering::Relaxed);
+    let sent_ok = sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("the sender thread panicked"))?;
     result?;
+    skipping?;
     // A figure from a receiver that refused entries would be of a smaller fabric.
     let refused = counters
         .as_ref()
@@ -399,13 +469,8 @@ fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
     }
 }
 
-fn measure(
-    ns: &NetNs,
-    lqd: &Lqd,
-    pid: u32,
-    before: &BTreeSet<u32>,
-    sent: &AtomicU64,
-) -> Result<()> {
+/// Waits until lqd has programmed all 512 groups of 64; returns its receiver program's id.
+fn ready(lqd: &Lqd, before: &BTreeSet<u32>) -> Result<u32> {
     let t0 = Instant::now();
     loop {
         let n = full_groups(lqd);
@@ -431,45 +496,56 @@ fn measure(
             lq_common::maps::XDP_PROGRAM
         );
     };
+    Ok(prog)
+}
+
+/// One window of a leaf whose lqd skips the replaces that would move no bucket
+/// (`[nexthop-group] skip-bucket-neutral`), beside the default's windows.
+fn measure_skipping(ns: &NetNs, sent: &AtomicU64) -> Result<()> {
+    let before = receiver_programs()?;
+    let lqd = Lqd::start_logging(ns, &leaf_config(true), "info")?;
+    let pid = lqd.pid().context("lqd has no pid")?;
+    pin_process(pid, 0)?;
+    let prog = ready(&lqd, &before)?;
     std::thread::sleep(Duration::from_secs(2));
-    let (mut leaf, mut lqd_pct, mut xdp_pct, mut machine, mut rate, mut rss) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
-    let mut replace_rate = vec![];
+    let m = window(&lqd, pid, prog, sent, "skip-bucket-neutral")?;
+    emit(
+        "leaf_cpu_pct_64x512_skip_bucket_neutral",
+        m.lqd_pct + m.xdp_pct,
+        "% of a core",
+        None,
+        None,
+    );
+    emit(
+        "leaf_replaces_per_s_64x512_skip_bucket_neutral",
+        m.replace_rate,
+        "replaces/s",
+        None,
+        None,
+    );
+    Ok(())
+}
+
+fn measure(
+    ns: &NetNs,
+    lqd: &Lqd,
+    pid: u32,
+    before: &BTreeSet<u32>,
+    sent: &AtomicU64,
+) -> Result<()> {
+    let prog = ready(lqd, before)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let (mut leaf, mut lqd_pct, mut xdp_pct, mut rate, mut rss) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut replace_rate, mut neutral) = (vec![], vec![]);
     for w in 0..WINDOWS {
-        let (cpu0, (rt0, rc0), (busy0, tot0), s0, g0, wall0) = (
-            process_cpu_ns(pid)?,
-            program_stats(prog)?,
-            machine_jiffies()?,
-            sent.load(Ordering::Relaxed),
-            group_replaces(lqd),
-            Instant::now(),
-        );
-        std::thread::sleep(WINDOW);
-        let (cpu1, (rt1, rc1), (busy1, tot1), s1, g1) = (
-            process_cpu_ns(pid)?,
-            program_stats(prog)?,
-            machine_jiffies()?,
-            sent.load(Ordering::Relaxed),
-            group_replaces(lqd),
-        );
-        let wall = wall0.elapsed().as_nanos() as f64;
-        let l = (cpu1 - cpu0) as f64 / wall * 100.0;
-        let x = (rt1 - rt0).as_nanos() as f64 / wall * 100.0;
-        let runs = (rc1 - rc0) as f64 / (wall / 1e9);
-        let sent_rate = (s1 - s0) as f64 / (wall / 1e9);
-        let replaces = g1.saturating_sub(g0) as f64 / (wall / 1e9);
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        let m = (busy1 - busy0) as f64 / (tot1 - tot0).max(1) as f64 * cpus * 100.0;
-        eprintln!(
-            "window {}: lqd {l:.2} % + XDP {x:.2} % of a core ({runs:.0} runs/s, {sent_rate:.0} datagrams/s sent, {replaces:.0} group replaces/s); machine busy {m:.0} % of one core",
-            w + 1
-        );
-        leaf.push(l + x);
-        lqd_pct.push(l);
-        xdp_pct.push(x);
-        machine.push(m);
-        rate.push(sent_rate);
-        replace_rate.push(replaces);
+        let m = window(lqd, pid, prog, sent, &format!("window {}", w + 1))?;
+        leaf.push(m.lqd_pct + m.xdp_pct);
+        lqd_pct.push(m.lqd_pct);
+        xdp_pct.push(m.xdp_pct);
+        rate.push(m.sent_rate);
+        replace_rate.push(m.replace_rate);
+        neutral.push(m.neutral_fraction);
         rss.push(status_kib(pid, "VmRSS:")? / 1024.0);
     }
     eprintln!(
@@ -552,6 +628,21 @@ fn measure(
         "leaf_replace_kernel_pct_64x512",
         floor,
         "% of a core",
+        None,
+        None,
+    );
+    emit(
+        "leaf_replaces_per_s_64x512",
+        median(&replace_rate),
+        "replaces/s",
+        None,
+        None,
+    );
+    // With the default 128 buckets a member of 64 has 2: most reweights move none.
+    emit(
+        "leaf_bucket_neutral_replace_fraction_64x512",
+        median(&neutral),
+        "ratio",
         None,
         None,
     );

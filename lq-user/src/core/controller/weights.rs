@@ -622,6 +622,19 @@ pub fn remap(buckets: u16, old: &[(UplinkId, u32)], new: &[(UplinkId, u32)]) -> 
     moved as f64 / f64::from(buckets)
 }
 
+/// Whether replacing a resilient group's weights `old` with `new` would move no bucket:
+/// the same members in the same order, each wanting the same number of the `buckets`
+/// buckets. The kernel only ever migrates buckets towards what members want
+/// (`nh_res_group_rebalance`, then the table's upkeep), so such a replace forwards every
+/// flow exactly as before, yet still costs an RCU grace period (`replace_nexthop_grp`).
+/// With few buckets per member (128 buckets for 64 members: 2 each) most small reweights
+/// are of this kind.
+pub fn moves_no_bucket(buckets: u16, old: &[(UplinkId, u32)], new: &[(UplinkId, u32)]) -> bool {
+    old.len() == new.len()
+        && old.iter().zip(new).all(|(a, b)| a.0 == b.0)
+        && bucket_shares(buckets, old) == bucket_shares(buckets, new)
+}
+
 /// Damping state of every group (or of any other key: the simulator and the tests key it
 /// by prefix).
 #[derive(Clone, Debug)]
@@ -1099,6 +1112,38 @@ mod tests {
         );
         // Old members 0.5 -> 0.5 + (1/3 - 0.5)/2, new member 1/6.
         assert_eq!(format!("{:.4}", a.fractions[2].1), "0.1667");
+    }
+
+    #[test]
+    fn bucket_neutral_reweights() {
+        // 64 members of weight 255 in 128 buckets: 2 buckets each. One member at 231
+        // (its LQS from 200 to 180) still wants 2: the forwarding is the same.
+        let equal: Vec<(UplinkId, u32)> = (1..=64).map(|u| (u, 255)).collect();
+        let mut one_lower = equal.clone();
+        one_lower[9].1 = 231;
+        assert!(moves_no_bucket(128, &equal, &one_lower));
+        // With 4096 buckets (64 each) the same change moves some.
+        assert!(!moves_no_bucket(4096, &equal, &one_lower));
+        // Halving one member's weight moves a bucket even at 2 per member.
+        let mut halved = equal.clone();
+        halved[9].1 = 127;
+        assert!(!moves_no_bucket(128, &equal, &halved));
+        // A member set change is never neutral, even when the member gets no bucket.
+        let mut fewer = equal.clone();
+        fewer.remove(9);
+        assert!(!moves_no_bucket(128, &equal, &fewer));
+        let mut tiny = equal.clone();
+        tiny.push((65, 1));
+        assert_eq!(bucket_shares(128, &tiny).last(), Some(&(65, 0)));
+        assert!(!moves_no_bucket(128, &equal, &tiny));
+        // Seed 003 section 8: four members, S2 from 25 % towards 9.2 % moves buckets.
+        let four = [(1, 255), (2, 255), (3, 255), (4, 255)];
+        assert!(!moves_no_bucket(
+            128,
+            &four,
+            &[(1, 255), (2, 150), (3, 255), (4, 255)]
+        ));
+        assert!(moves_no_bucket(128, &four, &four));
     }
 
     #[test]

@@ -23,14 +23,14 @@ use tracing::{debug, error, info, warn};
 use crate::{
     config::Config,
     core::controller::{
-        config::{ControllerConfig, WeightFunction},
+        config::{ControllerConfig, GroupKind, WeightFunction},
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
         path_mirror::{PathMirror, RefreshClock, TableRows},
         path_quality::{
             Digest, GroupKey, LocalQuality, NnhMapping, PathQualityReport, Prefix, UplinkId,
             compute_some_groups, unused_entries,
         },
-        weights::{Application, WeightController},
+        weights::{Application, WeightController, moves_no_bucket},
     },
     core::sorted::SortedProbe,
     sys::{
@@ -190,6 +190,11 @@ pub struct LoadBalancer {
     pub group_replaces: u64,
     /// Group replaces the kernel refused.
     pub group_errors: u64,
+    /// Group replaces done that moved no bucket (resilient groups; `moves_no_bucket`).
+    pub bucket_neutral_replaces: u64,
+    /// Group replaces not sent because they would have moved no bucket
+    /// (`skip-bucket-neutral`).
+    pub bucket_neutral_skipped: u64,
     /// The slow plane's core, with `[slow-plane]`.
     slow: Option<crate::roles::load_balancer::slow_plane::SlowPlane>,
     /// How long the last steps that replaced groups took, in two parts.
@@ -284,9 +289,12 @@ impl LoadBalancer {
             group_replaces: 0,
             step_times: StepTimes::default(),
             group_errors: 0,
+            bucket_neutral_replaces: 0,
+            bucket_neutral_skipped: 0,
             slow: None,
             cfg,
         };
+        warn_bucket_resolution(&lb.cfg, &lb.controller);
         if lb.cfg.nexthop_group.program_kernel
             && (!lb.cfg.destination.is_empty() || lb.cfg.slow_plane.is_some())
         {
@@ -921,6 +929,14 @@ impl LoadBalancer {
         if app.kernel == state.kernel {
             return None;
         }
+        if self.cfg.nexthop_group.skip_bucket_neutral
+            && let GroupKind::Resilient { buckets, .. } = kind
+            && moves_no_bucket(buckets, &state.kernel, &app.kernel)
+        {
+            self.bucket_neutral_skipped += 1;
+            debug!(remote = %key.label(), weights = ?app.kernel, kernel = ?state.kernel, "replace skipped: it would move no bucket");
+            return None;
+        }
         let Some(rtnl) = self.rtnl.as_mut() else {
             state.kernel = app.kernel.clone();
             return None;
@@ -987,6 +1003,11 @@ impl LoadBalancer {
                 Ok(()) => {
                     self.group_replaces += 1;
                     replaced += 1;
+                    if let GroupKind::Resilient { buckets, .. } = self.controller.group
+                        && moves_no_bucket(buckets, &state.kernel, &app.kernel)
+                    {
+                        self.bucket_neutral_replaces += 1;
+                    }
                     debug!(group = msg.id, remote = %key.label(), weights = ?app.kernel, immediate = app.immediate, "group replaced");
                     state.kernel = app.kernel;
                 }
@@ -1210,6 +1231,8 @@ impl LoadBalancer {
             step_timing: self.step_times.view(),
             member_deletes: self.member_deletes,
             group_errors: self.group_errors,
+            bucket_neutral_replaces: self.bucket_neutral_replaces,
+            bucket_neutral_skipped: self.bucket_neutral_skipped,
             unknown_remote_entries: self.last_report.unknown_remote_entries as u64,
             unknown_spine_entries: self.last_report.unknown_spine_entries as u64,
             failed_entries: self.last_report.failed_entries as u64,
@@ -1288,6 +1311,30 @@ fn receiver_settings(cfg: &Config, controller: &ControllerConfig) -> ReceiverSet
 /// `10.4.0.0/24`.
 pub fn format_prefix(p: &Prefix) -> String {
     format!("{}/{}", p.addr, p.len)
+}
+
+/// Fewer buckets per member than this and a member's share moves in steps large enough
+/// that most damped reweights move no bucket at all.
+const BUCKETS_PER_MEMBER_HINT: usize = 8;
+
+/// Says at start when a resilient group's buckets are few for its members: a member's
+/// traffic share then moves in steps of a whole bucket (1/buckets), finer weights change
+/// nothing, and their replaces are counted as bucket-neutral.
+fn warn_bucket_resolution(cfg: &Config, controller: &ControllerConfig) {
+    let GroupKind::Resilient { buckets, .. } = controller.group else {
+        return;
+    };
+    let members = cfg.uplink.len();
+    if members > 0 && usize::from(buckets) < BUCKETS_PER_MEMBER_HINT * members {
+        warn!(
+            buckets,
+            members,
+            per_member = f64::from(buckets) / members as f64,
+            "few resilient buckets for the members: a weight change finer than one bucket ({:.2} % of the traffic) moves no flow; consider [nexthop-group] buckets >= {}",
+            100.0 / f64::from(buckets),
+            BUCKETS_PER_MEMBER_HINT * members
+        );
+    }
 }
 
 fn log_heartbeat(e: &HeartbeatEvent) {
