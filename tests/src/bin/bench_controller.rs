@@ -17,7 +17,13 @@
 //!    Beside them, from lqd's own record of its replacing steps (`show weights`,
 //!    `step-timing`), `control_loop_lqd_work_p50_us` (the step up to the replace sent) and
 //!    `control_loop_kernel_replace_p50_us` (the replace sent to acknowledged): lqd's share
-//!    and the kernel's.
+//!    and the kernel's; and the floor's own parts, recorded by its thread:
+//!    `control_loop_floor_wake_p50_us` (datagram sent to the thread woken) and
+//!    `control_loop_floor_replace_p50_us` (the same replace, sent to acknowledged). A
+//!    second floor, interleaved too, runs its thread under SCHED_RR priority 1 as lqd's
+//!    loop runs (`control_loop_floor_rt_p50_us` and its `_wake_` and `_replace_` parts;
+//!    the baseline of `control_loop_kernel_replace_p50_us`): the scheduling class's own
+//!    cost, measured beside the plain floor.
 //! 2. `group_replace_us`, `group_replace_vs_iproute2_ratio`: mean cost of one replace of a
 //!    4-member resilient group via `lq_user::sys::netlink::Rtnl` (N = 2000, two weight sets
 //!    alternating), against `ip -batch` doing the same N replaces (wall time of the `ip`
@@ -97,6 +103,10 @@ const LOOP_TRIALS: usize = 300;
 /// The floor's UDP port and group (members `FLOOR_GROUP + 1..=4`).
 const FLOOR_PORT: u16 = 47_001;
 const FLOOR_GROUP: u32 = ID_BASE + 0x2_0000;
+/// The real-time floor's (the same with its thread under SCHED_RR, as lqd's loop is).
+const FLOOR_RT_PORT: u16 = 47_002;
+const FLOOR_RT_GROUP: u32 = ID_BASE + 0x3_0000;
+const FLOOR_RT_ROUTE: &str = "10.251.0.0/24";
 /// The route through the floor's group.
 const FLOOR_ROUTE: &str = "10.250.0.0/24";
 const FAIL_TRIALS: usize = 50;
@@ -562,45 +572,56 @@ impl Drop for Spines {
 // ------------------------------------------------------------------ 1 and 5: the daemon
 
 /// The floor of the control loop (module documentation, metric 1): a sender socket in the
-/// spine namespace and a responder thread in the leaf namespace that replaces
-/// `FLOOR_GROUP` once per datagram (S2 at 30 or all equal, as the payload says).
+/// spine namespace and a responder thread in the leaf namespace that replaces `group`
+/// once per datagram (S2 at 30 or all equal, as the payload says).
 struct Floor {
+    group: u32,
     send: UdpSocket,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<()>>>,
+    /// Per datagram, from the responder: when its receive returned and how long the
+    /// replace took, sent to acknowledged (CLOCK_MONOTONIC ns): the floor's own parts,
+    /// to set beside lqd's record of its steps.
+    parts: mpsc::Receiver<(u64, u64)>,
 }
 
 impl Floor {
-    fn start(leaf: &NetNs, spine_ns: &NetNs) -> Result<Self> {
-        let send = spawn_in(spine_ns, || {
+    /// A floor on `port` replacing `group` (through which `route` goes); its thread under
+    /// SCHED_RR priority 1 when `realtime`, as lqd schedules its loop.
+    fn start(
+        leaf: &NetNs,
+        spine_ns: &NetNs,
+        (port, group, route): (u16, u32, &str),
+        realtime: bool,
+    ) -> Result<Self> {
+        let send = spawn_in(spine_ns, move || {
             let s = UdpSocket::bind((Ipv4Addr::new(10, 1, 2, 1), 0))?;
-            s.connect((Ipv4Addr::new(10, 1, 2, 2), FLOOR_PORT))?;
+            s.connect((Ipv4Addr::new(10, 1, 2, 2), port))?;
             Ok(s)
         })
         .join()
         .map_err(|_| anyhow!("floor sender thread panicked"))??;
         let (ready_tx, ready_rx) = mpsc::channel();
+        let (parts_tx, parts) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = spawn_in(leaf, move || {
             let kind = ControllerConfig::default().group;
+            if realtime {
+                lq_user::sys::sched::set_realtime();
+            }
             let mut rtnl = Rtnl::open()?;
             for k in 1..=4u32 {
                 let oif = ifindex(&format!("up{k}"))?;
                 let gw = IpAddr::V4(Ipv4Addr::new(10, 1, k as u8, 1));
-                rtnl.replace_nexthop(&NexthopMsg::gateway(FLOOR_GROUP + k, oif, gw))?;
+                rtnl.replace_nexthop(&NexthopMsg::gateway(group + k, oif, gw))?;
             }
             let equal: Vec<(u32, u32)> = (1..=4).map(|k| (k, 255)).collect();
             let congested: Vec<(u32, u32)> = (1..=4)
                 .map(|k| (k, if k == 2 { 30 } else { 255 }))
                 .collect();
-            rtnl.replace_nexthop(&NexthopMsg::weighted_group(
-                FLOOR_GROUP,
-                FLOOR_GROUP,
-                &equal,
-                &kind,
-            ))?;
-            let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, FLOOR_PORT))?;
+            rtnl.replace_nexthop(&NexthopMsg::weighted_group(group, group, &equal, &kind))?;
+            let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, port))?;
             sock.set_read_timeout(Some(Duration::from_millis(100)))?;
             ready_tx.send(()).ok();
             let mut buf = [0u8; 16];
@@ -617,17 +638,18 @@ impl Floor {
                     }
                     Err(e) => return Err(e.into()),
                 };
+                let woken = monotonic_ns();
                 let w = if n > 0 && buf[0] == 1 {
                     &congested
                 } else {
                     &equal
                 };
-                rtnl.replace_nexthop(&NexthopMsg::weighted_group(
-                    FLOOR_GROUP,
-                    FLOOR_GROUP,
-                    w,
-                    &kind,
-                ))?;
+                let msg = NexthopMsg::weighted_group(group, group, w, &kind);
+                let sent = monotonic_ns();
+                rtnl.replace_nexthop(&msg)?;
+                parts_tx
+                    .send((woken, monotonic_ns().saturating_sub(sent)))
+                    .ok();
             }
             Ok(())
         });
@@ -638,17 +660,16 @@ impl Floor {
         // replace of a group that routes use does more kernel work (about 20 us here with
         // one route, ip -batch), and the floor is the same replace without lqd.
         let st = Command::new("ip")
-            .args(["-n", leaf.name(), "route", "replace", FLOOR_ROUTE, "nhid"])
-            .arg(FLOOR_GROUP.to_string())
+            .args(["-n", leaf.name(), "route", "replace", route, "nhid"])
+            .arg(group.to_string())
             .status()?;
-        ensure!(
-            st.success(),
-            "ip route replace {FLOOR_ROUTE} nhid {FLOOR_GROUP}: {st}"
-        );
+        ensure!(st.success(), "ip route replace {route} nhid {group}: {st}");
         Ok(Self {
+            group,
             send,
             stop,
             thread: Some(thread),
+            parts,
         })
     }
 
@@ -657,6 +678,56 @@ impl Floor {
         let t = monotonic_ns();
         self.send.send(&[u8::from(congested)])?;
         Ok(t)
+    }
+
+    /// One trial: the datagram sent to the group's notification received, and the
+    /// responder's parts, into `t`.
+    fn trial(
+        &self,
+        listener: &Listener,
+        congested: bool,
+        wait: Duration,
+        t: &mut FloorTrials,
+    ) -> Result<()> {
+        listener.drain();
+        let t_send = self.trigger(congested)?;
+        let ev = listener.wait(self.group, wait, |m| {
+            m.len() == 4
+                && if congested {
+                    m.iter().any(|&(id, w)| id == self.group + 2 && w < 255)
+                } else {
+                    all_equal(m)
+                }
+        });
+        match ev {
+            Some(ev) => t.total.done(ev.t_ns.saturating_sub(t_send) as f64 / 1e3),
+            None => t.total.timed_out(wait.as_secs_f64() * 1e6),
+        }
+        while let Ok((woken, replace_ns)) = self.parts.try_recv() {
+            t.wake.done(woken.saturating_sub(t_send) as f64 / 1e3);
+            t.replace.done(replace_ns as f64 / 1e3);
+        }
+        Ok(())
+    }
+}
+
+/// A floor's trials, us: whole (datagram sent to notification received), and its parts
+/// (sent to the responder woken; its replace, sent to acknowledged).
+#[derive(Default)]
+struct FloorTrials {
+    total: Trials,
+    wake: Trials,
+    replace: Trials,
+}
+
+impl FloorTrials {
+    fn summary(&self) -> String {
+        format!(
+            "{}\n        parts: datagram sent -> its thread woken {}; its replace, sent -> acknowledged {}",
+            self.total.summary(),
+            self.wake.summary(),
+            self.replace.summary()
+        )
     }
 }
 
@@ -752,9 +823,21 @@ fn daemon_parts() -> Result<()> {
     }
     std::thread::sleep(Duration::from_millis(200));
 
-    let floor = Floor::start(&leaf, &spine_ns)?;
-    let r1 = control_loop(&listener, &spines, &lqd, &floor);
+    let floor = Floor::start(
+        &leaf,
+        &spine_ns,
+        (FLOOR_PORT, FLOOR_GROUP, FLOOR_ROUTE),
+        false,
+    )?;
+    let floor_rt = Floor::start(
+        &leaf,
+        &spine_ns,
+        (FLOOR_RT_PORT, FLOOR_RT_GROUP, FLOOR_RT_ROUTE),
+        true,
+    )?;
+    let r1 = control_loop(&listener, &spines, &lqd, [&floor, &floor_rt]);
     drop(floor);
+    drop(floor_rt);
     if let Err(e) = &r1 {
         eprintln!("control loop: {e:#}");
     }
@@ -773,30 +856,24 @@ fn daemon_parts() -> Result<()> {
     r1.and(r5)
 }
 
-fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd, floor: &Floor) -> Result<()> {
+fn control_loop(
+    listener: &Listener,
+    spines: &Spines,
+    lqd: &Lqd,
+    [floor, floor_rt]: [&Floor; 2],
+) -> Result<()> {
     /// How long a trial waits for the replace; a trial without one counts as this.
     const WAIT: Duration = Duration::from_secs(1);
     let mut rng = SmallRng::seed_from_u64(1);
     let mut lat_us = Trials::default();
-    let mut floor_us = Trials::default();
+    let (mut plain, mut rt) = (FloorTrials::default(), FloorTrials::default());
     for i in 0..LOOP_TRIALS {
-        // The floor's trial first, under the same spacing and the same background.
-        std::thread::sleep(Duration::from_micros(rng.random_range(45_000..55_000)));
-        listener.drain();
+        // The floors' trials first, under the same spacing and the same background.
         let congested = i % 2 == 0;
-        let t_send = floor.trigger(congested)?;
-        let ev = listener.wait(FLOOR_GROUP, WAIT, |m| {
-            m.len() == 4
-                && if congested {
-                    m.iter().any(|&(id, w)| id == FLOOR_GROUP + 2 && w < 255)
-                } else {
-                    all_equal(m)
-                }
-        });
-        match ev {
-            Some(ev) => floor_us.done(ev.t_ns.saturating_sub(t_send) as f64 / 1e3),
-            None => floor_us.timed_out(WAIT.as_secs_f64() * 1e6),
-        }
+        std::thread::sleep(Duration::from_micros(rng.random_range(45_000..55_000)));
+        floor.trial(listener, congested, WAIT, &mut plain)?;
+        std::thread::sleep(Duration::from_micros(rng.random_range(45_000..55_000)));
+        floor_rt.trial(listener, congested, WAIT, &mut rt)?;
         // > T_reweight (20 ms) since the last application, random phase against the
         // senders' and the daemon's timers.
         std::thread::sleep(Duration::from_micros(rng.random_range(45_000..55_000)));
@@ -823,7 +900,11 @@ fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd, floor: &Floor) 
     );
     eprintln!(
         "    floor (same datagram to a UDP socket whose thread replaces a group; no lq), us: {}",
-        floor_us.summary()
+        plain.summary()
+    );
+    eprintln!(
+        "    the same floor, its thread under SCHED_RR as lqd's loop, us: {}",
+        rt.summary()
     );
     if lat_us.timeouts() > 0 {
         eprintln!(
@@ -837,25 +918,25 @@ fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd, floor: &Floor) 
         lat_us.percentile(50.0),
         "us",
         Some("<= 100"),
-        Some(floor_us.percentile(50.0)),
+        Some(plain.total.percentile(50.0)),
     );
     metric(
         "control_loop_p99_us",
         lat_us.percentile(99.0),
         "us",
         Some("<= 300"),
-        Some(floor_us.percentile(99.0)),
+        Some(plain.total.percentile(99.0)),
     );
     metric(
         "control_loop_floor_p50_us",
-        floor_us.percentile(50.0),
+        plain.total.percentile(50.0),
         "us",
         None,
         None,
     );
     metric(
         "control_loop_floor_p99_us",
-        floor_us.percentile(99.0),
+        plain.total.percentile(99.0),
         "us",
         None,
         None,
@@ -891,13 +972,23 @@ fn control_loop(listener: &Listener, spines: &Spines, lqd: &Lqd, floor: &Floor) 
         None,
         None,
     );
+    // Beside it, the same part of the floor whose thread is scheduled as lqd's loop is.
     metric(
         "control_loop_kernel_replace_p50_us",
         part("replace-us", "p50"),
         "us",
         None,
-        None,
+        Some(rt.replace.percentile(50.0)),
     );
+    for (name, t) in [
+        ("control_loop_floor_replace_p50_us", &plain.replace),
+        ("control_loop_floor_wake_p50_us", &plain.wake),
+        ("control_loop_floor_rt_p50_us", &rt.total),
+        ("control_loop_floor_rt_replace_p50_us", &rt.replace),
+        ("control_loop_floor_rt_wake_p50_us", &rt.wake),
+    ] {
+        metric(name, t.percentile(50.0), "us", None, None);
+    }
     Ok(())
 }
 
