@@ -155,6 +155,26 @@ impl Lqd {
         }
     }
 
+    /// Writes `config_text` to the config file, sends SIGHUP and waits (up to 5 s) until
+    /// the log says `outcome` ("configuration reloaded", "reload refused") more often than
+    /// before.
+    pub fn reload(&self, config_text: &str, outcome: &str) -> Result<()> {
+        let before = self.log_text().matches(outcome).count();
+        std::fs::write(self.config_path(), config_text)?;
+        self.signal(libc::SIGHUP);
+        let start = Instant::now();
+        while self.log_text().matches(outcome).count() <= before {
+            if start.elapsed() > Duration::from_secs(5) {
+                bail!(
+                    "no {outcome:?} in the log 5 s after SIGHUP:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
     /// The daemon's process id.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

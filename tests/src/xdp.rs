@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use lq_common::maps::{
     COUNTER_COUNT, PATH_INDEX_CAPACITY, PATH_SLOT_PROBES, PATH_TABLE_CAPACITY, PathKey, PathSlot,
-    PathValue, XDP_PROGRAM, path_index_at,
+    PathValue, XDP_BASELINE_PROGRAM, XDP_PROGRAM, path_index_at,
 };
 use lq_user::sys::bpf::path_table::{ReceiverSettings, TableReader, XdpReceiver};
 
@@ -53,6 +53,21 @@ impl TestReceiver {
             pin_dir,
             owns_pins: true,
         })
+    }
+
+    /// `lq_baseline_pass`, the empty XDP program of the receiver's object (the loader
+    /// loads only the receiver), loaded on first use: the baseline of the benchmarks.
+    pub fn baseline(&mut self) -> Result<&mut Xdp> {
+        let prog: &mut Xdp = self
+            .receiver
+            .ebpf_mut()
+            .program_mut(XDP_BASELINE_PROGRAM)
+            .context("baseline program missing from the object")?
+            .try_into()?;
+        if prog.fd().is_err() {
+            prog.load().context("load lq_baseline_pass")?;
+        }
+        Ok(prog)
     }
 
     /// A second instance of the receiver on the same pinned maps (one path table), to run

@@ -395,34 +395,14 @@ fn a_crash_leaves_forwarding_in_place_and_a_restart_adopts_it() {
 
     // SIGHUP: a reloaded configuration with another gain keeps forwarding as it is.
     let text = std::fs::read_to_string(lqd.config_path()).unwrap() + "\n[damping]\ngain = 1.0\n";
-    std::fs::write(lqd.config_path(), text).unwrap();
-    lqd.signal(libc::SIGHUP);
-    let start = Instant::now();
-    while !lqd.log_text().contains("configuration reloaded") {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{}",
-            lqd.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    lqd.reload(&text, "configuration reloaded").unwrap();
     assert_eq!(group_weights(&f.leaf).as_deref(), Some(&congested[..]));
     // A broken file is refused with the reason in the log, and lqd keeps running.
-    std::fs::write(
-        lqd.config_path(),
+    lqd.reload(
         "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\nmiss-count = 99\n",
+        "reload refused",
     )
     .unwrap();
-    lqd.signal(libc::SIGHUP);
-    let start = Instant::now();
-    while !lqd.log_text().contains("reload refused") {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{}",
-            lqd.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
     assert!(
         lqd.log_text().contains("allowed 2..=10"),
         "{}",
@@ -822,17 +802,7 @@ fn replaces_that_move_no_bucket_are_counted_and_skipped_on_request() {
     });
 
     let text = std::fs::read_to_string(lqd.config_path()).unwrap() + "skip-bucket-neutral = true\n";
-    std::fs::write(lqd.config_path(), text).unwrap();
-    lqd.signal(libc::SIGHUP);
-    let start = Instant::now();
-    while !lqd.log_text().contains("configuration reloaded") {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{}",
-            lqd.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    lqd.reload(&text, "configuration reloaded").unwrap();
     spines.set(1, Some(237));
     let w = weights_when(&lqd, "the way back skipped", |w| {
         w["bucket-neutral-skipped"].as_u64() >= Some(1)

@@ -18,8 +18,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use aya::programs::{Xdp, XdpMode};
-use lq_common::maps::XDP_BASELINE_PROGRAM;
+use aya::programs::XdpMode;
 use lq_tests::{
     daemon::{Lqd, Sender},
     netns::{NetNs, veth_pair},
@@ -197,14 +196,8 @@ fn main() -> Result<()> {
     let ceiling_pps = {
         let baseline = leaf.run_in(|| -> Result<_> {
             let mut rx = TestReceiver::load(&settings()).context("load receiver")?;
-            let prog: &mut Xdp = rx
-                .receiver
-                .ebpf_mut()
-                .program_mut(XDP_BASELINE_PROGRAM)
-                .context("baseline program missing from the object")?
-                .try_into()?;
-            prog.load().context("load lq_baseline_pass")?;
-            prog.attach("up1", XdpMode::Driver)
+            rx.baseline()?
+                .attach("up1", XdpMode::Driver)
                 .context("attach lq_baseline_pass to up1 (native)")?;
             Ok(rx)
         })??;

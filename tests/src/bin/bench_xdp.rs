@@ -101,7 +101,7 @@ fn run() -> Result<()> {
     // The receiver with the default test settings (one-hour dead interval): non-LQ frames
     // and the stale replay.
     let mut rx = TestReceiver::load(&settings()).context("load receiver")?;
-    load_baseline(&mut rx)?;
+    rx.baseline()?;
     let non_lq = bench_non_lq(&mut rx)?;
     emit(
         "xdp_non_lq_ratio",
@@ -195,26 +195,9 @@ fn run() -> Result<()> {
 // ---------------------------------------------------------------------------------------
 // 1. Non-LQ frames: lq_receiver vs the empty baseline under BPF_PROG_TEST_RUN.
 
-/// Loads `lq_baseline_pass` from the receiver's object (the loader loads only the receiver).
-fn load_baseline(rx: &mut TestReceiver) -> Result<()> {
-    let prog: &mut Xdp = rx
-        .receiver
-        .ebpf_mut()
-        .program_mut(XDP_BASELINE_PROGRAM)
-        .context("baseline program missing from the object")?
-        .try_into()?;
-    prog.load().context("load lq_baseline_pass")?;
-    Ok(())
-}
-
 /// Runs `frame` `repeat` times through the baseline program: (verdict, mean ns per run).
 fn run_baseline(rx: &mut TestReceiver, frame: &[u8], repeat: u32) -> Result<(u32, f64)> {
-    let prog: &mut Xdp = rx
-        .receiver
-        .ebpf_mut()
-        .program_mut(XDP_BASELINE_PROGRAM)
-        .context("baseline program")?
-        .try_into()?;
+    let prog = rx.baseline()?;
     let mut opts = TestRunOptions::new();
     opts.data_in = Some(frame);
     opts.repeat = repeat;
