@@ -296,3 +296,52 @@ pub fn weights_group<'a>(
             .is_some_and(|ps| ps.iter().any(|p| p == prefix))
     })
 }
+
+/// Turns on SO_TIMESTAMPNS for [`recv_stamped`].
+pub fn enable_receive_timestamps(sock: &UdpSocket) -> Result<()> {
+    nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::ReceiveTimestampns, &true)
+        .context("SO_TIMESTAMPNS")
+}
+
+/// Receives one datagram into `buf` with the kernel's receive timestamp (SO_TIMESTAMPNS,
+/// see [`enable_receive_timestamps`]: when the stack took the datagram in, before any
+/// thread woke; CLOCK_REALTIME ns). `None` on a timeout, an error or no timestamp.
+pub fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> Option<(usize, u64)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use std::os::fd::AsRawFd as _;
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::empty(),
+    )
+    .ok()?;
+    let stamp = msg.cmsgs().ok()?.find_map(|c| match c {
+        ControlMessageOwned::ScmTimestampns(t) => u64::try_from(t.tv_sec())
+            .ok()?
+            .checked_mul(1_000_000_000)?
+            .checked_add(u64::try_from(t.tv_nsec()).ok()?),
+        _ => None,
+    })?;
+    Some((msg.bytes, stamp))
+}
+
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC in ns, read back to back: converts the receive
+/// timestamps of [`recv_stamped`] to the monotonic clock the benchmarks use.
+pub fn real_minus_mono_ns() -> i128 {
+    let read = |c| {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime fills the timespec it is given.
+        unsafe { libc::clock_gettime(c, &mut t) };
+        i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
+    };
+    let m0 = read(libc::CLOCK_MONOTONIC);
+    let r = read(libc::CLOCK_REALTIME);
+    let m1 = read(libc::CLOCK_MONOTONIC);
+    r - (m0 + m1) / 2
+}

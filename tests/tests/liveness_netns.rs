@@ -15,9 +15,8 @@
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
-    io::{IoSliceMut, Read as _, Write as _},
+    io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream, UdpSocket},
-    os::fd::AsRawFd,
     path::PathBuf,
     process::Command,
     sync::{
@@ -34,7 +33,6 @@ use lq_tests::{
     netns::{NetNs, veth_pair},
     require_root,
 };
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, setsockopt, sockopt};
 
 const T_NOTIFY_MS: f64 = 20.0;
 const PORT: u16 = 52525;
@@ -82,11 +80,14 @@ struct Seen {
 /// `limit` elapses, with SO_TIMESTAMPNS kernel timestamps (not the thread's wake-up time,
 /// which a loaded machine delays).
 fn capture(ns: &NetNs, stop: Arc<AtomicBool>, limit: Duration) -> JoinHandle<Vec<Seen>> {
+    // The daemon the capture is for may need building first (the first `Lqd::start` of a
+    // test process runs cargo), which must not use up the capture's time limit.
+    lqd_bin().unwrap();
     let socket = ns
         .run_in(|| UdpSocket::bind(("0.0.0.0", PORT)))
         .unwrap()
         .unwrap();
-    setsockopt(&socket, sockopt::ReceiveTimestampns, &true).unwrap();
+    lq_tests::daemon::enable_receive_timestamps(&socket).unwrap();
     socket
         .set_read_timeout(Some(Duration::from_millis(50)))
         .unwrap();
@@ -95,28 +96,9 @@ fn capture(ns: &NetNs, stop: Arc<AtomicBool>, limit: Duration) -> JoinHandle<Vec
         let mut seen = Vec::new();
         let mut buf = [0u8; 2048];
         while !stop.load(Ordering::Relaxed) && start.elapsed() < limit {
-            let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
-            let (n, ts) = {
-                let mut iov = [IoSliceMut::new(&mut buf)];
-                let Ok(msg) = recvmsg::<()>(
-                    socket.as_raw_fd(),
-                    &mut iov,
-                    Some(&mut cmsg),
-                    MsgFlags::empty(),
-                ) else {
-                    continue;
-                };
-                let ts = msg.cmsgs().ok().and_then(|mut c| {
-                    c.find_map(|m| match m {
-                        ControlMessageOwned::ScmTimestampns(t) => {
-                            Some(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-                        }
-                        _ => None,
-                    })
-                });
-                (msg.bytes, ts)
+            let Some((n, ts)) = lq_tests::daemon::recv_stamped(&socket, &mut buf) else {
+                continue;
             };
-            let ts = ts.expect("SO_TIMESTAMPNS gives every datagram a timestamp");
             let adv = decode(&buf[..n], &DecodePolicy::ANY).expect("a valid advertisement");
             seen.push(Seen {
                 t_ns: ts,

@@ -1197,6 +1197,13 @@ impl Config {
                 "[nexthop-group] weight-max = {max}: allowed 255 or 65535"
             ));
         }
+        if self.nexthop_group.skip_bucket_neutral
+            && self.nexthop_group.group_type != GroupType::Resilient
+        {
+            return Err(
+                "[nexthop-group] skip-bucket-neutral = true needs type = \"resilient\": a hash-threshold group has no buckets, and every weight change moves flows".into(),
+            );
+        }
         let mut ids = std::collections::BTreeSet::new();
         for u in &self.uplink {
             if u.id == 0 || !ids.insert(u.id) {
@@ -1645,6 +1652,20 @@ remote-node = "10.0.1.4"
             "{e}"
         );
         assert!(parse(&format!("{qspine}{link}remote-as = 65101\n")).is_ok());
+    }
+
+    /// Only resilient groups have buckets for a replace to leave unmoved.
+    #[test]
+    fn skip_bucket_neutral_needs_resilient_groups() {
+        let ng = |t: &str| {
+            format!("{LEAF}[nexthop-group]\ntype = \"{t}\"\nskip-bucket-neutral = true\n")
+        };
+        assert!(parse(&ng("resilient")).is_ok());
+        let e = err(&ng("hash-threshold"));
+        assert!(
+            e.contains("[nexthop-group] skip-bucket-neutral = true needs type = \"resilient\""),
+            "{e}"
+        );
     }
 
     /// Nexthop ids are id-base + uplink id and id-base + 0x10000 + n: they must fit in
