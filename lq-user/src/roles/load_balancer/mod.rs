@@ -1003,7 +1003,9 @@ impl LoadBalancer {
                 Ok(()) => {
                     self.group_replaces += 1;
                     replaced += 1;
-                    if let GroupKind::Resilient { buckets, .. } = self.controller.group
+                    // With `skip-bucket-neutral`, `prepare` has let no such replace through.
+                    if !self.cfg.nexthop_group.skip_bucket_neutral
+                        && let GroupKind::Resilient { buckets, .. } = self.controller.group
                         && moves_no_bucket(buckets, &state.kernel, &app.kernel)
                     {
                         self.bucket_neutral_replaces += 1;
