@@ -126,9 +126,10 @@ pub struct RunArgs {
     /// which hides the host's /sys/fs/bpf and so the pinned maps).
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
-    /// Scheduling of the event loop: `realtime` (SCHED_RR priority 1 and the pages mapped
-    /// at start locked in memory, needs CAP_SYS_NICE and CAP_IPC_LOCK; a spine's
-    /// advertisements then keep their period under CPU and memory pressure) or `normal`.
+    /// Scheduling of the event loop and the helper's sampler thread: `realtime` (SCHED_RR
+    /// priority 1 and the pages mapped at start locked in memory, needs CAP_SYS_NICE and
+    /// CAP_IPC_LOCK; a spine's samples and advertisements then keep their period under CPU
+    /// and memory pressure) or `normal`.
     #[arg(long, value_enum, default_value = "realtime")]
     pub scheduling: lq_user::daemon::Scheduling,
 }

@@ -187,6 +187,39 @@ impl Lqd {
         u64::from_str_radix(line.trim_start_matches("CapEff:").trim(), 16).ok()
     }
 
+    /// Every thread of the daemon: its name, effective capabilities (`CapEff`) and
+    /// scheduling policy (field 41 of its `stat`: 0 normal, 2 SCHED_RR), from `/proc`.
+    pub fn threads(&self) -> Vec<ThreadState> {
+        let Some(pid) = self.pid() else {
+            return Vec::new();
+        };
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return Vec::new();
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| {
+                let dir = t.path();
+                let status = std::fs::read_to_string(dir.join("status")).ok()?;
+                let field = |k: &str| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix(k))
+                        .map(|v| v.trim().to_string())
+                };
+                let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+                // Fields after the parenthesised name, which may hold spaces: state is 3.
+                let after = &stat[stat.rfind(')')? + 2..];
+                let policy = after.split(' ').nth(41 - 3)?.parse().ok()?;
+                Some(ThreadState {
+                    name: field("Name:")?,
+                    cap_eff: u64::from_str_radix(&field("CapEff:")?, 16).ok()?,
+                    policy,
+                })
+            })
+            .collect()
+    }
+
     /// The log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -344,4 +377,15 @@ pub fn real_minus_mono_ns() -> i128 {
     let r = read(libc::CLOCK_REALTIME);
     let m1 = read(libc::CLOCK_MONOTONIC);
     r - (m0 + m1) / 2
+}
+
+/// One thread of a running daemon ([`Lqd::threads`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadState {
+    /// Its name (`comm`, at most 15 octets).
+    pub name: String,
+    /// Its effective capabilities.
+    pub cap_eff: u64,
+    /// Its scheduling policy (`SCHED_*`).
+    pub policy: u32,
 }

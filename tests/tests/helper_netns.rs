@@ -90,6 +90,20 @@ fn a_loaded_link_is_advertised_triggered_and_recovers_slowly() {
 
     // Idle link: LQS near 255, CL 0.
     wait_until("idle link", &leaf, &spine, |(q, c)| q >= 240 && c == 0);
+    // The sampler thread keeps T_sample under CPU load like the loop (SCHED_RR), and
+    // every thread, the sampler's too, holds CAP_NET_ADMIN (12) and CAP_BPF (39) only.
+    let threads = spine.threads();
+    let sampler = threads.iter().find(|t| t.name == "lqd-sampler");
+    assert_eq!(
+        sampler.map(|t| t.policy),
+        Some(libc::SCHED_RR as u32),
+        "{threads:?}"
+    );
+    assert!(
+        threads.len() >= 3 && threads.iter().all(|t| t.cap_eff == 1 << 12 | 1 << 39),
+        "{threads:?}\n{}",
+        spine.log_text()
+    );
     let local = spine.show("local").unwrap();
     assert_eq!(
         local["links"][0]["source"]["speed-source"], "qdisc",

@@ -175,6 +175,11 @@ fn weights_follow_remote_congestion_and_spine_failure() {
         "{}",
         lqd.log_text()
     );
+    let threads = lqd.threads();
+    assert!(
+        threads.len() >= 2 && threads.iter().all(|t| t.cap_eff == 1 << 12 | 1 << 39),
+        "{threads:?}"
+    );
     // The route points at the group: one object, so weight changes are never route churn.
     let route = f.leaf.ip(&["-j", "route", "show", "10.4.0.0/24"]).unwrap();
     assert!(route.contains(&format!("\"nhid\":{GROUP_ID}")), "{route}");

@@ -230,19 +230,23 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         crate::sys::sched::set_realtime();
         crate::sys::sched::lock_memory();
     }
+    // The counters are read on a thread of their own: the loop only feeds their batches
+    // in. Started while CAP_SYS_NICE is held, for the same scheduling policy as the loop;
+    // it drops its own capabilities before it returns (spawn_sampler).
+    let mut batches = match helper.as_mut() {
+        Some(h) => Some(
+            h.spawn_sampler(t_sample, scheduling == Scheduling::Realtime)
+                .context("sampler thread")?,
+        ),
+        None => None,
+    };
     // Everything privileged is set up: keep only CAP_BPF and CAP_NET_ADMIN.
     crate::sys::privileges::drop_capabilities().context("dropping capabilities")?;
     // Only now the client thread: capabilities are per thread, and it inherits the
     // dropped set (and, by SCHED_RESET_ON_FORK, the normal scheduling policy).
-    // The counters are read on a thread of their own (started here, so with the dropped
-    // capabilities and the normal policy): the loop only feeds their batches in.
     // The BMP station parses what a peer sends: it starts with the dropped set too.
     let mut bmp = match bmp_listener {
         Some((l, max)) => Some(crate::transport::bmp::spawn(l, max).context("BMP station")?),
-        None => None,
-    };
-    let mut batches = match helper.as_mut() {
-        Some(h) => Some(h.spawn_sampler(t_sample).context("sampler thread")?),
         None => None,
     };
     let clients = Arc::new(ClientStats::default());

@@ -101,6 +101,17 @@ pub struct SampleBatch {
     pub took_ns: u64,
 }
 
+/// When a sample's counters were read, for the record of the advertisement it triggers.
+#[derive(Clone, Copy, Debug)]
+struct SampleTiming {
+    /// When the reading began (CLOCK_BOOTTIME ns).
+    t_ns: u64,
+    /// How long it took.
+    read_ns: u64,
+    /// When the reading of the sample before it began, if there was one.
+    previous_ns: Option<u64>,
+}
+
 /// Errors of the helper role.
 #[derive(Debug, thiserror::Error)]
 pub enum HelperRoleError {
@@ -146,6 +157,13 @@ pub struct HelperRole {
     /// triggered each was taken and when it left (seed 003 section 7.2, "within one sampling
     /// interval"), oldest first.
     recent_triggers: std::collections::VecDeque<TriggerView>,
+    /// When the reading of the last sample's counters began (a sample that was read): a
+    /// triggered advertisement's [`TriggerView::previous_sample_ns`].
+    last_sample_ns: Option<u64>,
+    /// Batches the sampler thread dropped because the loop had 4 not taken yet.
+    samples_dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The count of those last logged.
+    samples_dropped_logged: u64,
     /// Datagrams sent, and send errors (counted, logged once a second at most).
     pub sent: u64,
     /// Send errors.
@@ -243,6 +261,9 @@ impl HelperRole {
             reports: vec![None; n],
             notifications: Vec::new(),
             recent_triggers: std::collections::VecDeque::with_capacity(RECENT_TRIGGERS),
+            last_sample_ns: None,
+            samples_dropped: std::sync::Arc::default(),
+            samples_dropped_logged: 0,
             sent: 0,
             send_errors: 0,
             last_error_log_ns: 0,
@@ -270,10 +291,20 @@ impl HelperRole {
     /// the returned channel: reading them (rtnetlink dumps) can wait on kernel locks for
     /// tens of ms when other namespaces churn, and must not hold the periodic send.
     /// Batches the loop has not taken yet (4) are not queued further: the oldest wait,
-    /// new ones are dropped.
+    /// new ones are dropped and counted (`samples-dropped`; the next batch's deltas span
+    /// the dropped interval, so no counts are lost).
+    ///
+    /// With `realtime`, the thread runs under SCHED_RR priority 1 like the loop: the
+    /// sample period is what "within one sampling interval" (seed 003 section 7.2) is
+    /// measured in, and under the normal policy a thread woken beside a busy one waited
+    /// out its time slice (3.5 ms once in `bench helper`'s 25 trials, before this).
+    /// Setting the policy needs CAP_SYS_NICE, so the caller spawns the thread while it
+    /// still holds its capabilities; the thread then drops its own (they are per thread)
+    /// to the kept set before it reads anything, and this returns after it has.
     pub fn spawn_sampler(
         &mut self,
         t_sample: std::time::Duration,
+        realtime: bool,
     ) -> io::Result<tokio::sync::mpsc::Receiver<SampleBatch>> {
         let mut source = self
             .source
@@ -283,9 +314,24 @@ impl HelperRole {
         let period = u64::try_from(t_sample.as_nanos())
             .unwrap_or(u64::MAX)
             .max(1);
+        let dropped = self.samples_dropped.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
         std::thread::Builder::new()
             .name("lqd-sampler".into())
             .spawn(move || {
+                if realtime {
+                    crate::sys::sched::set_realtime_thread(
+                        "sampler thread",
+                        "its samples may come late",
+                    );
+                }
+                let privileges = crate::sys::privileges::drop_capabilities()
+                    .map_err(|e| format!("dropping the sampler thread's capabilities: {e}"));
+                let failed = privileges.is_err();
+                let _ = ready_tx.send(privileges);
+                if failed {
+                    return;
+                }
                 let mut next = boottime_ns();
                 loop {
                     next = next.saturating_add(period);
@@ -306,12 +352,21 @@ impl HelperRole {
                         took_ns: boottime_ns().saturating_sub(t_ns),
                     };
                     match tx.try_send(batch) {
-                        Ok(()) | Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {}
+                        Ok(()) => {}
+                        Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                            dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                         Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
                     }
                 }
             })?;
-        Ok(rx)
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(rx),
+            Ok(Err(e)) => Err(io::Error::other(e)),
+            Err(_) => Err(io::Error::other(
+                "the sampler thread ended before it started",
+            )),
+        }
     }
 
     /// Feeds one batch of samples to the pipelines and the advertiser at `now_ns`
@@ -325,6 +380,20 @@ impl HelperRole {
                 return 0;
             }
         };
+        let previous_ns = self.last_sample_ns.replace(batch.t_ns);
+        let dropped = self
+            .samples_dropped
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if dropped > self.samples_dropped_logged {
+            self.log_error(
+                now_ns,
+                &format!(
+                    "{} samples dropped so far: the loop fell 4 batches behind the sampler thread (the next sample's deltas span them)",
+                    dropped
+                ),
+            );
+            self.samples_dropped_logged = dropped;
+        }
         self.follow_link_mtus(now_ns, &batch.link_mtus);
         let mut fresh = Vec::with_capacity(samples.len());
         for (i, (link, s)) in self.links.iter_mut().zip(&samples).enumerate() {
@@ -334,7 +403,12 @@ impl HelperRole {
             }
         }
         let out = self.advertiser.on_sample(now_ns, &fresh);
-        self.transmit(now_ns, out, Some((batch.t_ns, batch.took_ns)))
+        let timing = SampleTiming {
+            t_ns: batch.t_ns,
+            read_ns: batch.took_ns,
+            previous_ns,
+        };
+        self.transmit(now_ns, out, Some(timing))
     }
 
     /// The periodic timer fired at `now_ns` (CLOCK_BOOTTIME) between samples: sends the
@@ -354,13 +428,13 @@ impl HelperRole {
         self.transmit(now_ns, out, None)
     }
 
-    /// Sends the advertiser's datagrams `out` (if any) out of every link; `sample` is when the reading of the counters it was
-    /// decided on began and how long it took (none for the periodic timer's sends).
+    /// Sends the advertiser's datagrams `out` (if any) out of every link; `sample` is the
+    /// timing of the sample it was decided on (none for the periodic timer's sends).
     fn transmit(
         &mut self,
         now_ns: u64,
         out: Option<Outgoing>,
-        sample: Option<(u64, u64)>,
+        sample: Option<SampleTiming>,
     ) -> usize {
         self.notifications
             .extend(self.advertiser.take_notifications());
@@ -381,15 +455,16 @@ impl HelperRole {
         // A triggered advertisement that left by at least one link.
         if out.mode == Mode::Triggered
             && n > 0
-            && let Some((sample_ns, read_ns)) = sample
+            && let Some(sample) = sample
         {
             if self.recent_triggers.len() == RECENT_TRIGGERS {
                 self.recent_triggers.pop_front();
             }
             self.recent_triggers.push_back(TriggerView {
                 sequence: out.first_sequence,
-                sample_ns,
-                read_ns,
+                sample_ns: sample.t_ns,
+                previous_sample_ns: sample.previous_ns,
+                read_ns: sample.read_ns,
                 decided_ns: now_ns,
                 sent_ns: boottime_ns(),
             });
@@ -518,6 +593,9 @@ impl HelperRole {
             triggered: st.triggered,
             datagrams_sent: self.sent,
             send_errors: self.send_errors,
+            samples_dropped: self
+                .samples_dropped
+                .load(std::sync::atomic::Ordering::Relaxed),
             path_mtu: self.advertiser.path_mtu().mtu,
             entries_per_datagram: self.advertiser.entries_per_datagram(),
             recent_triggers: self.recent_triggers.iter().cloned().collect(),

@@ -9,7 +9,9 @@ use tracing::info;
 pub const KEPT: [Capability; 2] = [Capability::CAP_BPF, Capability::CAP_NET_ADMIN];
 
 /// Drops every other capability from the effective, permitted, inheritable and ambient
-/// sets, and every capability from the bounding set except the kept ones.
+/// sets, and every capability from the bounding set except the kept ones. Capabilities
+/// are per thread: this drops the calling thread's, and threads it starts afterwards
+/// inherit the dropped sets.
 pub fn drop_capabilities() -> Result<(), caps::errors::CapsError> {
     let keep: CapsHashSet = KEPT.into_iter().collect();
     // Bounding set first: dropping from it needs CAP_SETPCAP, still held here.
@@ -22,6 +24,10 @@ pub fn drop_capabilities() -> Result<(), caps::errors::CapsError> {
     caps::clear(None, CapSet::Inheritable)?;
     caps::set(None, CapSet::Effective, &keep)?;
     caps::set(None, CapSet::Permitted, &keep)?;
-    info!(kept = ?KEPT, "dropped every other capability");
+    info!(
+        kept = ?KEPT,
+        thread = std::thread::current().name().unwrap_or("?"),
+        "dropped every other capability"
+    );
     Ok(())
 }

@@ -34,16 +34,22 @@ pub fn raise_fd_limit() {
 /// later get the normal policy back (SCHED_RESET_ON_FORK). The loop only waits on timers
 /// and non-blocking I/O, and the kernel's real-time throttling bounds it if it ever spun.
 pub fn set_realtime() {
+    set_realtime_thread("event loop", "its timers may fire late");
+}
+
+/// Puts the calling thread, `what`, under SCHED_RR priority 1 (SCHED_RESET_ON_FORK: the
+/// threads it starts get the normal policy); `risk` says what happens without it.
+pub fn set_realtime_thread(what: &str, risk: &str) {
     let param = libc::sched_param { sched_priority: 1 };
     // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
     let rc =
         unsafe { libc::sched_setscheduler(0, libc::SCHED_RR | libc::SCHED_RESET_ON_FORK, &param) };
     if rc == 0 {
-        info!("event loop scheduled SCHED_RR priority 1");
+        info!("{what} scheduled SCHED_RR priority 1");
     } else {
         warn!(
             error = %std::io::Error::last_os_error(),
-            "could not schedule the event loop SCHED_RR (needs CAP_SYS_NICE); under CPU load its timers may fire late"
+            "could not schedule the {what} SCHED_RR (needs CAP_SYS_NICE); under CPU load {risk}"
         );
     }
 }

@@ -201,6 +201,11 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             "Datagrams that could not be sent.",
             h.send_errors,
         );
+        o.counter(
+            "lq_samples_dropped_total",
+            "Counter samples the sampler thread dropped because the loop had not taken the last 4.",
+            h.samples_dropped,
+        );
     }
     if let Some(p) = &snap.pfc {
         if let Some(counts) = &p.rx_counts {

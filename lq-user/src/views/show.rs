@@ -312,13 +312,14 @@ pub fn local_view_table(v: &LocalView) -> String {
     }
     let _ = writeln!(
         s,
-        "sequence {}  periodic {}  triggered {}  datagrams sent {}  send errors {}   (~ smoothed, * hold-down running)",
+        "sequence {}  periodic {}  triggered {}  datagrams sent {}  send errors {}  samples dropped {}   (~ smoothed, * hold-down running)",
         v.last_sequence_number
             .map_or_else(|| "-".into(), |n| n.to_string()),
         v.periodic,
         v.triggered,
         v.datagrams_sent,
-        v.send_errors
+        v.send_errors,
+        v.samples_dropped
     );
     s
 }

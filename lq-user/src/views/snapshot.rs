@@ -296,6 +296,10 @@ pub struct LocalView {
     pub datagrams_sent: u64,
     /// Datagrams that could not be sent.
     pub send_errors: u64,
+    /// Samples the sampler thread dropped because the loop had not taken the last 4 (the
+    /// next sample's deltas span them).
+    #[serde(default)]
+    pub samples_dropped: u64,
     /// The smallest link MTU the advertisements are split for.
     #[serde(default)]
     pub path_mtu: u32,
@@ -320,6 +324,12 @@ pub struct TriggerView {
     /// When the reading of the link counters of the sample whose LQS or CL change
     /// triggered it began.
     pub sample_ns: u64,
+    /// When the reading of the sample before that one began: its LQS and CL did not cross
+    /// (it would have triggered), so the crossing lies after it. The time from the later of
+    /// this and the onset of congestion to `sent_ns` bounds the time from the crossing to
+    /// the wire. Absent for the first sample after start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_sample_ns: Option<u64>,
     /// How long that reading took (rtnetlink dumps; 0 when read on the loop's thread).
     pub read_ns: u64,
     /// When the daemon's loop received the sample (the pipeline and the advertiser then
