@@ -587,12 +587,23 @@ fn measure(
         "lqd threads: {}",
         std::fs::read_dir(format!("/proc/{pid}/task"))?.count()
     );
+    // The kernel's share: lqd's group replaces a second times the kernel's system time of
+    // one replace of the same kind of group, measured here on copies.
+    let per_replace_ms = replace_kernel_ms(ns)?;
+    let floor = median(&replace_rate) * per_replace_ms / 1e3 * 100.0;
+    eprintln!(
+        "kernel floor of the group replaces: {:.0} replaces/s x {:.1} us of kernel time each = {floor:.2} % of a core",
+        median(&replace_rate),
+        per_replace_ms * 1e3
+    );
+    // Its baseline is that floor: what the kernel alone spends on the replaces lqd's
+    // damped weights call for at this churn, below any change in lqd.
     emit(
         "leaf_cpu_pct_64x512",
         median(&leaf),
         "% of a core",
         Some("<= 5"),
-        None,
+        Some(floor),
     );
     emit(
         "leaf_lqd_cpu_pct_64x512",
@@ -614,15 +625,6 @@ fn measure(
         "datagrams/s",
         None,
         None,
-    );
-    // The kernel's share: lqd's group replaces a second times the kernel's system time of
-    // one replace of the same kind of group, measured here on copies.
-    let per_replace_ms = replace_kernel_ms(ns)?;
-    let floor = median(&replace_rate) * per_replace_ms / 1e3 * 100.0;
-    eprintln!(
-        "kernel floor of the group replaces: {:.0} replaces/s x {:.1} us of kernel time each = {floor:.2} % of a core",
-        median(&replace_rate),
-        per_replace_ms * 1e3
     );
     emit(
         "leaf_replace_kernel_pct_64x512",
