@@ -551,33 +551,49 @@ fn normalise(w: &mut [f64]) {
 /// member listed first (callers list by uplink id), so the result is deterministic.
 pub fn quantize(fractions: &[(UplinkId, f64)], max_weight: u32) -> Vec<(UplinkId, u32)> {
     let max_weight = max_weight.max(1);
-    let pos: Vec<(UplinkId, f64)> = fractions
-        .iter()
-        .copied()
-        .filter(|(_, f)| f.is_finite() && *f > 0.0)
-        .collect();
-    let sum: f64 = pos.iter().map(|(_, f)| f).sum();
-    let fmax = pos.iter().map(|(_, f)| f / sum).fold(0.0f64, f64::max);
+    let positive = |f: f64| f.is_finite() && f > 0.0;
+    let (mut n, mut sum, mut max) = (0usize, 0.0f64, 0.0f64);
+    for &(_, f) in fractions {
+        if positive(f) {
+            n += 1;
+            sum += f;
+            max = max.max(f);
+        }
+    }
+    let fmax = max / sum;
     // Positive finite inputs give a positive sum, but an overflow to infinity must not.
-    if pos.is_empty() || !sum.is_finite() || sum <= 0.0 || fmax <= 0.0 {
+    if n == 0 || !sum.is_finite() || sum <= 0.0 || fmax <= 0.0 {
         return Vec::new();
     }
     let total = (f64::from(max_weight) / fmax).floor();
-    let mut out: Vec<(UplinkId, u64, f64)> = pos
-        .iter()
-        .map(|&(id, f)| {
-            let exact = f / sum * total;
-            let fl = exact.floor();
-            (id, fl as u64, exact - fl)
-        })
-        .collect();
+    // (id, floor, remainder): this runs for every group a step replaces (512 x 64 members
+    // at a large leaf), so one allocation, and the largest remainders found by selection
+    // rather than by sorting every member.
+    let mut out: Vec<(UplinkId, u64, f64)> = Vec::with_capacity(n);
+    out.extend(
+        fractions
+            .iter()
+            .filter(|(_, f)| positive(*f))
+            .map(|&(id, f)| {
+                let exact = f / sum * total;
+                let fl = exact.floor();
+                (id, fl as u64, exact - fl)
+            }),
+    );
     let floors: u64 = out.iter().map(|(_, w, _)| w).sum();
     let extra = (total as u64).saturating_sub(floors).min(out.len() as u64) as usize;
-    let mut order: Vec<usize> = (0..out.len()).collect();
-    // Largest remainder first; equal remainders: earlier member first (stable sort).
-    order.sort_by(|&a, &b| out[b].2.total_cmp(&out[a].2));
-    for &i in order.iter().take(extra) {
-        out[i].1 += 1;
+    if extra > 0 {
+        // Largest remainder first; equal remainders: earlier member first. The order is
+        // total (position breaks ties), so the `extra` members it puts first are the same
+        // as a stable sort's, whatever order selection leaves them in.
+        let mut order: Vec<(f64, usize)> = out.iter().enumerate().map(|(i, m)| (m.2, i)).collect();
+        let before = |a: &(f64, usize), b: &(f64, usize)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        if extra < order.len() {
+            order.select_nth_unstable_by(extra - 1, before);
+        }
+        for &(_, i) in &order[..extra] {
+            out[i].1 += 1;
+        }
     }
     out.into_iter()
         .map(|(id, w, _)| (id, (w.clamp(1, u64::from(max_weight))) as u32))
@@ -1144,6 +1160,74 @@ mod tests {
             &[(1, 255), (2, 150), (3, 255), (4, 255)]
         ));
         assert!(moves_no_bucket(128, &four, &four));
+    }
+
+    /// The largest-remainder rule as first written (a stable sort of every member by
+    /// remainder): [`quantize`] selects instead, and must give the same weights.
+    fn quantize_by_stable_sort(
+        fractions: &[(UplinkId, f64)],
+        max_weight: u32,
+    ) -> Vec<(UplinkId, u32)> {
+        let max_weight = max_weight.max(1);
+        let pos: Vec<(UplinkId, f64)> = fractions
+            .iter()
+            .copied()
+            .filter(|(_, f)| f.is_finite() && *f > 0.0)
+            .collect();
+        let sum: f64 = pos.iter().map(|(_, f)| f).sum();
+        let fmax = pos.iter().map(|(_, f)| f / sum).fold(0.0f64, f64::max);
+        if pos.is_empty() || !sum.is_finite() || sum <= 0.0 || fmax <= 0.0 {
+            return Vec::new();
+        }
+        let total = (f64::from(max_weight) / fmax).floor();
+        let mut out: Vec<(UplinkId, u64, f64)> = pos
+            .iter()
+            .map(|&(id, f)| {
+                let exact = f / sum * total;
+                let fl = exact.floor();
+                (id, fl as u64, exact - fl)
+            })
+            .collect();
+        let floors: u64 = out.iter().map(|(_, w, _)| w).sum();
+        let extra = (total as u64).saturating_sub(floors).min(out.len() as u64) as usize;
+        let mut order: Vec<usize> = (0..out.len()).collect();
+        order.sort_by(|&a, &b| out[b].2.total_cmp(&out[a].2));
+        for &i in order.iter().take(extra) {
+            out[i].1 += 1;
+        }
+        out.into_iter()
+            .map(|(id, w, _)| (id, (w.clamp(1, u64::from(max_weight))) as u32))
+            .collect()
+    }
+
+    mod quantize_property {
+        use super::{UplinkId, quantize, quantize_by_stable_sort};
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Selection and the stable sort agree, ties of remainders included (equal
+            /// fractions, few distinct values), at every resolution.
+            #[test]
+            fn quantize_selects_what_a_stable_sort_would(
+                values in proptest::collection::vec(
+                    prop_oneof![
+                        Just(0.0f64),
+                        Just(1.0f64),
+                        Just(0.25f64),
+                        0.0f64..1.0,
+                        Just(f64::NAN),
+                    ],
+                    0..80,
+                ),
+                max_weight in prop_oneof![Just(1u32), Just(2), Just(3), Just(255), Just(65_535)],
+            ) {
+                let fractions: Vec<(UplinkId, f64)> = (1..).zip(values).collect();
+                prop_assert_eq!(
+                    quantize(&fractions, max_weight),
+                    quantize_by_stable_sort(&fractions, max_weight)
+                );
+            }
+        }
     }
 
     #[test]

@@ -209,8 +209,8 @@ pub struct LoadBalancer {
 /// a step).
 #[derive(Default)]
 struct StepTimes {
-    work_ns: std::collections::VecDeque<u64>,
-    replace_ns: std::collections::VecDeque<u64>,
+    /// (work, replace) in nanoseconds, oldest first.
+    steps: std::collections::VecDeque<(u64, u64)>,
 }
 
 /// How many replacing steps [`StepTimes`] keeps.
@@ -218,22 +218,18 @@ const STEP_TIMES: usize = 256;
 
 impl StepTimes {
     fn record(&mut self, work_ns: u64, replace_ns: u64) {
-        if self.work_ns.len() == STEP_TIMES {
-            self.work_ns.pop_front();
-            self.replace_ns.pop_front();
+        if self.steps.len() == STEP_TIMES {
+            self.steps.pop_front();
         }
-        self.work_ns.push_back(work_ns);
-        self.replace_ns.push_back(replace_ns);
+        self.steps.push_back((work_ns, replace_ns));
     }
 
     fn view(&self) -> crate::views::snapshot::StepTimingView {
-        let us = |d: &std::collections::VecDeque<u64>| {
-            crate::views::snapshot::Percentiles::of_ns(d.iter().copied())
-        };
+        use crate::views::snapshot::Percentiles;
         crate::views::snapshot::StepTimingView {
-            steps: self.work_ns.len() as u64,
-            work_us: us(&self.work_ns),
-            replace_us: us(&self.replace_ns),
+            steps: self.steps.len() as u64,
+            work_us: Percentiles::of_ns(self.steps.iter().map(|s| s.0)),
+            replace_us: Percentiles::of_ns(self.steps.iter().map(|s| s.1)),
         }
     }
 }
