@@ -67,7 +67,7 @@ const PUBLISH_EVERY_NS: u64 = 5_000_000;
 /// A snapshot's share of the loop's time at most (1/100): a large node's snapshot (a leaf
 /// of a 64 x 512 fabric: 512 groups of 64 members, 32 768 entries) takes milliseconds to
 /// build, and at PUBLISH_EVERY_NS that alone took most of a core. The interval stretches
-/// to 100 x the last build time, at most MAX_PUBLISH_EVERY_NS.
+/// to 100 x the last build's CPU time, at most MAX_PUBLISH_EVERY_NS.
 const PUBLISH_COST_FACTOR: u64 = 100;
 /// The oldest a published snapshot gets (before the loop's own step).
 const MAX_PUBLISH_EVERY_NS: u64 = 1_000_000_000;
@@ -269,12 +269,16 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     loop {
         let now = monotonic_ns();
         if now.saturating_sub(last_publish_ns) >= publish_every_ns {
+            let cpu0 = crate::sys::clock::thread_cpu_ns();
             let snap = build_snapshot(now, &config_now, lb.as_ref(), helper.as_ref(), pfc.as_ref());
             if snapshots.try_publish(snap) {
                 last_publish_ns = now;
                 unpublished = false;
             }
-            let took = monotonic_ns().saturating_sub(now);
+            // The build's CPU time, not its wall time: a build preempted (by an interrupt,
+            // the XDP softirq) for a millisecond once stretched the next interval to
+            // 100 ms, and `lqd show` answered from a snapshot older than the last change.
+            let took = crate::sys::clock::thread_cpu_ns().saturating_sub(cpu0);
             publish_every_ns = took
                 .saturating_mul(PUBLISH_COST_FACTOR)
                 .clamp(PUBLISH_EVERY_NS, MAX_PUBLISH_EVERY_NS);

@@ -7,6 +7,8 @@
 //!   (`spec/lq-udp-wire.md`), which must keep counting through a suspend.
 //! * The real-time clock: IPFIX export times (RFC 7011 section 3.1, seconds since the
 //!   UNIX epoch).
+//! * The calling thread's CPU-time clock: what a piece of the loop's work costs, without
+//!   the time the thread was preempted.
 
 use rustix::time::{ClockId, clock_gettime};
 
@@ -19,6 +21,11 @@ fn ns(id: ClockId) -> u64 {
 /// CLOCK_MONOTONIC in nanoseconds.
 pub fn monotonic_ns() -> u64 {
     ns(ClockId::Monotonic)
+}
+
+/// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID) in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    ns(ClockId::ThreadCPUTime)
 }
 
 /// CLOCK_BOOTTIME in nanoseconds.
