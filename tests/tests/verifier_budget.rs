@@ -22,7 +22,7 @@ fn receiver_loads_well_within_the_verifier_budget() {
         "verified instructions: {verified} (limit 1000000), size {} octets",
         info.size_translated().unwrap_or(0)
     );
-    // About 6 000 with the entry loops in bpf_loop callbacks (docs/architecture.md): a
+    // About 41 000 with the entry loops in bpf_loop callbacks (docs/architecture.md): a
     // bounded 91-iteration loop instead costs 640 000 to 800 000 of the kernel's 1 000 000,
     // and small code changes move it by 150 000. Fail long before the kernel would.
     assert!(
