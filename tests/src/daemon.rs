@@ -180,15 +180,9 @@ impl Lqd {
         self.child.as_ref().map(Child::id)
     }
 
-    /// The daemon's effective capability set (CapEff of /proc/PID/status).
-    pub fn effective_caps(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
-        u64::from_str_radix(line.trim_start_matches("CapEff:").trim(), 16).ok()
-    }
-
-    /// Every thread of the daemon: its name, effective capabilities (`CapEff`) and
-    /// scheduling policy (field 41 of its `stat`: 0 normal, 2 SCHED_RR), from `/proc`.
+    /// Every thread of the daemon, the main one included: its name, effective
+    /// capabilities (`CapEff`) and scheduling policy (field 41 of its `stat`: 0 normal, 2
+    /// SCHED_RR), from `/proc`.
     pub fn threads(&self) -> Vec<ThreadState> {
         let Some(pid) = self.pid() else {
             return Vec::new();
