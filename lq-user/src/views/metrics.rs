@@ -88,7 +88,7 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
                 let l = [
                     ("remote", d.label.clone()),
                     ("uplink", m.uplink.to_string()),
-                    ("spine", m.spine.clone()),
+                    ("spine", m.spine.to_string()),
                 ];
                 o.sample("lq_path_quality", &l, f64::from(m.path_quality));
             }

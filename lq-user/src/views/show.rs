@@ -344,7 +344,7 @@ mod tests {
                 members: vec![MemberWeights {
                     uplink: 1,
                     interface: Some("up1".into()),
-                    spine: "10.0.0.1".into(),
+                    spine: std::net::Ipv4Addr::new(10, 0, 0, 1),
                     spine_as: 0,
                     local_quality: 255,
                     remote_lqs: Some(72),

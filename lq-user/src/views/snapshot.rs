@@ -170,15 +170,15 @@ pub struct GroupWeights {
 }
 
 /// One member of a group.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct MemberWeights {
     /// Uplink id.
     pub uplink: u32,
     /// Its interface, when configured.
     pub interface: Option<String>,
-    /// Its spine's Router-ID.
-    pub spine: String,
+    /// Its spine's Router-ID (a dotted quad in JSON).
+    pub spine: std::net::Ipv4Addr,
     /// Its spine's AS.
     pub spine_as: u32,
     /// Local uplink quality.

@@ -27,8 +27,8 @@ use crate::{
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
         path_mirror::{PathMirror, RefreshClock, TableRows},
         path_quality::{
-            Digest, GroupKey, LocalQuality, NnhMapping, PathQualityReport, Prefix, UplinkId,
-            compute_some_groups, unused_entries,
+            Digest, GroupKey, LocalQuality, NnhMapping, NodeId, PathQualityReport, Prefix,
+            UplinkId, compute_some_groups, unused_entries,
         },
         weights::{Application, WeightController, moves_no_bucket},
     },
@@ -131,8 +131,11 @@ struct RouteState {
 
 // The slow plane's part of the load-balancer (seed 003 section 4.1): a child module, so it
 // reaches the group state without widening it.
+mod group_table;
 pub mod slow_plane;
 mod steer;
+
+use group_table::GroupTable;
 
 /// The load-balancer: receiver, controller core and kernel programming.
 pub struct LoadBalancer {
@@ -145,7 +148,13 @@ pub struct LoadBalancer {
     heartbeat: Heartbeat,
     weights: WeightController,
     local: LocalQuality,
-    groups: BTreeMap<GroupKey, GroupState>,
+    groups: GroupTable<GroupState>,
+    /// `groups`' generation when the step last pruned and indexed what it keeps per group.
+    groups_seen: Option<u64>,
+    /// The groups of each remote node (adopted ones left out: they are not recomputed), as
+    /// of `groups_seen`: a step that recomputes only the remote nodes whose entries moved
+    /// finds their groups here instead of walking every group.
+    groups_by_remote: BTreeMap<NodeId, Vec<GroupKey>>,
     routes: BTreeMap<Prefix, RouteState>,
     /// Group ids of lq's that no group owns any more: deleted once no route of lqd's
     /// names them (deleting a group deletes the routes through it).
@@ -261,7 +270,9 @@ impl LoadBalancer {
             rtnl: None,
             weights,
             local: LocalQuality::default(),
-            groups: BTreeMap::new(),
+            groups: GroupTable::default(),
+            groups_seen: None,
+            groups_by_remote: BTreeMap::new(),
             routes: BTreeMap::new(),
             orphans: BTreeSet::new(),
             regroup_needed: true,
@@ -792,34 +803,59 @@ impl LoadBalancer {
         }
         let shared_moved = shared.0 != self.shared_digest;
         self.shared_digest = shared.0;
-        // The groups, the computed set and the reports are all sorted by key: each "is it
-        // there" below is a merge step (`SortedProbe`), not a tree search per group.
-        let mut changed: Vec<GroupKey> = Vec::new();
-        let mut first_time: Vec<GroupKey> = Vec::new();
-        let mut computed = SortedProbe::new(self.computed.iter());
-        for key in self.groups.keys() {
-            let new = !computed.contains(key);
-            if new {
-                first_time.push(key.clone());
+        // What the step keeps per group follows the groups' keys: pruned and indexed again
+        // only when the set of keys moved (`GroupTable`), not walked at every step.
+        let groups_moved = self.groups_seen != Some(self.groups.generation());
+        if groups_moved {
+            self.groups_seen = Some(self.groups.generation());
+            self.groups_by_remote.clear();
+            for key in self.groups.keys().filter(|k| k.adopted.is_none()) {
+                if let Some(r) = key.remote {
+                    self.groups_by_remote
+                        .entry(r)
+                        .or_default()
+                        .push(key.clone());
+                }
             }
-            let moved = match (&moved_remotes, key.remote) {
-                (Some(m), Some(r)) => m.contains(&r),
-                (Some(_), None) => false,
-                (None, _) => true,
-            };
-            // A held group (adopted, its mapping not known yet) keeps the weights it was
-            // adopted with: computed without its remote node's entries, its target would
-            // be the local-only split, and flows would move twice.
-            if (full || shared_moved || new || moved) && key.adopted.is_none() {
-                changed.push(key.clone());
+        }
+        let mut changed: Vec<GroupKey> = Vec::new();
+        if full || shared_moved || groups_moved {
+            // The groups, the computed set and the reports are all sorted by key: each "is
+            // it there" below is a merge step (`SortedProbe`), not a tree search per group.
+            let mut first_time: Vec<GroupKey> = Vec::new();
+            let mut computed = SortedProbe::new(self.computed.iter());
+            for key in self.groups.keys() {
+                let new = !computed.contains(key);
+                if new {
+                    first_time.push(key.clone());
+                }
+                let moved = match (&moved_remotes, key.remote) {
+                    (Some(m), Some(r)) => m.contains(&r),
+                    (Some(_), None) => false,
+                    (None, _) => true,
+                };
+                // A held group (adopted, its mapping not known yet) keeps the weights it
+                // was adopted with: computed without its remote node's entries, its target
+                // would be the local-only split, and flows would move twice.
+                if (full || shared_moved || new || moved) && key.adopted.is_none() {
+                    changed.push(key.clone());
+                }
+            }
+            if !first_time.is_empty() || self.computed.len() != self.groups.len() {
+                self.computed.extend(first_time);
+                let mut present = SortedProbe::new(self.groups.keys());
+                self.computed.retain(|k| present.contains(k));
+            }
+        } else if let Some(moved) = &moved_remotes {
+            // The same keys had their first computation at an earlier step: only the
+            // groups of the remote nodes whose entries moved are computed again.
+            for r in moved {
+                if let Some(keys) = self.groups_by_remote.get(r) {
+                    changed.extend(keys.iter().cloned());
+                }
             }
         }
         let groups = &self.groups;
-        if !first_time.is_empty() || self.computed.len() != groups.len() {
-            self.computed.extend(first_time);
-            let mut present = SortedProbe::new(groups.keys());
-            self.computed.retain(|k| present.contains(k));
-        }
         let report = compute_some_groups(
             &self.controller,
             &self.mapping,
@@ -827,16 +863,21 @@ impl LoadBalancer {
             snapshot,
             changed.iter(),
         );
-        let mut present = SortedProbe::new(groups.keys());
-        let apps = self
-            .weights
-            .update_changed(&report, |k| present.contains(k), now_ns);
+        let apps = if groups_moved {
+            let mut present = SortedProbe::new(groups.keys());
+            self.weights
+                .update_changed(&report, |k| present.contains(k), now_ns)
+        } else {
+            self.weights.update_reported(&report, now_ns)
+        };
         // The report the views show: this step's groups over the last ones.
         let last = &mut self.last_report;
-        let mut present = SortedProbe::new(groups.keys());
-        last.groups.retain(|k, _| present.contains(k));
-        let mut present = SortedProbe::new(groups.keys());
-        last.signals.retain(|k, _| present.contains(k));
+        if groups_moved {
+            let mut present = SortedProbe::new(groups.keys());
+            last.groups.retain(|k, _| present.contains(k));
+            let mut present = SortedProbe::new(groups.keys());
+            last.signals.retain(|k, _| present.contains(k));
+        }
         last.groups.extend(report.groups);
         last.signals.extend(report.signals);
         if full {
@@ -1174,7 +1215,15 @@ impl LoadBalancer {
     /// qualities (the typed view `lqd show weights`, the metrics and the snapshots share).
     pub fn weights_view(&self) -> crate::views::snapshot::WeightsView {
         use crate::views::snapshot::{GroupWeights, MemberWeights, WeightsView};
-        let mut groups = Vec::new();
+        // Each uplink's interface name once, not a search of the configuration per member
+        // (a leaf of a 64 x 512 fabric shows 32 768 members).
+        let interfaces: BTreeMap<UplinkId, &String> = self
+            .cfg
+            .uplink
+            .iter()
+            .map(|u| (UplinkId::from(u.id), &u.interface))
+            .collect();
+        let mut groups = Vec::with_capacity(self.last_report.groups.len());
         for (key, dq) in &self.last_report.groups {
             let d = self.weights.destination(key);
             let target: BTreeMap<UplinkId, f64> = d
@@ -1190,25 +1239,18 @@ impl LoadBalancer {
             let members = dq
                 .members
                 .iter()
-                .map(|m| {
-                    let up = self
-                        .cfg
-                        .uplink
-                        .iter()
-                        .find(|u| UplinkId::from(u.id) == m.uplink);
-                    MemberWeights {
-                        uplink: m.uplink,
-                        interface: up.map(|u| u.interface.clone()),
-                        spine: std::net::Ipv4Addr::from(m.spine.node_id).to_string(),
-                        spine_as: m.spine.node_as,
-                        local_quality: m.local,
-                        remote_lqs: m.remote,
-                        path_quality: m.quality,
-                        target: target.get(&m.uplink).copied().unwrap_or(0.0),
-                        applied: applied.get(&m.uplink).copied().unwrap_or(0.0),
-                        kernel_weight: kernel.get(&m.uplink).copied().unwrap_or(0),
-                        nexthop_id: self.member_id(m.uplink),
-                    }
+                .map(|m| MemberWeights {
+                    uplink: m.uplink,
+                    interface: interfaces.get(&m.uplink).map(|i| (*i).clone()),
+                    spine: std::net::Ipv4Addr::from(m.spine.node_id),
+                    spine_as: m.spine.node_as,
+                    local_quality: m.local,
+                    remote_lqs: m.remote,
+                    path_quality: m.quality,
+                    target: target.get(&m.uplink).copied().unwrap_or(0.0),
+                    applied: applied.get(&m.uplink).copied().unwrap_or(0.0),
+                    kernel_weight: kernel.get(&m.uplink).copied().unwrap_or(0),
+                    nexthop_id: self.member_id(m.uplink),
                 })
                 .collect();
             groups.push(GroupWeights {
