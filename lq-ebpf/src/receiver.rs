@@ -86,10 +86,67 @@ static LQ_AS_PLAN: LpmTrie<[u8; 4], u8, { AS_PLAN_PREFIX_CAPACITY as usize }> = 
 #[btf_map]
 static LQ_EVENTS: RingBuf<PathEvent, { EVENT_RING_BYTES as usize }> = RingBuf::new();
 
-/// The slots of the current datagram's first [`EVENT_SLOTS`] changed entries, per CPU (the
-/// stack has no room left for them: the verifier's 512 octets are the whole call chain's).
+/// Check 11's state in the current datagram, per CPU ([`StoreState`]).
 #[btf_map]
-static LQ_CHANGED_SLOTS: PerCpuArray<[u32; EVENT_SLOTS], 1> = PerCpuArray::new();
+static LQ_STORE_STATE: PerCpuArray<StoreState, 1> = PerCpuArray::new();
+
+/// What check 11's callbacks carry from one entry to the next, in a map rather than in
+/// [`EntryLoop`] on the stack. The verifier tracks a stack slot's value: it knew the
+/// changed count as a constant (0, 1, 2, ...) bounding an index, and the row after a row
+/// as one more than a row it had looked up, a new state at every call of the callback,
+/// so it walked the fast path once per value (past its million instructions). A value
+/// loaded from a map is a scalar it does not track. The changed entries' slots are here
+/// too: the stack has no room left for them (the verifier's 512 octets are the whole call
+/// chain's).
+#[repr(C)]
+struct StoreState {
+    /// The row after the last entry's row: where the next entry most likely is (a helper
+    /// advertises its entries in the same order every time, and new ones take adjacent
+    /// rows). [`NO_SLOT`] before the first entry.
+    next_row: u32,
+    /// Entries stored (`entries_stored`).
+    stored: u32,
+    /// Rows this datagram's new entries claimed (`slots_claimed`).
+    claimed: u32,
+    /// Entries stored that were new or whose LQS or CL changed.
+    changed: u32,
+    /// The next entry to store. Here, not in [`EntryLoop`]: it bounds the entry offsets,
+    /// and a precise value on the stack with a new range at every call kept the verifier
+    /// from seeing that the calls converge.
+    cursor: u32,
+    /// The slots of the first [`EVENT_SLOTS`] of them; the second half is spare
+    /// ([`StoreState::note`]).
+    slots: [u32; 2 * EVENT_SLOTS],
+}
+
+impl StoreState {
+    /// Notes an entry written to row `slot` (`changed` not 0: new, or its LQS or CL
+    /// changed); a changed one is named by the event while there is room. Without
+    /// branches, each of which would double the states the verifier walks per entry of the
+    /// fast path: the slot is written at the changed count whether the entry changed or
+    /// not (a later changed entry overwrites it; the event reads the first `changed`
+    /// only), and past [`EVENT_SLOTS`] into the spare half.
+    #[inline(always)]
+    fn note(&mut self, changed: u32, slot: u32) {
+        self.stored += 1;
+        self.next_row = slot.wrapping_add(1);
+        let i = self.changed as usize;
+        // All ones when `i` >= EVENT_SLOTS: then a spare element (EVENT_SLOTS | i).
+        let spare = ((EVENT_SLOTS as isize - 1 - i as isize) >> (isize::BITS - 1)) as usize;
+        self.slots[(i | (spare & EVENT_SLOTS)) & (2 * EVENT_SLOTS - 1)] = slot;
+        // 1 when `changed` is not 0, without a branch.
+        self.changed += (changed | changed.wrapping_neg()) >> 31;
+    }
+}
+const _: () = assert!(EVENT_SLOTS.is_power_of_two());
+
+/// This CPU's check 11 state.
+#[inline(always)]
+fn store_state() -> Option<&'static mut StoreState> {
+    // SAFETY: this CPU's element; XDP runs with preemption disabled, so nothing else uses
+    // it until the program returns.
+    LQ_STORE_STATE.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
 
 /// The XDP entry point: thin, everything happens in [`try_receive`].
 #[xdp]
@@ -306,38 +363,9 @@ struct EntryLoop {
     flags_common: u8,
     check_remote_as: u8,
     error: u32,
-    stored: u32,
-    changed: u32,
-    /// Slots this datagram's new entries claimed (`slots_claimed`).
-    claimed: u32,
-    /// The row after the last entry's row: where the next entry most likely is (a helper
-    /// advertises its entries in the same order every time, and new ones take adjacent
-    /// rows). [`NO_SLOT`] before the first entry.
-    next_row: u32,
     /// The datagram's entry count.
     count: u64,
 }
-
-impl EntryLoop {
-    /// Counts an entry written to `slot`; a changed one is named by the event while there
-    /// is room (in `LQ_CHANGED_SLOTS`).
-    #[inline(always)]
-    fn note(&mut self, changed: bool, claimed: bool, slot: u32) {
-        self.stored += 1;
-        self.claimed += u32::from(claimed);
-        if changed {
-            let i = self.changed as usize;
-            if i < EVENT_SLOTS
-                && let Some(p) = LQ_CHANGED_SLOTS.get_ptr_mut(0)
-            {
-                // SAFETY: this CPU's slot; XDP runs with preemption disabled.
-                unsafe { (*p)[i & (EVENT_SLOTS - 1)] = slot };
-            }
-            self.changed += 1;
-        }
-    }
-}
-const _: () = assert!(EVENT_SLOTS.is_power_of_two());
 
 /// The scratch buffer of this CPU.
 #[inline(always)]
@@ -420,59 +448,59 @@ fn check_one(lp: &mut EntryLoop, index: u64) -> i64 {
     }
 }
 
-/// bpf_loop callback of check 11: stores entry `index` in the path table. One entry a call:
-/// two in one body took the verifier from 37 000 to 275 000 instructions (the second
-/// entry's walk repeated for every outcome of the first).
+/// bpf_loop callback of check 11: stores the entries from the cursor
+/// ([`StoreState::cursor`]) on by the fast path while each is in the row after the last
+/// one's (a nested bpf_loop of [`store_entries_fast`]), then the entry it stopped at
+/// wherever its key is, and returns; 1 (stop) once every entry is stored. Every call
+/// stores at least one entry, so `count` calls are enough. In the steady state the first
+/// call stores the first entry (no row before it to try) and the second all the others;
+/// rows claimed by several CPUs at once leave a gap between blocks, where the fast path
+/// stops for one entry and goes on.
+///
+/// The fast path runs first and the key index's probes last: no path of the verifier's
+/// walk goes on after the probes, which would walk the entries after them once per
+/// outcome of the probes (118 000 to 245 000 instructions with both in one body;
+/// docs/architecture.md, "The XDP receiver and the verifier").
 #[inline(never)]
-extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
+extern "C" fn store_entries(_call: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: `ctx` is the EntryLoop passed to bpf_loop by receive_payload.
     let lp = unsafe { &mut *ctx.cast::<EntryLoop>() };
-    let (Some(buf), Some(e)) = (scratch(), entry_offset(lp, index)) else {
+    let Some(state) = store_state() else {
         return 1;
     };
-    let q = lp.q & 1 != 0;
-    let remote_as = if q { word(buf, e + 16) } else { 0 };
-    if lp.check_remote_as != 0 && !in_as_plan(remote_as) {
+    let cursor = u64::from(state.cursor);
+    if cursor >= lp.count {
+        return 1;
+    }
+    // With an AS plan every entry takes the path below, which has the plan's lookup.
+    if lp.check_remote_as == 0 && state.next_row != NO_SLOT {
+        // SAFETY: bpf_loop calls the callback at most 12 times with a pointer to `lp`,
+        // which outlives the call.
+        unsafe {
+            bpf_loop(
+                (lp.count - cursor).div_ceil(STORES_PER_CALL) as u32,
+                store_entries_fast as *mut c_void,
+                ctx,
+                0,
+            )
+        };
+    }
+    let index = state.cursor;
+    if u64::from(index) >= lp.count {
+        return 1;
+    }
+    state.cursor = index + 1;
+    let (Some(buf), Some(probe), Some(e)) =
+        (scratch(), probe_state(), entry_offset(lp, u64::from(index)))
+    else {
+        return 1;
+    };
+    // Built in the probes' state, not on this frame's stack: the call chain's stacks
+    // together have 512 octets.
+    (probe.key, probe.value) = entry_key_value(lp, buf, e);
+    if lp.check_remote_as != 0 && !in_as_plan(probe.key.remote_as) {
         count(Counter::AsMismatchEntry);
         return 0;
-    }
-    let key = PathKey {
-        spine_as: lp.node_as,
-        spine_id: lp.node_id,
-        remote_as,
-        remote_id: word(buf, e),
-        link_id: word(buf, e + 4),
-    };
-    // Octets 12-15 of the entry: LQS, CL (3 bits) + flags, reserved.
-    let lqs_flags = word(buf, e + 12);
-    let cl_flags = (lqs_flags >> 16) as u8;
-    let mut value = PathValue {
-        last_update_ns: lp.now,
-        available_bandwidth_bits: word(buf, e + 8),
-        link_capacity_bits: 0,
-        sequence: lp.sequence,
-        lqs: (lqs_flags >> 24) as u8,
-        cl: cl_flags >> 5,
-        flags: lp.flags_common,
-        queue_depth: 0,
-        ecn_marking_rate: 0,
-        pfc_pause_fraction: 0,
-    };
-    if lp.d != 0 && cl_flags & ENTRY_FLAG_V != 0 {
-        let g = e + ENTRY_BASE_LEN + (lp.q & 1) as usize * AS_LEN;
-        // Diagnostics: capacity, then queue depth, ECN rate << 3, PFC fraction << 3 | X.
-        let diag = word(buf, g + 4);
-        let pfc_x = (diag >> 8) as u8;
-        value.flags |= PATH_FLAG_DIAGNOSTICS
-            | if pfc_x & DIAG_FLAG_X != 0 {
-                PATH_FLAG_DROPS
-            } else {
-                0
-            };
-        value.link_capacity_bits = word(buf, g);
-        value.queue_depth = (diag >> 24) as u8;
-        value.ecn_marking_rate = (diag >> 16) as u8 >> 3;
-        value.pfc_pause_fraction = pfc_x >> 3;
     }
     // Usually the row after the previous entry's holds this key: one array access and one
     // key compare, on the cache line next to the last (issue 15: scattered rows cost a
@@ -482,24 +510,17 @@ extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
     // state that is once per datagram. A reader copying a row at the same moment may see
     // a mix of old and new fields of this one entry; the next read (at most one T_notify
     // later) is whole.
-    let placed = match update_row(lp.next_row, &key, &value, true) {
+    let placed = match update_row(state.next_row, &probe.key, &probe.value, true) {
         Some(placed) => placed,
         None => {
-            let mut probe = ProbeLoop {
-                key,
-                value,
-                outcome: PROBE_NEXT,
-                changed: 0,
-                claimed: 0,
-                slot: NO_SLOT,
-            };
-            // SAFETY: bpf_loop calls the callback at most PATH_SLOT_PROBES times with a
-            // pointer to `probe`, which outlives the call.
+            probe.outcome = PROBE_NEXT;
+            // SAFETY: bpf_loop calls the callback at most PATH_SLOT_PROBES times; it takes
+            // its state from LQ_PROBE_STATE, not from a context.
             unsafe {
                 bpf_loop(
                     PATH_SLOT_PROBES,
                     probe_cell as *mut c_void,
-                    (&raw mut probe).cast(),
+                    core::ptr::null_mut(),
                     0,
                 )
             };
@@ -514,9 +535,93 @@ extern "C" fn store_entry(index: u64, ctx: *mut c_void) -> i64 {
             }
         }
     };
-    lp.next_row = placed.slot.wrapping_add(1);
-    lp.note(placed.changed != 0, placed.claimed != 0, placed.slot);
+    state.claimed += placed.claimed;
+    state.note(placed.changed, placed.slot);
     0
+}
+
+/// How many entries one call of [`store_entries_fast`] stores at most. As for check 9
+/// ([`CHECKS_PER_CALL`]), each call is a BPF-to-BPF call and a thunked return; a datagram
+/// of 91 entries in the steady state takes 12 calls instead of 91. Measured side by side
+/// (`bench_xdp`, 90 entries, three runs each): 2 229-2 329 ns with 8, 2 478-3 529 with
+/// 4, 2 934-3 272 with one entry a call; the verifier's walk: 34 000 instructions with 8,
+/// 20 000 with 4.
+const STORES_PER_CALL: u64 = 8;
+
+/// bpf_loop callback of [`store_entries`], the fast path: stores up to `STORES_PER_CALL`
+/// entries from the cursor on while each is in the row after the previous entry's row,
+/// the steady state's one array access and one key compare; 1 (stop) after the last entry
+/// or at the first entry not in that row, the cursor left at it. It never probes the key
+/// index (see [`store_entries`]).
+#[inline(never)]
+extern "C" fn store_entries_fast(_call: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: `ctx` is the EntryLoop passed to bpf_loop by receive_payload.
+    let lp = unsafe { &*ctx.cast::<EntryLoop>() };
+    let (Some(buf), Some(state)) = (scratch(), store_state()) else {
+        return 1;
+    };
+    for _ in 0..STORES_PER_CALL {
+        let index = state.cursor;
+        if u64::from(index) >= lp.count {
+            return 1;
+        }
+        let placed = match entry_offset(lp, u64::from(index)) {
+            Some(e) => {
+                let (key, value) = entry_key_value(lp, buf, e);
+                update_row(state.next_row, &key, &value, true)
+            }
+            None => None,
+        };
+        let Some(placed) = placed else {
+            return 1;
+        };
+        state.note(placed.changed, placed.slot);
+        state.cursor = index + 1;
+    }
+    0
+}
+
+/// The path table's key and value of the entry at offset `e` (from [`entry_offset`]).
+///
+/// Without branches: the AS and diagnostics words are read whatever the flags say
+/// ([`entry_offset`] keeps them inside the buffer) and masked to 0 without them. A branch
+/// here gives every path after it its own verifier state (a value with a constant 0 and
+/// one with an unknown capacity are not the same state), so the callbacks after it, the
+/// key index's probes, were walked once per combination.
+#[inline(always)]
+fn entry_key_value(lp: &EntryLoop, buf: &[u8; SCRATCH_LEN], e: usize) -> (PathKey, PathValue) {
+    let q = (lp.q & 1) as u32;
+    let key = PathKey {
+        spine_as: lp.node_as,
+        spine_id: lp.node_id,
+        remote_as: word(buf, e + 16) & 0u32.wrapping_sub(q),
+        remote_id: word(buf, e),
+        link_id: word(buf, e + 4),
+    };
+    // Octets 12-15 of the entry: LQS, CL (3 bits) + flags, reserved.
+    let lqs_flags = word(buf, e + 12);
+    let cl_flags = (lqs_flags >> 16) as u8;
+    // Diagnostics (D = 1 and V set): capacity, then queue depth, ECN rate << 3, PFC
+    // fraction << 3 | X.
+    let has_diag = (lp.d & 1) as u32 & u32::from(cl_flags >> ENTRY_FLAG_V.trailing_zeros()) & 1;
+    let mask = 0u32.wrapping_sub(has_diag);
+    let g = e + ENTRY_BASE_LEN + q as usize * AS_LEN;
+    let diag = word(buf, g + 4) & mask;
+    let pfc_x = (diag >> 8) as u8;
+    let drops = (pfc_x >> DIAG_FLAG_X.trailing_zeros()) & 1;
+    let value = PathValue {
+        last_update_ns: lp.now,
+        available_bandwidth_bits: word(buf, e + 8),
+        link_capacity_bits: word(buf, g) & mask,
+        sequence: lp.sequence,
+        lqs: (lqs_flags >> 24) as u8,
+        cl: cl_flags >> 5,
+        flags: lp.flags_common | (PATH_FLAG_DIAGNOSTICS & mask as u8) | (PATH_FLAG_DROPS * drops),
+        queue_depth: (diag >> 24) as u8,
+        ecn_marking_rate: (diag >> 16) as u8 >> 3,
+        pfc_pause_fraction: pfc_x >> 3,
+    };
+    (key, value)
 }
 
 /// Where an entry went ([`update_row`], [`place_by_index`]).
@@ -717,7 +822,21 @@ const PROBE_PLACED: u32 = 1;
 /// [`ProbeLoop::outcome`]: no row left for a new key.
 const PROBE_FULL: u32 = 2;
 
-/// The state of one key's collision probes (bpf_loop context).
+/// The state of one key's collision probes, per CPU: the entry's key and value are built
+/// here by [`store_entries`] (its frame's stack would take the call chain past the
+/// verifier's 512 octets), and [`probe_cell`] reports here.
+#[btf_map]
+static LQ_PROBE_STATE: PerCpuArray<ProbeLoop, 1> = PerCpuArray::new();
+
+/// This CPU's probe state.
+#[inline(always)]
+fn probe_state() -> Option<&'static mut ProbeLoop> {
+    // SAFETY: this CPU's element; XDP runs with preemption disabled, so nothing else uses
+    // it until the program returns.
+    LQ_PROBE_STATE.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+/// One key's collision probes ([`LQ_PROBE_STATE`]).
 #[repr(C)]
 struct ProbeLoop {
     key: PathKey,
@@ -732,9 +851,10 @@ struct ProbeLoop {
 /// bpf_loop callback: cell `index` of the key; 1 (stop) once the entry is written or the
 /// table is full.
 #[inline(never)]
-extern "C" fn probe_cell(index: u64, ctx: *mut c_void) -> i64 {
-    // SAFETY: `ctx` is the ProbeLoop passed to bpf_loop by store_entry.
-    let p = unsafe { &mut *ctx.cast::<ProbeLoop>() };
+extern "C" fn probe_cell(index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(p) = probe_state() else {
+        return 1;
+    };
     match place_by_index(&p.key, &p.value, index as u32) {
         Probe::Placed(placed) => {
             p.outcome = PROBE_PLACED;
@@ -837,10 +957,6 @@ fn receive_payload(
         },
         check_remote_as: 0,
         error: 0,
-        stored: 0,
-        changed: 0,
-        claimed: 0,
-        next_row: NO_SLOT,
         count: entry_count as u64,
     };
     // SAFETY: bpf_loop calls the callback at most 23 (91 / CHECKS_PER_CALL) times with a
@@ -875,21 +991,30 @@ fn receive_payload(
     // Check 11.
     lp.now = now;
     lp.check_remote_as = u8::from(qualified && cfg.as_plan_len != 0);
-    // SAFETY: as above.
+    let state = store_state().ok_or(Counter::Truncated)?;
+    state.next_row = NO_SLOT;
+    state.stored = 0;
+    state.claimed = 0;
+    state.changed = 0;
+    state.cursor = 0;
+    // SAFETY: as above (at most 91 calls).
     unsafe {
         bpf_loop(
             entry_count as u32,
-            store_entry as *mut c_void,
+            store_entries as *mut c_void,
             (&raw mut lp).cast(),
             0,
         )
     };
-    count_n(Counter::EntriesStored, u64::from(lp.stored));
+    // Read back through the map: the callbacks wrote it.
+    let (stored, claimed, changed) = store_state().map_or((0, 0, 0), |state| {
+        (state.stored, state.claimed, state.changed as u16)
+    });
+    count_n(Counter::EntriesStored, u64::from(stored));
     // After the slots are written: a reader that sees the count move finds them.
-    if lp.claimed != 0 {
-        count_n(Counter::SlotsClaimed, u64::from(lp.claimed));
+    if claimed != 0 {
+        count_n(Counter::SlotsClaimed, u64::from(claimed));
     }
-    let changed = lp.changed as u16;
     let neighbor = NeighborValue {
         last_seen_ns: now,
         accepted: match &previous {
@@ -913,7 +1038,7 @@ fn receive_payload(
             return Ok(());
         };
         let e = entry.as_mut_ptr();
-        let named = LQ_CHANGED_SLOTS.get(0);
+        let named = store_state();
         let n = usize::from(changed);
         // SAFETY: `e` points to the reserved record, PathEvent-sized and 8-aligned; every
         // field is written (plain integers) before the record is submitted.
@@ -928,7 +1053,7 @@ fn receive_payload(
             (*e)._pad = 0;
             for i in 0..EVENT_SLOTS {
                 (*e).changed_slots[i] = match named {
-                    Some(s) if i < n => s[i],
+                    Some(ref state) if i < n => state.slots[i],
                     _ => NO_SLOT,
                 };
             }
