@@ -23,7 +23,7 @@ use bgpkit_parser::{
     },
 };
 
-use crate::core::controller::path_quality::{NodeId, Prefix};
+use crate::core::controller::path_quality::{NodeId, Prefix, node};
 
 /// BMP common header: version (1), message length (4), type (1) (RFC 7854 section 4.1).
 pub const COMMON_HEADER_LEN: usize = 6;
@@ -338,7 +338,9 @@ impl OriginTable {
 /// spine advertises the leaf yet: local-only quality until one does) or when several
 /// remote nodes share it (not one AS per leaf: no mapping rather than a guess).
 pub fn remote_of_origin(origin_as: u32, remotes: &BTreeSet<NodeId>) -> Option<NodeId> {
-    let mut of_as = remotes.iter().filter(|r| r.node_as == origin_as);
+    // The set orders by AS first: the AS's nodes are one range, not a walk of the set
+    // (512 remote nodes for each of 1 024 destinations at every resolve).
+    let mut of_as = remotes.range(node(origin_as, 0)..=node(origin_as, u32::MAX));
     match (of_as.next(), of_as.next()) {
         (Some(one), None) => Some(*one),
         _ => None,

@@ -138,11 +138,22 @@ mod steer;
 
 use group_table::GroupTable;
 
+/// What the slow plane's learned mapping was last resolved against: the number of
+/// entries and the time of their read.
+#[derive(Clone, Copy, Debug)]
+struct MappingResolved {
+    entries: usize,
+    read_at_ns: u64,
+}
+
 /// The load-balancer: receiver, controller core and kernel programming.
 pub struct LoadBalancer {
     cfg: Config,
     controller: ControllerConfig,
     mapping: NnhMapping,
+    /// When the slow plane's learned mapping was last resolved against the entries
+    /// (`steer.rs`, `slow_plane_resolve_due`).
+    mapping_resolved: Option<MappingResolved>,
     receiver: XdpReceiver,
     reader: TableReader,
     rtnl: Option<Rtnl>,
@@ -264,6 +275,7 @@ impl LoadBalancer {
             .map_err(|e| LoadBalancerError::Controller(e.to_string()))?;
         let mut lb = Self {
             mapping: cfg.nnh_mapping(),
+            mapping_resolved: None,
             heartbeat: Heartbeat::new(&controller),
             controller,
             receiver,
@@ -776,7 +788,7 @@ impl LoadBalancer {
             self.next_full_scan_ns = now_ns + FULL_SCAN_NS;
         }
         let mirror = std::mem::take(&mut self.mirror);
-        self.slow_plane_resolve(mirror.entries(), now_ns);
+        self.slow_plane_resolve_due(mirror.entries(), now_ns, rebuild);
         self.mirror = mirror;
         if self.regroup_needed {
             let slow = self.slow.take();

@@ -15,9 +15,11 @@ use std::collections::BTreeSet;
 use tracing::{info, warn};
 
 use super::slow_plane::{MappingSource, RouteEvent, SlowPlane, UplinkPort};
-use super::{GROUP_ID_OFFSET, LoadBalancer, LoadBalancerError, RouteState, format_prefix};
+use super::{
+    GROUP_ID_OFFSET, LoadBalancer, LoadBalancerError, MappingResolved, RouteState, format_prefix,
+};
 use crate::{
-    core::controller::path_quality::{GroupKey, Prefix, UplinkId, node},
+    core::controller::path_quality::{GroupKey, Prefix, RemoteNodes, UplinkId},
     sys::netlink::{
         RtnlError, encode_route_delete, ifindex, nexthop::RTPROT_LQ, route as route_msg,
     },
@@ -136,10 +138,55 @@ impl LoadBalancer {
         changed
     }
 
+    /// [`Self::slow_plane_resolve`] at a control step, when its outcome may have moved:
+    /// the table has new rows (a new remote node) or was read anew (`rebuilt`), or a dead
+    /// interval has passed since the last resolve (an entry that expired since). Not at
+    /// every step: the resolve reads every entry (32 768 at a 64 x 512 leaf) and every
+    /// steered destination, and between those events its outcome is the same. The mapping
+    /// itself (the BMP snapshot, the steered destinations) resolves at once when it
+    /// changes (`bmp_update`, `slow_sync`).
+    pub(super) fn slow_plane_resolve_due(
+        &mut self,
+        paths: &[(lq_common::maps::PathKey, lq_common::maps::PathValue)],
+        read_at_ns: u64,
+        rebuilt: bool,
+    ) {
+        if self.slow.is_none() {
+            return;
+        }
+        let dead = self.controller.dead_interval_ns();
+        let due = rebuilt
+            || self.mapping_resolved.is_none_or(|m| {
+                m.entries != paths.len() || read_at_ns >= m.read_at_ns.saturating_add(dead)
+            });
+        if due {
+            self.slow_plane_resolve(paths, read_at_ns);
+        } else {
+            self.slow_plane_hold_expiry();
+        }
+    }
+
+    /// Holds end with the mapping, or HOLD_NS after the start (BMP silent, or the remote
+    /// leaf's entries absent): the destinations then share the local-only group.
+    fn slow_plane_hold_expiry(&mut self) {
+        if !self.mapping.held.is_empty()
+            && super::monotonic_ns() >= self.started_ns.saturating_add(HOLD_NS)
+        {
+            info!(
+                destinations = self.mapping.held.len(),
+                "slow plane: no learned mapping {} s after the start; adopted groups released to the local-only group",
+                HOLD_NS / 1_000_000_000
+            );
+            self.mapping.held.clear();
+            self.regroup_needed = true;
+        }
+    }
+
     /// The NNH mapping of the steered destinations against the LQ entries received
     /// (`paths`): a rule's remote, else the one remote node of the prefix's origin AS
-    /// (section 6.2: AS-qualified entries carry it). Called before every computation, so
-    /// a destination gains its mapping with the first entry of its leaf's AS.
+    /// (section 6.2: AS-qualified entries carry it). Called before a computation whenever
+    /// the outcome may have moved (`slow_plane_resolve_due`), so a destination gains its
+    /// mapping with the first entry of its leaf's AS.
     ///
     /// `paths` are the control step's copy of the table, current as of `read_at_ns` (the
     /// step that refreshed them): liveness is judged at that time, not later, since a row
@@ -149,44 +196,29 @@ impl LoadBalancer {
         paths: &[(lq_common::maps::PathKey, lq_common::maps::PathValue)],
         read_at_ns: u64,
     ) {
+        if self.slow.is_none() {
+            return;
+        }
+        self.slow_plane_hold_expiry();
         let Some(slow) = self.slow.as_ref() else {
             return;
         };
-        let (now, dead) = (super::monotonic_ns(), self.controller.dead_interval_ns());
-        // Holds end with the mapping, or HOLD_NS after the start (BMP silent, or the remote
-        // leaf's entries absent): the destinations then share the local-only group.
-        if !self.mapping.held.is_empty() && now >= self.started_ns.saturating_add(HOLD_NS) {
-            info!(
-                destinations = self.mapping.held.len(),
-                "slow plane: no learned mapping {} s after the start; adopted groups released to the local-only group",
-                HOLD_NS / 1_000_000_000
-            );
-            self.mapping.held.clear();
-            self.regroup_needed = true;
-        }
+        let dead = self.controller.dead_interval_ns();
         // Only a learned mapping depends on the entries; rules were set at sync time.
         if slow.bmp().is_none() {
             return;
         }
         // Live entries name the leaf of an AS first (see `remote_for_entries`).
-        let mut live = BTreeSet::new();
-        let mut all = BTreeSet::new();
-        for (k, v) in paths {
-            let r = node(k.remote_as, k.remote_id);
-            if !crate::core::controller::heartbeat::entry_expired(
-                v.last_update_ns,
-                read_at_ns,
-                dead,
-            ) {
-                live.insert(r);
-            }
-            all.insert(r);
-        }
+        let nodes = RemoteNodes::of_entries(paths, read_at_ns, dead);
+        self.mapping_resolved = Some(MappingResolved {
+            entries: paths.len(),
+            read_at_ns,
+        });
         for (p, r) in &self.routes {
             if r.table.is_none() {
                 continue;
             }
-            let remote = slow.remote_for_entries(p, &live, &all);
+            let remote = slow.remote_for_entries(p, &nodes.live, &nodes.all);
             if remote.is_some() && self.mapping.held.remove(p).is_some() {
                 self.regroup_needed = true;
             }
@@ -260,7 +292,7 @@ impl LoadBalancer {
         }
         // The NNH mapping of the steered destinations after a reload (which rebuilds the
         // mapping from `[[destination]]`) or a change of the covering rules: a rule's
-        // remote; a learned one is refined at every step (`slow_plane_resolve`).
+        // remote; a learned one is refined by the steps (`slow_plane_resolve_due`).
         let learned = slow.bmp().is_some();
         // Configured, not yet heard from: the BMP station starts after the first sync, and
         // bgpd reconnects to a restarted lqd only after its retry interval.
