@@ -192,6 +192,23 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
         20,
         stop.clone(),
     );
+    // The helper sees it first (Appendix A): the advertised link is no longer near-idle
+    // (237+). Waited for before the group is judged: after the TCP transfer a spine it
+    // loaded may still weigh less than the others (damping), which the group's test
+    // below would take for the flood's effect before the flood has any.
+    let start = Instant::now();
+    loop {
+        let lqs = s2_l2_lqs(&helpers[1]);
+        if lqs.is_some_and(|q| q < 200) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "S2's helper reports LQS {lqs:?} for a saturated link\n{}",
+            logs(&helpers, &leaves)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let congested = wait_group(
         &fab,
         group,
@@ -211,12 +228,9 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
             )
         },
     );
-    let lqs = s2_l2_lqs(&helpers[1]);
-    eprintln!("S2->L2 saturated: LQS {lqs:?}, L1's group {congested:?}");
-    // The helper saw it (Appendix A): the advertised link is no longer near-idle (237+).
-    assert!(
-        lqs.is_some_and(|q| q < 200),
-        "S2's helper reports LQS {lqs:?} for a saturated link"
+    eprintln!(
+        "S2->L2 saturated: LQS {:?}, L1's group {congested:?}",
+        s2_l2_lqs(&helpers[1])
     );
 
     // Recovery: flood stopped, link restored; L1 returns to equal weights.

@@ -170,16 +170,25 @@ for fam in text_string_to_metric_families(text):
         out.setdefault(s.name, []).append([s.labels, s.value])
 print(json.dumps(out))
 "#;
-    let parsed = a.exec("/usr/bin/python3", &["-c", script]).unwrap();
-    let m: serde_json::Value = serde_json::from_str(&parsed).unwrap();
-    let pfc3 = m["lq_pfc_rx_frames_total"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s[0]["priority"] == "3")
-        .unwrap()[1]
-        .as_f64();
-    assert_eq!(pfc3, Some(8.0), "{m}");
+    // Polled: the endpoint serves the counters of the daemon's last PFC read, which may
+    // come after the export the collector saw above.
+    let start = Instant::now();
+    let m = loop {
+        let parsed = a.exec("/usr/bin/python3", &["-c", script]).unwrap();
+        let m: serde_json::Value = serde_json::from_str(&parsed).unwrap();
+        let pfc3 = m["lq_pfc_rx_frames_total"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s[0]["priority"] == "3")
+            .unwrap()[1]
+            .as_f64();
+        if pfc3 == Some(8.0) {
+            break m;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{pfc3:?}: {m}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(
         m["lq_ipfix_messages_total"][0][1].as_f64().unwrap() > 0.0,
         "{m}"
