@@ -451,8 +451,8 @@ fn check_one(lp: &mut EntryLoop, index: u64) -> i64 {
 /// bpf_loop callback of check 11: stores the entries from the cursor
 /// ([`StoreState::cursor`]) on by the fast path while each is in the row after the last
 /// one's (a nested bpf_loop of [`store_entries_fast`]), then the entry it stopped at
-/// wherever its key is, and returns; 1 (stop) once every entry is stored. Every call
-/// stores at least one entry, so `count` calls are enough. In the steady state the first
+/// wherever its key is, and returns; 1 (stop) once every entry is taken. Every call takes
+/// at least one entry, so `count` calls are enough. In the steady state the first
 /// call stores the first entry (no row before it to try) and the second all the others;
 /// rows claimed by several CPUs at once leave a gap between blocks, where the fast path
 /// stops for one entry and goes on.
@@ -463,8 +463,9 @@ fn check_one(lp: &mut EntryLoop, index: u64) -> i64 {
 /// docs/architecture.md, "The XDP receiver and the verifier").
 #[inline(never)]
 extern "C" fn store_entries(_call: u64, ctx: *mut c_void) -> i64 {
-    // SAFETY: `ctx` is the EntryLoop passed to bpf_loop by receive_payload.
-    let lp = unsafe { &mut *ctx.cast::<EntryLoop>() };
+    // SAFETY: `ctx` is the EntryLoop passed to bpf_loop by receive_payload; shared, since
+    // the fast path reads it through the same pointer meanwhile.
+    let lp = unsafe { &*ctx.cast::<EntryLoop>() };
     let Some(state) = store_state() else {
         return 1;
     };
