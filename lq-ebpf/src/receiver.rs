@@ -143,9 +143,7 @@ const _: () = assert!(EVENT_SLOTS.is_power_of_two());
 /// This CPU's check 11 state.
 #[inline(always)]
 fn store_state() -> Option<&'static mut StoreState> {
-    // SAFETY: this CPU's element; XDP runs with preemption disabled, so nothing else uses
-    // it until the program returns.
-    LQ_STORE_STATE.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+    this_cpu(&LQ_STORE_STATE)
 }
 
 /// The XDP entry point: thin, everything happens in [`try_receive`].
@@ -367,12 +365,26 @@ struct EntryLoop {
     count: u64,
 }
 
+/// This CPU's element of a one-element per-CPU map: the scratch buffer and the state the
+/// bpf_loop callbacks share.
+///
+/// A caller must not hold the reference across a `bpf_loop` whose callback takes its own
+/// from the same map: it takes it anew afterwards.
+// The element is per-CPU memory the kernel hands out, not part of the map handle: the
+// handle is shared, the element this CPU's alone (the rule above).
+#[allow(clippy::mut_from_ref)]
+#[inline(always)]
+fn this_cpu<T>(map: &'static PerCpuArray<T, 1>) -> Option<&'static mut T> {
+    // SAFETY: this CPU's element; XDP runs with preemption disabled, so no other program
+    // run uses it until this one returns (and the rule above keeps one reference at a time
+    // within this run).
+    map.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
 /// The scratch buffer of this CPU.
 #[inline(always)]
 fn scratch() -> Option<&'static mut [u8; SCRATCH_LEN]> {
-    // SAFETY: this CPU's slot; XDP runs with preemption disabled, so nothing else uses it
-    // until the program returns.
-    LQ_SCRATCH.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+    this_cpu(&LQ_SCRATCH)
 }
 
 /// Offset of entry `index`, or `None` when it would leave the scratch buffer. Always a
@@ -466,15 +478,15 @@ extern "C" fn store_entries(_call: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: `ctx` is the EntryLoop passed to bpf_loop by receive_payload; shared, since
     // the fast path reads it through the same pointer meanwhile.
     let lp = unsafe { &*ctx.cast::<EntryLoop>() };
-    let Some(state) = store_state() else {
+    let Some((cursor, next_row)) = store_state().map(|st| (u64::from(st.cursor), st.next_row))
+    else {
         return 1;
     };
-    let cursor = u64::from(state.cursor);
     if cursor >= lp.count {
         return 1;
     }
     // With an AS plan every entry takes the path below, which has the plan's lookup.
-    if lp.check_remote_as == 0 && state.next_row != NO_SLOT {
+    if lp.check_remote_as == 0 && next_row != NO_SLOT {
         // SAFETY: bpf_loop calls the callback at most 12 times with a pointer to `lp`,
         // which outlives the call.
         unsafe {
@@ -486,6 +498,10 @@ extern "C" fn store_entries(_call: u64, ctx: *mut c_void) -> i64 {
             )
         };
     }
+    // Taken after the fast path, which took its own.
+    let Some(state) = store_state() else {
+        return 1;
+    };
     let index = state.cursor;
     if u64::from(index) >= lp.count {
         return 1;
@@ -524,6 +540,10 @@ extern "C" fn store_entries(_call: u64, ctx: *mut c_void) -> i64 {
                     core::ptr::null_mut(),
                     0,
                 )
+            };
+            // Taken after the probes, which took their own.
+            let Some(probe) = probe_state() else {
+                return 1;
             };
             if probe.outcome != PROBE_PLACED {
                 count(Counter::TableFull);
@@ -832,9 +852,7 @@ static LQ_PROBE_STATE: PerCpuArray<ProbeLoop, 1> = PerCpuArray::new();
 /// This CPU's probe state.
 #[inline(always)]
 fn probe_state() -> Option<&'static mut ProbeLoop> {
-    // SAFETY: this CPU's element; XDP runs with preemption disabled, so nothing else uses
-    // it until the program returns.
-    LQ_PROBE_STATE.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+    this_cpu(&LQ_PROBE_STATE)
 }
 
 /// One key's collision probes ([`LQ_PROBE_STATE`]).
