@@ -40,6 +40,16 @@
 //! 5. `failure_detection_ms`: p99 over trials of the time from spine S2's last datagram to
 //!    the notification of the group without S2 (miss_count 3, T_notify 20 ms, spines send
 //!    every 18-22 ms).
+//! 6. `reweight_512x64_ms`, `reweight_512x64_vs_iproute2_ratio`: 512 remote nodes' groups of
+//!    64 members all changed in one step, beside `ip -batch` doing the same replaces on
+//!    copies of the groups (sides alternating which goes first, ratio per round, median),
+//!    with the kernel's system time of ours (`reweight_512x64_kernel_sys_ms`).
+//!    `spine_failure_all_groups_ms`: one member nexthop deleted, which the kernel removes
+//!    from all 512 groups in that one operation (seed 003 section 6.5, what lqd does when
+//!    a spine fails), median of seven trials to the ACK; beside it the kernel's system time
+//!    of the delete (the baseline), the thread's whole CPU time in it, and the rest of the
+//!    wall time, spent asleep inside the kernel's one operation
+//!    (`spine_failure_in_kernel_asleep_ms`: RCU grace periods).
 //!
 //! Everything runs inside network namespaces this program creates; `NetNs` deletes them
 //! (and every veth inside) on drop, and `Lqd` stops the daemon and removes its pins.
@@ -1522,13 +1532,19 @@ fn reweight_512() -> Result<()> {
         // Seven spines fail one after the other (groups of 64, then 63, ... members): the
         // median of seven trials, with the kernel's system time of each delete beside it
         // (what is left is the system call and the wait for the ACK).
-        let (mut times, mut sys_times) = (Vec::new(), Vec::new());
+        // Beside them, the thread's whole CPU time in the delete (CLOCK_THREAD_CPUTIME_ID:
+        // encoding the one message, the system calls, the kernel's work on this thread):
+        // the rest of the wall time the thread sleeps inside the kernel, waiting for the
+        // RCU grace periods of the groups it changed.
+        let (mut times, mut sys_times, mut cpu_times) = (Vec::new(), Vec::new(), Vec::new());
         for trial in 0..SPINE_FAILURE_TRIALS {
             let spine = (REWEIGHT_MEMBERS - trial) as u32;
             let sys0 = lq_tests::bench::thread_sys_ns();
+            let cpu0 = lq_tests::bench::thread_cpu_ns();
             let t = Instant::now();
             rw.rtnl.delete_nexthop(spine)?;
             times.push(t.elapsed().as_secs_f64() * 1e3);
+            cpu_times.push((lq_tests::bench::thread_cpu_ns() - cpu0) as f64 / 1e6);
             sys_times.push((lq_tests::bench::thread_sys_ns() - sys0) as f64 / 1e6);
             for id in [10_000, 10_255, 10_511] {
                 let g = kernel_group(&rw.ns, id)?;
@@ -1545,6 +1561,10 @@ fn reweight_512() -> Result<()> {
         eprintln!(
             "    kernel system time of the delete: {}",
             summary(&sys_times)
+        );
+        eprintln!(
+            "    the thread's CPU time in the delete (user + system; the rest of the wall time it sleeps in the kernel): {}",
+            summary(&cpu_times)
         );
         metric(
             "spine_failure_all_groups_ms",
@@ -1563,6 +1583,23 @@ fn reweight_512() -> Result<()> {
         metric(
             "spine_failure_kernel_sys_ms",
             median(&sys_times),
+            "ms",
+            None,
+            None,
+        );
+        metric(
+            "spine_failure_thread_cpu_ms",
+            median(&cpu_times),
+            "ms",
+            None,
+            None,
+        );
+        // What is left of the wall time once the thread's CPU time is taken off: asleep in
+        // the one system call, inside the kernel.
+        let asleep: Vec<f64> = times.iter().zip(&cpu_times).map(|(w, c)| w - c).collect();
+        metric(
+            "spine_failure_in_kernel_asleep_ms",
+            median(&asleep),
             "ms",
             None,
             None,

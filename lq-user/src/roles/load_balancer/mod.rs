@@ -84,6 +84,10 @@ const DAMPING_SLACK_NS: u64 = 5_000_000;
 /// How often a control step recomputes every group, not only those whose inputs changed.
 const FULL_UPDATE_NS: u64 = 1_000_000_000;
 
+/// The oldest a step woken by change events lets its copies of the receiver's neighbor
+/// table and counters get, as a share of T_notify (see [`TableReads`]).
+const TABLE_READ_MAX_AGE_T_NOTIFY_DIV: u64 = 2;
+
 /// Rows named by change events kept between two steps; beyond, an event names its sender
 /// (a burst of changes costs one read of each sender's rows, not an unbounded list).
 const MAX_NAMED_SLOTS: usize = 4096;
@@ -180,6 +184,8 @@ pub struct LoadBalancer {
     pub member_deletes: u64,
     /// When the next step reads every slot of the path table, not only the known ones.
     next_full_scan_ns: u64,
+    /// When the step last read the receiver's neighbor table and its counters.
+    table_reads: TableReads,
     /// The receiver's `slots_claimed` count at the last full scan.
     slots_claimed: u64,
     /// The receiver's `events_lost` count at the last full scan: a lost change event
@@ -220,6 +226,30 @@ pub struct LoadBalancer {
     slow: Option<crate::roles::load_balancer::slow_plane::SlowPlane>,
     /// How long the last steps that replaced groups took, in two parts.
     step_times: StepTimes,
+}
+
+/// When a control step last read the receiver's neighbor table and its counters, each a
+/// batch lookup system call (10-15 us each on a two-vCPU VM, a third of a step's own work
+/// before this, issue 15). A step woken by change events alone needs neither: the events
+/// name the rows to read, and a named spine the heartbeat knows as active is alive by the
+/// event itself. So such a step reads them only when its copies are older than
+/// T_notify / [`TABLE_READ_MAX_AGE_T_NOTIFY_DIV`], when an event names a spine that is not
+/// active (a recovery or a discovery must be seen at once, seed 003 section 6.5), or when a
+/// heartbeat deadline has passed (a spine is declared stale or failed only on a fresh
+/// read). A step woken by a timer (heartbeat deadlines, damping) reads both, as before.
+/// What waits at most that age: a bandwidth-only change the integral weight function reads
+/// from a spine's rows, and a lost change event's rows (the `events_lost` count).
+#[derive(Clone, Copy, Debug, Default)]
+struct TableReads {
+    neighbors_ns: Option<u64>,
+    counters_ns: Option<u64>,
+}
+
+impl TableReads {
+    /// Whether a copy read at `last` is older than `max_age` at `now`.
+    fn due(last: Option<u64>, now_ns: u64, max_age_ns: u64) -> bool {
+        last.is_none_or(|t| now_ns.saturating_sub(t) >= max_age_ns)
+    }
 }
 
 /// The durations of the last [`STEP_TIMES`] control steps that replaced at least one group:
@@ -292,6 +322,7 @@ impl LoadBalancer {
             removed_members: BTreeSet::new(),
             member_deletes: 0,
             next_full_scan_ns: 0,
+            table_reads: TableReads::default(),
             slots_claimed: 0,
             events_lost: 0,
             named_spines: BTreeSet::new(),
@@ -679,35 +710,49 @@ impl LoadBalancer {
         // The step's own duration is measured, not taken from `now_ns` (the loop's time).
         let step_started = monotonic_ns();
         self.last_step_ns = now_ns;
-        let neighbors = self.reader.neighbors()?;
-        // The receiver's change events name a spine when an entry's LQS or CL moved. The
-        // integral weight function also reads what moves without them (available
-        // bandwidth; with diagnostics, capacity and queue depth, docs/weights.md): with it,
-        // every spine heard from since the last step is read again, as before the mirror.
-        if matches!(self.controller.weight_function, WeightFunction::Integral(_)) {
-            for (k, v) in &neighbors {
-                if self
-                    .neighbors
-                    .get(k)
-                    .is_none_or(|old| old.accepted != v.accepted)
-                {
-                    self.named_spines.insert(*k);
+        // What this step reads by system call besides the rows (`TableReads`).
+        let max_age = self.controller.t_notify_ns() / TABLE_READ_MAX_AGE_T_NOTIFY_DIV;
+        let woken_by_events = !self.named_spines.is_empty() || !self.named_slots.is_empty();
+        let heartbeat = &self.heartbeat;
+        let read_neighbors = !woken_by_events
+            || TableReads::due(self.table_reads.neighbors_ns, now_ns, max_age)
+            || heartbeat.next_deadline().is_some_and(|d| d <= now_ns)
+            || (self.named_spines.iter())
+                .chain(self.named_slots.iter().map(|(spine, _)| spine))
+                .any(|spine| heartbeat.state(*spine) != Some(NeighborState::Active));
+        let mut events = Vec::new();
+        if read_neighbors {
+            let neighbors = self.reader.neighbors()?;
+            self.table_reads.neighbors_ns = Some(now_ns);
+            // The receiver's change events name a spine when an entry's LQS or CL moved.
+            // The integral weight function also reads what moves without them (available
+            // bandwidth; with diagnostics, capacity and queue depth, docs/weights.md): with
+            // it, every spine heard from since the last read is read again.
+            if matches!(self.controller.weight_function, WeightFunction::Integral(_)) {
+                for (k, v) in &neighbors {
+                    if self
+                        .neighbors
+                        .get(k)
+                        .is_none_or(|old| old.accepted != v.accepted)
+                    {
+                        self.named_spines.insert(*k);
+                    }
                 }
             }
+            self.neighbors = neighbors;
+            // While lqd was not running (a restart, a crash), no XDP program refreshed the
+            // table: silence from before this start is no evidence of failure. Every entry
+            // and neighbor gets a full detection interval from the start (seed 003 section
+            // 6.5), so a restart adopts the forwarding state instead of pruning live
+            // spines (the mirror raises the entries' refresh times the same way).
+            for v in self.neighbors.values_mut() {
+                v.last_seen_ns = v.last_seen_ns.max(self.started_ns);
+            }
+            for (k, v) in &self.neighbors {
+                events.extend(self.heartbeat.observe(*k, v, now_ns));
+            }
         }
-        self.neighbors = neighbors;
-        // While lqd was not running (a restart, a crash), no XDP program refreshed the
-        // table: silence from before this start is no evidence of failure. Every entry and
-        // neighbor gets a full detection interval from the start (seed 003 section 6.5),
-        // so a restart adopts the forwarding state instead of pruning live spines (the
-        // mirror raises the entries' refresh times the same way).
-        for v in self.neighbors.values_mut() {
-            v.last_seen_ns = v.last_seen_ns.max(self.started_ns);
-        }
-        let mut events = Vec::new();
-        for (k, v) in &self.neighbors {
-            events.extend(self.heartbeat.observe(*k, v, now_ns));
-        }
+        // Without a read no deadline has passed (above): the tick reports nothing new.
         events.extend(self.heartbeat.tick(now_ns));
         for e in &events {
             log_heartbeat(e);
@@ -737,14 +782,17 @@ impl LoadBalancer {
         // moves the count again, and the next step reads in full), on a reload, or on the
         // backstop timer.
         let dead = self.controller.dead_interval_ns();
-        let counters = self.reader.counters()?;
-        let claimed = counters[Counter::SlotsClaimed as usize];
-        let lost = counters[Counter::EventsLost as usize];
-        let mut rebuild = self.rebuild_needed
-            || !self.reader.mapped()
-            || claimed != self.slots_claimed
-            || lost != self.events_lost
-            || now_ns >= self.next_full_scan_ns;
+        let mut rebuild =
+            self.rebuild_needed || !self.reader.mapped() || now_ns >= self.next_full_scan_ns;
+        let mut counts = None;
+        if rebuild
+            || !woken_by_events
+            || TableReads::due(self.table_reads.counters_ns, now_ns, max_age)
+        {
+            let c = self.claim_and_loss_counts(now_ns)?;
+            rebuild |= c != (self.slots_claimed, self.events_lost);
+            counts = Some(c);
+        }
         let mut moved_remotes = None;
         if !rebuild {
             let mut named = std::mem::take(&mut self.named_spines);
@@ -777,6 +825,12 @@ impl LoadBalancer {
             }
         }
         if rebuild {
+            // The counts are read before the rows: a claim after this read moves the count
+            // again, and a later step reads in full.
+            let (claimed, lost) = match counts {
+                Some(c) => c,
+                None => self.claim_and_loss_counts(now_ns)?,
+            };
             let paths = self.reader.paths_known(true)?;
             self.mirror
                 .rebuild(paths, self.started_ns, now_ns, dead, &failed);
@@ -921,6 +975,18 @@ impl LoadBalancer {
         self.install_pending_routes();
         self.delete_orphans();
         Ok(replaced)
+    }
+
+    /// The receiver's `slots_claimed` and `events_lost` counts (one batch read of its
+    /// counters): either moving since the last full read means the event-named reads may
+    /// have missed a row.
+    fn claim_and_loss_counts(&mut self, now_ns: u64) -> Result<(u64, u64), LoadBalancerError> {
+        let counters = self.reader.counters()?;
+        self.table_reads.counters_ns = Some(now_ns);
+        Ok((
+            counters[Counter::SlotsClaimed as usize],
+            counters[Counter::EventsLost as usize],
+        ))
     }
 
     /// Seed 003 section 6.5: a failed spine leaves every group at once. Deleting its
