@@ -236,7 +236,9 @@ pub struct LoadBalancer {
 /// T_notify / [`TABLE_READ_MAX_AGE_T_NOTIFY_DIV`], when an event names a spine that is not
 /// active (a recovery or a discovery must be seen at once, seed 003 section 6.5), or when a
 /// heartbeat deadline has passed (a spine is declared stale or failed only on a fresh
-/// read). A step woken by a timer (heartbeat deadlines, damping) reads both, as before.
+/// read); and the counters when an event names a row the last full read did not find (a
+/// new key: the claim count moved, and the step reads in full). A step woken by a timer
+/// (heartbeat deadlines, damping) reads both, as before.
 /// What waits at most that age: a bandwidth-only change the integral weight function reads
 /// from a spine's rows, and a lost change event's rows (the `events_lost` count).
 #[derive(Clone, Copy, Debug, Default)]
@@ -784,9 +786,14 @@ impl LoadBalancer {
         let dead = self.controller.dead_interval_ns();
         let mut rebuild =
             self.rebuild_needed || !self.reader.mapped() || now_ns >= self.next_full_scan_ns;
+        // An event naming a row the last full read did not find: a claim, which the count
+        // confirms (the rows of its sender that the step knows would not hold it).
+        let new_row_named =
+            (self.named_slots.iter()).any(|&(_, slot)| self.reader.position_of(slot).is_none());
         let mut counts = None;
         if rebuild
             || !woken_by_events
+            || new_row_named
             || TableReads::due(self.table_reads.counters_ns, now_ns, max_age)
         {
             let c = self.claim_and_loss_counts(now_ns)?;
