@@ -786,10 +786,21 @@ impl LoadBalancer {
         let dead = self.controller.dead_interval_ns();
         let mut rebuild =
             self.rebuild_needed || !self.reader.mapped() || now_ns >= self.next_full_scan_ns;
-        // An event naming a row the last full read did not find: a claim, which the count
-        // confirms (the rows of its sender that the step knows would not hold it).
-        let new_row_named =
-            (self.named_slots.iter()).any(|&(_, slot)| self.reader.position_of(slot).is_none());
+        // The rows the events name, where the last full read found them. A row it did not
+        // find is a claim: its sender's rows are read, and the count, which confirms the
+        // claim, is read at once (a full read follows).
+        let mut named = std::mem::take(&mut self.named_spines);
+        let mut rows: Vec<u32> = Vec::with_capacity(self.named_slots.len());
+        let mut new_row_named = false;
+        for (spine, slot) in self.named_slots.drain(..) {
+            match self.reader.position_of(slot) {
+                Some(p) => rows.push(p as u32),
+                None => {
+                    named.insert(spine);
+                    new_row_named = true;
+                }
+            }
+        }
         let mut counts = None;
         if rebuild
             || !woken_by_events
@@ -802,18 +813,7 @@ impl LoadBalancer {
         }
         let mut moved_remotes = None;
         if !rebuild {
-            let mut named = std::mem::take(&mut self.named_spines);
             let reader = &self.reader;
-            // A slot the last full read did not find (claimed since): its sender's rows.
-            let mut rows: Vec<u32> = Vec::with_capacity(self.named_slots.len());
-            for (spine, slot) in self.named_slots.drain(..) {
-                match reader.position_of(slot) {
-                    Some(p) => rows.push(p as u32),
-                    None => {
-                        named.insert(spine);
-                    }
-                }
-            }
             // A row named by several events is read once.
             rows.sort_unstable();
             rows.dedup();
@@ -841,8 +841,6 @@ impl LoadBalancer {
             let paths = self.reader.paths_known(true)?;
             self.mirror
                 .rebuild(paths, self.started_ns, now_ns, dead, &failed);
-            self.named_spines.clear();
-            self.named_slots.clear();
             self.rebuild_needed = false;
             self.slots_claimed = claimed;
             self.events_lost = lost;
