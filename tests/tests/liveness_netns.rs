@@ -318,8 +318,8 @@ fn advertisements_keep_their_period_while_clients_besiege_the_daemon() {
     // gap may exceed it by scheduler noise alone on a loaded 2-vCPU VM (24.5 ms and
     // 33.2 ms seen with no client at fault, the latter while the rest of the suite ran),
     // but never by a stall: a gap under 2 x T_notify means no advertisement was skipped,
-    // well inside the miss-count x T_notify dead interval (3 x 20 ms, seed 003 section 6.5) and far below the
-    // 200-1 300 ms pauses clients caused before.
+    // well inside the miss-count x T_notify dead interval (3 x 20 ms, seed 003 section
+    // 6.5) and far below the 200-1 300 ms pauses clients caused before.
     let bound = 1.1 * T_NOTIFY_MS + 2.0;
     let hard_bound = 2.0 * T_NOTIFY_MS;
     let mut sorted = gaps.clone();
