@@ -162,7 +162,7 @@ pub struct ShowArgs {
     /// Instance name.
     #[arg(long, default_value = "default", value_parser = parse_instance)]
     pub instance: String,
-    /// The pin folder, when the instance's config set a non-default [receiver] pin-dir.
+    /// The pin folder, when the instance's config set a non-default `[receiver]` pin-dir.
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
     /// Print JSON instead of a table.

@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use lq_common::wire::{Entry, Header};
 
-use crate::netns::NetNs;
+use crate::{netns::NetNs, poll::poll_until};
 
 /// The `lqd` binary next to the test executable (target/debug/lqd), brought up to date once
 /// per test process (`cargo test -p lq-tests` builds lq-user's library but not its binary,
@@ -162,17 +162,20 @@ impl Lqd {
         let before = self.log_text().matches(outcome).count();
         std::fs::write(self.config_path(), config_text)?;
         self.signal(libc::SIGHUP);
-        let start = Instant::now();
-        while self.log_text().matches(outcome).count() <= before {
-            if start.elapsed() > Duration::from_secs(5) {
-                bail!(
-                    "no {outcome:?} in the log 5 s after SIGHUP:\n{}",
-                    self.log_text()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(())
+        poll_until(
+            &format!("another {outcome:?} in the log after SIGHUP"),
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            || {
+                let log = self.log_text();
+                if log.matches(outcome).count() > before {
+                    Ok(())
+                } else {
+                    Err(log)
+                }
+            },
+            |log| format!("\n{log}"),
+        )
     }
 
     /// The daemon's process id.

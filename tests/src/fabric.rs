@@ -18,7 +18,10 @@ use std::{
 use anyhow::{Context, Result, bail};
 use aya::programs::{SchedClassifier, TcAttachType};
 
-use crate::netns::{NetNs, run};
+use crate::{
+    netns::{NetNs, run},
+    poll::poll_until,
+};
 
 /// Prefix of every namespace the fabric builder creates (`lqf-...`); a later run removes
 /// leftovers of a killed run whose process is gone.
@@ -1005,26 +1008,27 @@ impl Clos3 {
             conf.push_str(&bmp_target("127.0.0.1", BMP_PORT));
             daemons.push(Frr::start(l, &conf).with_context(|| format!("FRR on L{j}"))?);
         }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let missing: Vec<String> = (1..=nl)
-                .flat_map(|j| (1..=nl).map(move |k| (j, k)))
-                .filter(|&(j, k)| {
-                    j != k && bgp_paths(&self.leaves[j - 1], &Self::host_prefix(k)) != ns
-                })
-                .map(|(j, k)| format!("L{j} -> {}", Self::host_prefix(k)))
-                .collect();
-            if missing.is_empty() {
-                return Ok(daemons);
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "BGP did not converge in 60 s: no {ns}-path route for {}",
-                    missing.join(", ")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        poll_until(
+            "BGP to converge",
+            Duration::from_secs(60),
+            Duration::from_millis(200),
+            || {
+                let missing: Vec<String> = (1..=nl)
+                    .flat_map(|j| (1..=nl).map(move |k| (j, k)))
+                    .filter(|&(j, k)| {
+                        j != k && bgp_paths(&self.leaves[j - 1], &Self::host_prefix(k)) != ns
+                    })
+                    .map(|(j, k)| format!("L{j} -> {}", Self::host_prefix(k)))
+                    .collect();
+                if missing.is_empty() {
+                    Ok(())
+                } else {
+                    Err(missing)
+                }
+            },
+            |missing| format!("no {ns}-path route for {}", missing.join(", ")),
+        )?;
+        Ok(daemons)
     }
 
     /// The real lqd on every node: the helper role on the spines (T_sample 2 ms), the

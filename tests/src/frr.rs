@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::netns::NetNs;
+use crate::{netns::NetNs, poll::poll_until};
 
 /// zebra and bgpd of one namespace.
 pub struct Frr {
@@ -71,12 +71,14 @@ impl Frr {
             bail!("{name} did not start ({st}): {}", self.log(name));
         }
         // zebra must listen before bgpd connects.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while name == "zebra" && !self.dir.join("zserv.api").exists() {
-            if Instant::now() > deadline {
-                bail!("zebra did not open its zserv socket: {}", self.log("zebra"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if name == "zebra" {
+            poll_until(
+                "zebra to open its zserv socket",
+                Duration::from_secs(10),
+                Duration::from_millis(20),
+                || self.dir.join("zserv.api").exists().then_some(()).ok_or(()),
+                |()| self.log("zebra"),
+            )?;
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ pub mod frr;
 pub mod netns;
 pub mod packet;
 pub mod pfc;
+pub mod poll;
 pub mod xdp;
 
 /// Fails loudly when not root: these tests need CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN.

@@ -18,6 +18,7 @@ use lq_tests::{
     frr::{self, Frr, bgpd_conf, ip_json as json},
     netns::{NetNs, veth_pair},
     packet::{entry, header, ip4},
+    poll::poll_until,
     require_root,
 };
 use serde_json::Value;
@@ -52,11 +53,16 @@ fn bgp_paths(ns: &NetNs) -> usize {
 }
 
 fn wait(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let limit = Duration::from_secs(secs);
+    let every = Duration::from_millis(50);
+    poll_until(
+        what,
+        limit,
+        every,
+        || f().then_some(()).ok_or(()),
+        |()| String::new(),
+    )
+    .unwrap();
 }
 
 /// A datagram from leaf 1 (10.200.1.1) reaches leaf 2 (10.200.2.1) through the fabric.

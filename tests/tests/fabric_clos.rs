@@ -19,7 +19,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use lq_tests::{
@@ -27,6 +27,7 @@ use lq_tests::{
     fabric::{
         Clos3, Daemon, LbOptions, Shaping, enter_netns, group_members, log_tails, route_group,
     },
+    poll::poll_until,
     require_root,
 };
 
@@ -39,21 +40,17 @@ fn wait_group(
     ok: impl Fn(&[(u64, u64)]) -> bool,
     context: impl Fn() -> String,
 ) -> Vec<(u64, u64)> {
-    let start = Instant::now();
-    loop {
-        let got = group_members(&fab.leaves[0], group);
-        if let Some(g) = &got
-            && ok(g)
-        {
-            return g.clone();
-        }
-        assert!(
-            start.elapsed() < limit,
-            "{what}: L1's group is {got:?} after {limit:?}\n{}",
-            context()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_until(
+        what,
+        limit,
+        Duration::from_millis(50),
+        || match group_members(&fab.leaves[0], group) {
+            Some(g) if ok(&g) => Ok(g),
+            got => Err(got),
+        },
+        |got| format!("L1's group is {got:?}\n{}", context()),
+    )
+    .unwrap()
 }
 
 /// The LQS S2's helper computes for its link to L2 (`lqd` control socket, `local`).
@@ -104,44 +101,40 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
     let logs = |helpers: &[Daemon], leaves: &[Daemon]| log_tails(helpers.iter().chain(leaves), 8);
 
     // Every spine advertises: L1 hears S1..S4 (seed 003 section 7.3) and they stay active.
-    let start = Instant::now();
-    loop {
-        let n = leaves[0]
-            .query("neighbors")
-            .ok()
-            .and_then(|v| {
-                v.as_array().map(|a| {
-                    a.iter()
-                        .filter(|n| n["state"] == "active" && n["accepted"].as_u64() > Some(0))
-                        .count()
+    poll_until(
+        "L1 to hear all 4 spines",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            let neighbors = leaves[0].query("neighbors").ok();
+            let n = neighbors
+                .as_ref()
+                .and_then(|v| {
+                    v.as_array().map(|a| {
+                        a.iter()
+                            .filter(|n| n["state"] == "active" && n["accepted"].as_u64() > Some(0))
+                            .count()
+                    })
                 })
-            })
-            .unwrap_or(0);
-        if n == 4 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "L1 hears {n} of 4 spines: {:?}\n{}",
-            leaves[0].query("neighbors").ok(),
-            logs(&helpers, &leaves)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+                .unwrap_or(0);
+            if n == 4 { Ok(()) } else { Err((n, neighbors)) }
+        },
+        |(n, neighbors)| {
+            let logs = logs(&helpers, &leaves);
+            format!("L1 hears {n} of 4 spines: {neighbors:?}\n{logs}")
+        },
+    )
+    .unwrap();
 
     let prefix = Clos3::host_prefix(2);
-    let start = Instant::now();
-    let group = loop {
-        if let Some(g) = route_group(&fab.leaves[0], &prefix) {
-            break g;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no route to {prefix} on L1\n{}",
-            logs(&helpers, &leaves)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let group = poll_until(
+        &format!("a route to {prefix} on L1"),
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || route_group(&fab.leaves[0], &prefix).ok_or(()),
+        |()| format!("\n{}", logs(&helpers, &leaves)),
+    )
+    .unwrap();
     let equal = [(1, 255), (2, 255), (3, 255), (4, 255)];
     wait_group(
         &fab,
@@ -196,19 +189,22 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
     // (237+). Waited for before the group is judged: after the TCP transfer a spine it
     // loaded may still weigh less than the others (damping), which the group's test
     // below would take for the flood's effect before the flood has any.
-    let start = Instant::now();
-    loop {
-        let lqs = s2_l2_lqs(&helpers[1]);
-        if lqs.is_some_and(|q| q < 200) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "S2's helper reports LQS {lqs:?} for a saturated link\n{}",
-            logs(&helpers, &leaves)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll_until(
+        "S2's helper to report an LQS below 200 for its saturated link to L2",
+        Duration::from_secs(15),
+        Duration::from_millis(20),
+        || match s2_l2_lqs(&helpers[1]) {
+            Some(q) if q < 200 => Ok(()),
+            lqs => Err(lqs),
+        },
+        |lqs| {
+            format!(
+                "S2's helper reports LQS {lqs:?}\n{}",
+                logs(&helpers, &leaves)
+            )
+        },
+    )
+    .unwrap();
     let congested = wait_group(
         &fab,
         group,

@@ -21,19 +21,15 @@ use lq_tests::{
         Clos3, Daemon, LQ_TABLE, LbOptions, Routing, Shaping, group_members, log_tails,
         route_group_in,
     },
-    frr, require_root,
+    frr,
+    poll::poll_until,
+    require_root,
 };
 
 fn wait(what: &str, limit: Duration, mut ok: impl FnMut() -> bool, context: impl Fn() -> String) {
-    let start = Instant::now();
-    while !ok() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}\n{}",
-            context()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let every = Duration::from_millis(50);
+    let context = |()| format!("\n{}", context());
+    poll_until(what, limit, every, || ok().then_some(()).ok_or(()), context).unwrap();
 }
 
 /// Members (uplink ids) of lq's group for `prefix` on L1, from the kernel.

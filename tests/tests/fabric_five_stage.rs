@@ -44,6 +44,7 @@ use lq_tests::{
         lb_sections, link, route_group, router_sysctls, telemetry_head,
     },
     netns::NetNs,
+    poll::poll_until,
     require_root,
 };
 
@@ -306,19 +307,20 @@ impl Drop for Load {
 /// the logs of `daemons` on timeout.
 fn wait_for<T>(what: &str, daemons: &[&Daemon], mut f: impl FnMut() -> Option<T>) -> (T, Duration) {
     let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return (v, start.elapsed());
-        }
-        if start.elapsed() > BOUND {
-            let logs: Vec<String> = daemons
+    let v = poll_until(
+        what,
+        BOUND,
+        Duration::from_millis(50),
+        || f().ok_or(()),
+        |()| {
+            daemons
                 .iter()
-                .map(|d| format!("--- {} ---\n{}", d.instance, d.log_tail(30)))
-                .collect();
-            panic!("{what}: not within {BOUND:?}\n{}", logs.join("\n"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+                .map(|d| format!("\n--- {} ---\n{}", d.instance, d.log_tail(30)))
+                .collect()
+        },
+    )
+    .unwrap();
+    (v, start.elapsed())
 }
 
 /// Member 1 lost weight to member 2 (at most half of it, or left out).

@@ -17,6 +17,7 @@ use std::{
 use lq_tests::{
     daemon::{Lqd, lqd_bin},
     netns::{NetNs, veth_pair},
+    poll::poll_until,
     require_root,
 };
 
@@ -48,24 +49,42 @@ fn lqs_of(lqd: &Lqd) -> Option<(u64, u64)> {
     Some((e["lqs"].as_u64()?, e["cl"].as_u64()?))
 }
 
+/// Waits until the leaf's (LQS, CL) satisfies `f`; returns how long that took, to 5 ms.
 fn wait_until(what: &str, lqd: &Lqd, spine: &Lqd, f: impl Fn((u64, u64)) -> bool) -> Duration {
     let start = Instant::now();
-    loop {
-        if let Some(v) = lqs_of(lqd)
-            && f(v)
-        {
-            return start.elapsed();
-        }
-        if start.elapsed() > Duration::from_secs(15) {
-            panic!(
-                "{what}: leaf sees {:?}\nspine local: {:?}\nspine log:\n{}",
-                lqs_of(lqd),
+    poll_until(
+        what,
+        Duration::from_secs(15),
+        Duration::from_millis(5),
+        || match lqs_of(lqd) {
+            Some(v) if f(v) => Ok(()),
+            seen => Err(seen),
+        },
+        |seen| {
+            format!(
+                "leaf sees {seen:?}\nspine local: {:?}\nspine log:\n{}",
                 spine.show("local").ok(),
                 spine.log_text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+            )
+        },
+    )
+    .unwrap();
+    start.elapsed()
+}
+
+/// Waits (at most 5 s) until the spine's `show local` satisfies `ok`.
+fn local_when(spine: &Lqd, what: &str, ok: impl Fn(&serde_json::Value) -> bool) {
+    poll_until(
+        what,
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let local = spine.show("local").unwrap();
+            if ok(&local) { Ok(()) } else { Err(local) }
+        },
+        |local| format!("spine local {local}"),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -246,19 +265,12 @@ fn pfc_pause_raises_the_congestion_level_and_ecn_capable_packets_are_counted() {
         }
     })
     .unwrap();
-    let start = Instant::now();
-    loop {
-        let local = spine.show("local").unwrap();
-        if local["links"][0]["source"]["ecn-eligible-packets"]
+    local_when(&spine, "100 ECN-eligible packets counted on s1", |local| {
+        local["links"][0]["source"]["ecn-eligible-packets"]
             .as_u64()
             .unwrap_or(0)
             >= 100
-        {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "{local}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
 
     // Pause priority 3 of s1 from the leaf: 65535 quanta at 100 Mbit/s = 335 ms per frame,
     // refreshed every 50 ms, so the link is paused all the time: F -> 1.
@@ -269,19 +281,26 @@ fn pfc_pause_raises_the_congestion_level_and_ecn_capable_packets_are_counted() {
         [0xffff; 8],
     );
     let start = Instant::now();
-    loop {
-        lq_tests::pfc::send_frames(&l, "l1", vec![pause.to_vec()]).unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        if lqs_of(&leaf) == Some((0, 6)) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "leaf sees {:?}; spine local {}",
-            lqs_of(&leaf),
-            spine.show("local").unwrap()
-        );
-    }
+    // Each look refreshes the pause first, so the link stays paused while the test waits.
+    poll_until(
+        "the leaf to see LQS 0, CL 6",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            lq_tests::pfc::send_frames(&l, "l1", vec![pause.to_vec()]).unwrap();
+            match lqs_of(&leaf) {
+                Some((0, 6)) => Ok(()),
+                seen => Err(seen),
+            }
+        },
+        |seen| {
+            format!(
+                "leaf sees {seen:?}; spine local {:?}",
+                spine.show("local").ok()
+            )
+        },
+    )
+    .unwrap();
     eprintln!(
         "PFC pause visible at the leaf as CL 6 after {:?}",
         start.elapsed()
@@ -323,24 +342,28 @@ fn a_helper_restart_is_a_resynchronisation_not_a_replay() {
     wait_until("first contact", &leaf, &spine, |(q, _)| q >= 240);
     let before = leaf.show("counters").unwrap();
     spine.restart().unwrap();
-    let start = Instant::now();
-    loop {
-        let c = leaf.show("counters").unwrap();
-        let accepted = c["accepted"].as_u64().unwrap() - before["accepted"].as_u64().unwrap();
-        if c["resync"].as_u64().unwrap() > before["resync"].as_u64().unwrap() && accepted > 10 {
-            eprintln!("after the restart: {c}");
-            // At most the datagrams sent within one detection time may be stale.
-            let stale = c["stale_seq"].as_u64().unwrap() - before["stale_seq"].as_u64().unwrap();
-            assert!(stale <= 4, "{stale} stale datagrams");
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{c}\n{}",
-            spine.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let since =
+        |c: &serde_json::Value, k: &str| c[k].as_u64().unwrap() - before[k].as_u64().unwrap();
+    let c = poll_until(
+        "a resynchronisation and more than 10 accepted datagrams at the leaf",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || {
+            let c = leaf.show("counters").unwrap();
+            let accepted = since(&c, "accepted");
+            if c["resync"].as_u64().unwrap() > before["resync"].as_u64().unwrap() && accepted > 10 {
+                Ok(c)
+            } else {
+                Err(c)
+            }
+        },
+        |c| format!("leaf counters {c}\n{}", spine.log_text()),
+    )
+    .unwrap();
+    eprintln!("after the restart: {c}");
+    // At most the datagrams sent within one detection time may be stale.
+    let stale = since(&c, "stale_seq");
+    assert!(stale <= 4, "{stale} stale datagrams");
 }
 
 /// The wire spec: at most 91 entries per datagram, "and fewer when the link's MTU requires
@@ -379,24 +402,26 @@ fn advertisements_are_split_for_the_smallest_real_link_mtu() {
     let mut spine = Lqd::start(&s, &spine_cfg).unwrap();
 
     let wait_for_entries = |what: &str| {
-        let start = Instant::now();
-        loop {
-            let n = leaf
-                .show("paths")
-                .ok()
-                .and_then(|p| p.as_array().map(Vec::len))
-                .unwrap_or(0);
-            if n == 41 {
-                return;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "{what}: the leaf has {n} entries\nspine local: {:?}\nspine log:\n{}",
-                spine.show("local").ok(),
-                spine.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll_until(
+            &format!("41 entries at the leaf over the {what}"),
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || {
+                let paths = leaf.show("paths").ok();
+                match paths.and_then(|p| p.as_array().map(Vec::len)).unwrap_or(0) {
+                    41 => Ok(()),
+                    n => Err(n),
+                }
+            },
+            |n| {
+                format!(
+                    "the leaf has {n} entries\nspine local: {:?}\nspine log:\n{}",
+                    spine.show("local").ok(),
+                    spine.log_text()
+                )
+            },
+        )
+        .unwrap();
     };
     wait_for_entries("576-octet link");
     let local = spine.show("local").unwrap();
@@ -413,15 +438,11 @@ fn advertisements_are_split_for_the_smallest_real_link_mtu() {
     // The operator raises the link's MTU (the receiving end first): the helper follows.
     l.ip(&["link", "set", "l1", "mtu", "1280"]).unwrap();
     s.ip(&["link", "set", "s1", "mtu", "1280"]).unwrap();
-    let start = Instant::now();
-    loop {
-        let local = spine.show("local").unwrap();
-        if local["path-mtu"] == 1280 && local["entries-per-datagram"] == 77 {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "{local}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    local_when(
+        &spine,
+        "the helper to split for a 1280-octet MTU",
+        |local| local["path-mtu"] == 1280 && local["entries-per-datagram"] == 77,
+    );
     std::thread::sleep(Duration::from_millis(200));
     wait_for_entries("1280-octet link");
 

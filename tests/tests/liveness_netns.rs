@@ -31,6 +31,7 @@ use lq_common::wire::{DecodePolicy, Mode, decode};
 use lq_tests::{
     daemon::{Lqd, lqd_bin},
     netns::{NetNs, veth_pair},
+    poll::poll_until,
     require_root,
 };
 
@@ -112,15 +113,14 @@ fn capture(ns: &NetNs, stop: Arc<AtomicBool>, limit: Duration) -> JoinHandle<Vec
 /// Waits until `seen` has its first datagram (the helper advertises from its second
 /// sample on).
 fn wait_for_first(cap_len: impl Fn() -> bool, lqd: &Lqd) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !cap_len() {
-        assert!(
-            Instant::now() < deadline,
-            "no advertisement arrived:\n{}",
-            lqd.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll_until(
+        "the first advertisement",
+        Duration::from_secs(15),
+        Duration::from_millis(20),
+        || cap_len().then_some(()).ok_or(()),
+        |()| format!("\n{}", lqd.log_text()),
+    )
+    .unwrap();
 }
 
 /// Counts per 0.5 ms bin from 17 ms up, for the failure message.

@@ -16,6 +16,7 @@ use lq_tests::{
     daemon::{Lqd, Sender},
     netns::{NetNs, veth_pair},
     packet::{entry, header, ip4},
+    poll::poll_until,
     require_root,
 };
 
@@ -128,21 +129,24 @@ fn group_weights(leaf: &NetNs) -> Option<Vec<(u64, u64)>> {
     lq_tests::fabric::group_members(leaf, GROUP_ID)
 }
 
+/// Waits until the group's weights are `want`; returns how long that took, to 10 ms.
 fn wait_for(what: &str, lqd: &Lqd, leaf: &NetNs, want: &[(u64, u64)]) -> Duration {
     let start = Instant::now();
-    loop {
-        let got = group_weights(leaf);
-        if got.as_deref() == Some(want) {
-            return start.elapsed();
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            panic!(
-                "{what}: group weights {got:?}, want {want:?}\nlqd log:\n{}",
-                lqd.log_text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    poll_until(
+        what,
+        Duration::from_secs(10),
+        Duration::from_millis(10),
+        || match group_weights(leaf) {
+            Some(got) if got == want => Ok(()),
+            got => Err(got),
+        },
+        |got| {
+            let log = lqd.log_text();
+            format!("group weights {got:?}, want {want:?}\nlqd log:\n{log}")
+        },
+    )
+    .unwrap();
+    start.elapsed()
 }
 
 /// The four spines' advertisement senders (10.1.k.1, TTL 255), opened on the calling
@@ -322,15 +326,13 @@ fn gtsm_and_replay_are_refused_on_the_wire() {
             }
         })
         .unwrap();
-    let start = Instant::now();
-    loop {
-        let c = lqd.show("counters").unwrap();
-        if c["accepted"] == 2 && c["bad_ttl"] == 1 && c["stale_seq"] == 2 {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "counters {c}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    show_when(
+        &lqd,
+        "counters",
+        "2 accepted, 1 bad TTL and 2 stale datagrams",
+        Duration::from_secs(5),
+        |c| c["accepted"] == 2 && c["bad_ttl"] == 1 && c["stale_seq"] == 2,
+    );
     let paths = lqd.show("paths").unwrap();
     let p = &paths.as_array().unwrap()[0];
     assert_eq!(
@@ -561,19 +563,16 @@ fn link_flaps_and_per_entry_ageing() {
                 .is_some_and(|m| m.len() == 4 && m.iter().all(|m| m["kernel-weight"] == 255))
         })
     };
-    let mut w = lqd.show("weights").unwrap();
-    while !l3_whole(&w) && t.elapsed() < Duration::from_secs(2) {
-        std::thread::sleep(Duration::from_millis(10));
-        w = lqd.show("weights").unwrap();
-    }
+    show_when(
+        &lqd,
+        "weights",
+        "L3's group with all 4 members at kernel weight 255",
+        Duration::from_secs(2),
+        l3_whole,
+    );
     eprintln!(
         "show weights agreed with the kernel after {:?}",
         t.elapsed()
-    );
-    assert!(
-        l3_whole(&w),
-        "{}",
-        lq_tests::daemon::weights_group(&w, "10.3.1.0/24").unwrap()
     );
     let n = lqd.show("neighbors").unwrap();
     assert!(
@@ -663,22 +662,28 @@ fn an_unconfirmed_spine_gets_no_weight_and_a_failed_spine_shows_lqs_0_cl_7() {
         &f.leaf,
         &[(1, 255), (3, 255), (4, 255)],
     );
-    let start = Instant::now();
-    let s2_entries = loop {
-        let paths = lqd.show("paths").unwrap();
-        let s2: Vec<serde_json::Value> = paths
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["spine-node-id"] == "10.0.0.2")
-            .cloned()
-            .collect();
-        if s2.len() == 2 && s2.iter().all(|e| e["entry-state"] != "fresh") {
-            break s2;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "{paths}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let s2_entries = poll_until(
+        "S2's 2 entries, none of them fresh",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let paths = lqd.show("paths").unwrap();
+            let s2: Vec<serde_json::Value> = paths
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["spine-node-id"] == "10.0.0.2")
+                .cloned()
+                .collect();
+            if s2.len() == 2 && s2.iter().all(|e| e["entry-state"] != "fresh") {
+                Ok(s2)
+            } else {
+                Err(paths)
+            }
+        },
+        |paths| format!("paths {paths}"),
+    )
+    .unwrap();
     for e in &s2_entries {
         assert_eq!(
             (e["lqs"].as_u64(), e["cl"].as_u64()),
@@ -761,25 +766,35 @@ fn an_unconfirmed_spine_gets_no_weight_and_a_failed_spine_shows_lqs_0_cl_7() {
     sender.join().unwrap();
 }
 
-/// `show weights` once it satisfies `ok` (clients read the last published snapshot).
+/// `lqd show SHOW` once it satisfies `ok`, for at most `limit` (clients read the last
+/// published snapshot, which may be a few steps old).
+fn show_when(
+    lqd: &Lqd,
+    show: &str,
+    what: &str,
+    limit: Duration,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    poll_until(
+        what,
+        limit,
+        Duration::from_millis(10),
+        || {
+            let v = lqd.show(show).unwrap();
+            if ok(&v) { Ok(v) } else { Err(v) }
+        },
+        |v| format!("{show} {v}\nlqd log:\n{}", lqd.log_text()),
+    )
+    .unwrap()
+}
+
+/// `show weights` once it satisfies `ok`, for at most 5 s.
 fn weights_when(
     lqd: &Lqd,
     what: &str,
     ok: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let start = Instant::now();
-    loop {
-        let w = lqd.show("weights").unwrap();
-        if ok(&w) {
-            return w;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{what}: {w}\nlqd log:\n{}",
-            lqd.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    show_when(lqd, "weights", what, Duration::from_secs(5), ok)
 }
 
 /// A resilient group of 8 buckets, 2 per member: S2's LQS from 237 to 220 changes its
@@ -804,15 +819,21 @@ fn replaces_that_move_no_bucket_are_counted_and_skipped_on_request() {
     );
 
     spines.set(1, Some(220));
-    let start = Instant::now();
-    let lowered = loop {
-        let g = group_weights(&f.leaf).unwrap_or_default();
-        if g.len() == 4 && g[1].1 < 255 {
-            break g;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "{g:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let lowered = poll_until(
+        "S2's weight below 255 in a 4-member group",
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || {
+            let g = group_weights(&f.leaf).unwrap_or_default();
+            if g.len() == 4 && g[1].1 < 255 {
+                Ok(g)
+            } else {
+                Err(g)
+            }
+        },
+        |g| format!("group weights {g:?}"),
+    )
+    .unwrap();
     assert_eq!(
         [lowered[0], lowered[2], lowered[3]],
         [(1, 255), (3, 255), (4, 255)],

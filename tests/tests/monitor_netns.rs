@@ -20,6 +20,7 @@ use std::{
 use lq_tests::{
     daemon::{Lqd, lqd_bin},
     netns::{NetNs, veth_pair},
+    poll::poll_until,
     require_root,
 };
 
@@ -141,17 +142,17 @@ fn monitor_prints_valid_threshold_crossings_of_a_loaded_link() {
 
     // The monitor follows the daemon: it ends when the daemon goes away.
     spine.terminate();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Some(st) = monitor.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = monitor.kill();
-            panic!("lqd monitor still running 5 s after the daemon stopped");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = poll_until(
+        "lqd monitor to end after the daemon stopped",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || monitor.try_wait().unwrap().ok_or(()),
+        |()| String::new(),
+    )
+    .unwrap_or_else(|e| {
+        let _ = monitor.kill();
+        panic!("{e}");
+    });
     reader.join().unwrap();
     assert!(status.success(), "lqd monitor exited with {status}");
 }

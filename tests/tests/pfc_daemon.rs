@@ -7,7 +7,7 @@
 use std::{
     collections::BTreeMap,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use lq_common::pfc::{PFC_MULTICAST, build_frame};
@@ -15,6 +15,7 @@ use lq_tests::{
     daemon::{Lqd, lqd_bin},
     netns::{NetNs, veth_pair},
     pfc::send_frames,
+    poll::poll_until,
     require_root,
 };
 
@@ -112,53 +113,56 @@ fn daemon_counts_pfc_and_exports_ipfix_records() {
             })
             .collect()
     };
-    let start = Instant::now();
-    while show() != want {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "show pfc {:?}\n{}",
-            show(),
-            lqd.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_until(
+        "show pfc to count the frames sent per priority",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            let got = show();
+            if got == want { Ok(()) } else { Err(got) }
+        },
+        |got| format!("show pfc {got:?}, want {want:?}\n{}", lqd.log_text()),
+    )
+    .unwrap();
 
     // The collector's view: the newest record per priority carries the same totals, and
     // once two records share an epoch the interval count is known (0: nothing new).
-    let start = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(&out).unwrap_or_default();
-        let mut latest: BTreeMap<u64, serde_json::Value> = BTreeMap::new();
-        let mut transmitted = 0;
-        // The collector may be writing a line right now: only complete lines count.
-        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-        for l in complete.lines() {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            if v["direction"] == "transmitted" {
-                assert_eq!(v["pfc-priority"], 0, "a missing counter was exported: {v}");
-                transmitted += 1;
-                continue;
+    poll_until(
+        "the collector to see the same totals, interval count 0 and a transmitted record",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            let mut latest: BTreeMap<u64, serde_json::Value> = BTreeMap::new();
+            let mut transmitted = 0;
+            // The collector may be writing a line right now: only complete lines count.
+            let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+            for l in complete.lines() {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                if v["direction"] == "transmitted" {
+                    assert_eq!(v["pfc-priority"], 0, "a missing counter was exported: {v}");
+                    transmitted += 1;
+                    continue;
+                }
+                if let Some(p) = v["pfc-priority"].as_u64() {
+                    assert_eq!(v["problems"], serde_json::json!([]), "{v}");
+                    assert_eq!(v["direction"], "received");
+                    latest.insert(p, v);
+                }
             }
-            if let Some(p) = v["pfc-priority"].as_u64() {
-                assert_eq!(v["problems"], serde_json::json!([]), "{v}");
-                assert_eq!(v["direction"], "received");
-                latest.insert(p, v);
+            let totals: BTreeMap<u64, u64> = latest
+                .iter()
+                .map(|(p, v)| (*p, v["pfc-control-frame-total-count"].as_u64().unwrap()))
+                .collect();
+            if totals == want && latest[&3]["interval-count"] == 0 && transmitted > 0 {
+                Ok(())
+            } else {
+                Err((totals, text))
             }
-        }
-        let totals: BTreeMap<u64, u64> = latest
-            .iter()
-            .map(|(p, v)| (*p, v["pfc-control-frame-total-count"].as_u64().unwrap()))
-            .collect();
-        if totals == want && latest[&3]["interval-count"] == 0 && transmitted > 0 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "collector saw {totals:?}\n{text}\n{}",
-            lqd.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        },
+        |(totals, text)| format!("collector saw {totals:?}\n{text}\n{}", lqd.log_text()),
+    )
+    .unwrap();
     // The Prometheus endpoint, parsed by the reference Python client's parser.
     let script = r#"
 import json, urllib.request
@@ -172,23 +176,29 @@ print(json.dumps(out))
 "#;
     // Polled: the endpoint serves the counters of the daemon's last PFC read, which may
     // come after the export the collector saw above.
-    let start = Instant::now();
-    let m = loop {
-        let parsed = a.exec("/usr/bin/python3", &["-c", script]).unwrap();
-        let m: serde_json::Value = serde_json::from_str(&parsed).unwrap();
-        let pfc3 = m["lq_pfc_rx_frames_total"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s[0]["priority"] == "3")
-            .unwrap()[1]
-            .as_f64();
-        if pfc3 == Some(8.0) {
-            break m;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "{pfc3:?}: {m}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let m = poll_until(
+        "8 priority-3 frames at the Prometheus endpoint",
+        Duration::from_secs(5),
+        Duration::from_millis(100),
+        || {
+            let parsed = a.exec("/usr/bin/python3", &["-c", script]).unwrap();
+            let m: serde_json::Value = serde_json::from_str(&parsed).unwrap();
+            let pfc3 = m["lq_pfc_rx_frames_total"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s[0]["priority"] == "3")
+                .unwrap()[1]
+                .as_f64();
+            if pfc3 == Some(8.0) {
+                Ok(m)
+            } else {
+                Err((pfc3, m))
+            }
+        },
+        |(pfc3, m)| format!("{pfc3:?}: {m}"),
+    )
+    .unwrap();
     assert!(
         m["lq_ipfix_messages_total"][0][1].as_f64().unwrap() > 0.0,
         "{m}"
@@ -253,19 +263,21 @@ fn daemon_exports_over_tcp_and_reconnects_after_a_collector_restart() {
             .next()
     };
     let wait_total = |want: u64, what: &str| {
-        let start = Instant::now();
-        loop {
-            let text = std::fs::read_to_string(&out).unwrap_or_default();
-            if total_for(&text, 5) == Some(want) {
-                return text;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(15),
-                "{what}: {text}\n{}",
-                lqd.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        poll_until(
+            &format!("a priority-5 total of {want} at the collector ({what})"),
+            Duration::from_secs(15),
+            Duration::from_millis(100),
+            || {
+                let text = std::fs::read_to_string(&out).unwrap_or_default();
+                if total_for(&text, 5) == Some(want) {
+                    Ok(text)
+                } else {
+                    Err(text)
+                }
+            },
+            |text| format!("{text}\n{}", lqd.log_text()),
+        )
+        .unwrap()
     };
     wait_total(4, "first session");
     // The collector goes away; frames keep being counted meanwhile.
@@ -323,28 +335,26 @@ fn narrow_counters_are_exported_only_while_their_wraps_are_provable() {
             .replace("[metrics]\nlisten = \"127.0.0.1:9464\"\n", "");
         let lqd = Lqd::start(&a, &cfg).unwrap();
         // Wait for at least six received-frame exports (the exporter runs).
-        let start = Instant::now();
-        let lines = loop {
-            let text = std::fs::read_to_string(&out).unwrap_or_default();
-            let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-            let lines: Vec<serde_json::Value> = complete
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
-            let received = lines
-                .iter()
-                .filter(|v| v["direction"] == "received" && v["pfc-priority"] == 0)
-                .count();
-            if received >= 6 {
-                break lines;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(15),
-                "{text}\n{}",
-                lqd.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let lines = poll_until(
+            "six received-frame exports of priority 0",
+            Duration::from_secs(15),
+            Duration::from_millis(100),
+            || {
+                let text = std::fs::read_to_string(&out).unwrap_or_default();
+                let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+                let lines: Vec<serde_json::Value> = complete
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap())
+                    .collect();
+                let received = lines
+                    .iter()
+                    .filter(|v| v["direction"] == "received" && v["pfc-priority"] == 0)
+                    .count();
+                if received >= 6 { Ok(lines) } else { Err(text) }
+            },
+            |text| format!("{text}\n{}", lqd.log_text()),
+        )
+        .unwrap();
         let _ = collector.kill();
         let _ = collector.wait();
         let _ = std::fs::remove_file(&out);

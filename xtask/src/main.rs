@@ -35,7 +35,7 @@ enum Cmd {
     Setup,
     /// Build lq-user (and through its build script the eBPF object embedded in `lqd`).
     Build(build::BuildArgs),
-    /// fmt, clippy (user and eBPF), host unit tests and privileged tests, with a summary.
+    /// fmt, clippy (user and eBPF), rustdoc, host unit tests and privileged tests, with a summary.
     Test(test::TestArgs),
     /// Run the cargo-fuzz targets in fuzz/ for a bounded number of executions.
     Fuzz(fuzz::FuzzArgs),

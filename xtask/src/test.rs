@@ -1,9 +1,9 @@
 //! `cargo xtask test [--host-only] [-- ARGS]`: every check CI runs, in order.
 //!
-//! Stages: `cargo fmt --check`, clippy on the user crates, clippy on the eBPF crate, host
-//! unit tests, privileged tests (root: real kernel, network namespaces). A failing stage
-//! does not stop the next ones, so the summary is complete; the exit code is non-zero if
-//! any stage failed. The last line of output is always `N passed, N failed`.
+//! Stages: `cargo fmt --check`, clippy on the user crates, `cargo doc` of the user crates
+//! (warnings as errors), clippy on the eBPF crate, host unit tests, privileged tests (root:
+//! real kernel, network namespaces). A failing stage does not stop the next ones, so the
+//! summary is complete; the exit code is non-zero if any stage failed. The last line of output is always `N passed, N failed`.
 //!
 //! Counting: passed/failed come from libtest's `test result:` lines. A stage that fails
 //! with no failed test counted (a compile error, a clippy or fmt failure, not root) counts
@@ -135,6 +135,13 @@ fn stages(args: &TestArgs) -> Vec<Stage> {
             prepare: None,
         },
         Stage {
+            name: "rustdoc (links and markup)",
+            layer: Layer::Lint,
+            cmd: Some(rustdoc()),
+            skip: None,
+            prepare: None,
+        },
+        Stage {
             name: "clippy (eBPF crate)",
             layer: Layer::Lint,
             cmd: Some(ebpf_clippy()),
@@ -169,6 +176,23 @@ fn stages(args: &TestArgs) -> Vec<Stage> {
     ];
     list.extend(privileged_stages(args));
     list
+}
+
+/// `cargo doc` of the user crates, private items included, with warnings as errors: a doc
+/// comment that links to an item that moved or was renamed fails here, so the docs a
+/// newcomer reads (`cargo doc --open`) keep matching the code.
+fn rustdoc() -> Command {
+    let mut c = util::cargo_cmd(None);
+    c.args([
+        "doc",
+        "--workspace",
+        "--exclude",
+        "lq-ebpf",
+        "--no-deps",
+        "--document-private-items",
+    ]);
+    c.env("RUSTDOCFLAGS", "-D warnings");
+    c
 }
 
 /// The Arm build (SmartNIC cores) is run, not only built: `lqd` for aarch64 under qemu-user

@@ -341,7 +341,7 @@ pub struct Receiver {
     /// Pass consumed LQ datagrams to the stack too (for a tcpdump on the host).
     #[serde(default)]
     pub pass_through: bool,
-    /// bpffs folder for the pinned maps (default /sys/fs/bpf/lq/<instance>).
+    /// bpffs folder for the pinned maps (default `/sys/fs/bpf/lq/<instance>`).
     #[serde(default)]
     pub pin_dir: Option<PathBuf>,
 }
@@ -651,7 +651,7 @@ pub struct PfcSection {
     /// Interfaces whose received PFC frames are counted (a bond's members, never the bond).
     #[serde(default)]
     pub interfaces: Vec<String>,
-    /// bpffs folder of the PFC maps (default /sys/fs/bpf/lq/<instance>-pfc).
+    /// bpffs folder of the PFC maps (default `/sys/fs/bpf/lq/<instance>-pfc`).
     #[serde(default)]
     pub pin_dir: Option<PathBuf>,
     /// Link speed for pause-duration accounting when the driver reports none (Mbit/s).

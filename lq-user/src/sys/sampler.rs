@@ -1,5 +1,5 @@
 //! The helper's I/O edge: reads the kernel counters of every monitored egress link once per
-//! T_sample and turns them into [`RawSample`]s for [`super::pipeline`] (seed 003 Appendix A,
+//! T_sample and turns them into [`RawSample`]s for [`crate::core::helper::pipeline`] (seed 003 Appendix A,
 //! A.1 "Hardware Signals" and A.2 "Derived Metrics").
 //!
 //! A Linux host has no ASIC registers; A.1's signals map onto what the kernel exposes:

@@ -254,6 +254,26 @@ impl TableReads {
     }
 }
 
+/// What a step's read of the path table found (`LoadBalancer::read_paths`).
+#[derive(Debug)]
+enum PathsRead {
+    /// The whole table was read: every group is recomputed.
+    Full,
+    /// Only the rows that can have moved were read: the remote nodes whose entries changed.
+    Changed(BTreeSet<NodeId>),
+}
+
+/// The groups a step recomputes (`LoadBalancer::groups_to_compute`).
+#[derive(Debug)]
+struct GroupsToCompute {
+    /// Their keys, in key order.
+    keys: Vec<GroupKey>,
+    /// Every group is recomputed (a full read, or FULL_UPDATE_NS passed).
+    full: bool,
+    /// The set of group keys changed since the last step.
+    groups_moved: bool,
+}
+
 /// The durations of the last [`STEP_TIMES`] control steps that replaced at least one group:
 /// lqd's own work (from the step's start to its replaces sent) and the kernel's (the
 /// replaces' round trip, to the last acknowledgement). Shown by `lqd show weights` and the
@@ -707,14 +727,45 @@ impl LoadBalancer {
         })
     }
 
-    /// One control step at `now_ns`. Returns how many groups were replaced.
+    /// One control step at `now_ns`, in the order of seed 003 section 6: liveness (6.5),
+    /// uplink state, the path table's rows that can have moved, the weights of the groups
+    /// whose inputs changed (6.1-6.4), and their replaces. Returns how many groups were
+    /// replaced.
     pub fn step(&mut self, now_ns: u64) -> Result<usize, LoadBalancerError> {
         // The step's own duration is measured, not taken from `now_ns` (the loop's time).
         let step_started = monotonic_ns();
         self.last_step_ns = now_ns;
-        // What this step reads by system call besides the rows (`TableReads`).
-        let max_age = self.controller.t_notify_ns() / TABLE_READ_MAX_AGE_T_NOTIFY_DIV;
+        // Taken before `follow_liveness`, which may name more spines: what woke the step.
         let woken_by_events = !self.named_spines.is_empty() || !self.named_slots.is_empty();
+        self.follow_liveness(now_ns, woken_by_events)?;
+        self.follow_uplinks()?;
+        let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
+        let paths = self.read_paths(now_ns, woken_by_events, &failed)?;
+        let mirror = std::mem::take(&mut self.mirror);
+        self.slow_plane_resolve_due(mirror.entries(), now_ns, matches!(paths, PathsRead::Full));
+        self.mirror = mirror;
+        if self.regroup_needed {
+            let slow = self.slow.take();
+            self.regroup(slow.as_ref());
+            self.slow = slow;
+        }
+        let todo = self.groups_to_compute(now_ns, &paths, &failed);
+        let apps = self.update_weights(now_ns, &todo);
+        let replaced = self.apply(apps, step_started);
+        self.install_pending_routes();
+        self.delete_orphans();
+        Ok(replaced)
+    }
+
+    /// Seed 003 section 6.5: the receiver's neighbor table, when this step needs a fresh
+    /// copy ([`TableReads`]), fed to the heartbeat; a spine that failed now leaves every
+    /// group at once (`remove_failed_members`).
+    fn follow_liveness(
+        &mut self,
+        now_ns: u64,
+        woken_by_events: bool,
+    ) -> Result<(), LoadBalancerError> {
+        let max_age = self.controller.t_notify_ns() / TABLE_READ_MAX_AGE_T_NOTIFY_DIV;
         let heartbeat = &self.heartbeat;
         let read_neighbors = !woken_by_events
             || TableReads::due(self.table_reads.neighbors_ns, now_ns, max_age)
@@ -769,20 +820,33 @@ impl LoadBalancer {
         if !failed_now.is_empty() {
             self.remove_failed_members(&failed_now);
         }
-        // Uplink state from the link notifications queued since the last step (one
-        // non-blocking receive when nothing changed), not a system call per uplink.
+        Ok(())
+    }
+
+    /// Uplink state from the link notifications queued since the last step (one
+    /// non-blocking receive when nothing changed), not a system call per uplink.
+    fn follow_uplinks(&mut self) -> Result<(), LoadBalancerError> {
         self.links.poll().map_err(RtnlError::Io)?;
         for u in &self.cfg.uplink {
             self.local
                 .set_up(UplinkId::from(u.id), self.links.is_up(&u.interface));
         }
-        let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
-        // The path table (issue 15): the rows of the spines that can have moved (named by
-        // change events, due by ageing, failed or recovered; `PathMirror`), read in place.
-        // The whole table only when the receiver claimed a slot (a new key) or lost an
-        // event since the last full read (each count read first: a claim after this read
-        // moves the count again, and the next step reads in full), on a reload, or on the
-        // backstop timer.
+        Ok(())
+    }
+
+    /// The path table (issue 15): the rows of the spines that can have moved (named by
+    /// change events, due by ageing, failed or recovered; `PathMirror`), read in place.
+    /// The whole table only when the receiver claimed a slot (a new key) or lost an event
+    /// since the last full read (each count read first: a claim after this read moves the
+    /// count again, and the next step reads in full), on a reload, or on the backstop
+    /// timer.
+    fn read_paths(
+        &mut self,
+        now_ns: u64,
+        woken_by_events: bool,
+        failed: &BTreeSet<NeighborKey>,
+    ) -> Result<PathsRead, LoadBalancerError> {
+        let max_age = self.controller.t_notify_ns() / TABLE_READ_MAX_AGE_T_NOTIFY_DIV;
         let dead = self.controller.dead_interval_ns();
         let mut rebuild =
             self.rebuild_needed || !self.reader.mapped() || now_ns >= self.next_full_scan_ns;
@@ -811,7 +875,6 @@ impl LoadBalancer {
             rebuild |= c != (self.slots_claimed, self.events_lost);
             counts = Some(c);
         }
-        let mut moved_remotes = None;
         if !rebuild {
             let reader = &self.reader;
             // A row named by several events is read once.
@@ -824,44 +887,44 @@ impl LoadBalancer {
             };
             let r = self
                 .mirror
-                .refresh(&named, &rows, clock, &failed, &mut KnownRows(reader));
-            if r.stale {
-                rebuild = true;
-            } else {
-                moved_remotes = Some(r.changed_remotes);
+                .refresh(&named, &rows, clock, failed, &mut KnownRows(reader));
+            if !r.stale {
+                return Ok(PathsRead::Changed(r.changed_remotes));
             }
         }
-        if rebuild {
-            // The counts are read before the rows: a claim after this read moves the count
-            // again, and a later step reads in full.
-            let (claimed, lost) = match counts {
-                Some(c) => c,
-                None => self.claim_and_loss_counts(now_ns)?,
-            };
-            let paths = self.reader.paths_known(true)?;
-            self.mirror
-                .rebuild(paths, self.started_ns, now_ns, dead, &failed);
-            self.rebuild_needed = false;
-            self.slots_claimed = claimed;
-            self.events_lost = lost;
-            self.next_full_scan_ns = now_ns + FULL_SCAN_NS;
-        }
-        let mirror = std::mem::take(&mut self.mirror);
-        self.slow_plane_resolve_due(mirror.entries(), now_ns, rebuild);
-        self.mirror = mirror;
-        if self.regroup_needed {
-            let slow = self.slow.take();
-            self.regroup(slow.as_ref());
-            self.slow = slow;
-        }
-        let snapshot = self.mirror.snapshot();
-        // Only the groups whose inputs changed are recomputed (issue 15): a group's inputs
-        // are its remote node's entries (moved when the refresh says so), its permitted
-        // members (part of its key: a new key is a new group), every uplink's local
-        // quality and the failed spines (shared by all). The others are ticked (damping
-        // and integral steps go on). All groups are recomputed after a full read and
-        // every FULL_UPDATE_NS, which also lets the integral function's peak-held
-        // capacity estimate decay.
+        // The counts are read before the rows: a claim after this read moves the count
+        // again, and a later step reads in full.
+        let (claimed, lost) = match counts {
+            Some(c) => c,
+            None => self.claim_and_loss_counts(now_ns)?,
+        };
+        let paths = self.reader.paths_known(true)?;
+        self.mirror
+            .rebuild(paths, self.started_ns, now_ns, dead, failed);
+        self.rebuild_needed = false;
+        self.slots_claimed = claimed;
+        self.events_lost = lost;
+        self.next_full_scan_ns = now_ns + FULL_SCAN_NS;
+        Ok(PathsRead::Full)
+    }
+
+    /// Only the groups whose inputs changed are recomputed (issue 15): a group's inputs
+    /// are its remote node's entries (moved when the read of the path table says so), its
+    /// permitted members (part of its key: a new key is a new group), every uplink's local
+    /// quality and the failed spines (shared by all). The others are ticked (damping and
+    /// integral steps go on). All groups are recomputed after a full read and every
+    /// FULL_UPDATE_NS, which also lets the integral function's peak-held capacity estimate
+    /// decay.
+    fn groups_to_compute(
+        &mut self,
+        now_ns: u64,
+        paths: &PathsRead,
+        failed: &BTreeSet<NeighborKey>,
+    ) -> GroupsToCompute {
+        let moved_remotes = match paths {
+            PathsRead::Changed(m) => Some(m),
+            PathsRead::Full => None,
+        };
         let full = now_ns >= self.next_full_update_ns || moved_remotes.is_none();
         if full {
             self.next_full_update_ns = now_ns + FULL_UPDATE_NS;
@@ -870,7 +933,7 @@ impl LoadBalancer {
         for u in self.mapping.uplinks.keys() {
             shared.add(u64::from(*u) << 8 | u64::from(self.local.get(*u)));
         }
-        for f in &failed {
+        for f in failed {
             shared.add(u64::from(f.node_as) << 32 | u64::from(f.node_id));
         }
         let shared_moved = shared.0 != self.shared_digest;
@@ -890,7 +953,7 @@ impl LoadBalancer {
                 }
             }
         }
-        let mut changed: Vec<GroupKey> = Vec::new();
+        let mut keys: Vec<GroupKey> = Vec::new();
         if full || shared_moved || groups_moved {
             // The groups, the computed set and the reports are all sorted by key: each "is
             // it there" below is a merge step (`SortedProbe`), not a tree search per group.
@@ -901,7 +964,7 @@ impl LoadBalancer {
                 if new {
                     first_time.push(key.clone());
                 }
-                let moved = match (&moved_remotes, key.remote) {
+                let moved = match (moved_remotes, key.remote) {
                     (Some(m), Some(r)) => m.contains(&r),
                     (Some(_), None) => false,
                     (None, _) => true,
@@ -910,7 +973,7 @@ impl LoadBalancer {
                 // was adopted with: computed without its remote node's entries, its target
                 // would be the local-only split, and flows would move twice.
                 if (full || shared_moved || new || moved) && key.adopted.is_none() {
-                    changed.push(key.clone());
+                    keys.push(key.clone());
                 }
             }
             if !first_time.is_empty() || self.computed.len() != self.groups.len() {
@@ -918,33 +981,47 @@ impl LoadBalancer {
                 let mut present = SortedProbe::new(self.groups.keys());
                 self.computed.retain(|k| present.contains(k));
             }
-        } else if let Some(moved) = &moved_remotes {
+        } else if let Some(moved) = moved_remotes {
             // The same keys had their first computation at an earlier step: only the
             // groups of the remote nodes whose entries moved are computed again.
             for r in moved {
-                if let Some(keys) = self.groups_by_remote.get(r) {
-                    changed.extend(keys.iter().cloned());
+                if let Some(group_keys) = self.groups_by_remote.get(r) {
+                    keys.extend(group_keys.iter().cloned());
                 }
             }
         }
+        GroupsToCompute {
+            keys,
+            full,
+            groups_moved,
+        }
+    }
+
+    /// Seed 003 sections 6.1-6.4: path quality and target weights of the groups `todo`
+    /// names, damped (`WeightController`); the report the views show is this step's
+    /// groups over the last ones. Returns the applications due, a refused one again.
+    fn update_weights(
+        &mut self,
+        now_ns: u64,
+        todo: &GroupsToCompute,
+    ) -> Vec<(GroupKey, Application)> {
         let groups = &self.groups;
         let report = compute_some_groups(
             &self.controller,
             &self.mapping,
             &self.local,
-            snapshot,
-            changed.iter(),
+            self.mirror.snapshot(),
+            todo.keys.iter(),
         );
-        let apps = if groups_moved {
+        let mut apps = if todo.groups_moved {
             let mut present = SortedProbe::new(groups.keys());
             self.weights
                 .update_changed(&report, |k| present.contains(k), now_ns)
         } else {
             self.weights.update_reported(&report, now_ns)
         };
-        // The report the views show: this step's groups over the last ones.
         let last = &mut self.last_report;
-        if groups_moved {
+        if todo.groups_moved {
             let mut present = SortedProbe::new(groups.keys());
             last.groups.retain(|k, _| present.contains(k));
             let mut present = SortedProbe::new(groups.keys());
@@ -952,12 +1029,11 @@ impl LoadBalancer {
         }
         last.groups.extend(report.groups);
         last.signals.extend(report.signals);
-        if full {
+        if todo.full {
             (last.unknown_spine_entries, last.unknown_remote_entries) =
-                unused_entries(&self.mapping, snapshot, groups.keys());
+                unused_entries(&self.mapping, self.mirror.snapshot(), groups.keys());
         }
         last.failed_entries = report.failed_entries;
-        let mut apps = apps;
         for (key, g) in &mut self.groups {
             if let Some(app) = g.refused.take()
                 && !apps.iter().any(|(k, _)| k == key)
@@ -965,6 +1041,13 @@ impl LoadBalancer {
                 apps.push((key.clone(), app));
             }
         }
+        apps
+    }
+
+    /// The replaces `apps` need (`prepare`), sent in one batch (`program`); the step's
+    /// time, from `step_started` to the replaces sent and then to their acknowledgement,
+    /// is kept when it replaced a group. Returns how many groups were replaced.
+    fn apply(&mut self, apps: Vec<(GroupKey, Application)>, step_started: u64) -> usize {
         let mut batch = Vec::new();
         for (key, app) in apps {
             if let Some(msg) = self.prepare(&key, &app) {
@@ -977,9 +1060,7 @@ impl LoadBalancer {
             self.step_times
                 .record(work_done.saturating_sub(step_started), kernel_ns);
         }
-        self.install_pending_routes();
-        self.delete_orphans();
-        Ok(replaced)
+        replaced
     }
 
     /// The receiver's `slots_claimed` and `events_lost` counts (one batch read of its

@@ -3,7 +3,8 @@
 //! plane (LQS > 0)".
 //!
 //! [`SlowPlane`] is the deterministic core: fed typed route and nexthop events (a kernel
-//! dump, then RTNLGRP_IPV4_ROUTE / IPV6_ROUTE / NEXTHOP notifications; see [`monitor`]),
+//! dump, then RTNLGRP_IPV4_ROUTE / IPV6_ROUTE / NEXTHOP notifications; see
+//! [`crate::sys::netlink::route_monitor`]),
 //! it keeps the routes of the followed protocols (`bgp` by default) and answers which
 //! destinations lq steers and which uplinks are eligible for each: the next hops of the
 //! best such route, resolved through zebra's nexthop objects where the route points at one,

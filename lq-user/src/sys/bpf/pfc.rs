@@ -1,6 +1,7 @@
 //! PFC telemetry in `lqd`: the tc PFC counter's loader and reader ([`PfcCounter`],
 //! [`PfcReader`]), the counter model that turns raw sources into exportable totals
-//! ([`counter`]), and the transmit-side sources that confirm emission ([`ethtool`]).
+//! ([`crate::core::pfc::counter`]), and the transmit-side sources that confirm emission
+//! ([`crate::sys::ethtool`]).
 //!
 //! Received counts come from `lq_pfc_ingress` (tc ingress, tcx; clsact on kernels before
 //! 6.6), whose maps are pinned under the instance folder so a daemon restart keeps them.
@@ -279,7 +280,7 @@ impl PfcReader {
 
     /// The kernel's id of the counter map: it changes only when the map is recreated (the
     /// pins were removed), i.e. when the counters were reset. Feed it to
-    /// [`counter::CounterTracker`] as the source instance.
+    /// [`crate::core::pfc::counter::CounterTracker`] as the source instance.
     pub fn instance(&self) -> u32 {
         self.instance
     }
@@ -330,7 +331,7 @@ impl PfcReader {
     }
 
     /// Total paused nanoseconds of one (interface, priority) up to `now` (CLOCK_MONOTONIC,
-    /// [`monotonic_ns`]): 0 before its first frame. F over an interval is the difference
+    /// [`crate::sys::clock::monotonic_ns`]): 0 before its first frame. F over an interval is the difference
     /// of two readings divided by the interval, capped at 1.
     pub fn paused_ns(&self, ifindex: u32, priority: u8, now: u64) -> Result<u64, PfcError> {
         Ok(self

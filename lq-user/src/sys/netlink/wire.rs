@@ -5,7 +5,7 @@
 //! frames and attributes from here and emit their bodies through [`Emitable`].
 //!
 //! Decoding never panics: `netlink-packet-core` checks every length before it reads
-//! ([`NetlinkBuffer::new_checked`], [`NlaBuffer::new_checked`]), and iteration stops after
+//! ([`NetlinkBuffer::new_checked`], [`netlink_packet_core::NlaBuffer::new_checked`]), and iteration stops after
 //! the first framing error.
 
 use std::{

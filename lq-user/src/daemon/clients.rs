@@ -1,0 +1,543 @@
+//! The daemon's clients: the control socket (`lqd show`, `lqd monitor`) and the
+//! Prometheus metrics endpoint, served on a thread of their own from the snapshots the
+//! event loop publishes (`Published`). A client, however slow or silent, costs the loop
+//! nothing but CPU: the loop only try-locks the snapshot, every request and answer has a
+//! deadline, and connections beyond [`MAX_CLIENTS`] are closed at once and counted.
+
+use std::{
+    path::Path,
+    sync::{Arc, atomic::AtomicU64},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    net::{TcpListener, TcpStream, UnixListener, UnixStream},
+    sync::{Semaphore, broadcast},
+};
+use tracing::warn;
+
+use crate::{
+    sys::clock::monotonic_ns,
+    views::snapshot::{ClientStats, EndpointStats, Snapshot},
+};
+
+/// Concurrent connections per endpoint (metrics, control socket); more are closed at once
+/// and counted as refused.
+pub const MAX_CLIENTS: usize = 256;
+
+/// How long a client has to send its request once connected.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(1);
+
+/// How long writing an answer (or one `monitor` notification) may take.
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Longest control request line (`weights`, `state`, ...).
+pub const MAX_CONTROL_REQUEST: usize = 256;
+
+/// Longest HTTP request (request line and headers) of the metrics endpoint.
+pub const MAX_HTTP_REQUEST: usize = 8192;
+
+/// Listen backlog of both endpoints: a burst of connections waits in the kernel instead of
+/// being dropped, and is then served or refused by the client thread.
+const BACKLOG: i32 = 1024;
+
+/// The control socket, listening with [`BACKLOG`].
+pub(super) fn bind_control(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let s = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    s.bind(&SockAddr::unix(path)?)?;
+    s.listen(BACKLOG)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// The metrics endpoint, listening with [`BACKLOG`].
+pub(super) fn bind_tcp(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())?;
+    s.listen(BACKLOG)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+pub(super) fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("chmod {mode:o} {}", path.display()))
+}
+
+/// What the client thread needs.
+struct Clients {
+    snapshots: Published,
+    notify: broadcast::Sender<String>,
+    stats: Arc<ClientStats>,
+}
+
+/// The latest snapshot, shared by the loop and the client thread. The loop only
+/// try-locks it: the client thread, preempted while it holds the lock, can never hold up
+/// the real-time loop (no priority inversion); a publish that finds it taken is retried on
+/// the next iteration. Clients hold it only to clone an `Arc`.
+#[derive(Clone)]
+pub(super) struct Published(Arc<std::sync::Mutex<Arc<Snapshot>>>);
+
+impl Published {
+    pub(super) fn new(first: Snapshot) -> Self {
+        Self(Arc::new(std::sync::Mutex::new(Arc::new(first))))
+    }
+
+    /// Replaces the snapshot unless a client holds the lock right now.
+    pub(super) fn try_publish(&self, snap: Snapshot) -> bool {
+        let snap = Arc::new(snap);
+        match self.0.try_lock() {
+            Ok(mut latest) => {
+                // The old snapshot is dropped after the lock is released.
+                let _old = std::mem::replace(&mut *latest, snap);
+                drop(latest);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The latest snapshot.
+    pub(super) fn latest(&self) -> Arc<Snapshot> {
+        match self.0.lock() {
+            Ok(s) => s.clone(),
+            // Nothing panics while holding it; if something did, the value is still whole.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+/// Serves the control socket and the metrics endpoint on a thread of their own, from the
+/// snapshots the loop publishes: the loop never waits on a client, and a flood of
+/// connections competes with the loop only for CPU.
+pub(super) fn spawn_client_thread(
+    control: std::os::unix::net::UnixListener,
+    metrics: Option<std::net::TcpListener>,
+    snapshots: Published,
+    notify: broadcast::Sender<String>,
+    stats: Arc<ClientStats>,
+) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("client runtime")?;
+    let ctx = Arc::new(Clients {
+        snapshots,
+        notify,
+        stats,
+    });
+    std::thread::Builder::new()
+        .name("lqd-clients".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let control = match UnixListener::from_std(control) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        warn!(error = %crate::core::report::Chain(&e), "control socket: no clients will be served");
+                        return;
+                    }
+                };
+                let metrics = metrics.and_then(|m| {
+                    TcpListener::from_std(m)
+                        .inspect_err(|e| warn!(error = %crate::core::report::Chain(&e), "metrics endpoint: not served"))
+                        .ok()
+                });
+                let c = tokio::spawn(accept_control(control, ctx.clone()));
+                if let Some(m) = metrics {
+                    tokio::spawn(accept_metrics(m, ctx.clone()));
+                }
+                let _ = c.await;
+            });
+        })
+        .context("client thread")?;
+    Ok(())
+}
+
+/// Logs refused connections at most once a second per endpoint.
+struct RefusalLog {
+    endpoint: &'static str,
+    last: Option<std::time::Instant>,
+}
+
+impl RefusalLog {
+    fn refused(&mut self, stats: &EndpointStats) {
+        EndpointStats::inc(&stats.refused);
+        if self
+            .last
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
+            self.last = Some(std::time::Instant::now());
+            warn!(
+                endpoint = self.endpoint,
+                limit = MAX_CLIENTS,
+                refused_total = load(&stats.refused),
+                "too many client connections: closing new ones until some finish"
+            );
+        }
+    }
+}
+
+fn load(c: &AtomicU64) -> u64 {
+    c.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// After a failed accept (e.g. EMFILE) the pending connection stays queued: wait a little
+/// instead of spinning on it.
+async fn accept_failed(endpoint: &'static str, stats: &EndpointStats, e: &std::io::Error) {
+    EndpointStats::inc(&stats.accept_errors);
+    warn!(endpoint, error = %crate::core::report::Chain(&e), "accept failed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+async fn accept_control(listener: UnixListener, ctx: Arc<Clients>) {
+    let permits = Arc::new(Semaphore::new(MAX_CLIENTS));
+    let mut log = RefusalLog {
+        endpoint: "control",
+        last: None,
+    };
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                accept_failed("control", &ctx.stats.control, &e).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            log.refused(&ctx.stats.control);
+            continue;
+        };
+        EndpointStats::inc(&ctx.stats.control.accepted);
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            serve_control(stream, &ctx).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn accept_metrics(listener: TcpListener, ctx: Arc<Clients>) {
+    let permits = Arc::new(Semaphore::new(MAX_CLIENTS));
+    let mut log = RefusalLog {
+        endpoint: "metrics",
+        last: None,
+    };
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                accept_failed("metrics", &ctx.stats.metrics, &e).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            log.refused(&ctx.stats.metrics);
+            continue;
+        };
+        EndpointStats::inc(&ctx.stats.metrics.accepted);
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            serve_metrics(stream, &ctx).await;
+            drop(permit);
+        });
+    }
+}
+
+/// Writes `bytes` within [`WRITE_DEADLINE`]; a client that does not read in time is
+/// counted and dropped.
+async fn write_within(
+    w: &mut (impl AsyncWriteExt + Unpin),
+    bytes: &[u8],
+    stats: &EndpointStats,
+) -> bool {
+    match tokio::time::timeout(WRITE_DEADLINE, w.write_all(bytes)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => false,
+        Err(_) => {
+            EndpointStats::inc(&stats.timed_out);
+            false
+        }
+    }
+}
+
+/// One metrics request: reads the HTTP request head (up to [`MAX_HTTP_REQUEST`] octets,
+/// within [`REQUEST_DEADLINE`]) and answers with the metrics of the latest snapshot.
+async fn serve_metrics(mut stream: TcpStream, ctx: &Clients) {
+    let stats = &ctx.stats.metrics;
+    let mut head = Vec::with_capacity(512);
+    let read = tokio::time::timeout(REQUEST_DEADLINE, async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            let n = stream.read(&mut chunk).await?;
+            head.extend_from_slice(&chunk[..n]);
+            if n == 0 || head.windows(4).any(|w| w == b"\r\n\r\n") {
+                return Ok::<bool, std::io::Error>(true);
+            }
+            if head.len() > MAX_HTTP_REQUEST {
+                return Ok(false);
+            }
+        }
+    })
+    .await;
+    let body = match read {
+        Err(_) => {
+            EndpointStats::inc(&stats.timed_out);
+            return;
+        }
+        Ok(Err(_)) => return,
+        Ok(Ok(false)) => {
+            EndpointStats::inc(&stats.too_large);
+            let _ = write_within(
+                &mut stream,
+                b"HTTP/1.0 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n",
+                stats,
+            )
+            .await;
+            return;
+        }
+        Ok(Ok(true)) => {
+            let snap = ctx.snapshots.latest();
+            crate::views::metrics::render(&snap, Some(&ctx.stats))
+        }
+    };
+    let _ = write_within(
+        &mut stream,
+        crate::views::metrics::http_response(&body).as_bytes(),
+        stats,
+    )
+    .await;
+}
+
+/// Answers one control request: a line naming a view, a JSON document back; `monitor`
+/// instead streams `lq-threshold-crossed` notifications as JSON lines until the client
+/// goes away or falls behind.
+async fn serve_control(stream: UnixStream, ctx: &Clients) {
+    let stats = &ctx.stats.control;
+    let (r, mut w) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(r.take(MAX_CONTROL_REQUEST as u64 + 1));
+    match tokio::time::timeout(REQUEST_DEADLINE, reader.read_line(&mut line)).await {
+        Err(_) => {
+            EndpointStats::inc(&stats.timed_out);
+            return;
+        }
+        Ok(Err(_)) => line.clear(),
+        Ok(Ok(_)) => {}
+    }
+    if line.len() > MAX_CONTROL_REQUEST {
+        EndpointStats::inc(&stats.too_large);
+        let reply = json!({"error": format!("request longer than {MAX_CONTROL_REQUEST} octets")});
+        let _ = write_within(&mut w, format!("{reply}\n").as_bytes(), stats).await;
+        return;
+    }
+    let request = line.trim();
+    if request == "monitor" {
+        follow_notifications(w, ctx).await;
+        return;
+    }
+    let snap = ctx.snapshots.latest();
+    let mut text = answer(request, &snap);
+    text.push('\n');
+    let _ = write_within(&mut w, text.as_bytes(), stats).await;
+}
+
+/// `lqd monitor`: one JSON line per notification. A client that falls more than the
+/// channel's capacity behind, or does not take a line within [`WRITE_DEADLINE`], is
+/// dropped (and counted) so it holds back nobody else.
+async fn follow_notifications(mut w: tokio::net::unix::OwnedWriteHalf, ctx: &Clients) {
+    let mut rx = ctx.notify.subscribe();
+    loop {
+        match rx.recv().await {
+            Ok(n) => {
+                if !write_within(&mut w, format!("{n}\n").as_bytes(), &ctx.stats.control).await {
+                    break;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(lost)) => {
+                EndpointStats::inc(&ctx.stats.monitors_dropped);
+                warn!(
+                    lost,
+                    "monitor client fell behind the notifications: dropped"
+                );
+                break;
+            }
+            Err(broadcast::error::RecvError::Closed) => break,
+        }
+    }
+}
+
+/// The reply to one request, as JSON text. Typed views are written straight to text: a
+/// `serde_json::Value` of a 512-group leaf's weights (32 768 members) took tens of MB of
+/// the client thread's heap for a moment, and the allocator kept it (issue 15, RSS).
+fn answer(request: &str, snap: &Snapshot) -> String {
+    let now = monotonic_ns();
+    let no = |what: &str| {
+        json!({"error": format!("this node does not run the {what} role")}).to_string()
+    };
+    let text = |v: Result<String, serde_json::Error>| {
+        v.unwrap_or_else(|e| json!({"error": format!("rendering the reply: {e}")}).to_string())
+    };
+    let lb = snap.load_balancer.as_ref();
+    let helper = snap.helper.as_ref();
+    match request {
+        "weights" => lb.map_or_else(
+            || no("load-balancer"),
+            |lb| text(serde_json::to_string(&lb.weights)),
+        ),
+        "neighbors" => lb.map_or_else(
+            || no("load-balancer"),
+            |lb| lb.neighbors_json(now).to_string(),
+        ),
+        "local" => helper.map_or_else(|| no("helper"), |h| text(serde_json::to_string(&h.local))),
+        "state" => {
+            let neighbors = lb.map(|lb| lb.neighbors_yang(now, crate::sys::clock::unix_ns()));
+            let local = helper.map(crate::views::snapshot::HelperSnapshot::local_yang);
+            crate::views::yang_state::state_document(&snap.config, local, neighbors).to_string()
+        }
+        other => json!({"error": format!("unknown request {other:?}: weights, neighbors, local, state, monitor")})
+            .to_string(),
+    }
+}
+
+/// Follows `lq-threshold-crossed` notifications of a running instance: calls `each` with
+/// every JSON line until the daemon goes away.
+pub fn monitor(socket: &Path, mut each: impl FnMut(&str) -> bool) -> Result<()> {
+    use std::io::{BufRead as _, Write as _};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).with_context(|| {
+        format!(
+            "connect to {} (is lqd running with this --instance?)",
+            socket.display()
+        )
+    })?;
+    s.write_all(b"monitor\n")?;
+    for line in std::io::BufReader::new(s).lines() {
+        if !each(&line?) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Sends one request to a running instance and returns its JSON answer.
+pub fn query(socket: &Path, request: &str) -> Result<Value> {
+    use std::io::{BufRead as _, Write as _};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).with_context(|| {
+        format!(
+            "connect to {} (is lqd running with this --instance?)",
+            socket.display()
+        )
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(format!("{request}\n").as_bytes())?;
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line)?;
+    let v: Value = serde_json::from_str(&line).context("parse the daemon's answer")?;
+    if let Some(e) = v.get("error") {
+        anyhow::bail!("lqd answered: {e}");
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::sync::atomic::Ordering;
+
+    fn clients() -> (Arc<Clients>, Published) {
+        let cfg = Config::parse(
+            "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n[receiver]\ninterfaces = [\"eth1\"]\n",
+            Path::new("test.toml"),
+        )
+        .expect("a minimal configuration");
+        let tx = Published::new(Snapshot::empty(Arc::new(cfg)));
+        let (notify, _) = broadcast::channel(1024);
+        let ctx = Arc::new(Clients {
+            snapshots: tx.clone(),
+            notify,
+            stats: Arc::new(ClientStats::default()),
+        });
+        (ctx, tx)
+    }
+
+    async fn ask(ctx: &Arc<Clients>, request: &[u8]) -> String {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let c = ctx.clone();
+        let task = tokio::spawn(async move { serve_control(theirs, &c).await });
+        let (r, mut w) = ours.into_split();
+        w.write_all(request).await.unwrap();
+        let mut line = String::new();
+        BufReader::new(r).read_line(&mut line).await.unwrap();
+        task.await.unwrap();
+        line
+    }
+
+    #[tokio::test]
+    async fn control_requests_are_answered_from_the_snapshot() {
+        let (ctx, _tx) = clients();
+        let state: Value = serde_json::from_str(&ask(&ctx, b"state\n").await).unwrap();
+        assert_eq!(
+            state["ietf-lq-telemetry:lq-telemetry"]["role"], "load-balancer",
+            "{state}"
+        );
+        let w = ask(&ctx, b"weights\n").await;
+        assert!(w.contains("does not run the load-balancer role"), "{w}");
+        let long = vec![b'x'; MAX_CONTROL_REQUEST + 10];
+        let e = ask(&ctx, &long).await;
+        assert!(e.contains("request longer than 256 octets"), "{e}");
+        assert_eq!(ctx.stats.control.too_large.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_is_closed_at_the_request_deadline() {
+        let (ctx, _tx) = clients();
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let started = std::time::Instant::now();
+        serve_control(theirs, &ctx).await;
+        let took = started.elapsed();
+        assert!(
+            took >= REQUEST_DEADLINE && took < REQUEST_DEADLINE * 3,
+            "{took:?}"
+        );
+        assert_eq!(ctx.stats.control.timed_out.load(Ordering::Relaxed), 1);
+        drop(ours);
+    }
+
+    /// `monitor` streams notifications; a client that falls more than the channel's
+    /// capacity behind is dropped and counted instead of holding anyone back.
+    #[tokio::test]
+    async fn monitor_streams_and_drops_a_client_that_falls_behind() {
+        let (ctx, _tx) = clients();
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let c = ctx.clone();
+        let follower = tokio::spawn(async move { serve_control(theirs, &c).await });
+        let (r, mut w) = ours.into_split();
+        w.write_all(b"monitor\n").await.unwrap();
+        while ctx.notify.receiver_count() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let mut lines = BufReader::new(r).lines();
+        for i in 0..3 {
+            ctx.notify.send(format!("{{\"n\":{i}}}")).unwrap();
+            assert_eq!(
+                lines.next_line().await.unwrap().as_deref(),
+                Some(format!("{{\"n\":{i}}}").as_str())
+            );
+        }
+        // 1 100 notifications before the follower runs again: it lags the 1 024-slot
+        // channel, is dropped, and its stream ends.
+        for i in 0..1100 {
+            let _ = ctx.notify.send(format!("{{\"n\":{i}}}"));
+        }
+        follower.await.unwrap();
+        assert_eq!(ctx.stats.monitors_dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(lines.next_line().await.unwrap(), None);
+    }
+}
