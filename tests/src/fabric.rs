@@ -567,6 +567,18 @@ pub fn route_group_in(ns: &NetNs, prefix: &str, table: Option<u32>) -> Option<u6
 /// lqd's protocol so that a restarted lqd adopts it. `weights` are (member id offset,
 /// weight); a weight of 0 leaves the member out.
 pub fn set_group(ns: &NetNs, group: u64, weights: &[(u64, u64)], o: &LbOptions) -> Result<()> {
+    write_group(ns, "replace", group, weights, o)
+}
+
+/// `ip nexthop VERB` (add or replace) of lqd-protocol resilient group `group` with
+/// `weights` ([`set_group`]) and `o`'s bucket count and timers.
+fn write_group(
+    ns: &NetNs,
+    verb: &str,
+    group: u64,
+    weights: &[(u64, u64)],
+    o: &LbOptions,
+) -> Result<()> {
     let members: Vec<String> = weights
         .iter()
         .filter(|(_, w)| *w > 0)
@@ -574,7 +586,7 @@ pub fn set_group(ns: &NetNs, group: u64, weights: &[(u64, u64)], o: &LbOptions) 
         .collect();
     ns.ip(&[
         "nexthop",
-        "replace",
+        verb,
         "id",
         &group.to_string(),
         "group",
@@ -627,29 +639,7 @@ pub fn recreate_group_in(
 ) -> Result<()> {
     remove_lq_route(ns, group, prefix, table);
     let t = table.unwrap_or(254).to_string();
-    let members: Vec<String> = weights
-        .iter()
-        .filter(|(_, w)| *w > 0)
-        .map(|(id, w)| format!("{},{}", ID_BASE + id, w))
-        .collect();
-    ns.ip(&[
-        "nexthop",
-        "add",
-        "id",
-        &group.to_string(),
-        "group",
-        &members.join("/"),
-        "type",
-        "resilient",
-        "buckets",
-        &o.buckets.to_string(),
-        "idle_timer",
-        &o.idle_timer_ms.div_ceil(1000).to_string(),
-        "unbalanced_timer",
-        &o.unbalanced_timer_ms.div_ceil(1000).to_string(),
-        "proto",
-        "76",
-    ])?;
+    write_group(ns, "add", group, weights, o)?;
     ns.ip(&[
         "route",
         "add",

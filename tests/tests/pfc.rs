@@ -385,24 +385,7 @@ fn exports_counts_read_from_the_pins_to_tshark_and_nfacctd() {
     );
     // The enterprise values (raw bytes to tshark): the data message carries every total
     // and epoch; check the received priority-0 total is among them.
-    let ent = lq_tests::netns::run(
-        "tshark",
-        &[
-            "-r",
-            pcap.to_str().unwrap(),
-            "-d",
-            "udp.port==4739,cflow",
-            "-T",
-            "fields",
-            "-E",
-            "occurrence=a",
-            "-E",
-            "aggregator=;",
-            "-e",
-            "cflow.enterprise_private_entry",
-        ],
-    )
-    .unwrap();
+    let ent = tshark_cflow_fields(&pcap, ';', &["cflow.enterprise_private_entry"]);
     let mut expected_ent = Vec::new();
     for counts in [rx_expected, tx_expected] {
         for (n, c) in counts.iter().enumerate() {
@@ -414,30 +397,16 @@ fn exports_counts_read_from_the_pins_to_tshark_and_nfacctd() {
         expected_ent.join(";"),
         "(priority; total; epoch) per record"
     );
-    let fields = lq_tests::netns::run(
-        "tshark",
+    let fields = tshark_cflow_fields(
+        &pcap,
+        ',',
         &[
-            "-r",
-            pcap.to_str().unwrap(),
-            "-d",
-            "udp.port==4739,cflow",
-            "-T",
-            "fields",
-            "-E",
-            "occurrence=a",
-            "-E",
-            "aggregator=,",
-            "-e",
             "cflow.template_id",
-            "-e",
             "cflow.ingress_physical_interface",
-            "-e",
             "cflow.egress_physical_interface",
-            "-e",
             "cflow.observation_point_id",
         ],
-    )
-    .unwrap();
+    );
     let lines: Vec<&str> = fields.lines().collect();
     assert!(lines[0].starts_with("256,257,258\t"), "{}", lines[0]);
     let data = lines[2].split('\t').collect::<Vec<_>>();
@@ -524,4 +493,26 @@ fn tags_in_the_frame_are_looked_past() {
         2,
         "the 802.1Q and the QinQ MAC Control frame"
     );
+}
+
+/// tshark's fields `names` of every IPFIX message in `pcap` (UDP 4739 decoded as cflow),
+/// one line a message, a field's occurrences joined by `aggregator`.
+fn tshark_cflow_fields(pcap: &std::path::Path, aggregator: char, names: &[&str]) -> String {
+    let aggregator = format!("aggregator={aggregator}");
+    let mut args = vec![
+        "-r",
+        pcap.to_str().unwrap(),
+        "-d",
+        "udp.port==4739,cflow",
+        "-T",
+        "fields",
+        "-E",
+        "occurrence=a",
+        "-E",
+        &aggregator,
+    ];
+    for n in names {
+        args.extend(["-e", n]);
+    }
+    lq_tests::netns::run("tshark", &args).unwrap()
 }
