@@ -639,6 +639,20 @@ pub fn recreate_group_in(
 ) -> Result<()> {
     remove_lq_route(ns, group, prefix, table);
     let t = table.unwrap_or(254).to_string();
+    // The add needs the id free. A demo run with `--bgp` once found it taken here (the
+    // add refused with "File exists") although lqd had stopped and the delete above had
+    // run: delete once more, and if it is still there, say what holds the id.
+    let id = group.to_string();
+    if ns.ip(&["nexthop", "show", "id", &id]).is_ok() {
+        let held = ns.ip(&["-d", "nexthop", "show", "id", &id]);
+        let deleted = ns.ip(&["nexthop", "del", "id", &id]);
+        if ns.ip(&["nexthop", "show", "id", &id]).is_ok() {
+            bail!("nexthop id {group} is still there after two deletes ({deleted:?}): {held:?}");
+        }
+        eprintln!(
+            "    note: nexthop id {group} survived the first delete ({held:?}); deleted again"
+        );
+    }
     write_group(ns, "add", group, weights, o)?;
     ns.ip(&[
         "route",

@@ -164,7 +164,6 @@ impl Drop for NetNs {
     }
 }
 
-/// Creates a veth pair with one end in each namespace, addresses them and brings them up.
 /// Moves the calling thread (only it: setns acts per thread) into the named network
 /// namespace, so that the sockets it opens live there. Call it on a thread of its own.
 pub fn enter_netns(name: &str) -> Result<()> {
@@ -177,6 +176,7 @@ pub fn enter_netns(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Creates a veth pair with one end in each namespace, addresses them and brings them up.
 pub fn veth_pair(
     a: &NetNs,
     a_if: &str,
@@ -201,6 +201,22 @@ pub fn veth_pair(
     b.ip(&["addr", "add", b_addr, "dev", b_if])?;
     a.ip(&["link", "set", a_if, "up"])?;
     b.ip(&["link", "set", b_if, "up"])?;
+    Ok(())
+}
+
+/// The one-leaf layout of the load-balancer benchmarks and tests: four veth links, `s1` ..
+/// `s4` (10.1.k.1/24) in `spines` to `up1` .. `up4` (10.1.k.2/24) in `leaf`.
+pub fn four_uplinks(spines: &NetNs, leaf: &NetNs) -> Result<()> {
+    for k in 1..=4 {
+        veth_pair(
+            spines,
+            &format!("s{k}"),
+            &format!("10.1.{k}.1/24"),
+            leaf,
+            &format!("up{k}"),
+            &format!("10.1.{k}.2/24"),
+        )?;
+    }
     Ok(())
 }
 

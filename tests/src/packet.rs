@@ -118,6 +118,21 @@ impl FrameSpec {
     }
 }
 
+/// A frame that is neither LQ nor PFC: UDP to port 53 with 22 octets of payload, padded to
+/// at least 64 octets (the size untagged over IPv4), over `ip` with `vlans` (TPID, TCI
+/// each, outermost first). The benchmarks' stand-in for the other traffic of an interface.
+pub fn udp53_frame(ip: Ip, vlans: Vec<(u16, u16)>) -> Vec<u8> {
+    FrameSpec {
+        vlans,
+        ip,
+        dst_port: 53,
+        payload: vec![0xab; 22],
+        pad_to: 64,
+        ..FrameSpec::lq(Vec::new())
+    }
+    .build()
+}
+
 /// Encodes an advertisement payload (panics on an invalid one: test input only).
 pub fn payload(header: &Header, entries: &[Entry]) -> Vec<u8> {
     let mut buf = vec![0u8; wire::MAX_PAYLOAD_LEN];

@@ -76,8 +76,9 @@ use lq_common::maps::{PathKey, PathValue};
 use lq_common::wire::{self, Mode};
 use lq_tests::{
     daemon::Lqd,
-    netns::{NetNs, veth_pair},
+    netns::{NetNs, four_uplinks},
     packet::{entry, header, ip4},
+    poll::poll_until,
     require_root,
 };
 use lq_user::{
@@ -807,16 +808,7 @@ fn s2_weight(m: &[(u32, u32)]) -> Option<u32> {
 fn daemon_parts() -> Result<()> {
     let leaf = NetNs::new("lqb-leaf")?;
     let spine_ns = NetNs::new("lqb-spines")?;
-    for k in 1..=4 {
-        veth_pair(
-            &spine_ns,
-            &format!("s{k}"),
-            &format!("10.1.{k}.1/24"),
-            &leaf,
-            &format!("up{k}"),
-            &format!("10.1.{k}.2/24"),
-        )?;
-    }
+    four_uplinks(&spine_ns, &leaf)?;
     compat_mode_off(&leaf)?;
     fresh_lqd()?;
     let listener = Listener::start(&leaf)?;
@@ -1636,22 +1628,24 @@ fn buckets(ns: &NetNs, id: u32) -> Result<Vec<u32>> {
 /// migrates idle buckets in its upkeep; idle timer 0 makes every bucket idle).
 fn balanced_buckets(ns: &NetNs, id: u32, weights: &[(u32, u32)]) -> Result<Vec<u32>> {
     let want: BTreeMap<u32, u64> = bucket_shares(128, weights).into_iter().collect();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let b = buckets(ns, id)?;
-        let mut have: BTreeMap<u32, u64> = want.keys().map(|k| (*k, 0)).collect();
-        for nh in &b {
-            *have.entry(*nh).or_default() += 1;
-        }
-        if have == want {
-            return Ok(b);
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "buckets of {id} not balanced: have {have:?}, want {want:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // A read that fails ends the wait at once (`Ok(Err)`: the second `?`).
+    poll_until(
+        &format!("the buckets of {id} to be balanced"),
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || {
+            let b = match buckets(ns, id) {
+                Ok(b) => b,
+                Err(e) => return Ok(Err(e)),
+            };
+            let mut have: BTreeMap<u32, u64> = want.keys().map(|k| (*k, 0)).collect();
+            for nh in &b {
+                *have.entry(*nh).or_default() += 1;
+            }
+            if have == want { Ok(Ok(b)) } else { Err(have) }
+        },
+        |have| format!("have {have:?}, want {want:?}"),
+    )?
 }
 
 fn fractions(w: &[(u32, u32)]) -> BTreeMap<u32, f64> {

@@ -17,12 +17,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use aya::programs::XdpMode;
 use lq_tests::{
     daemon::{Lqd, Sender},
-    netns::{NetNs, veth_pair},
+    netns::{NetNs, four_uplinks},
     packet::{FrameSpec, Ip, entry, header, ip4, payload},
+    poll::poll_until,
     xdp::{TestReceiver, settings},
 };
 
@@ -109,16 +110,7 @@ fn main() -> Result<()> {
     lq_tests::require_root();
     let leaf = NetNs::new("lqb-fl")?;
     let spines = NetNs::new("lqb-fs")?;
-    for k in 1..=4 {
-        veth_pair(
-            &spines,
-            &format!("s{k}"),
-            &format!("10.1.{k}.1/24"),
-            &leaf,
-            &format!("up{k}"),
-            &format!("10.1.{k}.2/24"),
-        )?;
-    }
+    four_uplinks(&spines, &leaf)?;
     let mut cfg = String::from(
         "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n[receiver]\ninterfaces = [\"up1\", \"up2\", \"up3\", \"up4\"]\n",
     );
@@ -214,13 +206,20 @@ fn main() -> Result<()> {
     };
     let lqd = Lqd::start(&leaf, &cfg)?;
     let equal = vec![(1, 255), (2, 255), (3, 255), (4, 255)];
-    let t = Instant::now();
-    while group(&leaf).as_ref() != Some(&equal) {
-        if t.elapsed() > Duration::from_secs(10) {
-            bail!("no steady state: {:?}", group(&leaf));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    poll_until(
+        "a steady state (4 members of weight 255)",
+        Duration::from_secs(10),
+        Duration::from_millis(10),
+        || {
+            let g = group(&leaf);
+            if g.as_ref() == Some(&equal) {
+                Ok(())
+            } else {
+                Err(g)
+            }
+        },
+        |g| format!("group {g:?}"),
+    )?;
     let c0 = counters(&lqd);
     let (rx0, drop0) = rx(&leaf, "up1");
     let sent = Arc::new(AtomicU64::new(0));
@@ -246,16 +245,22 @@ fn main() -> Result<()> {
         let t0 = Instant::now();
         lqs.lock().expect("lock")[1] = target;
         let want_s2 = if target == 30 { 32 } else { 255 };
-        loop {
-            if group(&leaf).is_some_and(|g| g.iter().any(|m| m.0 == 2 && m.1 == want_s2)) {
-                lat.push(t0.elapsed().as_secs_f64() * 1000.0);
-                break;
-            }
-            if t0.elapsed() > Duration::from_secs(3) {
-                bail!("no reaction under the flood: {:?}", group(&leaf));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        lat.push(poll_until(
+            &format!("S2's weight {want_s2} under the flood"),
+            Duration::from_secs(3),
+            Duration::from_millis(1),
+            || {
+                let g = group(&leaf);
+                if g.as_ref()
+                    .is_some_and(|g| g.iter().any(|m| m.0 == 2 && m.1 == want_s2))
+                {
+                    Ok(t0.elapsed().as_secs_f64() * 1000.0)
+                } else {
+                    Err(g)
+                }
+            },
+            |g| format!("no reaction, group {g:?}"),
+        )?);
         std::thread::sleep(Duration::from_millis(150));
     }
     flooder.join().ok();

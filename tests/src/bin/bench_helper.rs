@@ -56,6 +56,7 @@ use lq_common::wire::{DecodePolicy, Mode, decode};
 use lq_tests::{
     daemon::Lqd,
     netns::{NetNs, veth_pair},
+    poll::poll_until,
 };
 use lq_user::views::snapshot::TriggerView;
 
@@ -152,14 +153,19 @@ fn main() -> Result<()> {
     std::thread::sleep(Duration::from_millis(100));
     for trial in 0..TRIALS {
         // Idle: wait for an advertised LQS >= 240 (the link recovered), then drain.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let (_, _, q, _, _) = rx.recv_timeout(Duration::from_secs(5))?;
-            if q >= 240 {
-                break;
-            }
-            anyhow::ensure!(Instant::now() < deadline, "link never recovered");
-        }
+        // Each look waits up to 5 s for the next advertisement, so no pause between looks;
+        // none in those 5 s ends the wait at once (`Ok(Err)`: the second `?`).
+        poll_until(
+            "an advertised LQS >= 240",
+            Duration::from_secs(10),
+            Duration::ZERO,
+            || match rx.recv_timeout(Duration::from_secs(5)) {
+                Err(e) => Ok(Err(e)),
+                Ok((_, _, q, _, _)) if q >= 240 => Ok(Ok(())),
+                Ok((_, _, q, _, _)) => Err(q),
+            },
+            |q| format!("link never recovered (last LQS {q})"),
+        )??;
         std::thread::sleep(Duration::from_millis(30));
         while rx.try_recv().is_ok() {}
         let load_stop = Arc::new(AtomicBool::new(false));

@@ -46,7 +46,10 @@ use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
 use lq_common::pfc::{
     PFC_MULTICAST, PFC_PRIORITIES, PFC_PROGRAM, TC_BASELINE_PROGRAM, build_frame,
 };
-use lq_tests::packet::{FrameSpec, Ip};
+use lq_tests::{
+    packet::{Ip, udp53_frame},
+    poll::poll_until,
+};
 use lq_user::{
     ipfix::{Direction, ExporterConfig, PfcRecord, encode::Encoder},
     sys::{
@@ -306,30 +309,22 @@ impl TcBench {
 
     fn non_pfc(&mut self) -> Result<NonPfc> {
         // The non-PFC mix: what an interface carries besides PFC frames, in every layout
-        // (untagged, 802.1Q, 802.1ad; IPv4, IPv6; ARP), 64 octets each (IPv6: 80, its
-        // minimum with UDP).
-        let udp = |ip: Ip, vlans: Vec<(u16, u16)>| {
-            FrameSpec {
-                vlans,
-                ip,
-                dst_port: 53,
-                payload: vec![0xab; 22],
-                pad_to: 64,
-                ..FrameSpec::lq(Vec::new())
-            }
-            .build()
-        };
+        // (untagged, 802.1Q, 802.1ad; IPv4, IPv6; ARP), 64 octets each untagged over IPv4
+        // (IPv6: 84, its headers and the 22-octet payload; each tag adds 4).
         let v6 = Ip::V6 { hop_limit: 64 };
         let mixes: Vec<(&'static str, Vec<u8>)> = vec![
-            ("udp/ipv4", udp(Ip::V4_GTSM, vec![])),
+            ("udp/ipv4", udp53_frame(Ip::V4_GTSM, vec![])),
             ("arp", arp_frame()),
-            ("vlan udp/ipv4", udp(Ip::V4_GTSM, vec![(0x8100, 100)])),
+            (
+                "vlan udp/ipv4",
+                udp53_frame(Ip::V4_GTSM, vec![(0x8100, 100)]),
+            ),
             (
                 "qinq udp/ipv4",
-                udp(Ip::V4_GTSM, vec![(0x88a8, 100), (0x8100, 7)]),
+                udp53_frame(Ip::V4_GTSM, vec![(0x88a8, 100), (0x8100, 7)]),
             ),
-            ("udp/ipv6", udp(v6, vec![])),
-            ("vlan udp/ipv6", udp(v6, vec![(0x8100, 100)])),
+            ("udp/ipv6", udp53_frame(v6, vec![])),
+            ("vlan udp/ipv6", udp53_frame(v6, vec![(0x8100, 100)])),
         ];
         ensure!(
             mixes.iter().all(|(_, f)| f.len() >= 64),
@@ -587,18 +582,21 @@ interval-ms = 1000
         }
         // Until the counters show every frame (the tc program runs in the peer's softirq).
         let want = u64::from(EXPORT_INTERFACES) * u64::from(PFC_PRIORITIES);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let n = service.rx_counts()?.values().filter(|&&c| c > 0).count() as u64;
-            if n >= want {
-                break;
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "only {n} of {want} PFC counters appeared"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // A read that fails ends the wait at once (`Ok(Err)`: the second `?`); a count short
+        // of `want` looks again.
+        poll_until(
+            "every PFC counter to appear",
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || match service.rx_counts() {
+                Err(e) => Ok(Err(e)),
+                Ok(counts) => {
+                    let n = counts.values().filter(|&&c| c > 0).count() as u64;
+                    if n >= want { Ok(Ok(())) } else { Err(n) }
+                }
+            },
+            |n| format!("only {n} of {want} PFC counters appeared"),
+        )??;
         // Warm-up export (templates, trackers), then the timed ones. `tick` exports when
         // due; the time it is given only schedules the next export.
         let interval = EXPORT_INTERVAL.as_nanos() as u64;

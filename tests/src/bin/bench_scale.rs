@@ -45,6 +45,7 @@ use lq_tests::{
     daemon::{Lqd, Sender},
     netns::{NetNs, veth_pair},
     packet::{entry, header, ip4},
+    poll::poll_until,
     require_root,
 };
 use rand::{Rng as _, SeedableRng as _, rngs::SmallRng};
@@ -472,19 +473,16 @@ fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
 /// Waits until lqd has programmed all 512 groups of 64; returns its receiver program's id.
 fn ready(lqd: &Lqd, before: &BTreeSet<u32>) -> Result<u32> {
     let t0 = Instant::now();
-    loop {
-        let n = full_groups(lqd);
-        if n == REMOTES {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(120) {
-            bail!(
-                "lqd programmed {n} of {REMOTES} groups of {SPINES} in 120 s; log:\n{}",
-                lqd.log_text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    poll_until(
+        &format!("lqd to program {REMOTES} groups of {SPINES}"),
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || {
+            let n = full_groups(lqd);
+            if n == REMOTES { Ok(()) } else { Err(n) }
+        },
+        |n| format!("{n} of {REMOTES} programmed; log:\n{}", lqd.log_text()),
+    )?;
     eprintln!(
         "512 groups of 64 programmed {:.1} s after start",
         t0.elapsed().as_secs_f64()

@@ -37,9 +37,12 @@ use std::{
 use std::os::unix::process::CommandExt as _;
 
 use anyhow::{Context, Result, bail};
-use lq_tests::fabric::{
-    Clos3, Daemon, LQ_TABLE, LbOptions, Routing, Shaping, flow_egress, group_members,
-    recreate_group_in, remove_lq_route, route_group_in,
+use lq_tests::{
+    fabric::{
+        Clos3, Daemon, LQ_TABLE, LbOptions, Routing, Shaping, flow_egress, group_members,
+        recreate_group_in, remove_lq_route, route_group_in,
+    },
+    poll::poll_until,
 };
 use metrics::WeightSample;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -58,6 +61,27 @@ fn interrupted() -> Result<()> {
         bail!("interrupted");
     }
     Ok(())
+}
+
+/// [`poll_until`] that Ctrl-C ends at once: each look first asks [`interrupted`], and its
+/// error ends the wait as it is.
+fn poll_interruptible<T, S>(
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<T, S>,
+    context: impl FnOnce(S) -> String,
+) -> Result<T> {
+    poll_until(
+        what,
+        limit,
+        every,
+        || match interrupted() {
+            Err(e) => Ok(Err(e)),
+            Ok(()) => probe().map(Ok),
+        },
+        context,
+    )?
 }
 
 /// Sleeps, waking early on Ctrl-C.
@@ -510,25 +534,24 @@ fn run() -> Result<()> {
     );
     let l1 = &fab.leaves[0];
     let dst_prefix = Clos3::host_prefix(4);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let group = loop {
-        interrupted()?;
-        if let Some(g) = route_group_in(l1, &dst_prefix, table)
-            && group_members(l1, g).is_some_and(|m| m.len() == 4)
-        {
-            break g;
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "L1 has no 4-member group for {dst_prefix}; log:\n{}",
+    let group = poll_interruptible(
+        &format!("a 4-member group for {dst_prefix} on L1"),
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || match route_group_in(l1, &dst_prefix, table) {
+            Some(g) if group_members(l1, g).is_some_and(|m| m.len() == 4) => Ok(g),
+            _ => Err(()),
+        },
+        |()| {
+            format!(
+                "log:\n{}",
                 leaves[0]
                     .as_ref()
                     .map(|d| d.log_tail(20))
                     .unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+            )
+        },
+    )?;
     println!(
         "    L1 routes {dst_prefix} through nexthop group {group:#x}{}: {:?}",
         if a.bgp {

@@ -16,7 +16,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -25,7 +25,8 @@ use lq_user::sys::netlink::{Rtnl, RtnlError, route::RouteMsg};
 use serde_json::{Value, json};
 
 use super::{
-    Ctx, FlowSpec, interrupted, lq_group, now_s, parse_prefix, sleep, spawn_flow, stop_daemon,
+    Ctx, FlowSpec, lq_group, now_s, parse_prefix, poll_interruptible, sleep, spawn_flow,
+    stop_daemon,
 };
 
 /// The spine whose path is withdrawn (1-based) and the leaf it stops reaching.
@@ -148,17 +149,25 @@ pub fn run_withdraw(
         .get(SPINE - 1)
         .context("no FRR on the withdrawing spine")?;
     leaves[0] = Some(c.start_l1(&format!("w{draw}"))?);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while lq_tests::fabric::route_group_in(l1, &c.dst_prefix, c.table)
-        .and_then(|g| lq_tests::fabric::group_members(l1, g))
-        .is_none_or(|m| m.len() != 4)
-    {
-        interrupted()?;
-        if Instant::now() > deadline {
-            bail!("L1's lqd did not steer {} over 4 spines", c.dst_prefix);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_interruptible(
+        &format!("L1's lqd to steer {} over 4 spines", c.dst_prefix),
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            let members = lq_tests::fabric::route_group_in(l1, &c.dst_prefix, c.table)
+                .and_then(|g| lq_tests::fabric::group_members(l1, g))
+                .map(|m| m.len());
+            if members == Some(4) {
+                Ok(())
+            } else {
+                Err(members)
+            }
+        },
+        |members| match members {
+            Some(n) => format!("its group has {n} members"),
+            None => "no route of lq's with a group".to_string(),
+        },
+    )?;
     c.mark("bgp withdraw");
     println!(
         "==> demo: BGP withdrawal: {FLOWS} flows paced at {} Mbit/s from H1 to H4, then S{SPINE} shuts its session to L{LEAF}",
@@ -200,15 +209,17 @@ fn restore(c: &Ctx, spine_frr: &lq_tests::frr::Frr) -> Result<bool> {
         &format!("router bgp {asn}"),
         &format!("no neighbor {peer} shutdown"),
     ])?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        interrupted()?;
-        if lq_tests::frr::bgp_paths(c.l1(), &c.dst_prefix) == 4 {
-            return Ok(true);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    bail!("BGP did not restore S{SPINE}'s path to L{LEAF} within 30 s")
+    poll_interruptible(
+        &format!("BGP to restore S{SPINE}'s path to L{LEAF}"),
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let paths = lq_tests::frr::bgp_paths(c.l1(), &c.dst_prefix);
+            if paths == 4 { Ok(()) } else { Err(paths) }
+        },
+        |paths| format!("L1 has {paths} of 4 BGP paths to {}", c.dst_prefix),
+    )?;
+    Ok(true)
 }
 
 /// The load is running: counts its flows on S3, polls, shuts the session, polls on.
