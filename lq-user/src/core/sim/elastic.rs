@@ -146,6 +146,59 @@ struct Flow {
     block: usize,
 }
 
+/// What a step's first hop left for the second ([`ElasticModel::serve_first_hop`]), per
+/// active flow in `active` order.
+struct FirstHop {
+    /// What each flow's first queue served this step.
+    out1: Vec<f64>,
+    /// What the first queues of the flows' stale parts served, in flow and part order.
+    stale_out: Vec<f64>,
+    /// The flow lost data this step (at either hop).
+    lost: Vec<bool>,
+}
+
+/// Per queue, what one pass of [`serve_queues`] did: the fraction served of what the queue
+/// held, and the fraction of its arrivals dropped.
+struct QueueShares {
+    served_frac: Vec<f64>,
+    drop_frac: Vec<f64>,
+}
+
+/// One pass of every queue over a step of `dt` seconds: each serves up to its rate (times
+/// the goodput share) of its backlog plus its input, drops what exceeds its buffer, and
+/// counts what it sent and dropped. A queue is a fluid FIFO: the shares returned apply to
+/// every flow in it alike.
+fn serve_queues(queues: &mut [Queue], backlog: &[f64], spec: &Elastic, dt: f64) -> QueueShares {
+    let good = spec.goodput;
+    let mss = spec.mss_bytes;
+    let mut shares = QueueShares {
+        served_frac: vec![0.0; queues.len()],
+        drop_frac: vec![0.0; queues.len()],
+    };
+    for (k, q) in queues.iter_mut().enumerate() {
+        let hold = backlog[k] + q.input;
+        if hold <= 0.0 {
+            q.backlog = 0.0;
+            continue;
+        }
+        let s = (q.rate_bps / 8.0 * good * dt).min(hold);
+        let left = hold - s;
+        let over = (left - q.buffer_bytes).max(0.0);
+        shares.served_frac[k] = s / hold;
+        shares.drop_frac[k] = if q.input > 0.0 {
+            (over / q.input).min(1.0)
+        } else {
+            0.0
+        };
+        q.backlog = left - over;
+        q.tx_bytes += s / good;
+        if over > 0.0 {
+            q.drops += (over / mss).ceil() as u64;
+        }
+    }
+    shares
+}
+
 /// A flow's data left in the queues of a path it no longer takes.
 #[derive(Clone, Copy, Debug)]
 struct Stale {
@@ -420,10 +473,33 @@ impl ElasticModel {
         }
     }
 
-    /// One fluid step ending at `t + dt`.
+    /// One fluid step ending at `t + dt`: flows start, resilient groups run their upkeep,
+    /// every active flow offers its data to its path's first queue (leaf to spine), the
+    /// first queues serve and drop, what they served crosses the second queues (spine to
+    /// leaf), and each flow's AIMD reacts to its losses; then the watched group's shares
+    /// are sampled.
     pub fn step(&mut self, t: u64) {
         let dt = self.spec.dt_ns as f64 / 1e9;
-        // Starts.
+        self.start_flows(t);
+        // Resilient upkeep (the kernel runs it periodically while unbalanced).
+        let (idle, unb) = (self.spec.idle_timer_ns, self.spec.unbalanced_timer_ns);
+        for g in &mut self.groups {
+            if g.unbalanced_since.is_some() {
+                g.upkeep(t, idle, unb);
+            }
+        }
+        let offered = self.offer_first_hop(t, dt);
+        let first = self.serve_first_hop(&offered, dt);
+        let second = self.serve_second_hop(&first, dt);
+        let now = t + self.spec.dt_ns;
+        self.deliver_and_adapt(now, dt, first, &second);
+        self.active.retain(|&fi| self.flows[fi].done_ns.is_none());
+        self.sample_watched(now);
+    }
+
+    /// The flows whose start time has come join the active set, each on a random bucket of
+    /// its group.
+    fn start_flows(&mut self, t: u64) {
         while let Some(&(at, g, size, pacing, block)) = self.pending.last() {
             if at > t {
                 break;
@@ -451,14 +527,11 @@ impl ElasticModel {
             });
             self.active.push(self.flows.len() - 1);
         }
-        // Resilient upkeep (the kernel runs it periodically while unbalanced).
-        let (idle, unb) = (self.spec.idle_timer_ns, self.spec.unbalanced_timer_ns);
-        for g in &mut self.groups {
-            if g.unbalanced_since.is_some() {
-                g.upkeep(t, idle, unb);
-            }
-        }
-        // Members, inputs to the first queues.
+    }
+
+    /// What each active flow (in `active` order) offers its path's first queue this step,
+    /// its bucket's member deciding the path; the first queues' `input` is set to the sum.
+    fn offer_first_hop(&mut self, t: u64, dt: f64) -> Vec<f64> {
         for q in &mut self.queues {
             q.input = 0.0;
         }
@@ -514,10 +587,13 @@ impl ElasticModel {
         for (k, &fi) in self.active.iter().enumerate() {
             self.queues[self.flows[fi].q.0].input += input1[k];
         }
-        // First queues: serve, drop.
-        let good = self.spec.goodput;
-        let serve = |q: &Queue| q.rate_bps / 8.0 * good * dt;
-        let mut backlog1 = vec![0.0; self.queues.len()];
+        input1
+    }
+
+    /// The first queues serve and drop; each flow keeps what its first queue still holds.
+    fn serve_first_hop(&mut self, input1: &[f64], dt: f64) -> FirstHop {
+        let nq = self.queues.len();
+        let mut backlog1 = vec![0.0; nq];
         for &fi in &self.active {
             let f = &self.flows[fi];
             backlog1[f.q.0] += f.b1;
@@ -525,88 +601,54 @@ impl ElasticModel {
                 backlog1[st.q.0] += st.b1;
             }
         }
-        let mut lost = vec![false; self.active.len()];
-        // What the stale parts' first queues served this step, in flow and part order.
-        let mut stale_out: Vec<f64> = Vec::new();
-        let mut out1 = vec![0.0; self.active.len()];
-        // Per queue: fraction served of what it holds, fraction of arrivals dropped.
-        let nq = self.queues.len();
-        let mut served_frac = vec![0.0; nq];
-        let mut drop_frac = vec![0.0; nq];
-        let hop = |queues: &mut Vec<Queue>,
-                   backlog: &[f64],
-                   served_frac: &mut [f64],
-                   drop_frac: &mut [f64],
-                   mss: f64| {
-            for (k, q) in queues.iter_mut().enumerate() {
-                let hold = backlog[k] + q.input;
-                if hold <= 0.0 {
-                    served_frac[k] = 0.0;
-                    drop_frac[k] = 0.0;
-                    q.backlog = 0.0;
-                    continue;
-                }
-                let s = serve(q).min(hold);
-                let left = hold - s;
-                let over = (left - q.buffer_bytes).max(0.0);
-                served_frac[k] = s / hold;
-                drop_frac[k] = if q.input > 0.0 {
-                    (over / q.input).min(1.0)
-                } else {
-                    0.0
-                };
-                q.backlog = left - over;
-                q.tx_bytes += s / good;
-                if over > 0.0 {
-                    q.drops += (over / mss).ceil() as u64;
-                }
-            }
+        let mut out = FirstHop {
+            out1: vec![0.0; self.active.len()],
+            stale_out: Vec::new(),
+            lost: vec![false; self.active.len()],
         };
-        let mss = self.spec.mss_bytes;
-        hop(
-            &mut self.queues,
-            &backlog1,
-            &mut served_frac,
-            &mut drop_frac,
-            mss,
-        );
+        let shares = serve_queues(&mut self.queues, &backlog1, &self.spec, dt);
         for (k, &fi) in self.active.iter().enumerate() {
             let f = &mut self.flows[fi];
             let q = f.q.0;
             let arrive = input1[k];
-            let dropped = arrive * drop_frac[q];
+            let dropped = arrive * shares.drop_frac[q];
             let kept = arrive - dropped;
             f.unsent -= kept;
             if dropped > 0.0 {
-                lost[k] = true;
+                out.lost[k] = true;
             }
             let hold = f.b1 + kept;
             // Served in proportion to what the flow holds (FIFO in the fluid limit);
             // the dropped share is what exceeded the buffer.
-            let s = (f.b1 + arrive) * served_frac[q];
+            let s = (f.b1 + arrive) * shares.served_frac[q];
             let s = s.min(hold);
             f.b1 = hold - s;
-            out1[k] = s;
+            out.out1[k] = s;
             // Stale data: no arrivals, served in proportion to what it holds.
             for st in &mut f.stale {
-                let s = st.b1 * served_frac[st.q.0];
+                let s = st.b1 * shares.served_frac[st.q.0];
                 st.b1 -= s;
                 // Arrives at the old path's second queue below (same step).
-                stale_out.push(s);
+                out.stale_out.push(s);
             }
         }
-        // Second queues.
+        out
+    }
+
+    /// What the first queues served arrives at the second queues, which serve and drop;
+    /// returns their served and dropped fractions.
+    fn serve_second_hop(&mut self, first: &FirstHop, dt: f64) -> QueueShares {
         for q in &mut self.queues {
             q.input = 0.0;
         }
-        let mut backlog2 = vec![0.0; nq];
+        let mut backlog2 = vec![0.0; self.queues.len()];
         let mut si = 0;
         for (k, &fi) in self.active.iter().enumerate() {
             let f = &self.flows[fi];
-            self.queues[f.q.1].input += out1[k];
+            self.queues[f.q.1].input += first.out1[k];
             backlog2[f.q.1] += f.b2;
             for st in &f.stale {
-                self.queues[st.q.1].input += stale_out[si];
+                self.queues[st.q.1].input += first.stale_out[si];
                 backlog2[st.q.1] += st.b2;
                 si += 1;
             }
@@ -614,13 +656,7 @@ impl ElasticModel {
         // The first queues' tx was counted; count the second hop separately.
         let tx_before: Vec<f64> = self.queues.iter().map(|q| q.tx_bytes).collect();
         let backlog_first: Vec<f64> = self.queues.iter().map(|q| q.backlog).collect();
-        hop(
-            &mut self.queues,
-            &backlog2,
-            &mut served_frac,
-            &mut drop_frac,
-            mss,
-        );
+        let shares = serve_queues(&mut self.queues, &backlog2, &self.spec, dt);
         // A queue is either a first or a second hop in this model (leaf -> spine or spine ->
         // leaf), so the two passes touch disjoint queues; keep the first pass's backlog
         // where the second had nothing.
@@ -630,7 +666,18 @@ impl ElasticModel {
                 q.tx_bytes = tx_before[k];
             }
         }
-        let now = t + self.spec.dt_ns;
+        shares
+    }
+
+    /// Each flow's data through its second queue (and its stale parts' through theirs),
+    /// delivered or lost, then AIMD on this step's losses, at `now` (the step's end).
+    fn deliver_and_adapt(&mut self, now: u64, dt: f64, first: FirstHop, second: &QueueShares) {
+        let mss = self.spec.mss_bytes;
+        let FirstHop {
+            out1,
+            stale_out,
+            mut lost,
+        } = first;
         let mut si = 0;
         for (k, &fi) in self.active.iter().enumerate() {
             let f = &mut self.flows[fi];
@@ -638,13 +685,13 @@ impl ElasticModel {
                 let arrive = stale_out[si];
                 si += 1;
                 let q = st.q.1;
-                let dropped = arrive * drop_frac[q];
+                let dropped = arrive * second.drop_frac[q];
                 if dropped > 0.0 {
                     lost[k] = true;
                     f.unsent += dropped;
                 }
                 let hold = st.b2 + arrive - dropped;
-                let s = ((st.b2 + arrive) * served_frac[q]).min(hold);
+                let s = ((st.b2 + arrive) * second.served_frac[q]).min(hold);
                 st.b2 = hold - s;
                 f.delivered += s;
             }
@@ -655,14 +702,14 @@ impl ElasticModel {
             f.stale.retain(|st| st.b1 + st.b2 > 1e-6);
             let q = f.q.1;
             let arrive = out1[k];
-            let dropped = arrive * drop_frac[q];
+            let dropped = arrive * second.drop_frac[q];
             if dropped > 0.0 {
                 lost[k] = true;
                 // Lost after the first hop: to be sent again.
                 f.unsent += dropped;
             }
             let hold = f.b2 + arrive - dropped;
-            let s = ((f.b2 + arrive) * served_frac[q]).min(hold);
+            let s = ((f.b2 + arrive) * second.served_frac[q]).min(hold);
             f.b2 = hold - s;
             f.delivered += s;
             // AIMD.
@@ -690,22 +737,25 @@ impl ElasticModel {
                 f.done_ns = Some(now);
             }
         }
-        self.active.retain(|&fi| self.flows[fi].done_ns.is_none());
-        // Share samples of the watched group.
-        if now >= self.next_sample {
-            self.next_sample = now + self.spec.sample_ns;
-            if let Some(&gi) = self
-                .group_of
-                .get(&(self.spec.watch_source, self.spec.watch_destination))
-            {
-                let w = &self.groups[gi].weights;
-                let s: f64 = w.iter().map(|x| f64::from(*x)).sum();
-                let f: Vec<f64> = w
-                    .iter()
-                    .map(|x| if s > 0.0 { f64::from(*x) / s } else { 0.0 })
-                    .collect();
-                self.samples.push((now, f));
-            }
+    }
+
+    /// The watched group's weight shares, every `sample_ns`.
+    fn sample_watched(&mut self, now: u64) {
+        if now < self.next_sample {
+            return;
+        }
+        self.next_sample = now + self.spec.sample_ns;
+        if let Some(&gi) = self
+            .group_of
+            .get(&(self.spec.watch_source, self.spec.watch_destination))
+        {
+            let w = &self.groups[gi].weights;
+            let s: f64 = w.iter().map(|x| f64::from(*x)).sum();
+            let f: Vec<f64> = w
+                .iter()
+                .map(|x| if s > 0.0 { f64::from(*x) / s } else { 0.0 })
+                .collect();
+            self.samples.push((now, f));
         }
     }
 
