@@ -55,7 +55,7 @@ pub trait TableRows {
     /// Calls `f(position, stamp)` with every row's refresh stamp
     /// ([`lq_common::maps::path_stamp`] of its last write), in the order cheapest to read;
     /// `false`, without calling it, when the table keeps no stamps.
-    fn stamps(&mut self, f: &mut dyn FnMut(usize, u16)) -> bool {
+    fn stamps(&mut self, f: impl FnMut(usize, u16)) -> bool {
         let _ = f;
         false
     }
@@ -290,7 +290,7 @@ impl PathMirror {
                 oldest = Some(oldest.map_or(v.last_update_ns, |t| t.min(v.last_update_ns)));
             }
         };
-        let stamped = table.stamps(&mut |p, s| {
+        let stamped = table.stamps(|p, s| {
             stamps_read += 1;
             judge(p, Some(s));
         });
@@ -612,7 +612,7 @@ mod tests {
                 .map(|(_, v)| path_stamp(v.last_update_ns))
         }
 
-        fn stamps(&mut self, f: &mut dyn FnMut(usize, u16)) -> bool {
+        fn stamps(&mut self, mut f: impl FnMut(usize, u16)) -> bool {
             for (p, (_, v)) in self.kernel.iter().enumerate() {
                 f(p, path_stamp(v.last_update_ns));
             }
@@ -755,7 +755,7 @@ mod tests {
             fn stamp(&mut self, _: usize) -> Option<u16> {
                 Some(0)
             }
-            fn stamps(&mut self, f: &mut dyn FnMut(usize, u16)) -> bool {
+            fn stamps(&mut self, mut f: impl FnMut(usize, u16)) -> bool {
                 (0..self.0.len()).for_each(|p| f(p, 0));
                 true
             }

@@ -801,6 +801,10 @@ impl WeightController<GroupKey> {
         }
         let cfg = &self.config;
         let mut reported = SortedProbe::new(report.groups.keys());
+        // This walk visits every destination after its last change of this update: the
+        // earliest due time is taken on the way, and `next_due`, asked at every wake-up of
+        // the daemon, does not walk them all again.
+        let mut earliest: Option<u64> = None;
         for (k, d) in &mut self.destinations {
             // Whether it is due first (cached): the key compare only for those that are.
             if d.next_due(cfg, now_ns).is_some_and(|due| due <= now_ns)
@@ -809,7 +813,11 @@ impl WeightController<GroupKey> {
             {
                 out.push((k.clone(), a));
             }
+            if let Some(due) = d.due_at(cfg) {
+                earliest = Some(earliest.map_or(due, |e| e.min(due)));
+            }
         }
+        self.earliest_due.set(Some(earliest));
         out
     }
 
@@ -941,6 +949,20 @@ mod tests {
             z.sort_by(|p, q| p.0.cmp(&q.0));
             assert_eq!(x, y, "step {i}");
             assert_eq!(x, z, "step {i}: update_reported");
+            // The earliest due time `update_reported` leaves behind is the one a walk of
+            // every destination finds.
+            let walked = due_only.clone();
+            walked.earliest_due.set(None);
+            assert_eq!(
+                due_only.next_due(now),
+                walked.next_due(now),
+                "step {i}: next_due"
+            );
+            assert_eq!(
+                due_only.next_due(now),
+                all.next_due(now),
+                "step {i}: next_due"
+            );
         }
     }
 

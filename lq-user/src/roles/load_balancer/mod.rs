@@ -68,7 +68,7 @@ impl TableRows for KnownRows<'_> {
         self.0.stamp_of(position)
     }
 
-    fn stamps(&mut self, f: &mut dyn FnMut(usize, u16)) -> bool {
+    fn stamps(&mut self, f: impl FnMut(usize, u16)) -> bool {
         self.0.for_each_stamp(f)
     }
 }

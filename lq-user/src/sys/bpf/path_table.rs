@@ -674,7 +674,7 @@ impl TableReader {
     /// found, in position order (the caller's per-row state is then read in memory order;
     /// the 128 KiB of stamps stay in cache between sweeps); `false`, without calling it,
     /// when the stamps are not mapped (pins of an older lqd).
-    pub fn for_each_stamp(&self, f: &mut dyn FnMut(usize, u16)) -> bool {
+    pub fn for_each_stamp(&self, mut f: impl FnMut(usize, u16)) -> bool {
         let Some(stamps) = &self.stamps else {
             return false;
         };
