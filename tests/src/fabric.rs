@@ -639,9 +639,10 @@ pub fn recreate_group_in(
 ) -> Result<()> {
     remove_lq_route(ns, group, prefix, table);
     let t = table.unwrap_or(254).to_string();
-    // The add needs the id free. A demo run with `--bgp` once found it taken here (the
-    // add refused with "File exists") although lqd had stopped and the delete above had
-    // run: delete once more, and if it is still there, say what holds the id.
+    // The add needs the id free. With `--bgp`, a zebra that uses kernel nexthop objects
+    // re-creates a deleted group of lq's as its own a few milliseconds later (the add then
+    // failed with "File exists"; `frr::ZEBRA_CONF` turns that off): should the id still be
+    // taken, delete once more, and if it is still there, say what holds it.
     let id = group.to_string();
     if ns.ip(&["nexthop", "show", "id", &id]).is_ok() {
         let held = ns.ip(&["-d", "nexthop", "show", "id", &id]);

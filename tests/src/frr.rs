@@ -12,6 +12,17 @@ use anyhow::{Context, Result, bail};
 
 use crate::{netns::NetNs, poll::poll_until};
 
+/// zebra's configuration: no kernel nexthop objects of its own. FRR before 10.7 takes every
+/// kernel nexthop group it learns whose id is above its protocol range (24 193 548, lq's
+/// 0x4c0xxxxx ids included) or that a route it imported uses (lq's routes in table 76) as
+/// its own: on every replace by another program it sends its first copy back down (for a
+/// hash-threshold group that undoes lq's weights; a resilient one the kernel refuses, with
+/// an error in zebra's log), and a group lq deleted it re-creates as `proto zebra` under the
+/// same id (`zebra_nhg_handle_kernel_state_change`). With this line zebra installs its
+/// routes with inline next hops and sends nothing back (docs/operator-guide.md, "Running
+/// with FRR").
+pub const ZEBRA_CONF: &str = "no zebra nexthop kernel enable\n";
+
 /// zebra and bgpd of one namespace.
 pub struct Frr {
     dir: PathBuf,
@@ -24,9 +35,15 @@ pub fn available() -> bool {
 }
 
 impl Frr {
-    /// Starts zebra and bgpd in `ns` with `bgpd_conf` (bgpd's `-M bmp` module loaded, so a
-    /// configuration may name BMP targets).
+    /// Starts zebra ([`ZEBRA_CONF`]) and bgpd in `ns` with `bgpd_conf` (bgpd's `-M bmp`
+    /// module loaded, so a configuration may name BMP targets).
     pub fn start(ns: &NetNs, bgpd_conf: &str) -> Result<Self> {
+        Self::start_with_zebra(ns, bgpd_conf, ZEBRA_CONF)
+    }
+
+    /// [`Self::start`] with zebra's configuration `zebra_conf` (`""`: FRR's defaults, zebra's
+    /// routes through nexthop objects of its own).
+    pub fn start_with_zebra(ns: &NetNs, bgpd_conf: &str, zebra_conf: &str) -> Result<Self> {
         if !available() {
             bail!("FRR is not installed: apt-get install -y --no-install-recommends frr");
         }
@@ -38,7 +55,7 @@ impl Frr {
         };
         // The daemons drop privileges to user frr: the folder must be writable by it.
         set_mode(&dir, 0o777)?;
-        std::fs::write(dir.join("zebra.conf"), "")?;
+        std::fs::write(dir.join("zebra.conf"), zebra_conf)?;
         std::fs::write(dir.join("bgpd.conf"), bgpd_conf)?;
         set_mode(&dir.join("zebra.conf"), 0o666)?;
         set_mode(&dir.join("bgpd.conf"), 0o666)?;

@@ -175,7 +175,11 @@ fn fabric(qualified: bool) -> Fabric {
     if qualified {
         l1_conf.push_str(&frr::bmp_target("127.0.0.1", BMP_PORT));
     }
-    let f_l1 = Frr::start(&l1, &l1_conf).unwrap();
+    // L1's zebra with FRR's defaults (the other routers run `frr::ZEBRA_CONF`): its BGP
+    // routes point at nexthop groups of its own (`nhid`), which lqd must follow as well as
+    // inline next hops; and it re-installs groups lqd deletes, which lqd must never take
+    // over.
+    let f_l1 = Frr::start_with_zebra(&l1, &l1_conf, "").unwrap();
     let f_l2 = Frr::start(
         &l2,
         &bgpd_conf(
@@ -329,6 +333,12 @@ fn lqd_steers_bgp_routes_and_follows_withdrawals() {
     // 5. Restarted, then killed: the copy stays; restarted again, lqd adopts it.
     lqd.restart().unwrap();
     wait("lq's route back", 20, || lq_group(&l1).is_some());
+    // L1's zebra (FRR's defaults) sent the groups lqd deleted on exit back down as its own
+    // (`proto zebra`, same ids): lqd, started again, finds them in its id range, says so
+    // with the remedy, and takes none of them over (below: its group is its own).
+    wait("lqd reports zebra's copies of its groups", 10, || {
+        log(&lqd).contains("written by another program")
+    });
     let (gid, _) = lq_group(&l1).unwrap();
     assert!(
         l1.ip(&["nexthop", "show", "id", &gid.to_string()])

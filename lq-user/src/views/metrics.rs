@@ -143,6 +143,11 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             w.bucket_neutral_skipped,
         );
         o.counter(
+            "lq_nexthop_foreign_writes_total",
+            "Nexthop objects in lq's id range written by another program (zebra before FRR 10.7 sending lq's groups back down; seen with [slow-plane]).",
+            w.foreign_nexthop_writes,
+        );
+        o.counter(
             "lq_group_replace_errors_total",
             "Nexthop group replaces the kernel refused.",
             w.group_errors,

@@ -227,6 +227,13 @@ pub fn weights_view_table(w: &WeightsView) -> String {
         );
     }
     s.push('\n');
+    if w.foreign_nexthop_writes > 0 {
+        let _ = writeln!(
+            s,
+            "nexthop objects in lq's id range written by another program: {} (zebra: add `no zebra nexthop kernel enable`, docs/operator-guide.md)",
+            w.foreign_nexthop_writes
+        );
+    }
     let t = &w.step_timing;
     if t.steps > 0 {
         let _ = writeln!(

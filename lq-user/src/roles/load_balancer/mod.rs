@@ -222,6 +222,11 @@ pub struct LoadBalancer {
     /// Group replaces not sent because they would have moved no bucket
     /// (`skip-bucket-neutral`).
     pub bucket_neutral_skipped: u64,
+    /// Nexthop objects in lq's id range another program wrote (`steer::foreign_write`),
+    /// seen in the slow plane's nexthop notifications.
+    pub foreign_nexthop_writes: u64,
+    /// The ids warned about (`note_foreign_write`).
+    foreign_warned: BTreeSet<u32>,
     /// The slow plane's core, with `[slow-plane]`.
     slow: Option<crate::roles::load_balancer::slow_plane::SlowPlane>,
     /// How long the last steps that replaced groups took, in two parts.
@@ -364,6 +369,8 @@ impl LoadBalancer {
             group_errors: 0,
             bucket_neutral_replaces: 0,
             bucket_neutral_skipped: 0,
+            foreign_nexthop_writes: 0,
+            foreign_warned: BTreeSet::new(),
             slow: None,
             cfg,
         };
@@ -1438,6 +1445,7 @@ impl LoadBalancer {
             group_errors: self.group_errors,
             bucket_neutral_replaces: self.bucket_neutral_replaces,
             bucket_neutral_skipped: self.bucket_neutral_skipped,
+            foreign_nexthop_writes: self.foreign_nexthop_writes,
             unknown_remote_entries: self.last_report.unknown_remote_entries as u64,
             unknown_spine_entries: self.last_report.unknown_spine_entries as u64,
             failed_entries: self.last_report.failed_entries as u64,

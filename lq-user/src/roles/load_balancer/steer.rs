@@ -27,6 +27,27 @@ use crate::{
 
 pub use crate::config::{SLOW_GROUP_OFFSET, SLOW_GROUP_SPAN};
 
+/// How many ids [`LoadBalancer::note_foreign_write`] warns about (each once); later ones are
+/// counted only.
+const FOREIGN_WARNINGS: usize = 64;
+
+/// Whether the nexthop object `n` is in lq's id range (`id_base` up to the end of the slow
+/// plane's groups) yet was not written by lqd: another protocol (zebra re-creating a group
+/// lqd deleted, `proto zebra`), or a group with a member that is not one of lq's member
+/// nexthops (`id_base + uplink id`; zebra sending its own copy of lq's group back down, its
+/// members zebra's nexthops, while the kernel keeps the group's protocol on a replace).
+pub(super) fn foreign_write(id_base: u32, n: &crate::sys::netlink::nexthop::NexthopMsg) -> bool {
+    let Some(id) = n.id else {
+        return false;
+    };
+    let end = id_base
+        .saturating_add(GROUP_ID_OFFSET + SLOW_GROUP_OFFSET)
+        .saturating_add(SLOW_GROUP_SPAN);
+    let members = id_base..id_base.saturating_add(GROUP_ID_OFFSET);
+    (id_base..end).contains(&id)
+        && (n.protocol != RTPROT_LQ || n.group.iter().any(|m| !members.contains(&m.id)))
+}
+
 /// How long after the start an adopted destination waits in its own group for its learned
 /// mapping (`NnhMapping::held`): bgpd's BMP session reconnects within its retry interval
 /// (100 ms to 1 s in the operator guide's configuration), and the remote leaf's entries
@@ -113,6 +134,14 @@ impl LoadBalancer {
     /// line at once: a destination BGP withdrew loses lq's route here, before any step.
     /// Returns how many destinations came or went.
     pub fn route_events(&mut self, events: Vec<RouteEvent>) -> usize {
+        if self.slow.is_none() {
+            return 0;
+        }
+        for e in &events {
+            if let RouteEvent::NewNexthop(n) = e {
+                self.note_foreign_write(n);
+            }
+        }
         let Some(slow) = self.slow.as_mut() else {
             return 0;
         };
@@ -120,6 +149,27 @@ impl LoadBalancer {
             slow.apply(e);
         }
         self.slow_sync()
+    }
+
+    /// A nexthop object in lq's id range that another program wrote ([`foreign_write`]):
+    /// counted, and a warning naming the remedy, once per id.
+    fn note_foreign_write(&mut self, n: &crate::sys::netlink::nexthop::NexthopMsg) {
+        let Some(id) = n.id else {
+            return;
+        };
+        if !foreign_write(self.cfg.nexthop_group.id_base, n) {
+            return;
+        }
+        self.foreign_nexthop_writes += 1;
+        if self.foreign_warned.len() < FOREIGN_WARNINGS && self.foreign_warned.insert(id) {
+            let members: Vec<u32> = n.group.iter().map(|m| m.id).collect();
+            warn!(
+                id = format_args!("{id:#x}"),
+                protocol = n.protocol,
+                ?members,
+                "a nexthop object in lq's id range was written by another program: zebra before FRR 10.7 sends the nexthop groups of other programs back down (undoing lq's weights of a hash-threshold group) and re-creates those lqd deletes; add `no zebra nexthop kernel enable` to zebra's configuration (docs/operator-guide.md, Running with FRR)"
+            );
+        }
     }
 
     /// Takes the BMP station's latest snapshot (`[slow-plane.bmp]`): the origin AS of each
@@ -517,5 +567,50 @@ impl LoadBalancer {
                 "counters": b.counters,
             })),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::netlink::nexthop::{GroupMember, NexthopMsg};
+
+    const BASE: u32 = 0x4c00_0000;
+
+    fn group(id: u32, protocol: u8, members: &[u32]) -> NexthopMsg {
+        NexthopMsg {
+            id: Some(id),
+            protocol,
+            group: members
+                .iter()
+                .map(|&id| GroupMember { id, weight: 1 })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The shapes seen with FRR 8.4's zebra in a namespace (`ip -d nexthop show` after
+    /// lq-like replaces and a delete): zebra's copy of a hash-threshold group sent back
+    /// down keeps the group's protocol but has zebra's members; a deleted group comes back
+    /// as `proto zebra`.
+    #[test]
+    fn writes_of_other_programs_in_lqs_id_range_are_told_apart() {
+        let (g, slow_g) = (BASE + 0x1_0000, BASE + 0x1_8000);
+        let lq = RTPROT_LQ;
+        // lqd's own writes.
+        assert!(!foreign_write(BASE, &group(g, lq, &[BASE + 1, BASE + 2])));
+        assert!(!foreign_write(BASE, &group(slow_g, lq, &[BASE + 1])));
+        assert!(!foreign_write(BASE, &group(BASE + 3, lq, &[])));
+        // zebra's copy sent back down (its own member ids), and a re-created group.
+        assert!(foreign_write(BASE, &group(g, lq, &[13, 14])));
+        assert!(foreign_write(
+            BASE,
+            &group(slow_g, 11, &[BASE + 1, BASE + 2])
+        ));
+        assert!(foreign_write(BASE, &group(slow_g + 5, 11, &[11, 12])));
+        // Outside lq's range (zebra's own objects, another base): none of lqd's business.
+        assert!(!foreign_write(BASE, &group(8, 11, &[11, 12])));
+        assert!(!foreign_write(0x1000, &group(g, 11, &[13])));
+        assert!(!foreign_write(BASE, &NexthopMsg::default()));
     }
 }
