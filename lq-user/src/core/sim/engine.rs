@@ -325,73 +325,24 @@ impl<'a> Engine<'a> {
     /// Builds every node's state.
     pub fn new(sc: &'a Scenario) -> Result<Self, SimError> {
         let n = sc.nodes.len();
-        let mut neigh: Vec<Vec<usize>> = vec![Vec::new(); n];
-        let mut link_of = HashMap::new();
-        for (i, l) in sc.links.iter().enumerate() {
-            neigh[l.a].push(l.b);
-            neigh[l.b].push(l.a);
-            link_of.insert((l.a, l.b), i);
-            link_of.insert((l.b, l.a), i);
-        }
-        let tier = |i: usize| sc.nodes[i].tier;
-        let mut feedback_of = HashMap::new();
-        for (fi, f) in sc.feedback.iter().enumerate() {
-            for &src in &f.sources {
-                for &h in &neigh[src] {
-                    if tier(h) > tier(src) && link_of.contains_key(&(h, f.destination)) {
-                        feedback_of.insert((h, f.destination), fi);
-                    }
-                }
-            }
-        }
+        let topo = Topology::of(sc);
+        let feedback_of = topo.feedback_sinks(sc);
+        // Helpers first (a node with links to a lower tier), then the load-balancers (a
+        // node with uplinks to helpers), which need each helper's link ids and remotes.
         let mut helper_link = HashMap::new();
-        let mut remotes_of: Vec<Rc<Vec<u32>>> = (0..n).map(|_| Rc::new(Vec::new())).collect();
+        let mut remotes_of: Vec<Rc<Vec<u32>>> = Vec::with_capacity(n);
         let mut nodes = Vec::with_capacity(n);
         for i in 0..n {
-            let name = sc.nodes[i].name.clone();
-            let mut down: Vec<usize> = neigh[i]
-                .iter()
-                .copied()
-                .filter(|&r| tier(r) < tier(i))
-                .collect();
-            down.sort_unstable();
-            let helper = if down.is_empty() {
-                None
-            } else {
-                let mut links = Vec::with_capacity(down.len());
-                let mut monitored = Vec::with_capacity(down.len());
-                for (k, &r) in down.iter().enumerate() {
-                    let link_id = k as u32 + 1;
-                    helper_link.insert((i, r), link_id);
-                    let cap = sc.links[link_of[&(i, r)]].capacity_gbps;
-                    links.push(mk_link(sc, i, r, cap, link_id, &feedback_of));
-                    monitored.push(MonitoredLink {
-                        link_id,
-                        remotes: vec![RemoteNode {
-                            node_id: router_id(r),
-                            node_as: 0,
-                        }],
-                    });
+            let helper = match topo.helper_of(sc, i, &feedback_of)? {
+                None => {
+                    remotes_of.push(Rc::new(Vec::new()));
+                    None
                 }
-                remotes_of[i] = Rc::new(down.iter().map(|&r| router_id(r)).collect());
-                let h = fnv(&name) ^ sc.seed.rotate_left(17);
-                let advertiser = Advertiser::new(
-                    sc.params.helper,
-                    Identity {
-                        node_id: router_id(i),
-                        node_as: None,
-                        pfc_fabric: false,
-                    },
-                    monitored,
-                    PathMtu::default(),
-                    (h >> 48) as u16,
-                    SmallRng::seed_from_u64(h),
-                )
-                .map_err(|e| SimError::Setup {
-                    node: name.clone(),
-                    message: e.to_string(),
-                })?;
-                Some(HelperState { links, advertiser })
+                Some(h) => {
+                    remotes_of.push(h.remotes);
+                    helper_link.extend(h.link_ids);
+                    Some(h.state)
+                }
             };
             nodes.push(NodeState {
                 id: router_id(i),
@@ -400,84 +351,9 @@ impl<'a> Engine<'a> {
                 next_sample: None,
             });
         }
-        // Load-balancers, once every helper's link ids are known.
         let cfg: ControllerConfig = sc.params.controller;
         for i in 0..n {
-            let mut up: Vec<usize> = neigh[i]
-                .iter()
-                .copied()
-                .filter(|&h| tier(h) > tier(i) && nodes[h].helper.is_some())
-                .collect();
-            if up.is_empty() {
-                continue;
-            }
-            up.sort_unstable();
-            let mut dests: Vec<usize> = up
-                .iter()
-                .flat_map(|&h| neigh[h].iter().copied())
-                .filter(|&r| r != i && tier(r) == tier(i))
-                .collect();
-            dests.sort_unstable();
-            dests.dedup();
-            let mut mapping_uplinks = BTreeMap::new();
-            let mut spines = HashMap::new();
-            let mut slots = 0usize;
-            let mut local = LocalQuality::default();
-            let mut local_links = Vec::new();
-            for (k, &h) in up.iter().enumerate() {
-                let uid = k as UplinkId + 1;
-                let cap = sc.links[link_of[&(i, h)]].capacity_gbps;
-                mapping_uplinks.insert(
-                    uid,
-                    Uplink {
-                        spine: node(0, router_id(h)),
-                        capacity_gbps: cap,
-                    },
-                );
-                spines.insert(router_id(h), (slots, remotes_of[h].clone()));
-                slots += remotes_of[h].len();
-                // 6.3 local_quality: the uplink's own pipeline when it has a series,
-                // otherwise an up link (255).
-                local.set_up(uid, true);
-                if sc.metrics.contains_key(&(i, h)) {
-                    local_links.push((k, mk_link(sc, i, h, cap, uid, &HashMap::new())));
-                }
-            }
-            let weights = WeightController::new(cfg).map_err(|e| SimError::Setup {
-                node: sc.nodes[i].name.clone(),
-                message: e.to_string(),
-            })?;
-            let nd = dests.len();
-            nodes[i].lb = Some(LbState {
-                uplinks: up,
-                local_links,
-                mapping_uplinks,
-                dest_pos: dests.iter().enumerate().map(|(p, &d)| (d, p)).collect(),
-                dests,
-                table: SimTable {
-                    neighbors: HashMap::new(),
-                    spines,
-                    slots: vec![
-                        PathValue {
-                            last_update_ns: EMPTY_NS,
-                            ..PathValue::default()
-                        };
-                        slots
-                    ],
-                    overflow: HashMap::new(),
-                    cache: Cell::new(None),
-                    changed: Vec::new(),
-                },
-                heartbeat: Heartbeat::new(&cfg),
-                weights,
-                local,
-                dirty: vec![false; nd],
-                dirty_list: Vec::new(),
-                all_dirty: false,
-                printed: vec![0; nd],
-                control_at: None,
-                counters: [0; lq_common::maps::COUNTER_COUNT as usize],
-            });
+            nodes[i].lb = topo.load_balancer_of(sc, i, &nodes, &remotes_of, cfg)?;
         }
         for nd in &mut nodes {
             let samples =
@@ -497,57 +373,16 @@ impl<'a> Engine<'a> {
             dead_interval_ns: cfg.dead_interval_ns(),
             ..ReceiverConfig::default()
         };
-        let elastic = sc.elastic.as_ref().map(|spec| {
-            let uplinks = |leaf: usize| -> Vec<usize> {
-                nodes[leaf]
-                    .lb
-                    .as_ref()
-                    .map(|l| l.uplinks.clone())
-                    .unwrap_or_default()
-            };
-            let capacity = |a: usize, b: usize| -> Option<f64> {
-                link_of.get(&(a, b)).map(|&k| sc.links[k].capacity_gbps)
-            };
-            ElasticModel::new(spec, sc.params.balancing, sc.seed, &uplinks, &capacity)
-        });
-        if let Some((s, d)) = elastic.as_ref().and_then(|m| m.memberless_group()) {
-            return Err(SimError::Setup {
-                node: sc.nodes[s].name.clone(),
-                message: format!(
-                    "[elastic] source for {} is not a load-balancer (no uplink to a helper)",
-                    sc.nodes[d].name
-                ),
-            });
-        }
+        let elastic = elastic_model(sc, &nodes, &topo.link_of)?;
         if let Some(m) = &elastic {
-            // The helper links the model loads read its queues.
-            for (i, nd) in nodes.iter_mut().enumerate() {
-                if let Some(h) = nd.helper.as_mut() {
-                    for l in &mut h.links {
-                        if let Some(q) = m.queue_index(i, l.remote) {
-                            l.source = Source::Elastic(q);
-                            l.counters.max_buffer_bytes = m.queues[q].buffer_bytes.round() as u64;
-                            let span = m.spec().sample_jitter;
-                            if span > 0.0 {
-                                l.jitter = Some(CounterJitter {
-                                    rng: SmallRng::seed_from_u64(
-                                        sc.seed ^ (q as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                                    ),
-                                    span,
-                                    previous_true: 0.0,
-                                });
-                            }
-                        }
-                    }
-                }
-            }
+            attach_elastic_queues(sc, m, &mut nodes);
         }
         let mut e = Self {
             elastic,
             sc,
             by_router: (0..n).map(|i| (router_id(i), i)).collect(),
             nodes,
-            link_of,
+            link_of: topo.link_of,
             helper_link,
             heap: BinaryHeap::new(),
             seq: 0,
@@ -1245,5 +1080,259 @@ impl<'a> Engine<'a> {
                 }
             })
             .collect()
+    }
+}
+
+/// The scenario's links as adjacency: what the engine's set-up derives the roles from.
+struct Topology {
+    /// Each node's neighbours, in link order.
+    neigh: Vec<Vec<usize>>,
+    /// (from, to) -> link index, both ways.
+    link_of: HashMap<(usize, usize), usize>,
+}
+
+/// A node's helper role as [`Topology::helper_of`] sets it up.
+struct HelperSetup {
+    state: HelperState,
+    /// The router ids of its remote nodes, in link id order.
+    remotes: Rc<Vec<u32>>,
+    /// (node, remote) -> link id.
+    link_ids: Vec<((usize, usize), u32)>,
+}
+
+impl Topology {
+    fn of(sc: &Scenario) -> Self {
+        let mut neigh: Vec<Vec<usize>> = vec![Vec::new(); sc.nodes.len()];
+        let mut link_of = HashMap::new();
+        for (i, l) in sc.links.iter().enumerate() {
+            neigh[l.a].push(l.b);
+            neigh[l.b].push(l.a);
+            link_of.insert((l.a, l.b), i);
+            link_of.insert((l.b, l.a), i);
+        }
+        Self { neigh, link_of }
+    }
+
+    /// The `[[feedback]]` block each (helper, destination) link carries: every helper above
+    /// one of its sources that links to its destination.
+    fn feedback_sinks(&self, sc: &Scenario) -> HashMap<(usize, usize), usize> {
+        let tier = |i: usize| sc.nodes[i].tier;
+        let mut feedback_of = HashMap::new();
+        for (fi, f) in sc.feedback.iter().enumerate() {
+            for &src in &f.sources {
+                for &h in &self.neigh[src] {
+                    if tier(h) > tier(src) && self.link_of.contains_key(&(h, f.destination)) {
+                        feedback_of.insert((h, f.destination), fi);
+                    }
+                }
+            }
+        }
+        feedback_of
+    }
+
+    /// Node `i`'s helper role when it links to a lower tier (seed 003 Appendix A per egress
+    /// link; link ids from 1 in node order).
+    fn helper_of(
+        &self,
+        sc: &Scenario,
+        i: usize,
+        feedback_of: &HashMap<(usize, usize), usize>,
+    ) -> Result<Option<HelperSetup>, SimError> {
+        let tier = |i: usize| sc.nodes[i].tier;
+        let name = &sc.nodes[i].name;
+        let mut down: Vec<usize> = self.neigh[i]
+            .iter()
+            .copied()
+            .filter(|&r| tier(r) < tier(i))
+            .collect();
+        if down.is_empty() {
+            return Ok(None);
+        }
+        down.sort_unstable();
+        let mut links = Vec::with_capacity(down.len());
+        let mut monitored = Vec::with_capacity(down.len());
+        let mut link_ids = Vec::with_capacity(down.len());
+        for (k, &r) in down.iter().enumerate() {
+            let link_id = k as u32 + 1;
+            link_ids.push(((i, r), link_id));
+            let cap = sc.links[self.link_of[&(i, r)]].capacity_gbps;
+            links.push(mk_link(sc, i, r, cap, link_id, feedback_of));
+            monitored.push(MonitoredLink {
+                link_id,
+                remotes: vec![RemoteNode {
+                    node_id: router_id(r),
+                    node_as: 0,
+                }],
+            });
+        }
+        let h = fnv(name) ^ sc.seed.rotate_left(17);
+        let advertiser = Advertiser::new(
+            sc.params.helper,
+            Identity {
+                node_id: router_id(i),
+                node_as: None,
+                pfc_fabric: false,
+            },
+            monitored,
+            PathMtu::default(),
+            (h >> 48) as u16,
+            SmallRng::seed_from_u64(h),
+        )
+        .map_err(|e| SimError::Setup {
+            node: name.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(Some(HelperSetup {
+            state: HelperState { links, advertiser },
+            remotes: Rc::new(down.iter().map(|&r| router_id(r)).collect()),
+            link_ids,
+        }))
+    }
+
+    /// Node `i`'s load-balancer role when it has uplinks to helpers (uplink ids from 1 in
+    /// node order): its destinations are the other nodes of its tier its helpers reach, its
+    /// path table has a slot per (helper, remote) pair, and an uplink with a metrics series
+    /// has a local-quality pipeline of its own (6.3 local_quality; else an up link, 255).
+    fn load_balancer_of(
+        &self,
+        sc: &Scenario,
+        i: usize,
+        nodes: &[NodeState],
+        remotes_of: &[Rc<Vec<u32>>],
+        cfg: ControllerConfig,
+    ) -> Result<Option<LbState>, SimError> {
+        let tier = |i: usize| sc.nodes[i].tier;
+        let mut up: Vec<usize> = self.neigh[i]
+            .iter()
+            .copied()
+            .filter(|&h| tier(h) > tier(i) && nodes[h].helper.is_some())
+            .collect();
+        if up.is_empty() {
+            return Ok(None);
+        }
+        up.sort_unstable();
+        let mut dests: Vec<usize> = up
+            .iter()
+            .flat_map(|&h| self.neigh[h].iter().copied())
+            .filter(|&r| r != i && tier(r) == tier(i))
+            .collect();
+        dests.sort_unstable();
+        dests.dedup();
+        let mut mapping_uplinks = BTreeMap::new();
+        let mut spines = HashMap::new();
+        let mut slots = 0usize;
+        let mut local = LocalQuality::default();
+        let mut local_links = Vec::new();
+        for (k, &h) in up.iter().enumerate() {
+            let uid = k as UplinkId + 1;
+            let cap = sc.links[self.link_of[&(i, h)]].capacity_gbps;
+            mapping_uplinks.insert(
+                uid,
+                Uplink {
+                    spine: node(0, router_id(h)),
+                    capacity_gbps: cap,
+                },
+            );
+            spines.insert(router_id(h), (slots, remotes_of[h].clone()));
+            slots += remotes_of[h].len();
+            local.set_up(uid, true);
+            if sc.metrics.contains_key(&(i, h)) {
+                local_links.push((k, mk_link(sc, i, h, cap, uid, &HashMap::new())));
+            }
+        }
+        let weights = WeightController::new(cfg).map_err(|e| SimError::Setup {
+            node: sc.nodes[i].name.clone(),
+            message: e.to_string(),
+        })?;
+        let nd = dests.len();
+        Ok(Some(LbState {
+            uplinks: up,
+            local_links,
+            mapping_uplinks,
+            dest_pos: dests.iter().enumerate().map(|(p, &d)| (d, p)).collect(),
+            dests,
+            table: SimTable {
+                neighbors: HashMap::new(),
+                spines,
+                slots: vec![
+                    PathValue {
+                        last_update_ns: EMPTY_NS,
+                        ..PathValue::default()
+                    };
+                    slots
+                ],
+                overflow: HashMap::new(),
+                cache: Cell::new(None),
+                changed: Vec::new(),
+            },
+            heartbeat: Heartbeat::new(&cfg),
+            weights,
+            local,
+            dirty: vec![false; nd],
+            dirty_list: Vec::new(),
+            all_dirty: false,
+            printed: vec![0; nd],
+            control_at: None,
+            counters: [0; lq_common::maps::COUNTER_COUNT as usize],
+        }))
+    }
+}
+
+/// The `[elastic]` model over the load-balancers' uplinks; an error when one of its sources
+/// is no load-balancer.
+fn elastic_model(
+    sc: &Scenario,
+    nodes: &[NodeState],
+    link_of: &HashMap<(usize, usize), usize>,
+) -> Result<Option<ElasticModel>, SimError> {
+    let Some(spec) = sc.elastic.as_ref() else {
+        return Ok(None);
+    };
+    let uplinks = |leaf: usize| -> Vec<usize> {
+        nodes[leaf]
+            .lb
+            .as_ref()
+            .map(|l| l.uplinks.clone())
+            .unwrap_or_default()
+    };
+    let capacity = |a: usize, b: usize| -> Option<f64> {
+        link_of.get(&(a, b)).map(|&k| sc.links[k].capacity_gbps)
+    };
+    let m = ElasticModel::new(spec, sc.params.balancing, sc.seed, &uplinks, &capacity);
+    if let Some((s, d)) = m.memberless_group() {
+        return Err(SimError::Setup {
+            node: sc.nodes[s].name.clone(),
+            message: format!(
+                "[elastic] source for {} is not a load-balancer (no uplink to a helper)",
+                sc.nodes[d].name
+            ),
+        });
+    }
+    Ok(Some(m))
+}
+
+/// The helper links the elastic model loads read its queues (with the counter jitter its
+/// spec asks for).
+fn attach_elastic_queues(sc: &Scenario, m: &ElasticModel, nodes: &mut [NodeState]) {
+    for (i, nd) in nodes.iter_mut().enumerate() {
+        let Some(h) = nd.helper.as_mut() else {
+            continue;
+        };
+        for l in &mut h.links {
+            if let Some(q) = m.queue_index(i, l.remote) {
+                l.source = Source::Elastic(q);
+                l.counters.max_buffer_bytes = m.queues[q].buffer_bytes.round() as u64;
+                let span = m.spec().sample_jitter;
+                if span > 0.0 {
+                    l.jitter = Some(CounterJitter {
+                        rng: SmallRng::seed_from_u64(
+                            sc.seed ^ (q as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                        ),
+                        span,
+                        previous_true: 0.0,
+                    });
+                }
+            }
+        }
     }
 }

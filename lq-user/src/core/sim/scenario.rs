@@ -111,7 +111,7 @@
 //! load on the link `via -> destination` from `at_ms` on. Feedback replaces any `[[metrics]]`
 //! of those links.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -771,6 +771,9 @@ fn check_unit(cx: &Ctx, at: usize, what: &str, v: f64) -> Result<(), SimError> {
     Ok(())
 }
 
+/// The scenario the file describes, checked: each section in its own function, in the
+/// file's order of dependence (nodes, then the links between them, then what names nodes
+/// and links: metrics, feedback, watches, the elastic model), then the variants.
 fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
     let params =
         resolve_params(&f.params).map_err(|m| SimError::Params(format!("[params]: {m}")))?;
@@ -794,131 +797,223 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
             "[params]: delay_ms must be >= 0 and loss within [0, 1]".into(),
         ));
     }
+    let nodes = NodeTable::build(cx, &f.nodes)?;
+    let links = LinkTable::build(cx, &f.links, &nodes, default_delay, default_loss)?;
+    let metrics = build_metrics(cx, &f.metrics, &nodes, &links)?;
+    let feedback = build_feedback(cx, &f.feedback, &nodes, &links)?;
+    let watches = f
+        .watch
+        .iter()
+        .map(|w| {
+            Ok(Watch {
+                node: nodes.one(cx, &w.node)?,
+                destination: nodes.one(cx, &w.destination)?,
+                next_hop: nodes.one(cx, &w.next_hop)?,
+                from_ms: w.from_ms.unwrap_or(0.0),
+                tolerance: w.tolerance.unwrap_or(0.01),
+            })
+        })
+        .collect::<Result<Vec<_>, SimError>>()?;
+    let elastic = match &f.elastic {
+        None => None,
+        Some(e) => Some(build_elastic(cx, e, &nodes, &links)?),
+    };
+    check_variants(&f)?;
+    Ok(Scenario {
+        name: f.name.clone().unwrap_or_default(),
+        variant: None,
+        duration_ns,
+        seed: f.seed.unwrap_or(1),
+        every_ns,
+        params,
+        nodes: nodes.nodes,
+        links: links.links,
+        metrics,
+        feedback,
+        watches,
+        elastic,
+        base_params: f.params.clone(),
+        variants: f.variant.clone(),
+    })
+}
 
-    // Nodes.
-    let mut nodes: Vec<NodeSpec> = Vec::new();
-    let mut by_name: HashMap<String, usize> = HashMap::new();
-    let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
-    for g in &f.nodes {
-        let mut names: Vec<(String, usize)> = Vec::new();
-        match (&g.names, &g.prefix, g.count) {
-            (Some(list), None, None) => {
-                for n in list {
-                    names.push((n.get_ref().clone(), n.span().start));
+/// `[[nodes]]`: the nodes in definition order, by name and by group; every later section
+/// names nodes through [`Self::select`] (`"S1"`, `"@spines"`, lists) or [`Self::one`].
+struct NodeTable {
+    nodes: Vec<NodeSpec>,
+    by_name: HashMap<String, usize>,
+    groups: HashMap<String, Vec<usize>>,
+}
+
+impl NodeTable {
+    fn build(cx: &Ctx, blocks: &[NodesFile]) -> Result<Self, SimError> {
+        let mut t = Self {
+            nodes: Vec::new(),
+            by_name: HashMap::new(),
+            groups: HashMap::new(),
+        };
+        for g in blocks {
+            let mut names: Vec<(String, usize)> = Vec::new();
+            match (&g.names, &g.prefix, g.count) {
+                (Some(list), None, None) => {
+                    for n in list {
+                        names.push((n.get_ref().clone(), n.span().start));
+                    }
+                }
+                (None, Some(p), Some(c)) => {
+                    for i in 1..=c {
+                        names.push((format!("{}{i}", p.get_ref()), p.span().start));
+                    }
+                }
+                _ => {
+                    let at = g
+                        .names
+                        .as_ref()
+                        .and_then(|l| l.first().map(|n| n.span().start))
+                        .or(g.prefix.as_ref().map(|p| p.span().start))
+                        .unwrap_or(0);
+                    return cx.err(
+                        at,
+                        "[[nodes]] needs either `names` or both `prefix` and `count`",
+                    );
                 }
             }
-            (None, Some(p), Some(c)) => {
-                for i in 1..=c {
-                    names.push((format!("{}{i}", p.get_ref()), p.span().start));
+            for (name, at) in names {
+                if name.is_empty() || name.starts_with('@') {
+                    return cx.err(at, format!("invalid node name {name:?}"));
                 }
-            }
-            _ => {
-                let at = g
-                    .names
-                    .as_ref()
-                    .and_then(|l| l.first().map(|n| n.span().start))
-                    .or(g.prefix.as_ref().map(|p| p.span().start))
-                    .unwrap_or(0);
-                return cx.err(
-                    at,
-                    "[[nodes]] needs either `names` or both `prefix` and `count`",
-                );
+                if t.by_name.insert(name.clone(), t.nodes.len()).is_some() {
+                    return cx.err(at, format!("node {name} is defined twice"));
+                }
+                if let Some(gr) = &g.group {
+                    t.groups.entry(gr.clone()).or_default().push(t.nodes.len());
+                }
+                t.nodes.push(NodeSpec { name, tier: g.tier });
             }
         }
-        for (name, at) in names {
-            if name.is_empty() || name.starts_with('@') {
-                return cx.err(at, format!("invalid node name {name:?}"));
-            }
-            if by_name.insert(name.clone(), nodes.len()).is_some() {
-                return cx.err(at, format!("node {name} is defined twice"));
-            }
-            if let Some(gr) = &g.group {
-                groups.entry(gr.clone()).or_default().push(nodes.len());
-            }
-            nodes.push(NodeSpec { name, tier: g.tier });
+        if t.nodes.len() > 0xFFFF {
+            return Err(SimError::Params("at most 65535 nodes".into()));
         }
+        Ok(t)
     }
-    if nodes.len() > 0xFFFF {
-        return Err(SimError::Params("at most 65535 nodes".into()));
-    }
-    let select = |s: &Selector| -> Result<Vec<usize>, SimError> {
+
+    /// The nodes a selector names: node names and `@group`s.
+    fn select(&self, cx: &Ctx, s: &Selector) -> Result<Vec<usize>, SimError> {
         let mut out = Vec::new();
-        for item in items(s) {
-            let name = item;
+        for name in items(s) {
             if let Some(g) = name.strip_prefix('@') {
-                match groups.get(g) {
+                match self.groups.get(g) {
                     Some(v) => out.extend_from_slice(v),
                     None => return cx.err(s.span().start, format!("unknown group {name}")),
                 }
             } else {
-                match by_name.get(name) {
+                match self.by_name.get(name) {
                     Some(&i) => out.push(i),
                     None => return cx.err(s.span().start, format!("unknown node {name}")),
                 }
             }
         }
         Ok(out)
-    };
-    let one = |s: &Spanned<String>| -> Result<usize, SimError> {
-        by_name.get(s.get_ref()).copied().map_or_else(
+    }
+
+    /// The one node `s` names.
+    fn one(&self, cx: &Ctx, s: &Spanned<String>) -> Result<usize, SimError> {
+        self.by_name.get(s.get_ref()).copied().map_or_else(
             || cx.err(s.span().start, format!("unknown node {}", s.get_ref())),
             Ok,
         )
-    };
-
-    // Links.
-    let mut links: Vec<LinkSpec> = Vec::new();
-    let mut pair: HashMap<(usize, usize), usize> = HashMap::new();
-    for l in &f.links {
-        let at = l.a.span().start;
-        let capacity_gbps = l.capacity_gbps.unwrap_or(400.0);
-        if !(capacity_gbps.is_finite() && capacity_gbps > 0.0) {
-            return cx.err(at, "capacity_gbps must be positive");
-        }
-        let delay_ms = l.delay_ms.unwrap_or(default_delay);
-        let Some(delay_ns) = ms_to_ns(delay_ms) else {
-            return cx.err(at, "delay_ms must be a non-negative number");
-        };
-        let loss = l.loss.unwrap_or(default_loss);
-        check_unit(cx, at, "loss", loss)?;
-        for &a in &select(&l.a)? {
-            for &b in &select(&l.b)? {
-                if a == b {
-                    return cx.err(at, format!("link from {} to itself", nodes[a].name));
-                }
-                if nodes[a].tier == nodes[b].tier {
-                    return cx.err(
-                        at,
-                        format!(
-                            "link {} - {} joins two nodes of tier {}: links go between tiers",
-                            nodes[a].name, nodes[b].name, nodes[a].tier
-                        ),
-                    );
-                }
-                let key = (a.min(b), a.max(b));
-                if pair.insert(key, links.len()).is_some() {
-                    return cx.err(
-                        at,
-                        format!(
-                            "second link {} - {}: at most one link per pair of nodes",
-                            nodes[a].name, nodes[b].name
-                        ),
-                    );
-                }
-                links.push(LinkSpec {
-                    a,
-                    b,
-                    capacity_gbps,
-                    delay_ns,
-                    loss,
-                });
-            }
-        }
     }
 
-    // Metrics.
+    fn name(&self, i: usize) -> &str {
+        &self.nodes[i].name
+    }
+}
+
+/// `[[links]]`: at most one link per pair of nodes, always between two tiers.
+struct LinkTable {
+    links: Vec<LinkSpec>,
+    /// The pairs of nodes `links` joins: (lower node index, higher).
+    pairs: HashSet<(usize, usize)>,
+}
+
+impl LinkTable {
+    fn build(
+        cx: &Ctx,
+        blocks: &[LinksFile],
+        nodes: &NodeTable,
+        default_delay: f64,
+        default_loss: f64,
+    ) -> Result<Self, SimError> {
+        let mut t = Self {
+            links: Vec::new(),
+            pairs: HashSet::new(),
+        };
+        for l in blocks {
+            let at = l.a.span().start;
+            let capacity_gbps = l.capacity_gbps.unwrap_or(400.0);
+            if !(capacity_gbps.is_finite() && capacity_gbps > 0.0) {
+                return cx.err(at, "capacity_gbps must be positive");
+            }
+            let delay_ms = l.delay_ms.unwrap_or(default_delay);
+            let Some(delay_ns) = ms_to_ns(delay_ms) else {
+                return cx.err(at, "delay_ms must be a non-negative number");
+            };
+            let loss = l.loss.unwrap_or(default_loss);
+            check_unit(cx, at, "loss", loss)?;
+            for &a in &nodes.select(cx, &l.a)? {
+                for &b in &nodes.select(cx, &l.b)? {
+                    if a == b {
+                        return cx.err(at, format!("link from {} to itself", nodes.name(a)));
+                    }
+                    let tier = nodes.nodes[a].tier;
+                    if tier == nodes.nodes[b].tier {
+                        return cx.err(
+                            at,
+                            format!(
+                                "link {} - {} joins two nodes of tier {tier}: links go between tiers",
+                                nodes.name(a),
+                                nodes.name(b)
+                            ),
+                        );
+                    }
+                    if !t.pairs.insert((a.min(b), a.max(b))) {
+                        return cx.err(
+                            at,
+                            format!(
+                                "second link {} - {}: at most one link per pair of nodes",
+                                nodes.name(a),
+                                nodes.name(b)
+                            ),
+                        );
+                    }
+                    t.links.push(LinkSpec {
+                        a,
+                        b,
+                        capacity_gbps,
+                        delay_ns,
+                        loss,
+                    });
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// Whether a link joins nodes `a` and `b` (either way).
+    fn joins(&self, a: usize, b: usize) -> bool {
+        self.pairs.contains(&(a.min(b), a.max(b)))
+    }
+}
+
+/// `[[metrics]]`: each directed link's series of segments, sorted by start time.
+fn build_metrics(
+    cx: &Ctx,
+    blocks: &[MetricsFile],
+    nodes: &NodeTable,
+    links: &LinkTable,
+) -> Result<BTreeMap<(usize, usize), Series>, SimError> {
     let mut metrics: BTreeMap<(usize, usize), Series> = BTreeMap::new();
-    for m in &f.metrics {
+    for m in blocks {
         let at = m.segments.span().start;
         for s in m.segments.get_ref() {
             if ms_to_ns(s.at_ms).is_none() {
@@ -928,13 +1023,13 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
                 check_unit(cx, at, n, v)?;
             }
         }
-        for &a in &select(&m.from)? {
-            for &b in &select(&m.to)? {
-                if !pair.contains_key(&(a.min(b), a.max(b))) {
+        for &a in &nodes.select(cx, &m.from)? {
+            for &b in &nodes.select(cx, &m.to)? {
+                if !links.joins(a, b) {
                     let at = m.from.span().start;
                     return cx.err(
                         at,
-                        format!("no link between {} and {}", nodes[a].name, nodes[b].name),
+                        format!("no link between {} and {}", nodes.name(a), nodes.name(b)),
                     );
                 }
                 let series = metrics.entry((a, b)).or_insert(Series {
@@ -951,12 +1046,21 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
         // the last segment that has started).
         s.segments.sort_by(|x, y| x.1.at_ms.total_cmp(&y.1.at_ms));
     }
+    Ok(metrics)
+}
 
-    // Feedback.
+/// `[[feedback]]`: closed-loop sources towards one destination, with their background
+/// load.
+fn build_feedback(
+    cx: &Ctx,
+    blocks: &[FeedbackFile],
+    nodes: &NodeTable,
+    links: &LinkTable,
+) -> Result<Vec<Feedback>, SimError> {
     let mut feedback = Vec::new();
-    for fb in &f.feedback {
-        let destination = one(&fb.destination)?;
-        let sources = select(&fb.sources)?;
+    for fb in blocks {
+        let destination = nodes.one(cx, &fb.destination)?;
+        let sources = nodes.select(cx, &fb.sources)?;
         let at = fb.offered_gbps.span().start;
         let offered_gbps = *fb.offered_gbps.get_ref();
         if !(offered_gbps.is_finite() && offered_gbps >= 0.0) {
@@ -968,8 +1072,8 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
         }
         let mut background = Vec::new();
         for b in &fb.background {
-            let via = one(&b.via)?;
-            if !pair.contains_key(&(via.min(destination), via.max(destination))) {
+            let via = nodes.one(cx, &b.via)?;
+            if !links.joins(via, destination) {
                 return cx.err(
                     b.via.span().start,
                     "no link between `via` and the destination",
@@ -997,21 +1101,12 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
             background,
         });
     }
+    Ok(feedback)
+}
 
-    let mut watches = Vec::new();
-    for w in &f.watch {
-        watches.push(Watch {
-            node: one(&w.node)?,
-            destination: one(&w.destination)?,
-            next_hop: one(&w.next_hop)?,
-            from_ms: w.from_ms.unwrap_or(0.0),
-            tolerance: w.tolerance.unwrap_or(0.01),
-        });
-    }
-    let elastic = match &f.elastic {
-        None => None,
-        Some(e) => Some(build_elastic(cx, e, &one, &select, &pair)?),
-    };
+/// `[[variant]]`: each one's parameters resolve over the base ones, and none varies a
+/// per-link setting.
+fn check_variants(f: &File) -> Result<(), SimError> {
     for v in &f.variant {
         if v.params.delay_ms.is_some() || v.params.loss.is_some() {
             return Err(SimError::Params(format!(
@@ -1022,32 +1117,17 @@ fn build(cx: &Ctx, f: File) -> Result<Scenario, SimError> {
         resolve_params(&f.params.overlay(&v.params))
             .map_err(|m| SimError::Params(format!("variant {}: {m}", v.name)))?;
     }
-
-    Ok(Scenario {
-        name: f.name.clone().unwrap_or_default(),
-        variant: None,
-        duration_ns,
-        seed: f.seed.unwrap_or(1),
-        every_ns,
-        params,
-        nodes,
-        links,
-        metrics,
-        feedback,
-        watches,
-        elastic,
-        base_params: f.params.clone(),
-        variants: f.variant.clone(),
-    })
+    Ok(())
 }
 
 fn build_elastic(
     cx: &Ctx,
     e: &ElasticFile,
-    one: &dyn Fn(&Spanned<String>) -> Result<usize, SimError>,
-    select: &dyn Fn(&Selector) -> Result<Vec<usize>, SimError>,
-    pair: &HashMap<(usize, usize), usize>,
+    nodes: &NodeTable,
+    links: &LinkTable,
 ) -> Result<Elastic, SimError> {
+    let one = |s: &Spanned<String>| nodes.one(cx, s);
+    let select = |s: &Selector| nodes.select(cx, s);
     let at = e.watch_source.span().start;
     let pos = |v: Option<f64>, d: f64, what: &str| -> Result<f64, SimError> {
         let x = v.unwrap_or(d);
@@ -1132,7 +1212,7 @@ fn build_elastic(
     let mut capacity = Vec::new();
     for c in &e.capacity {
         let (from, to) = (one(&c.from)?, one(&c.to)?);
-        if !pair.contains_key(&(from.min(to), from.max(to))) || !positive(c.gbps) {
+        if !links.joins(from, to) || !positive(c.gbps) {
             return cx.err(
                 c.from.span().start,
                 "[[elastic.capacity]] needs an existing link and gbps > 0",
