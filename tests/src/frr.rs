@@ -12,10 +12,10 @@ use anyhow::{Context, Result, bail};
 
 use crate::{netns::NetNs, poll::poll_until};
 
-/// zebra's configuration: no kernel nexthop objects of its own. FRR before 10.7 takes every
-/// kernel nexthop group it learns whose id is above its protocol range (24 193 548, lq's
-/// 0x4c0xxxxx ids included) or that a route it imported uses (lq's routes in table 76) as
-/// its own: on every replace by another program it sends its first copy back down (for a
+/// zebra's configuration: no kernel nexthop objects of its own. zebra (FRR 8.4.4 here) takes
+/// every kernel nexthop group it learns whose id is above its protocol range (24 193 548,
+/// lq's 0x4c0xxxxx ids included) or that a route it imported uses (lq's routes in table 76)
+/// as its own: on every replace by another program it sends its first copy back down (for a
 /// hash-threshold group that undoes lq's weights; a resilient one the kernel refuses, with
 /// an error in zebra's log), and a group lq deleted it re-creates as `proto zebra` under the
 /// same id (`zebra_nhg_handle_kernel_state_change`). With this line zebra installs its

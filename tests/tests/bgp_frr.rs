@@ -339,6 +339,11 @@ fn lqd_steers_bgp_routes_and_follows_withdrawals() {
     wait("lqd reports zebra's copies of its groups", 10, || {
         log(&lqd).contains("written by another program")
     });
+    wait("lqd show weights counts them", 10, || {
+        lqd.show("weights").unwrap_or_default()["foreign-nexthop-writes"]
+            .as_u64()
+            .is_some_and(|n| n >= 1)
+    });
     let (gid, _) = lq_group(&l1).unwrap();
     assert!(
         l1.ip(&["nexthop", "show", "id", &gid.to_string()])

@@ -144,7 +144,7 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
         );
         o.counter(
             "lq_nexthop_foreign_writes_total",
-            "Nexthop objects in lq's id range written by another program (zebra before FRR 10.7 sending lq's groups back down; seen with [slow-plane]).",
+            "Nexthop objects in lq's id range written by another program (zebra sending lq's groups back down; seen with [slow-plane]).",
             w.foreign_nexthop_writes,
         );
         o.counter(

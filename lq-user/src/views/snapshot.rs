@@ -93,8 +93,8 @@ pub struct WeightsView {
     /// Replaces not sent because they would have moved no bucket (`skip-bucket-neutral`).
     #[serde(default)]
     pub bucket_neutral_skipped: u64,
-    /// Nexthop objects in lq's id range written by another program (zebra before FRR 10.7
-    /// sending lq's groups back down; seen with `[slow-plane]`).
+    /// Nexthop objects in lq's id range written by another program (zebra sending lq's
+    /// groups back down; seen with `[slow-plane]`).
     #[serde(default)]
     pub foreign_nexthop_writes: u64,
     /// Entries whose remote node is the NNH of no destination (6.1).

@@ -391,7 +391,6 @@ impl SlowPlane {
 mod tests {
     use super::*;
     use crate::core::controller::path_quality::node;
-    use crate::sys::netlink::nexthop::GroupMember;
 
     fn p(s: &str) -> Prefix {
         let (a, l) = s.split_once('/').unwrap();
@@ -456,15 +455,7 @@ mod tests {
     }
 
     fn group(id: u32, members: &[u32]) -> NexthopMsg {
-        NexthopMsg {
-            id: Some(id),
-            protocol: 11,
-            group: members
-                .iter()
-                .map(|&id| GroupMember { id, weight: 1 })
-                .collect(),
-            ..Default::default()
-        }
+        NexthopMsg::test_group(id, 11, members)
     }
 
     #[test]

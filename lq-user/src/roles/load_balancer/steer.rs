@@ -167,7 +167,7 @@ impl LoadBalancer {
                 id = format_args!("{id:#x}"),
                 protocol = n.protocol,
                 ?members,
-                "a nexthop object in lq's id range was written by another program: zebra before FRR 10.7 sends the nexthop groups of other programs back down (undoing lq's weights of a hash-threshold group) and re-creates those lqd deletes; add `no zebra nexthop kernel enable` to zebra's configuration (docs/operator-guide.md, Running with FRR)"
+                "a nexthop object in lq's id range was written by another program: zebra (FRR 8.4 at least) sends the nexthop groups of other programs back down (undoing lq's weights of a hash-threshold group) and re-creates those lqd deletes; add `no zebra nexthop kernel enable` to zebra's configuration (docs/operator-guide.md, Running with FRR)"
             );
         }
     }
@@ -573,20 +573,12 @@ impl LoadBalancer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::netlink::nexthop::{GroupMember, NexthopMsg};
+    use crate::sys::netlink::nexthop::NexthopMsg;
 
     const BASE: u32 = 0x4c00_0000;
 
     fn group(id: u32, protocol: u8, members: &[u32]) -> NexthopMsg {
-        NexthopMsg {
-            id: Some(id),
-            protocol,
-            group: members
-                .iter()
-                .map(|&id| GroupMember { id, weight: 1 })
-                .collect(),
-            ..Default::default()
-        }
+        NexthopMsg::test_group(id, protocol, members)
     }
 
     /// The shapes seen with FRR 8.4's zebra in a namespace (`ip -d nexthop show` after

@@ -142,6 +142,22 @@ pub struct NexthopMsg {
     pub unknown_attrs: Vec<u16>,
 }
 
+#[cfg(test)]
+impl NexthopMsg {
+    /// Test fixtures: the group object `id` of `protocol` with `members`, weight 1 each.
+    pub(crate) fn test_group(id: u32, protocol: u8, members: &[u32]) -> Self {
+        Self {
+            id: Some(id),
+            protocol,
+            group: members
+                .iter()
+                .map(|&id| GroupMember { id, weight: 1 })
+                .collect(),
+            ..Default::default()
+        }
+    }
+}
+
 impl NexthopMsg {
     /// A gateway nexthop `id via gateway dev oif`, owned by `lqd`.
     pub fn gateway(id: u32, oif: u32, gateway: IpAddr) -> Self {
