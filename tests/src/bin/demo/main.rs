@@ -464,7 +464,8 @@ fn run() -> Result<()> {
             );
         }
         println!(
-            "==> demo: FRR (zebra + bgpd) on every router: eBGP per RFC 7938, spines AS 65001..65004, leaves AS 65101..65104, multipath; each leaf's bgpd a BMP client of its lqd"
+            "==> demo: FRR (zebra + bgpd) on every router: eBGP per RFC 7938, spines AS 65001..65004, leaves AS 65101..65104, multipath; each leaf's bgpd a BMP client of its lqd; zebra.conf `{}` (else zebra sends lq's groups back down as its own: docs/operator-guide.md)",
+            lq_tests::frr::ZEBRA_CONF.trim()
         );
         let f = fab.start_bgp(3)?;
         println!("    BGP converged: every leaf has a 4-path route to every other leaf's hosts");
@@ -701,7 +702,7 @@ fn run() -> Result<()> {
             "link_rate_mbit": 100, "degraded_link": "S2->L4", "degraded_rate_mbit": DEGRADED_MBIT,
             "shaping": "tbf rate R burst 32 KiB latency 20 ms on both ends of every spine-leaf veth",
             "routing": if a.bgp {
-                "eBGP per RFC 7938 (FRR zebra + bgpd on every router, spines AS 65001..65004, leaves AS 65101..65104, maximum-paths 64, multipath-relax, timers 3/9 s); leaves' lqd steers BGP's routes ([slow-plane], lq's copy in table 76) with the remote leaf learned over BMP from AS-qualified advertisements; ECMP is FRR's own route"
+                "eBGP per RFC 7938 (FRR zebra + bgpd on every router, spines AS 65001..65004, leaves AS 65101..65104, maximum-paths 64, multipath-relax, timers 3/9 s; zebra without kernel nexthop objects: `no zebra nexthop kernel enable`); leaves' lqd steers BGP's routes ([slow-plane], lq's copy in table 76) with the remote leaf learned over BMP from AS-qualified advertisements; ECMP is FRR's own route"
             } else {
                 "static; leaves' inter-leaf routes are lqd's resilient nexthop groups"
             },
