@@ -88,8 +88,8 @@ impl TestPfc {
         Ok(r?)
     }
 
-    /// Drops the counter (detaching it) and loads it again from the same pins: what a
-    /// daemon restart does.
+    /// Drops the counter (detaching it) and loads it again at the same pins (new maps at
+    /// zero): what a daemon restart does.
     pub fn restart(&mut self) -> Result<()> {
         self.counter = None;
         self.counter = Some(PfcCounter::load(&self.pin_dir)?);

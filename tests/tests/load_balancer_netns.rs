@@ -888,3 +888,155 @@ fn replaces_that_move_no_bucket_are_counted_and_skipped_on_request() {
         &[(1, 255), (2, 32), (3, 255), (4, 255)],
     );
 }
+
+/// `[local-quality] source = "measured"` (seed 003 section 6.3: local_quality(S) from the
+/// leaf's own uplinks): the leaf's uplink u1, shaped to 100 Mbit/s by tbf, is overloaded by
+/// traffic the leaf itself sends; its Appendix A pipeline's LQS falls and the local-only
+/// destination's group moves its weight to u2, then back once the load stops. With the
+/// default source the same load changes nothing (local quality is link state only).
+#[test]
+fn a_congested_uplink_loses_weight_with_measured_local_quality() {
+    require_root();
+    const PREFIX: &str = "172.30.0.0/24";
+    let run = |source: &str| -> (Vec<(u64, u64)>, serde_json::Value, String) {
+        let leaf = NetNs::new("lqt-ml").unwrap();
+        let spines = NetNs::new("lqt-ms").unwrap();
+        for k in 1..=2 {
+            veth_pair(
+                &spines,
+                &format!("s{k}"),
+                &format!("10.1.{k}.1/24"),
+                &leaf,
+                &format!("up{k}"),
+                &format!("10.1.{k}.2/24"),
+            )
+            .unwrap();
+        }
+        leaf.ip(&["link", "set", "up1", "txqueuelen", "1000"])
+            .unwrap();
+        leaf.exec(
+            "tc",
+            &[
+                "qdisc", "add", "dev", "up1", "root", "tbf", "rate", "100mbit", "burst", "32kb",
+                "latency", "20ms",
+            ],
+        )
+        .unwrap();
+        let mut cfg = String::from(
+            "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [\"up1\", \"up2\"]\n",
+        );
+        for k in 1..=2 {
+            cfg.push_str(&format!(
+                "\n[[uplink]]\nid = {k}\nspine = \"10.0.0.{k}\"\ninterface = \"up{k}\"\ngateway = \"10.1.{k}.1\"\n"
+            ));
+        }
+        cfg.push_str(&format!(
+            "\n[[destination]]\nprefix = \"{PREFIX}\"\n\n[local-quality]\nsource = \"{source}\"\n"
+        ));
+        let lqd = Lqd::start(&leaf, &cfg).unwrap();
+        let group = poll_until(
+            "the local-only group's route",
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || lq_tests::fabric::route_group(&leaf, PREFIX).ok_or(()),
+            |_| lqd.log_text(),
+        )
+        .unwrap();
+        let weights = || lq_tests::fabric::group_members(&leaf, group);
+        let idle = poll_until(
+            "equal weights on idle uplinks",
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || match weights() {
+                Some(w) if w.len() == 2 && w[0].1 == w[1].1 => Ok(w),
+                w => Err(w),
+            },
+            |w| format!("{w:?}\n{}", lqd.log_text()),
+        )
+        .unwrap();
+        assert_eq!(idle.iter().map(|m| m.0).collect::<Vec<_>>(), [1, 2]);
+        // Overload up1 from the leaf: eight sockets' send buffers exceed the tbf limit, so
+        // its queue fills and tbf drops (U -> 1, D high, drops: Appendix A LQS near 0).
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = std::thread::spawn({
+            let (name, stop) = (leaf.name().to_string(), stop.clone());
+            move || {
+                lq_tests::netns::enter_netns(&name).unwrap();
+                let socks: Vec<std::net::UdpSocket> = (0..8)
+                    .map(|_| std::net::UdpSocket::bind("10.1.1.2:0").unwrap())
+                    .collect();
+                for s in &socks {
+                    s.set_nonblocking(true).unwrap();
+                }
+                let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, 1, 1)), 9);
+                let buf = [0u8; 1400];
+                while !stop.load(Ordering::Relaxed) {
+                    for s in &socks {
+                        let _ = s.send_to(&buf, to);
+                    }
+                }
+            }
+        });
+        let loaded = if source == "measured" {
+            poll_until(
+                "up1's weight to fall below up2's",
+                Duration::from_secs(10),
+                Duration::from_millis(20),
+                || match weights() {
+                    Some(w) if w.len() == 2 && w[0].1 * 4 <= w[1].1 => Ok(w),
+                    Some(w) if w.len() == 1 && w[0].0 == 2 => Ok(w),
+                    w => Err(w),
+                },
+                |w| format!("{w:?}\n{:?}\n{}", lqd.show("weights").ok(), lqd.log_text()),
+            )
+            .unwrap()
+        } else {
+            // Long enough for a measured quality to have moved (it does within 100 ms).
+            std::thread::sleep(Duration::from_secs(1));
+            weights().unwrap()
+        };
+        let shown = lqd.show("weights").unwrap();
+        stop.store(true, Ordering::Relaxed);
+        load.join().unwrap();
+        if source == "measured" {
+            // Recovery: the smoothed metrics decay back (alpha_fall) and the weights with
+            // them, to within a unit (an LQS of 254 until the decayed metrics reach 0).
+            poll_until(
+                "equal weights again after the load",
+                Duration::from_secs(10),
+                Duration::from_millis(20),
+                || match weights() {
+                    Some(w) if w.len() == 2 && w[0].1.abs_diff(w[1].1) <= 2 => Ok(()),
+                    w => Err(w),
+                },
+                |w| format!("{w:?}\n{}", lqd.log_text()),
+            )
+            .unwrap();
+        }
+        (loaded, shown, lqd.log_text())
+    };
+
+    let (loaded, shown, log) = run("measured");
+    let members = shown["groups"][0]["members"].as_array().unwrap();
+    let local = |id: u64| {
+        members
+            .iter()
+            .find(|m| m["uplink"] == id)
+            .and_then(|m| m["local-quality"].as_u64())
+    };
+    assert!(local(1).is_none_or(|q| q <= 100), "{shown}");
+    assert!(local(2).is_some_and(|q| q >= 240), "{shown}");
+    assert!(
+        log.contains("local quality measured on the uplinks"),
+        "{log}"
+    );
+    eprintln!("measured: weights under load {loaded:?}");
+
+    let (loaded, shown, _) = run("link-state");
+    assert!(
+        loaded.len() == 2 && loaded[0].1 == loaded[1].1,
+        "link state only: the load must not move the weights: {loaded:?} {shown}"
+    );
+    let members = shown["groups"][0]["members"].as_array().unwrap();
+    assert!(members.iter().all(|m| m["local-quality"] == 255), "{shown}");
+}

@@ -126,7 +126,7 @@ fn fixtures(own: [u8; 6]) -> Vec<(&'static str, Vec<u8>, u8)> {
 }
 
 #[test]
-fn counts_exactly_per_priority_and_survives_a_restart() {
+fn counts_exactly_per_priority_and_starts_a_new_epoch_at_zero_on_a_restart() {
     let t = topo();
     let own = mac_of(&t.b, "pb");
     let mut pfc = TestPfc::load().unwrap();
@@ -169,22 +169,32 @@ fn counts_exactly_per_priority_and_survives_a_restart() {
     assert_eq!(rejects[&PfcReject::BadDestination], 6);
     assert_eq!(rejects[&PfcReject::Short], 6);
 
-    // A restart keeps the counters (pinned maps) and counting continues.
+    // Frames sent while no program is attached (the daemon stopped) are not counted, so
+    // a restart starts every counter again at zero, in new maps (a new instance: a new
+    // counter epoch for the exporter), pinned where the old ones were.
     pfc.restart().unwrap();
+    send_frames(
+        &t.a,
+        "pa",
+        vec![build_frame(PFC_MULTICAST, SRC, 0x00ff, [0; 8]).to_vec()],
+    )
+    .unwrap();
     pfc.attach(&t.b, "pb", None).unwrap();
+    let reader_after = pfc.reader().unwrap();
+    assert_eq!(reader_after.rx_priorities(ifindex).unwrap(), [Some(0); 8]);
     send_frames(
         &t.a,
         "pa",
         vec![build_frame(PFC_MULTICAST, SRC, 0x0001, [0; 8]).to_vec()],
     )
     .unwrap();
-    let after = pfc.reader().unwrap().rx_priorities(ifindex).unwrap();
-    assert_eq!(after[0], Some(expected[0].unwrap() + 1));
-    assert_eq!(after[1..], expected[1..]);
-    assert_eq!(
-        pfc.reader().unwrap().instance(),
+    let after = reader_after.rx_priorities(ifindex).unwrap();
+    assert_eq!(after[0], Some(1));
+    assert_eq!(after[1..], [Some(0); 7]);
+    assert_ne!(
+        reader_after.instance(),
         reader.instance(),
-        "same map instance"
+        "new map instance"
     );
 }
 

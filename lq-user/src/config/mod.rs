@@ -535,6 +535,10 @@ pub struct UplinkSpec {
     /// Capacity in Gbps (used with capacity weighting).
     #[serde(default = "default_capacity")]
     pub capacity_gbps: f64,
+    /// The uplink's line rate for `[local-quality] source = "measured"` (Mbit/s; default:
+    /// the egress qdisc's shaping rate, else the driver's speed), as a `[[link]]`'s.
+    #[serde(default)]
+    pub rate_mbit: Option<u64>,
 }
 
 fn default_capacity() -> f64 {
@@ -651,6 +655,11 @@ pub struct PfcSection {
     /// Interfaces whose received PFC frames are counted (a bond's members, never the bond).
     #[serde(default)]
     pub interfaces: Vec<String>,
+    /// Let `interfaces` name hardware devices too: only for a NIC known to pass PFC frames
+    /// to the kernel (most consume them; use `[[pfc.ethtool]]` for those). Default false:
+    /// lqd refuses a hardware interface there (seed 000: every qualifying frame counted).
+    #[serde(default)]
+    pub tc_on_hardware: bool,
     /// bpffs folder of the PFC maps (default `/sys/fs/bpf/lq/<instance>-pfc`).
     #[serde(default)]
     pub pin_dir: Option<PathBuf>,
@@ -882,6 +891,33 @@ pub struct Config {
     /// The slow plane: follow the routing daemon's routes (seed 003 section 4.1).
     #[serde(default)]
     pub slow_plane: Option<SlowPlaneSection>,
+    /// Where the uplinks' local quality comes from (seed 003 section 6.3).
+    #[serde(default)]
+    pub local_quality: LocalQualitySection,
+}
+
+/// `[local-quality]`: `local_quality(S)` of seed 003 section 6.3, "the quality of the
+/// leaf's uplink to spine S from the local DLB mechanism" (`core::controller::local_quality`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LocalQualitySection {
+    /// `link-state` (default): 255 while the uplink is up, 0 when it is down. `measured`:
+    /// the Appendix A pipeline on each `[[uplink]]`'s egress every `[helper] t-sample-ms`
+    /// (with the `[helper]` parameters), its LQS applied when it moves by more than
+    /// `change-threshold` and otherwise once per T_notify.
+    #[serde(default)]
+    pub source: LocalQualitySource,
+}
+
+/// `[local-quality] source`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum LocalQualitySource {
+    /// 255 up, 0 down.
+    #[default]
+    LinkState,
+    /// The Appendix A pipeline on the uplinks.
+    Measured,
 }
 
 /// `[slow-plane]`: lqd steers the multipath routes a routing daemon (FRR) installs instead
@@ -1177,6 +1213,12 @@ impl Config {
         if t.role.receives() && self.receiver.interfaces.is_empty() {
             return Err(format!(
                 "role = \"{}\" needs [receiver] interfaces",
+                t.role.as_str()
+            ));
+        }
+        if self.local_quality.source == LocalQualitySource::Measured && !t.role.receives() {
+            return Err(format!(
+                "[local-quality] source = \"measured\" is the load balancer's local quality (seed 003 section 6.3): role = \"{}\" has none; use role = \"load-balancer\" or \"dual\"",
                 t.role.as_str()
             ));
         }
@@ -1483,6 +1525,25 @@ remote-node = "10.0.1.4"
 
     fn err(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn local_quality_source_defaults_to_link_state_and_measured_needs_a_load_balancer() {
+        assert_eq!(
+            parse(LEAF).unwrap().local_quality.source,
+            LocalQualitySource::LinkState
+        );
+        let measured = format!("{LEAF}\n[local-quality]\nsource = \"measured\"\n");
+        let c = parse(&measured).unwrap();
+        assert_eq!(c.local_quality.source, LocalQualitySource::Measured);
+        let spine = "[lq-telemetry]\nenabled = true\nrole = \"helper\"\nrouter-id = \"10.0.0.2\"\n\n[local-quality]\nsource = \"measured\"\n";
+        assert!(
+            err(spine).contains("load balancer's local quality"),
+            "{}",
+            err(spine)
+        );
+        let e = err(&format!("{LEAF}\n[local-quality]\nsource = \"dlb\"\n"));
+        assert!(e.contains("link-state") && e.contains("measured"), "{e}");
     }
 
     #[test]

@@ -202,6 +202,13 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         ),
         None => None,
     };
+    // The uplinks' counters for a measured local quality, likewise on a thread of their own.
+    let mut local_batches = match lb.as_mut() {
+        Some(lb) => lb
+            .spawn_local_sampler(t_sample, scheduling == Scheduling::Realtime)
+            .context("local-quality sampler thread")?,
+        None => None,
+    };
     // Everything privileged is set up: keep only CAP_BPF and CAP_NET_ADMIN.
     crate::sys::privileges::drop_capabilities().context("dropping capabilities")?;
     // Only now the client thread: capabilities are per thread, and it inherits the
@@ -281,6 +288,17 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                     _ => {
                         warn!("the sampler thread stopped: no new samples, periodic advertisements go on with the last values");
                         batches = None;
+                    }
+                }
+            }
+            batch = when_some(local_batches.as_mut().map(|rx| rx.recv())) => {
+                match (batch, lb.as_mut()) {
+                    // A step only when an uplink's applied local quality moved.
+                    (Some(b), Some(lb)) => step_lb = lb.on_local_batch(b),
+                    _ => {
+                        warn!("the local-quality sampler thread stopped: the uplinks' local quality keeps its last values");
+                        local_batches = None;
+                        step_lb = false;
                     }
                 }
             }
@@ -368,7 +386,7 @@ impl Roles {
     /// counting runs too.
     fn start(cfg: &Config, instance: &Instance, config_path: &Path) -> Result<Self> {
         let role = cfg.lq_telemetry.role;
-        let lb = if role.receives() {
+        let mut lb = if role.receives() {
             Some(
                 LoadBalancer::start(cfg.clone(), instance.pin_dir.clone()).with_context(|| {
                     format!(
@@ -388,8 +406,14 @@ impl Roles {
                     .context("starting PFC counting")?,
             )
         };
+        let pfc_dir = pfc.as_ref().map(|p| p.counter().pin_dir().to_path_buf());
+        if let Some(lb) = lb.as_mut()
+            && cfg.local_quality.source == crate::config::LocalQualitySource::Measured
+        {
+            lb.measure_local_quality(pfc_dir.as_deref())
+                .context("[local-quality] source = \"measured\"")?;
+        }
         let helper = if role.advertises() {
-            let pfc_dir = pfc.as_ref().map(|p| p.counter().pin_dir().to_path_buf());
             let source = crate::roles::helper::kernel_source(cfg, pfc_dir.as_deref())
                 .context("link counters of the helper role")?;
             Some(HelperRole::start(cfg, source).context("starting the helper role")?)

@@ -285,22 +285,35 @@ impl Decoder {
     ) -> Result<usize, DecodeError> {
         let mut at = 0;
         let mut n = 0;
-        let hdr = if set_id == SET_OPTIONS_TEMPLATE { 6 } else { 4 };
-        // Anything shorter than a template header is padding.
-        while at + hdr <= body.len() {
+        // Anything shorter than a withdrawal (ID and a field count of 0) is padding.
+        while at + 4 <= body.len() {
             let id = be(&body[at..at + 2]) as u16;
             let count = be(&body[at + 2..at + 4]) as usize;
+            if count == 0 {
+                // A withdrawal (RFC 7011 section 8.1): 4 octets in either kind of set, no
+                // scope field count. The set's own ID withdraws every template of its kind
+                // in the domain.
+                at += 4;
+                if id == set_id {
+                    let options = set_id == SET_OPTIONS_TEMPLATE;
+                    self.templates
+                        .retain(|&(d, _), t| d != domain || (t.scope_count > 0) != options);
+                } else {
+                    self.templates.remove(&(domain, id));
+                }
+                continue;
+            }
+            let hdr = if set_id == SET_OPTIONS_TEMPLATE { 6 } else { 4 };
+            if at + hdr > body.len() {
+                // Padding (at most 3 octets) after the last record.
+                break;
+            }
             let scope_count = if set_id == SET_OPTIONS_TEMPLATE {
                 be(&body[at + 4..at + 6]) as usize
             } else {
                 0
             };
             at += hdr;
-            if count == 0 {
-                // Template withdrawal.
-                self.templates.remove(&(domain, id));
-                continue;
-            }
             let mut fields = Vec::with_capacity(count);
             for _ in 0..count {
                 if at + 4 > body.len() {

@@ -392,6 +392,51 @@ fn options_templates_without_scope_or_with_too_much_are_refused() {
     );
 }
 
+/// RFC 7011 section 8.1: a withdrawal is 4 octets (ID, field count 0) in an Options
+/// Template Set too; two in one set withdraw both, and the set's own ID (3) withdraws
+/// every Options Template of the domain. Data of a withdrawn template is an unknown set.
+#[test]
+fn options_template_withdrawals_are_four_octets_and_can_withdraw_all() {
+    let config = ExporterConfig::default();
+    let mut enc = Encoder::new(config.clone()).unwrap();
+    let data = |enc: &mut Encoder| {
+        enc.data_messages(
+            &[
+                rec(Direction::Received, 3, 2, 10),
+                rec(Direction::Transmitted, 3, 2, 10),
+            ],
+            1,
+        )
+    };
+    let learnt = |dec: &mut Decoder, msgs: &[Vec<u8>]| {
+        msgs.iter()
+            .map(|m| dec.decode(m).unwrap())
+            .map(|d| (d.pfc.len(), d.unknown_sets))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
+    // Both of 256 and 257 in one set.
+    let mut dec = Decoder::new(config.elements);
+    dec.decode(&enc.template_messages(1)[0]).unwrap();
+    let withdraw_both = hex::decode(concat!("0100", "0000", "0101", "0000")).unwrap();
+    dec.decode(&message(&[(3, withdraw_both)])).unwrap();
+    let msgs = data(&mut enc);
+    assert_eq!(learnt(&mut dec, &msgs), (0, 2));
+    // One of them: the other still decodes.
+    let mut dec = Decoder::new(config.elements);
+    dec.decode(&enc.template_messages(1)[0]).unwrap();
+    dec.decode(&message(&[(3, hex::decode("01010000").unwrap())]))
+        .unwrap();
+    let msgs = data(&mut enc);
+    assert_eq!(learnt(&mut dec, &msgs), (1, 1));
+    // All Options Templates of the domain (ID 3).
+    let mut dec = Decoder::new(config.elements);
+    dec.decode(&enc.template_messages(1)[0]).unwrap();
+    dec.decode(&message(&[(3, hex::decode("00030000").unwrap())]))
+        .unwrap();
+    let msgs = data(&mut enc);
+    assert_eq!(learnt(&mut dec, &msgs), (0, 2));
+}
+
 /// One PFC template with the field of `ie` given length `len`, and one record for it
 /// (that field's value `len` octets of 0x01).
 fn with_field_length(ie: IeId, len: u16) -> (Vec<u8>, Vec<u8>) {

@@ -306,67 +306,17 @@ impl HelperRole {
         t_sample: std::time::Duration,
         realtime: bool,
     ) -> io::Result<tokio::sync::mpsc::Receiver<SampleBatch>> {
-        let mut source = self
+        let source = self
             .source
             .take()
             .ok_or_else(|| io::Error::other("the counter source already has its thread"))?;
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let period = u64::try_from(t_sample.as_nanos())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let dropped = self.samples_dropped.clone();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-        std::thread::Builder::new()
-            .name("lqd-sampler".into())
-            .spawn(move || {
-                if realtime {
-                    crate::sys::sched::set_realtime_thread(
-                        "sampler thread",
-                        "its samples may come late",
-                    );
-                }
-                let privileges = crate::sys::privileges::drop_capabilities()
-                    .map_err(|e| format!("dropping the sampler thread's capabilities: {e}"));
-                let failed = privileges.is_err();
-                let _ = ready_tx.send(privileges);
-                if failed {
-                    return;
-                }
-                let mut next = boottime_ns();
-                loop {
-                    next = next.saturating_add(period);
-                    let now = boottime_ns();
-                    if next > now {
-                        std::thread::sleep(std::time::Duration::from_nanos(next - now));
-                    } else {
-                        // Behind (a slow read): skip the missed ticks.
-                        next = now;
-                    }
-                    let t_ns = boottime_ns();
-                    let samples = source.sample(t_ns);
-                    let batch = SampleBatch {
-                        t_ns,
-                        samples,
-                        described: source.describe(),
-                        link_mtus: source.link_mtus().to_vec(),
-                        took_ns: boottime_ns().saturating_sub(t_ns),
-                    };
-                    match tx.try_send(batch) {
-                        Ok(()) => {}
-                        Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
-                            dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
-                    }
-                }
-            })?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(rx),
-            Ok(Err(e)) => Err(io::Error::other(e)),
-            Err(_) => Err(io::Error::other(
-                "the sampler thread ended before it started",
-            )),
-        }
+        spawn_sampler_thread(
+            "lqd-sampler",
+            source,
+            t_sample,
+            realtime,
+            self.samples_dropped.clone(),
+        )
     }
 
     /// Feeds one batch of samples to the pipelines and the advertiser at `now_ns`
@@ -608,6 +558,75 @@ impl HelperRole {
     }
 }
 
+/// Reads `source` on a thread of its own (named `name`) every `t_sample` and hands each
+/// batch to the returned channel ([`HelperRole::spawn_sampler`] says why and how; the
+/// load balancer's measured local quality uses it too). Batches the loop has not taken
+/// yet (4) are not queued further: new ones are dropped and counted in `dropped`.
+pub fn spawn_sampler_thread(
+    name: &str,
+    mut source: Box<dyn SampleSource + Send>,
+    t_sample: std::time::Duration,
+    realtime: bool,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> io::Result<tokio::sync::mpsc::Receiver<SampleBatch>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let period = u64::try_from(t_sample.as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            if realtime {
+                crate::sys::sched::set_realtime_thread(
+                    "sampler thread",
+                    "its samples may come late",
+                );
+            }
+            let privileges = crate::sys::privileges::drop_capabilities()
+                .map_err(|e| format!("dropping the sampler thread's capabilities: {e}"));
+            let failed = privileges.is_err();
+            let _ = ready_tx.send(privileges);
+            if failed {
+                return;
+            }
+            let mut next = boottime_ns();
+            loop {
+                next = next.saturating_add(period);
+                let now = boottime_ns();
+                if next > now {
+                    std::thread::sleep(std::time::Duration::from_nanos(next - now));
+                } else {
+                    // Behind (a slow read): skip the missed ticks.
+                    next = now;
+                }
+                let t_ns = boottime_ns();
+                let samples = source.sample(t_ns);
+                let batch = SampleBatch {
+                    t_ns,
+                    samples,
+                    described: source.describe(),
+                    link_mtus: source.link_mtus().to_vec(),
+                    took_ns: boottime_ns().saturating_sub(t_ns),
+                };
+                match tx.try_send(batch) {
+                    Ok(()) => {}
+                    Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                        dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => return,
+                }
+            }
+        })?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(rx),
+        Ok(Err(e)) => Err(io::Error::other(e)),
+        Err(_) => Err(io::Error::other(
+            "the sampler thread ended before it started",
+        )),
+    }
+}
+
 /// The kernel counters of the configured `[[link]]`s (rtnetlink link and qdisc
 /// statistics, seed 003 Appendix A.1), read by [`crate::sys::sampler::Sampler`], with
 /// two eBPF-fed sources: ECN-eligible packets counted by `lq_ecn_egress` on each link
@@ -618,20 +637,48 @@ pub fn kernel_source(
     cfg: &Config,
     pfc_pin_dir: Option<&std::path::Path>,
 ) -> Result<Box<dyn SampleSource + Send>, HelperRoleError> {
+    let links: Vec<SampledLink> = cfg
+        .link
+        .iter()
+        .map(|l| SampledLink {
+            interface: &l.interface,
+            rate_mbit: l.rate_mbit,
+            pfc_priorities: &l.pfc_priorities,
+        })
+        .collect();
+    kernel_source_for(cfg, &links, pfc_pin_dir)
+}
+
+/// One link [`kernel_source_for`] reads: a `[[link]]` of the helper, or an `[[uplink]]`
+/// whose local quality is measured.
+pub struct SampledLink<'a> {
+    /// The interface.
+    pub interface: &'a str,
+    /// A configured line rate (Mbit/s).
+    pub rate_mbit: Option<u64>,
+    /// The PFC priorities whose pause time counts (empty: all eight).
+    pub pfc_priorities: &'a [u8],
+}
+
+/// [`kernel_source`] for any list of links, in that order (`cfg` for `[pfc] interfaces`).
+pub fn kernel_source_for(
+    cfg: &Config,
+    links: &[SampledLink<'_>],
+    pfc_pin_dir: Option<&std::path::Path>,
+) -> Result<Box<dyn SampleSource + Send>, HelperRoleError> {
     use crate::sys::sampler::{LinkConfig, Sampler};
     let other = |what: &str, e: String| HelperRoleError::Socket {
         iface: what.into(),
         source: io::Error::other(e),
     };
-    let links = cfg
-        .link
+    let sampled = links
         .iter()
         .map(|l| LinkConfig {
-            name: l.interface.clone(),
+            name: l.interface.to_owned(),
             rate_bps: l.rate_mbit.map(|m| m * 1_000_000),
         })
         .collect();
-    let mut sampler = Sampler::new(links).map_err(|e| other("rtnetlink", e.to_string()))?;
+    let mut sampler = Sampler::new(sampled).map_err(|e| other("rtnetlink", e.to_string()))?;
     // Link state and speed from notifications, counters from RTM_GETSTATS: a full link
     // dump every T_sample was most of the sampler's cost (issue 15 item 3).
     sampler
@@ -640,14 +687,13 @@ pub fn kernel_source(
 
     // ECN-eligible counter (A.1): the tc egress program on every link, read in one
     // batched lookup per sample.
-    let ecn =
-        crate::sys::bpf::ecn::EcnEligible::attach(cfg.link.iter().map(|l| l.interface.as_str()))
-            .map_err(|e| {
-                other(
-                    "ECN-eligible counter",
-                    crate::core::report::Chain(&e).to_string(),
-                )
-            })?;
+    let ecn = crate::sys::bpf::ecn::EcnEligible::attach(links.iter().map(|l| l.interface))
+        .map_err(|e| {
+            other(
+                "ECN-eligible counter",
+                crate::core::report::Chain(&e).to_string(),
+            )
+        })?;
     sampler.set_ecn_eligible_source(Box::new(ecn));
 
     if let Some(dir) = pfc_pin_dir {
@@ -656,24 +702,23 @@ pub fn kernel_source(
         // The priorities that matter: the link's DCB configuration when the driver has one
         // (dcbnl IEEE PFC pfc_en), else `pfc-priorities`, else all eight.
         let mut rtnl = crate::sys::netlink::Rtnl::open().ok();
-        let prios: std::collections::BTreeMap<String, Vec<u8>> = cfg
-            .link
+        let prios: std::collections::BTreeMap<String, Vec<u8>> = links
             .iter()
-            .filter(|l| cfg.pfc.interfaces.contains(&l.interface))
+            .filter(|l| cfg.pfc.interfaces.iter().any(|i| i == l.interface))
             .map(|l| {
                 let dcb = rtnl
                     .as_mut()
-                    .and_then(|r| crate::sys::netlink::dcb::pfc_enabled(r, &l.interface).ok().flatten())
+                    .and_then(|r| crate::sys::netlink::dcb::pfc_enabled(r, l.interface).ok().flatten())
                     .filter(|en| *en != 0);
                 let p = match dcb {
                     Some(en) => {
                         info!(iface = %l.interface, pfc_en = en, "PFC priorities from the link's DCB configuration");
                         crate::sys::netlink::dcb::priorities(en)
                     }
-                    None if !l.pfc_priorities.is_empty() => l.pfc_priorities.clone(),
+                    None if !l.pfc_priorities.is_empty() => l.pfc_priorities.to_vec(),
                     None => (0..8).collect(),
                 };
-                (l.interface.clone(), p)
+                (l.interface.to_owned(), p)
             })
             .collect();
         sampler.set_pause_source(Box::new(move |ifindex: u32, name: &str| {

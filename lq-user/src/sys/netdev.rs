@@ -135,6 +135,29 @@ pub fn interface_info(iface: &str) -> io::Result<InterfaceInfo> {
 /// The driver of `iface` (`ETHTOOL_GDRVINFO`, what `ethtool -i` prints as `driver:`), in
 /// the calling thread's namespace.
 pub fn driver_name(iface: &str) -> io::Result<String> {
+    drvinfo(iface).map(|i| c_string(&i.driver))
+}
+
+/// Whether `iface` is a hardware device: its driver names a bus address (`ethtool -i`'s
+/// `bus-info:`, e.g. `0000:03:00.0`), where software links (veth, dummy, bridge, bond,
+/// tun/tap) name none, `N/A` or `tap`. `None` when the driver cannot be asked.
+pub fn is_hardware(iface: &str) -> Option<bool> {
+    Some(names_a_bus(&c_string(&drvinfo(iface).ok()?.bus_info)))
+}
+
+/// Whether an `ethtool -i` `bus-info:` names a device on a bus (see [`is_hardware`]).
+fn names_a_bus(bus_info: &str) -> bool {
+    !matches!(bus_info.trim(), "" | "N/A" | "tap")
+}
+
+/// A NUL-terminated ethtool string.
+fn c_string(b: &[u8; 32]) -> String {
+    let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// `ETHTOOL_GDRVINFO` of `iface`, in the calling thread's namespace.
+fn drvinfo(iface: &str) -> io::Result<EthtoolDrvinfo> {
     // SAFETY: plain socket call.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -151,8 +174,7 @@ pub fn driver_name(iface: &str) -> io::Result<String> {
     if unsafe { libc::ioctl(sock.0, SIOCETHTOOL, &mut req) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let end = info.driver.iter().position(|b| *b == 0).unwrap_or(32);
-    Ok(String::from_utf8_lossy(&info.driver[..end]).into_owned())
+    Ok(info)
 }
 
 /// Whether `iface` has `rx-all` on (frames with FCS errors delivered), from `ethtool -k`;
@@ -166,4 +188,20 @@ pub fn rx_all(iface: &str) -> Option<bool> {
         let rest = l.trim().strip_prefix("rx-all:")?;
         Some(rest.trim().starts_with("on"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bus_address_is_hardware_and_software_links_name_none() {
+        // mlx5 and virtio-net on PCI; veth, dummy and bond ""; bridge "N/A"; tun "tap".
+        for bus in ["0000:03:00.0", "0000:00:03.0", "virtio0"] {
+            assert!(names_a_bus(bus), "{bus}");
+        }
+        for bus in ["", "N/A", "tap"] {
+            assert!(!names_a_bus(bus), "{bus:?}");
+        }
+    }
 }

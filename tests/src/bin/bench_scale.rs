@@ -23,6 +23,10 @@
 //!   replaces a second and the share of them that moved no bucket (128 buckets for 64
 //!   members: 2 each); then one more window after a restart with `skip-bucket-neutral`
 //!   (`leaf_cpu_pct_64x512_skip_bucket_neutral`, `leaf_replaces_per_s_64x512_skip_bucket_neutral`).
+//! - `leaf_cpu_pct_64x512_still` (and its lqd and XDP parts): one more window of the same
+//!   lqd with no entry changing (the spines still advertise every entry every period): the
+//!   cost of receiving the fabric alone, with no replace and so no kernel floor under it.
+//!   Printed beside it: the receiver's share were each datagram at `xdp_lq_90_ns`'s goal.
 //! - `lqd_rss_mib_64x512`: lqd's resident set (VmRSS, the mapped path table included).
 //! - `bpf_map_bytes_64x512`: the memory the kernel charges for the maps of lqd's receiver
 //!   program (`bytes_memlock` of each, read with bpftool, the independent judge).
@@ -34,7 +38,7 @@ use std::{
     process::{Command, ExitCode},
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -56,6 +60,8 @@ const REMOTES: usize = 512;
 const PERIOD: Duration = Duration::from_millis(20);
 /// Entries that change LQS per period.
 const CHURN: usize = 16;
+/// The receiver's goal per datagram of 90 entries (`xdp_lq_90_ns`, bench_xdp).
+const XDP_LQ_90_GOAL_NS: f64 = 3_000.0;
 const WINDOWS: usize = 3;
 const WINDOW: Duration = Duration::from_secs(10);
 const MAX_ENTRIES: usize = 91;
@@ -96,10 +102,12 @@ fn leaf_config(skip_bucket_neutral: bool) -> String {
     c
 }
 
-/// The 64 spines' advertisements, every PERIOD, until `stop`; `sent` counts datagrams.
+/// The 64 spines' advertisements, every PERIOD, until `stop`, `churn` entries changing
+/// per period; `sent` counts datagrams.
 fn senders(
     ns: &NetNs,
     stop: Arc<AtomicBool>,
+    churn: Arc<AtomicUsize>,
     sent: Arc<AtomicU64>,
 ) -> Result<std::thread::JoinHandle<Result<()>>> {
     ns.run_in(move || {
@@ -113,7 +121,7 @@ fn senders(
             let mut rng = SmallRng::seed_from_u64(64);
             let mut next = Instant::now();
             while !stop.load(Ordering::Relaxed) {
-                for _ in 0..CHURN {
+                for _ in 0..churn.load(Ordering::Relaxed) {
                     let (s, r) = (rng.random_range(0..SPINES), rng.random_range(0..REMOTES));
                     lqs[s][r] = if lqs[s][r] == 200 { 180 } else { 200 };
                 }
@@ -423,8 +431,9 @@ fn run() -> Result<()> {
     pin_process(pid, 0)?;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let sender = senders(&spines, stop.clone(), sent.clone())?;
-    let result = measure(&leaf, &lqd, pid, &before, &sent);
+    let churn = Arc::new(AtomicUsize::new(CHURN));
+    let sender = senders(&spines, stop.clone(), churn.clone(), sent.clone())?;
+    let result = measure(&leaf, &lqd, pid, &before, &sent, &churn);
     let counters = lqd.show("counters").ok();
     eprintln!(
         "lqd counters: {}",
@@ -530,6 +539,7 @@ fn measure(
     pid: u32,
     before: &BTreeSet<u32>,
     sent: &AtomicU64,
+    churn: &AtomicUsize,
 ) -> Result<()> {
     let prog = ready(lqd, before)?;
     std::thread::sleep(Duration::from_secs(2));
@@ -552,6 +562,7 @@ fn measure(
         spread(&lqd_pct),
         spread(&xdp_pct)
     );
+    let still = still_window(lqd, pid, prog, sent, churn)?;
     // The maps the receiver program uses, as the kernel charges them.
     let info = bpftool(&["prog", "show", "id", &prog.to_string()])?;
     let mut map_bytes = 0u64;
@@ -660,5 +671,52 @@ fn measure(
         None,
         None,
     );
+    // The same leaf with nothing changing: what receiving the fabric's advertisements costs
+    // before any weight moves (no replaces, so no kernel floor under it).
+    emit(
+        "leaf_cpu_pct_64x512_still",
+        still.lqd_pct + still.xdp_pct,
+        "% of a core",
+        None,
+        None,
+    );
+    emit(
+        "leaf_lqd_cpu_pct_64x512_still",
+        still.lqd_pct,
+        "% of a core",
+        None,
+        None,
+    );
+    emit(
+        "leaf_xdp_cpu_pct_64x512_still",
+        still.xdp_pct,
+        "% of a core",
+        None,
+        None,
+    );
     Ok(())
+}
+
+/// One window of the same leaf while no entry changes (the spines still advertise every
+/// entry every period): the receiving's own cost. The churn resumes afterwards.
+fn still_window(
+    lqd: &Lqd,
+    pid: u32,
+    prog: u32,
+    sent: &AtomicU64,
+    churn: &AtomicUsize,
+) -> Result<Window> {
+    churn.store(0, Ordering::Relaxed);
+    // Damped steps end within a few T_reweight of the last change.
+    std::thread::sleep(Duration::from_secs(2));
+    let m = window(lqd, pid, prog, sent, "still fabric (no entry changing)");
+    churn.store(CHURN, Ordering::Relaxed);
+    let m = m?;
+    // Our own per-datagram goal, at this datagram rate, is a floor of the receiver's share.
+    eprintln!(
+        "the receiver at xdp_lq_90_ns's goal ({XDP_LQ_90_GOAL_NS:.0} ns a datagram of 90 entries) x {:.0} datagrams/s = {:.2} % of a core",
+        m.sent_rate,
+        m.sent_rate * XDP_LQ_90_GOAL_NS / 1e9 * 100.0
+    );
+    Ok(m)
 }

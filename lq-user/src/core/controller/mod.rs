@@ -10,11 +10,13 @@
 //! * [`heartbeat`]: neighbor liveness, entry ageing, T_notify mismatch (6.5, 10).
 //! * [`weights`]: targets, damping, quantisation, bucket remapping (6.3, 6.4).
 //! * [`integral`]: the capacity x integral-controller weight function (4.1, issue 12).
+//! * [`local_quality`]: local_quality(S) measured on the leaf's uplinks (6.3, Appendix A).
 
 pub mod config;
 pub mod effective;
 pub mod heartbeat;
 pub mod integral;
+pub mod local_quality;
 pub mod path_mirror;
 pub mod path_quality;
 pub mod weights;

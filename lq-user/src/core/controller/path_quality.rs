@@ -208,8 +208,9 @@ impl NnhMapping {
     }
 }
 
-/// Local quality of each uplink, 0..=255 (section 6.3 `local_quality(S)`). Until the helper
-/// pipeline measures it, it is 255 for an up uplink and 0 for a down one.
+/// Local quality of each uplink, 0..=255 (section 6.3 `local_quality(S)`): 255 for an up
+/// uplink and 0 for a down one, or, with `[local-quality] source = "measured"`, the LQS of
+/// the uplink's own Appendix A pipeline while it is up ([`super::local_quality`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LocalQuality {
     quality: BTreeMap<UplinkId, u8>,

@@ -8,8 +8,15 @@
 //!   ([`max_increments`]); otherwise it is a reset. A change of the source instance (the
 //!   ifindex, the BPF map id, the driver) is always a reset. When the time since the
 //!   previous reading allows a full wrap, continuity cannot be proven: a new epoch starts.
-//! * Every reset or lost continuity starts a new epoch whose total restarts at the raw
-//!   value (the source counts from its own initialisation).
+//! * A reset starts a new epoch whose total restarts at the raw value: the source counts
+//!   from its own initialisation, and no full wrap fits in the gap (else it is
+//!   unprovable, below).
+//! * Where a narrow counter's earlier wraps are unknown (its first reading: it may have
+//!   wrapped before lqd first read it; or continuity lost) the new epoch's total starts at
+//!   zero at that reading: the 64-bit total lqd keeps is then the measurement source,
+//!   initialised there (seed 000: "The counter starts at zero when its measurement source
+//!   initializes"), where the raw value would carry an unknown number of wraps. A 64-bit
+//!   counter's first reading is its raw value (it cannot have wrapped).
 //! * A reading of a narrow counter whose wraps cannot be proven ([`Continuity::Unprovable`]:
 //!   the link speed is unknown, or the read gap was long enough for a full wrap) is not
 //!   exported as pfcControlFrameTotalCount (seed 000: "If the exporter cannot meet these
@@ -140,9 +147,11 @@ impl CounterTracker {
     pub fn update(&mut self, raw: RawReading) -> (Total, Continuity) {
         let mask = self.modulus_mask();
         let value = raw.value & mask;
+        let narrow = self.width_bits < 64;
         let (total, how) = match self.last {
             // Unknown speed: the wraps of a narrow counter are never provable.
-            None if self.width_bits < 64 && self.speed_mbps == 0 => (value, Continuity::Unprovable),
+            None if narrow && self.speed_mbps == 0 => (0, Continuity::Unprovable),
+            None if narrow => (0, Continuity::First),
             None => (value, Continuity::First),
             Some((prev, total)) => {
                 let delta = value.wrapping_sub(prev.value) & mask;
@@ -158,7 +167,7 @@ impl CounterTracker {
                 // Checked first: a narrow counter of a new instance can also have wrapped
                 // since it started, if the gap allows a full wrap.
                 if full_wrap_possible {
-                    (value, Continuity::Unprovable)
+                    (0, Continuity::Unprovable)
                 } else if prev.instance != raw.instance {
                     (value, Continuity::Reset)
                 } else if wrapped && self.width_bits == 64 {
@@ -207,12 +216,13 @@ mod tests {
     #[test]
     fn a_narrow_counter_wraps_within_one_epoch() {
         // 16-bit counter at 1 Gb/s: ~1488 frames/ms; polled every 10 ms (< 2^16 frames).
+        // Its first reading starts the total at zero: it may have wrapped before.
         let mut t = CounterTracker::new(16, 1000, 5);
         assert_eq!(
             t.update(raw(65_000, 0, 3)),
             (
                 Total {
-                    value: 65_000,
+                    value: 0,
                     epoch: 5,
                     unix_ms: 1_700_000_000_000
                 },
@@ -221,10 +231,10 @@ mod tests {
         );
         let (tot, how) = t.update(raw(100, 10, 3));
         assert_eq!(how, Continuity::Wrapped);
-        assert_eq!(tot.value, 65_000 + 636);
+        assert_eq!(tot.value, 636);
         assert_eq!(tot.epoch, 5);
         let (tot, how) = t.update(raw(200, 20, 3));
-        assert_eq!((tot.value, how), (65_736, Continuity::Continued));
+        assert_eq!((tot.value, how), (736, Continuity::Continued));
     }
 
     #[test]
@@ -276,21 +286,33 @@ mod tests {
             let (total, how) = t.update(raw(value, ms, 3));
             (how.exportable().then_some((total.value, total.epoch)), how)
         };
-        assert_eq!(feed(60_000, 0), (Some((60_000, 1)), Continuity::First));
-        assert_eq!(feed(65_000, 10), (Some((65_000, 1)), Continuity::Continued));
+        assert_eq!(feed(60_000, 0), (Some((0, 1)), Continuity::First));
+        assert_eq!(feed(65_000, 10), (Some((5_000, 1)), Continuity::Continued));
         // 65 000 -> 500 in 10 ms: a wrap (+1 036 <= 14 881 possible increments).
-        assert_eq!(feed(500, 20), (Some((66_036, 1)), Continuity::Wrapped));
-        // 45 ms allow 66 965 > 2^16 - 1 increments: the wrap count is unknown.
+        assert_eq!(feed(500, 20), (Some((6_036, 1)), Continuity::Wrapped));
+        // 45 ms allow 66 965 > 2^16 - 1 increments: the wrap count is unknown; the new
+        // epoch counts from zero at this reading, which is withheld.
         assert_eq!(feed(900, 65), (None, Continuity::Unprovable));
-        assert_eq!(feed(1_000, 75), (Some((1_000, 2)), Continuity::Continued));
+        assert_eq!(feed(1_000, 75), (Some((100, 2)), Continuity::Continued));
         // 44 ms allow 65 477 increments: no full wrap, continuity is proven.
-        assert_eq!(feed(1_100, 119), (Some((1_100, 2)), Continuity::Continued));
+        assert_eq!(feed(1_100, 119), (Some((200, 2)), Continuity::Continued));
         // Another instance (the NIC replaced) after a long gap: it may have wrapped since
         // it started, so not a provable reset; after a short one it is.
         let mut t = CounterTracker::new(16, 1000, 1);
         t.update(raw(10, 0, 3));
         assert_eq!(t.update(raw(20, 100, 4)).1, Continuity::Unprovable);
-        assert_eq!(t.update(raw(30, 110, 5)).1, Continuity::Reset);
+        // A provable reset: the new instance counted 30 since it started.
+        assert_eq!(
+            t.update(raw(30, 110, 5)),
+            (
+                Total {
+                    value: 30,
+                    epoch: 3,
+                    unix_ms: 1_700_000_000_110
+                },
+                Continuity::Reset
+            )
+        );
         // Unknown speed: no reading of a narrow counter is exported, the first included;
         // a 64-bit counter needs no speed.
         let mut t = CounterTracker::new(32, 0, 0);

@@ -104,6 +104,9 @@ pub enum LoadBalancerError {
     /// Controller parameters.
     #[error("controller configuration: {0}")]
     Controller(String),
+    /// The uplinks' counters for `[local-quality] source = "measured"`.
+    #[error("measuring the uplinks' local quality")]
+    LocalQuality(#[source] crate::roles::helper::HelperRoleError),
 }
 
 /// What the kernel holds for one group (the destinations of one remote node).
@@ -134,6 +137,7 @@ struct RouteState {
 }
 
 mod group_table;
+mod local;
 
 // The slow plane's part of the load-balancer (seed 003 section 4.1): a child module, so it
 // reaches the group state without widening it.
@@ -164,6 +168,8 @@ pub struct LoadBalancer {
     heartbeat: Heartbeat,
     weights: WeightController,
     local: LocalQuality,
+    /// `[local-quality] source = "measured"`: the uplinks' Appendix A pipelines.
+    measured_local: Option<local::MeasuredLocal>,
     groups: GroupTable<GroupState>,
     /// `groups`' generation when the step last pruned and indexed what it keeps per group.
     groups_seen: Option<u64>,
@@ -340,6 +346,7 @@ impl LoadBalancer {
             rtnl: None,
             weights,
             local: LocalQuality::default(),
+            measured_local: None,
             groups: GroupTable::default(),
             groups_seen: None,
             groups_by_remote: BTreeMap::new(),
@@ -426,6 +433,16 @@ impl LoadBalancer {
         self.rebuild_needed = true;
         if let Some(links) = links {
             self.links = links;
+        }
+        // The uplinks' sampler thread and pipelines are set up once, at start.
+        let measured = |c: &Config| {
+            (c.local_quality.source == crate::config::LocalQualitySource::Measured)
+                .then(|| uplink_interfaces(c))
+        };
+        if measured(&cfg) != measured(&self.cfg) {
+            warn!(
+                "[local-quality] or the uplinks it measures changed: that takes effect when lqd restarts; the local quality stays as it was set up at start"
+            );
         }
         self.cfg = cfg;
         self.slow_plane_reload();
@@ -831,12 +848,18 @@ impl LoadBalancer {
     }
 
     /// Uplink state from the link notifications queued since the last step (one
-    /// non-blocking receive when nothing changed), not a system call per uplink.
+    /// non-blocking receive when nothing changed), not a system call per uplink, and the
+    /// measured local quality of the up ones (`local.rs`).
     fn follow_uplinks(&mut self) -> Result<(), LoadBalancerError> {
         self.links.poll().map_err(RtnlError::Io)?;
         for u in &self.cfg.uplink {
-            self.local
-                .set_up(UplinkId::from(u.id), self.links.is_up(&u.interface));
+            let id = UplinkId::from(u.id);
+            // Down is 0 whatever was measured; up is the measured quality once there is
+            // one, else 255 (seed 003 section 6.3; `[local-quality]`).
+            match (self.links.is_up(&u.interface), self.measured_quality(id)) {
+                (true, Some(q)) => self.local.set(id, q),
+                (up, _) => self.local.set_up(id, up),
+            }
         }
         Ok(())
     }

@@ -103,8 +103,8 @@ pub fn pin_dir(cfg: &Config, instance: &str) -> PathBuf {
 }
 
 impl PfcService {
-    /// Loads the counter (reusing pinned maps: counts survive restarts), attaches it to the
-    /// configured interfaces, and connects the exporter.
+    /// Loads the counter (new maps at zero: a new counter epoch at every start), attaches it
+    /// to the configured interfaces, and connects the exporter.
     pub fn start(cfg: &Config, instance: &str) -> Result<Self, PfcServiceError> {
         // Seed 000: a record identifies a LAG's member interface, never the aggregate. Checked
         // before anything is loaded or attached, with the members named.
@@ -126,6 +126,7 @@ impl PfcService {
         }
         let dir = pin_dir(cfg, instance);
         let mut counter = PfcCounter::load(&dir)?;
+        counter.set_tc_on_hardware(cfg.pfc.tc_on_hardware);
         for iface in &cfg.pfc.interfaces {
             let a = counter.attach(iface, cfg.pfc.speed_mbps)?;
             info!(%iface, ifindex = a.info.ifindex, mode = ?a.mode, "PFC counter attached");
@@ -250,11 +251,13 @@ impl PfcService {
 
     fn records(&mut self) -> Result<Vec<PfcRecord>, crate::sys::bpf::pfc::PfcError> {
         let instance = u64::from(self.reader.instance());
-        let mono = monotonic_ns();
-        let unix = unix_ms_now();
         let mut out = Vec::new();
+        // The maps hold only this run's interfaces: each start creates them anew.
         for (ifindex, cfg) in self.reader.interfaces()? {
             let counts = self.reader.rx_priorities(ifindex)?;
+            // Seed 000: observationTimeMilliseconds is the closest available time to the
+            // counter's reading, so each source is stamped right after its own read.
+            let (mono, unix) = (monotonic_ns(), unix_ms_now());
             for (prio, c) in counts.iter().enumerate() {
                 // A missing reading is never exported as zero.
                 let Some(value) = *c else { continue };
@@ -295,6 +298,7 @@ impl PfcService {
                     continue;
                 }
             };
+            let (mono, unix) = (monotonic_ns(), unix_ms_now());
             let r = crate::roles::pfc::tx::TxReading {
                 counts: s.counts,
                 width_bits,

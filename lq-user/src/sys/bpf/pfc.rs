@@ -4,7 +4,11 @@
 //! ([`crate::sys::ethtool`]).
 //!
 //! Received counts come from `lq_pfc_ingress` (tc ingress, tcx; clsact on kernels before
-//! 6.6), whose maps are pinned under the instance folder so a daemon restart keeps them.
+//! 6.6), whose maps are pinned under the instance folder so that other readers (`lqd show
+//! pfc`, the helper's pause time, a veth peer's transmit side) find them. Each start
+//! creates them anew, at zero: the program detaches when lqd exits, so counts carried over
+//! a restart would miss the frames of the gap (seed 000 section 6: the source counts every
+//! qualifying frame, and a reset starts a new epoch at zero).
 //! Transmitted counts come only from sources that confirm the frame left on the link:
 //! NIC ethtool counters mapped by configuration, or, for a veth, the peer's receive count.
 
@@ -26,7 +30,7 @@ use lq_common::pfc::{
 use crate::sys::lag;
 pub use crate::sys::netdev::{InterfaceInfo, driver_name, interface_info};
 
-/// Maps the PFC counter pins under its instance folder, so a daemon restart keeps them.
+/// Maps the PFC counter pins under its instance folder, for readers in other processes.
 pub const PINNED_MAPS: [&str; 4] = [
     PFC_RX_COUNTER_MAP,
     PFC_PAUSE_MAP,
@@ -74,6 +78,21 @@ pub enum PfcError {
     /// A bond or team device: its counter mixes the member links (seed 000).
     #[error(transparent)]
     Aggregate(#[from] lag::Aggregate),
+    /// A previous run's pinned map could not be removed.
+    #[error("removing the previous run's pinned PFC map {}", path.display())]
+    Unpin {
+        /// The pin.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A hardware interface: its NIC consumes PFC frames before any tc hook, so the tc
+    /// counter would not see every qualifying frame (seed 000 section 6: the source MUST
+    /// count every one).
+    #[error(
+        "interface {0} is a hardware device, whose NIC consumes PFC frames before any tc hook sees them: count them with its driver's per-priority counters ([[pfc.ethtool]]), or set [pfc] tc-on-hardware = true if this NIC passes PFC frames to the kernel"
+    )]
+    Hardware(String),
 }
 
 pub use super::TcMode;
@@ -94,22 +113,44 @@ pub struct PfcCounter {
     ebpf: Ebpf,
     pin_dir: PathBuf,
     attached: Vec<Attached>,
+    /// Attach to hardware interfaces too ([`PfcCounter::set_tc_on_hardware`]).
+    tc_on_hardware: bool,
 }
 
 impl PfcCounter {
-    /// Loads the counter, reusing maps already pinned under `pin_dir` (a restart keeps the
-    /// counts). Does not attach.
+    /// Loads the counter with new maps at zero, pinned under `pin_dir` in place of any a
+    /// previous run left (see the module: nothing counted while no program was attached).
+    /// Does not attach.
     pub fn load(pin_dir: &Path) -> Result<Self, PfcError> {
+        let mut left = Vec::new();
+        for name in PINNED_MAPS {
+            let path = pin_dir.join(name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => left.push(name),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(PfcError::Unpin { path, source }),
+            }
+        }
+        if !left.is_empty() {
+            tracing::info!(pin_dir = %pin_dir.display(), maps = ?left, "PFC counters of a previous run removed: counting starts again at zero (a new counter epoch), since no program counted while lqd was stopped");
+        }
         let ebpf = crate::sys::bpf::path_table::load_pinned(pin_dir, &PINNED_MAPS)?;
         let mut this = Self {
             ebpf,
             pin_dir: pin_dir.into(),
             attached: Vec::new(),
+            tc_on_hardware: false,
         };
         this.program()?
             .load()
             .map_err(super::program_err::<PfcError>("tc", "load (verifier)"))?;
         Ok(this)
+    }
+
+    /// Whether [`PfcCounter::attach`] accepts hardware interfaces (`[pfc] tc-on-hardware`:
+    /// the operator knows the NIC passes PFC frames to the kernel). Off by default.
+    pub fn set_tc_on_hardware(&mut self, yes: bool) {
+        self.tc_on_hardware = yes;
     }
 
     fn program(&mut self) -> Result<&mut SchedClassifier, PfcError> {
@@ -134,6 +175,9 @@ impl PfcCounter {
         if crate::sys::netdev::rx_all(iface) == Some(true) {
             return Err(PfcError::RxAll(iface.into()));
         }
+        if !self.tc_on_hardware && crate::sys::netdev::is_hardware(iface) == Some(true) {
+            return Err(PfcError::Hardware(iface.into()));
+        }
         if let Some(s) = speed_mbps {
             info.speed_mbps = s;
         }
@@ -155,8 +199,8 @@ impl PfcCounter {
         Ok(a)
     }
 
-    /// Writes one interface's configuration and creates its counters (keeping existing
-    /// ones: a restart must not reset them).
+    /// Writes one interface's configuration and creates its counters at zero (keeping
+    /// existing ones: attaching an interface twice must not reset them).
     pub fn configure(&mut self, info: &InterfaceInfo) -> Result<(), PfcError> {
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| PfcError::Interface {
             iface: "possible cpus".into(),

@@ -1,0 +1,126 @@
+//! `[local-quality] source = "measured"`: the uplinks' local quality (seed 003 section 6.3)
+//! from the Appendix A pipeline on their egress (`core::controller::local_quality` says
+//! why), read by the kernel sampler the helper role uses, on a thread of its own.
+
+use std::sync::{Arc, atomic::AtomicU64};
+
+use tracing::{debug, info, warn};
+
+use super::{LoadBalancer, LoadBalancerError};
+use crate::{
+    core::controller::local_quality::LocalQualityMeter,
+    roles::helper::{
+        SampleBatch, SampleSource, SampledLink, kernel_source_for, spawn_sampler_thread,
+    },
+    sys::netlink::ifindex,
+};
+
+/// The measured local quality of a load balancer's uplinks.
+pub(super) struct MeasuredLocal {
+    meter: LocalQualityMeter,
+    /// The counter source, until [`LoadBalancer::spawn_local_sampler`] moves it to its
+    /// thread.
+    source: Option<Box<dyn SampleSource + Send>>,
+    /// Batches the sampler thread dropped because the loop had 4 not taken yet.
+    dropped: Arc<AtomicU64>,
+    /// Sample batches whose counters could not be read.
+    pub(super) read_errors: u64,
+}
+
+impl LoadBalancer {
+    /// Measures the uplinks' local quality from now on (`pfc_pin_dir`: the PFC counters'
+    /// pins, for the pause time of uplinks in `[pfc] interfaces`). Samples come once
+    /// [`LoadBalancer::spawn_local_sampler`] has started their thread.
+    pub fn measure_local_quality(
+        &mut self,
+        pfc_pin_dir: Option<&std::path::Path>,
+    ) -> Result<(), LoadBalancerError> {
+        let links: Vec<SampledLink> = self
+            .cfg
+            .uplink
+            .iter()
+            .map(|u| SampledLink {
+                interface: &u.interface,
+                rate_mbit: u.rate_mbit,
+                pfc_priorities: &[],
+            })
+            .collect();
+        let mut ids = Vec::with_capacity(links.len());
+        for u in &self.cfg.uplink {
+            ids.push((UplinkIdOf::from(u.id), ifindex(&u.interface)?));
+        }
+        let source = kernel_source_for(&self.cfg, &links, pfc_pin_dir)
+            .map_err(LoadBalancerError::LocalQuality)?;
+        let params = self.cfg.helper_params();
+        info!(
+            uplinks = ids.len(),
+            t_sample_ms = params.t_sample.as_millis() as u64,
+            change_threshold = params.change_threshold,
+            "local quality measured on the uplinks (seed 003 section 6.3, Appendix A)"
+        );
+        self.measured_local = Some(MeasuredLocal {
+            meter: LocalQualityMeter::new(&ids, &params),
+            source: Some(source),
+            dropped: Arc::default(),
+            read_errors: 0,
+        });
+        Ok(())
+    }
+
+    /// Starts the thread that samples the uplinks every `t_sample` (see
+    /// [`spawn_sampler_thread`]); `None` when local quality is not measured.
+    pub fn spawn_local_sampler(
+        &mut self,
+        t_sample: std::time::Duration,
+        realtime: bool,
+    ) -> std::io::Result<Option<tokio::sync::mpsc::Receiver<SampleBatch>>> {
+        let Some(m) = self.measured_local.as_mut() else {
+            return Ok(None);
+        };
+        let Some(source) = m.source.take() else {
+            return Ok(None);
+        };
+        spawn_sampler_thread(
+            "lqd-local-sampler",
+            source,
+            t_sample,
+            realtime,
+            m.dropped.clone(),
+        )
+        .map(Some)
+    }
+
+    /// One batch of uplink samples: returns whether an uplink's local quality changed
+    /// (then the weights are due for a step).
+    pub fn on_local_batch(&mut self, batch: SampleBatch) -> bool {
+        let Some(m) = self.measured_local.as_mut() else {
+            return false;
+        };
+        let samples = match batch.samples {
+            Ok(s) => s,
+            Err(e) => {
+                m.read_errors += 1;
+                // Once, then every 1024th: a link that vanished fails every T_sample.
+                if m.read_errors.is_power_of_two() || m.read_errors % 1024 == 0 {
+                    warn!(error = %e, errors = m.read_errors, "reading the uplinks' counters failed; local quality keeps its last values");
+                }
+                return false;
+            }
+        };
+        let changed = m.meter.on_samples(&samples, batch.t_ns);
+        for (uplink, q) in &changed {
+            debug!(uplink, local_quality = q, "measured local quality applied");
+        }
+        !changed.is_empty()
+    }
+
+    /// The measured local quality of `uplink`, when measured.
+    pub(super) fn measured_quality(&self, uplink: UplinkIdOf) -> Option<u8> {
+        self.measured_local
+            .as_ref()
+            .and_then(|m| m.meter.quality(uplink))
+    }
+}
+
+/// The uplink id type of the path quality core.
+type UplinkIdOf = crate::core::controller::path_quality::UplinkId;
