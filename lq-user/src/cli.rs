@@ -221,6 +221,11 @@ pub struct CollectArgs {
     /// Element IDs of pfcPriority, pfcControlFrameTotalCount and the counter epoch.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub element_ids: Vec<u16>,
+    /// UDP: seconds of Export Time a template stays usable without being sent again (RFC
+    /// 7011 section 8.4; at least three times the exporter's template refresh interval).
+    /// Its records are then unknown sets until it comes again ("templates-expired").
+    #[arg(long, value_name = "SECONDS", default_value_t = lq_user::ipfix::collect::DEFAULT_UDP_TEMPLATE_LIFETIME_S, value_parser = clap::value_parser!(u32).range(1..))]
+    pub template_lifetime_s: u32,
     /// Accept IPFIX over TCP instead of UDP (one session per exporter; templates per
     /// session).
     #[arg(long)]

@@ -160,7 +160,12 @@ fn collect(args: &cli::CollectArgs) -> anyhow::Result<()> {
         return lq_user::tools::collect::collect_tcp(args.listen, None, elements, io::stdout());
     }
     eprintln!("lqd ipfix collect: listening on {} (UDP)", args.listen);
-    lq_user::tools::collect::collect(args.listen, elements, io::stdout().lock())
+    lq_user::tools::collect::collect(
+        args.listen,
+        elements,
+        args.template_lifetime_s,
+        io::stdout().lock(),
+    )
 }
 
 fn monitor(args: &cli::MonitorArgs) -> anyhow::Result<()> {

@@ -267,7 +267,8 @@ impl Lqd {
 
 /// Removes an instance's pinned maps (its receiver's and its PFC counter's folders) and the
 /// pin root when that leaves it empty: lqd keeps its pins on exit on purpose (a restart
-/// keeps tables and counters), a test must not leave them behind.
+/// keeps the path table; the PFC maps are for other readers), a test must not leave them
+/// behind.
 pub fn remove_pins(instance: &str) {
     let root = std::path::Path::new("/sys/fs/bpf/lq");
     let _ = std::fs::remove_dir_all(root.join(instance));

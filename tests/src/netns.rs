@@ -176,6 +176,63 @@ pub fn enter_netns(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// UDP datagrams of 1 400 octets sent as fast as eight non-blocking sockets take them, from
+/// `from` to `to` inside a namespace, until dropped: their send buffers together exceed a
+/// tbf qdisc's limit, so its queue fills and it drops (Appendix A: U -> 1, D high, drops).
+pub struct UdpOverload {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl UdpOverload {
+    /// Starts the load in `ns` (a thread of its own enters it).
+    pub fn start(ns: &NetNs, from: std::net::SocketAddr, to: std::net::SocketAddr) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (name, st) = (ns.name().to_string(), stop.clone());
+        let thread = std::thread::spawn(move || -> Result<()> {
+            enter_netns(&name)?;
+            let socks = (0..8)
+                .map(|_| {
+                    let s = std::net::UdpSocket::bind(from)?;
+                    s.set_nonblocking(true)?;
+                    Ok(s)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let buf = [0u8; 1400];
+            while !st.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in &socks {
+                    let _ = s.send_to(&buf, to);
+                }
+            }
+            Ok(())
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the load and waits for its thread; its set-up error, if it had one.
+    pub fn stop(mut self) -> Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => bail!("the load thread panicked"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for UdpOverload {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
 /// Creates a veth pair with one end in each namespace, addresses them and brings them up.
 pub fn veth_pair(
     a: &NetNs,

@@ -5,12 +5,8 @@
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
-    net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket},
+    net::UdpSocket,
     process::Command,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
     time::{Duration, Instant},
 };
 
@@ -136,29 +132,11 @@ fn a_loaded_link_is_advertised_triggered_and_recovers_slowly() {
     // Overload the 100 Mbit/s tbf from inside the spine namespace: U -> 1, the queue
     // fills and tbf drops. Appendix A: LQS falls to the floor (1 - U = 0, and x 0.1 with
     // drops), CL 7 (drops active).
-    let stop = Arc::new(AtomicBool::new(false));
-    let st = stop.clone();
-    let load = std::thread::spawn({
-        let name = s.name().to_string();
-        move || {
-            lq_tests::netns::enter_netns(&name).unwrap();
-            // Eight sockets: their send buffers together exceed the tbf limit, so the queue
-            // fills and tbf drops.
-            let socks: Vec<UdpSocket> = (0..8)
-                .map(|_| UdpSocket::bind("10.9.0.1:0").unwrap())
-                .collect();
-            for s in &socks {
-                s.set_nonblocking(true).unwrap();
-            }
-            let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 9, 0, 2)), 9);
-            let buf = [0u8; 1400];
-            while !st.load(Ordering::Relaxed) {
-                for s in &socks {
-                    let _ = s.send_to(&buf, to);
-                }
-            }
-        }
-    });
+    let load = lq_tests::netns::UdpOverload::start(
+        &s,
+        "10.9.0.1:0".parse().unwrap(),
+        "10.9.0.2:9".parse().unwrap(),
+    );
     let t = wait_until("congested link", &leaf, &spine, |(q, c)| q <= 25 && c == 7);
     eprintln!("congestion visible at the leaf after {t:?}");
     let local = spine.show("local").unwrap();
@@ -183,8 +161,7 @@ fn a_loaded_link_is_advertised_triggered_and_recovers_slowly() {
 
     // Recovery is slow (alpha_fall 0.1: smoothed metrics fall 90 % in ~22 samples) and the
     // CL waits for the hold-down (100 ms) before it falls.
-    stop.store(true, Ordering::Relaxed);
-    load.join().unwrap();
+    load.stop().unwrap();
     let stopped = Instant::now();
     let lqs_back = wait_until("LQS recovered", &leaf, &spine, |(q, _)| q >= 200);
     let cl_back = wait_until("CL recovered", &leaf, &spine, |(_, c)| c <= 1) + lqs_back;

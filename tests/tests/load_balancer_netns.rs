@@ -49,9 +49,15 @@ struct Fabric {
 }
 
 fn fabric() -> Fabric {
+    fabric_of(4)
+}
+
+/// A leaf with `uplinks` uplinks `up<k>` (10.1.k.2/24) to `s<k>` (10.1.k.1/24) in one
+/// namespace standing for the spines.
+fn fabric_of(uplinks: u8) -> Fabric {
     let leaf = NetNs::new("lqt-leaf").unwrap();
     let spines = NetNs::new("lqt-spines").unwrap();
-    for k in 1..=4 {
+    for k in 1..=uplinks {
         veth_pair(
             &spines,
             &format!("s{k}"),
@@ -890,28 +896,20 @@ fn replaces_that_move_no_bucket_are_counted_and_skipped_on_request() {
 }
 
 /// `[local-quality] source = "measured"` (seed 003 section 6.3: local_quality(S) from the
-/// leaf's own uplinks): the leaf's uplink u1, shaped to 100 Mbit/s by tbf, is overloaded by
-/// traffic the leaf itself sends; its Appendix A pipeline's LQS falls and the local-only
-/// destination's group moves its weight to u2, then back once the load stops. With the
+/// leaf's own uplinks): the leaf's uplink up1, shaped to 100 Mbit/s by tbf, is overloaded
+/// by traffic the leaf itself sends; its Appendix A pipeline's LQS falls and the local-only
+/// destination's group moves its weight to up2, then back once the load stops. With the
 /// default source the same load changes nothing (local quality is link state only).
 #[test]
 fn a_congested_uplink_loses_weight_with_measured_local_quality() {
     require_root();
     const PREFIX: &str = "172.30.0.0/24";
     let run = |source: &str| -> (Vec<(u64, u64)>, serde_json::Value, String) {
-        let leaf = NetNs::new("lqt-ml").unwrap();
-        let spines = NetNs::new("lqt-ms").unwrap();
-        for k in 1..=2 {
-            veth_pair(
-                &spines,
-                &format!("s{k}"),
-                &format!("10.1.{k}.1/24"),
-                &leaf,
-                &format!("up{k}"),
-                &format!("10.1.{k}.2/24"),
-            )
-            .unwrap();
-        }
+        // The spines' namespace only terminates the links (and the load).
+        let Fabric {
+            leaf,
+            spines: _spines,
+        } = fabric_of(2);
         leaf.ip(&["link", "set", "up1", "txqueuelen", "1000"])
             .unwrap();
         leaf.exec(
@@ -957,26 +955,11 @@ fn a_congested_uplink_loses_weight_with_measured_local_quality() {
         assert_eq!(idle.iter().map(|m| m.0).collect::<Vec<_>>(), [1, 2]);
         // Overload up1 from the leaf: eight sockets' send buffers exceed the tbf limit, so
         // its queue fills and tbf drops (U -> 1, D high, drops: Appendix A LQS near 0).
-        let stop = Arc::new(AtomicBool::new(false));
-        let load = std::thread::spawn({
-            let (name, stop) = (leaf.name().to_string(), stop.clone());
-            move || {
-                lq_tests::netns::enter_netns(&name).unwrap();
-                let socks: Vec<std::net::UdpSocket> = (0..8)
-                    .map(|_| std::net::UdpSocket::bind("10.1.1.2:0").unwrap())
-                    .collect();
-                for s in &socks {
-                    s.set_nonblocking(true).unwrap();
-                }
-                let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, 1, 1)), 9);
-                let buf = [0u8; 1400];
-                while !stop.load(Ordering::Relaxed) {
-                    for s in &socks {
-                        let _ = s.send_to(&buf, to);
-                    }
-                }
-            }
-        });
+        let load = lq_tests::netns::UdpOverload::start(
+            &leaf,
+            "10.1.1.2:0".parse().unwrap(),
+            "10.1.1.1:9".parse().unwrap(),
+        );
         let loaded = if source == "measured" {
             poll_until(
                 "up1's weight to fall below up2's",
@@ -996,8 +979,7 @@ fn a_congested_uplink_loses_weight_with_measured_local_quality() {
             weights().unwrap()
         };
         let shown = lqd.show("weights").unwrap();
-        stop.store(true, Ordering::Relaxed);
-        load.join().unwrap();
+        load.stop().unwrap();
         if source == "measured" {
             // Recovery: the smoothed metrics decay back (alpha_fall) and the weights with
             // them, to within a unit (an LQS of 254 until the decayed metrics reach 0).

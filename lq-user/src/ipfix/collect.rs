@@ -31,6 +31,11 @@ pub const MAX_SCOPES_PER_SESSION: usize = 65_536;
 /// again, RFC 7011 section 8.4).
 pub const MAX_UDP_SESSIONS: usize = 1024;
 
+/// How long a template received over UDP stays usable without being sent again, by
+/// default (RFC 7011 section 8.4: at least three times the exporter's refresh interval;
+/// 1 800 s covers a 600 s refresh, lqd's own default is 60 s).
+pub const DEFAULT_UDP_TEMPLATE_LIFETIME_S: u32 = 1800;
+
 /// The state of one Transport Session: its templates and the last reading of each of its
 /// scoped counters.
 pub struct Session {
@@ -45,10 +50,21 @@ pub struct Session {
 impl Session {
     /// A session with `exporter` (printed as is) over `transport` ("udp", "tcp", "tls").
     pub fn new(exporter: String, transport: &'static str, elements: ElementIds) -> Self {
+        Self::with_template_lifetime(exporter, transport, elements, None)
+    }
+
+    /// [`Session::new`] whose templates expire after `lifetime_s` seconds of Export Time
+    /// without a refresh ([`Decoder::with_template_lifetime`]; UDP).
+    pub fn with_template_lifetime(
+        exporter: String,
+        transport: &'static str,
+        elements: ElementIds,
+        lifetime_s: Option<u32>,
+    ) -> Self {
         Self {
             exporter,
             transport,
-            decoder: Decoder::new(elements),
+            decoder: Decoder::new(elements).with_template_lifetime(lifetime_s),
             last: BTreeMap::new(),
             scopes_dropped: 0,
         }
@@ -68,6 +84,11 @@ impl Session {
             }
         };
         let mut lines = Vec::new();
+        if d.expired > 0 {
+            lines.push(
+                json!({"exporter": from, "transport": transport, "templates-expired": d.expired}),
+            );
+        }
         if d.templates > 0 {
             lines.push(json!({"exporter": from, "transport": transport, "templates": d.templates}));
         }
@@ -111,6 +132,8 @@ impl Session {
 /// The sessions of a UDP collector, keyed by the exporter's source address and port.
 pub struct UdpSessions {
     elements: ElementIds,
+    /// [`DEFAULT_UDP_TEMPLATE_LIFETIME_S`] unless set ([`UdpSessions::template_lifetime`]).
+    lifetime_s: u32,
     sessions: HashMap<SocketAddr, (Session, u64)>,
     clock: u64,
     /// Sessions forgotten to stay within [`MAX_UDP_SESSIONS`].
@@ -122,10 +145,17 @@ impl UdpSessions {
     pub fn new(elements: ElementIds) -> Self {
         Self {
             elements,
+            lifetime_s: DEFAULT_UDP_TEMPLATE_LIFETIME_S,
             sessions: HashMap::new(),
             clock: 0,
             evicted: 0,
         }
+    }
+
+    /// Templates expire after `seconds` of Export Time without a refresh.
+    pub fn template_lifetime(mut self, seconds: u32) -> Self {
+        self.lifetime_s = seconds;
+        self
     }
 
     /// One datagram from `from`: the lines to print.
@@ -142,11 +172,11 @@ impl UdpSessions {
                 self.evicted += 1;
             }
         }
-        let elements = self.elements;
-        let (session, seen) = self
-            .sessions
-            .entry(from)
-            .or_insert_with(|| (Session::new(from.to_string(), "udp", elements), 0));
+        let (elements, lifetime) = (self.elements, Some(self.lifetime_s));
+        let (session, seen) = self.sessions.entry(from).or_insert_with(|| {
+            let s = Session::with_template_lifetime(from.to_string(), "udp", elements, lifetime);
+            (s, 0)
+        });
         *seen = self.clock;
         session.message(msg)
     }

@@ -188,6 +188,9 @@ pub struct Decoded {
     pub unknown_sets: usize,
     /// Templates refused (their Data Sets are then unknown sets).
     pub refused: Vec<RefusedTemplate>,
+    /// Templates of the message's domain dropped before it was read: not refreshed within
+    /// the template lifetime ([`Decoder::with_template_lifetime`]).
+    pub expired: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -201,6 +204,8 @@ struct Tmpl {
     fields: Vec<Field>,
     /// How many leading fields are scope fields (0: a plain Template).
     scope_count: usize,
+    /// The Export Time of the message that last carried it.
+    learnt_at: u32,
 }
 
 /// One field of a data record: the element, its template length, whether it is a scope
@@ -216,6 +221,8 @@ struct Value<'a> {
 pub struct Decoder {
     elements: ElementIds,
     templates: HashMap<(u32, u16), Tmpl>,
+    /// Seconds of Export Time a template stays usable without being sent again (UDP).
+    lifetime_s: Option<u32>,
 }
 
 fn be(b: &[u8]) -> u64 {
@@ -228,7 +235,17 @@ impl Decoder {
         Self {
             elements,
             templates: HashMap::new(),
+            lifetime_s: None,
         }
+    }
+
+    /// Templates expire `seconds` of Export Time after the message that last carried them
+    /// (RFC 7011 section 8.4: over UDP, a template not refreshed within its lifetime is
+    /// discarded, and its Data Sets are unknown until it comes again). `None`: never (TCP
+    /// and TLS, where a template lives as long as its session).
+    pub fn with_template_lifetime(mut self, seconds: Option<u32>) -> Self {
+        self.lifetime_s = seconds;
+        self
     }
 
     /// Decodes one message (one UDP datagram, or one message cut from a TCP stream by its
@@ -249,6 +266,14 @@ impl Decoder {
         let sequence = be(&msg[8..12]) as u32;
         let domain = be(&msg[12..16]) as u32;
         let mut out = Decoded::default();
+        if let Some(lifetime) = self.lifetime_s {
+            // Export Time going backwards (another exporter clock) keeps them.
+            let before = self.templates.len();
+            self.templates.retain(|&(d, _), t| {
+                d != domain || export_time.saturating_sub(t.learnt_at) <= lifetime
+            });
+            out.expired = before - self.templates.len();
+        }
         let mut at = HEADER_LEN;
         while at + 4 <= len {
             let set_id = be(&msg[at..at + 2]) as u16;
@@ -259,7 +284,8 @@ impl Decoder {
             let body = &msg[at + 4..at + set_len];
             match set_id {
                 SET_TEMPLATE | SET_OPTIONS_TEMPLATE => {
-                    out.templates += self.templates_in(domain, set_id, body, &mut out.refused)?;
+                    out.templates +=
+                        self.templates_in((domain, export_time), set_id, body, &mut out.refused)?;
                 }
                 id if id >= 256 => {
                     let Some(t) = self.templates.get(&(domain, id)).cloned() else {
@@ -278,7 +304,7 @@ impl Decoder {
 
     fn templates_in(
         &mut self,
-        domain: u32,
+        (domain, export_time): (u32, u32),
         set_id: u16,
         body: &[u8],
         refused: &mut Vec<RefusedTemplate>,
@@ -371,6 +397,7 @@ impl Decoder {
                 Tmpl {
                     fields,
                     scope_count,
+                    learnt_at: export_time,
                 },
             );
             n += 1;

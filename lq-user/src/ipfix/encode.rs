@@ -267,6 +267,16 @@ impl Encoder {
         self.sequence
     }
 
+    /// `msg`, built here, was not sent (nor any built after it): its Data Records were not
+    /// sent either, so the sequence number goes back to the one it carries (RFC 7011
+    /// section 3.1: the count of Data Records sent). A message that is not one of ours
+    /// (shorter than a header) changes nothing.
+    pub fn unsent_from(&mut self, msg: &[u8]) {
+        if let Some(seq) = msg.get(8..12) {
+            self.sequence = u32::from_be_bytes([seq[0], seq[1], seq[2], seq[3]]);
+        }
+    }
+
     fn message(&self, export_time: u32, sets: &[u8]) -> Vec<u8> {
         let mut m = Vec::with_capacity(HEADER_LEN + sets.len());
         m.extend_from_slice(&VERSION.to_be_bytes());

@@ -392,6 +392,53 @@ fn options_templates_without_scope_or_with_too_much_are_refused() {
     );
 }
 
+/// RFC 7011 section 8.4: over UDP a template not sent again within its lifetime (Export
+/// Time) expires; its records are unknown sets until it comes again. Without a lifetime
+/// (TCP, TLS) it never expires.
+#[test]
+fn udp_templates_expire_without_a_refresh() {
+    let config = ExporterConfig::default();
+    let mut enc = Encoder::new(config.clone()).unwrap();
+    let records = [rec(Direction::Received, 3, 2, 10)];
+    let mut dec = Decoder::new(config.elements).with_template_lifetime(Some(180));
+    dec.decode(&enc.template_messages(1_000)[0]).unwrap();
+    let d = dec.decode(&enc.data_messages(&records, 1_180)[0]).unwrap();
+    assert_eq!((d.pfc.len(), d.expired), (1, 0), "within the lifetime");
+    let d = dec.decode(&enc.data_messages(&records, 1_181)[0]).unwrap();
+    assert_eq!((d.pfc.len(), d.unknown_sets), (0, 1));
+    assert!(
+        d.expired >= 2,
+        "256 and 257 (and the type records' 258) expired: {}",
+        d.expired
+    );
+    dec.decode(&enc.template_messages(1_200)[0]).unwrap();
+    let d = dec.decode(&enc.data_messages(&records, 1_300)[0]).unwrap();
+    assert_eq!(d.pfc.len(), 1, "refreshed");
+    let mut tcp = Decoder::new(config.elements);
+    tcp.decode(&enc.template_messages(1_000)[0]).unwrap();
+    let d = tcp
+        .decode(&enc.data_messages(&records, 100_000)[0])
+        .unwrap();
+    assert_eq!(d.pfc.len(), 1);
+}
+
+/// RFC 7011 section 3.1: the sequence number counts the Data Records sent. Messages built
+/// but not sent (a failed send) give their records back: the next message carries the
+/// number the first unsent one carried.
+#[test]
+fn records_of_unsent_messages_do_not_count_in_the_sequence() {
+    let seq = |m: &[u8]| u32::from_be_bytes([m[8], m[9], m[10], m[11]]);
+    let mut enc = Encoder::new(ExporterConfig::default()).unwrap();
+    let records: Vec<_> = (0..3).map(|p| rec(Direction::Received, 3, p, 10)).collect();
+    let first = enc.data_messages(&records, 1);
+    assert_eq!(seq(&first[0]), 0);
+    let unsent = enc.data_messages(&records, 2);
+    assert_eq!((seq(&unsent[0]), enc.sequence()), (3, 6));
+    enc.unsent_from(&unsent[0]);
+    let again = enc.data_messages(&records, 3);
+    assert_eq!((seq(&again[0]), enc.sequence()), (3, 6));
+}
+
 /// RFC 7011 section 8.1: a withdrawal is 4 octets (ID, field count 0) in an Options
 /// Template Set too; two in one set withdraw both, and the set's own ID (3) withdraws
 /// every Options Template of the domain. Data of a withdrawn template is an unknown set.

@@ -574,14 +574,12 @@ pub fn spawn_sampler_thread(
         .unwrap_or(u64::MAX)
         .max(1);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let what = format!("{name} thread");
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
             if realtime {
-                crate::sys::sched::set_realtime_thread(
-                    "sampler thread",
-                    "its samples may come late",
-                );
+                crate::sys::sched::set_realtime_thread(&what, "its samples may come late");
             }
             let privileges = crate::sys::privileges::drop_capabilities()
                 .map_err(|e| format!("dropping the sampler thread's capabilities: {e}"));

@@ -11,14 +11,17 @@ use serde_json::json;
 /// priorities never summed, an interval only with a confirmed epoch of the same exporter,
 /// problems flagged, refused templates reported with the reason). Each exporter (source
 /// address and port) is its own Transport Session: templates, last readings and interval
-/// counts never mix between exporters ([`crate::ipfix::collect`]).
+/// counts never mix between exporters ([`crate::ipfix::collect`]). A template not sent
+/// again within `template_lifetime_s` of Export Time expires (RFC 7011 section 8.4).
 pub fn collect(
     listen: SocketAddr,
     elements: crate::ipfix::ElementIds,
+    template_lifetime_s: u32,
     mut out: impl std::io::Write,
 ) -> anyhow::Result<()> {
     let sock = std::net::UdpSocket::bind(listen)?;
-    let mut sessions = crate::ipfix::collect::UdpSessions::new(elements);
+    let mut sessions =
+        crate::ipfix::collect::UdpSessions::new(elements).template_lifetime(template_lifetime_s);
     let mut buf = vec![0u8; 65536];
     loop {
         let (n, from) = sock.recv_from(&mut buf)?;

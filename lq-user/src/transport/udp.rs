@@ -45,17 +45,25 @@ impl UdpExporter {
             .last_templates
             .is_none_or(|t| t.elapsed() >= self.refresh)
         {
-            for m in self.encoder.template_messages(now) {
-                self.socket.send(&m)?;
-                sent += 1;
-            }
+            let messages = self.encoder.template_messages(now);
+            sent += self.send_all(&messages)?;
             self.last_templates = Some(std::time::Instant::now());
         }
-        for m in self.encoder.data_messages(records, now) {
-            self.socket.send(&m)?;
-            sent += 1;
-        }
+        let messages = self.encoder.data_messages(records, now);
+        sent += self.send_all(&messages)?;
         Ok(sent)
+    }
+
+    /// Sends `messages` in order; at the first that fails, the encoder's sequence number
+    /// goes back to it (its records and the later ones' were not sent).
+    fn send_all(&mut self, messages: &[Vec<u8>]) -> Result<usize, ExportError> {
+        for m in messages {
+            if let Err(e) = self.socket.send(m) {
+                self.encoder.unsent_from(m);
+                return Err(e.into());
+            }
+        }
+        Ok(messages.len())
     }
 
     /// The socket's descriptor (for DSCP and SO_PRIORITY).

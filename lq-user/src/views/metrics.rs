@@ -93,6 +93,23 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
                 o.sample("lq_path_quality", &l, f64::from(m.path_quality));
             }
         }
+        o.family(
+            "lq_uplink_local_quality",
+            "gauge",
+            "local_quality(S) per uplink (seed 003 6.3): 255 up / 0 down, or the LQS measured on the uplink with [local-quality] source = \"measured\".",
+        );
+        let local: std::collections::BTreeMap<u32, u8> = w
+            .groups
+            .iter()
+            .flat_map(|d| d.members.iter().map(|m| (m.uplink, m.local_quality)))
+            .collect();
+        for (uplink, q) in local {
+            o.sample(
+                "lq_uplink_local_quality",
+                &[("uplink", uplink.to_string())],
+                f64::from(q),
+            );
+        }
         o.family("lq_weight", "gauge", "Weights per group (remote node) and member: target and applied fractions, kernel integer weight.");
         for d in &w.groups {
             for m in &d.members {

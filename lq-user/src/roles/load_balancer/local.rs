@@ -8,7 +8,7 @@ use tracing::{debug, info, warn};
 
 use super::{LoadBalancer, LoadBalancerError};
 use crate::{
-    core::controller::local_quality::LocalQualityMeter,
+    core::controller::{local_quality::LocalQualityMeter, path_quality::UplinkId},
     roles::helper::{
         SampleBatch, SampleSource, SampledLink, kernel_source_for, spawn_sampler_thread,
     },
@@ -21,10 +21,13 @@ pub(super) struct MeasuredLocal {
     /// The counter source, until [`LoadBalancer::spawn_local_sampler`] moves it to its
     /// thread.
     source: Option<Box<dyn SampleSource + Send>>,
-    /// Batches the sampler thread dropped because the loop had 4 not taken yet.
+    /// Batches the sampler thread dropped because the loop had 4 not taken yet (the next
+    /// batch's deltas span them: no counts are lost, the interval is longer).
     dropped: Arc<AtomicU64>,
+    /// `dropped` when last logged.
+    dropped_logged: u64,
     /// Sample batches whose counters could not be read.
-    pub(super) read_errors: u64,
+    read_errors: u64,
 }
 
 impl LoadBalancer {
@@ -47,7 +50,7 @@ impl LoadBalancer {
             .collect();
         let mut ids = Vec::with_capacity(links.len());
         for u in &self.cfg.uplink {
-            ids.push((UplinkIdOf::from(u.id), ifindex(&u.interface)?));
+            ids.push((UplinkId::from(u.id), ifindex(&u.interface)?));
         }
         let source = kernel_source_for(&self.cfg, &links, pfc_pin_dir)
             .map_err(LoadBalancerError::LocalQuality)?;
@@ -62,6 +65,7 @@ impl LoadBalancer {
             meter: LocalQualityMeter::new(&ids, &params),
             source: Some(source),
             dropped: Arc::default(),
+            dropped_logged: 0,
             read_errors: 0,
         });
         Ok(())
@@ -100,13 +104,22 @@ impl LoadBalancer {
             Ok(s) => s,
             Err(e) => {
                 m.read_errors += 1;
-                // Once, then every 1024th: a link that vanished fails every T_sample.
-                if m.read_errors.is_power_of_two() || m.read_errors % 1024 == 0 {
+                // At 1, 2, 4, ... errors: a link that vanished fails every T_sample.
+                if m.read_errors.is_power_of_two() {
                     warn!(error = %e, errors = m.read_errors, "reading the uplinks' counters failed; local quality keeps its last values");
                 }
                 return false;
             }
         };
+        let dropped = m.dropped.load(std::sync::atomic::Ordering::Relaxed);
+        // Logged when the count has doubled since: a loop that stays behind logs rarely.
+        if dropped > 0 && dropped >= m.dropped_logged.saturating_mul(2).max(1) {
+            warn!(
+                dropped,
+                "uplink samples dropped so far: the loop fell 4 batches behind the local-quality sampler thread (the next sample's deltas span them)"
+            );
+            m.dropped_logged = dropped;
+        }
         let changed = m.meter.on_samples(&samples, batch.t_ns);
         for (uplink, q) in &changed {
             debug!(uplink, local_quality = q, "measured local quality applied");
@@ -115,12 +128,9 @@ impl LoadBalancer {
     }
 
     /// The measured local quality of `uplink`, when measured.
-    pub(super) fn measured_quality(&self, uplink: UplinkIdOf) -> Option<u8> {
+    pub(super) fn measured_quality(&self, uplink: UplinkId) -> Option<u8> {
         self.measured_local
             .as_ref()
             .and_then(|m| m.meter.quality(uplink))
     }
 }
-
-/// The uplink id type of the path quality core.
-type UplinkIdOf = crate::core::controller::path_quality::UplinkId;
