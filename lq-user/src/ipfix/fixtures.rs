@@ -446,42 +446,32 @@ fn records_of_unsent_messages_do_not_count_in_the_sequence() {
 fn options_template_withdrawals_are_four_octets_and_can_withdraw_all() {
     let config = ExporterConfig::default();
     let mut enc = Encoder::new(config.clone()).unwrap();
-    let data = |enc: &mut Encoder| {
-        enc.data_messages(
-            &[
-                rec(Direction::Received, 3, 2, 10),
-                rec(Direction::Transmitted, 3, 2, 10),
-            ],
-            1,
-        )
-    };
-    let learnt = |dec: &mut Decoder, msgs: &[Vec<u8>]| {
-        msgs.iter()
+    let records = [
+        rec(Direction::Received, 3, 2, 10),
+        rec(Direction::Transmitted, 3, 2, 10),
+    ];
+    // (the withdrawal set's body, then (PFC records decoded, unknown sets) of one record
+    // per template)
+    let cases = [
+        // Both of 256 and 257 in one set.
+        (concat!("0100", "0000", "0101", "0000"), (0, 2)),
+        // One of them: the other still decodes.
+        ("01010000", (1, 1)),
+        // All Options Templates of the domain (ID 3).
+        ("00030000", (0, 2)),
+    ];
+    for (withdrawal, want) in cases {
+        let mut dec = Decoder::new(config.elements);
+        dec.decode(&enc.template_messages(1)[0]).unwrap();
+        dec.decode(&message(&[(3, hex::decode(withdrawal).unwrap())]))
+            .unwrap();
+        let got = enc
+            .data_messages(&records, 1)
+            .iter()
             .map(|m| dec.decode(m).unwrap())
-            .map(|d| (d.pfc.len(), d.unknown_sets))
-            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
-    };
-    // Both of 256 and 257 in one set.
-    let mut dec = Decoder::new(config.elements);
-    dec.decode(&enc.template_messages(1)[0]).unwrap();
-    let withdraw_both = hex::decode(concat!("0100", "0000", "0101", "0000")).unwrap();
-    dec.decode(&message(&[(3, withdraw_both)])).unwrap();
-    let msgs = data(&mut enc);
-    assert_eq!(learnt(&mut dec, &msgs), (0, 2));
-    // One of them: the other still decodes.
-    let mut dec = Decoder::new(config.elements);
-    dec.decode(&enc.template_messages(1)[0]).unwrap();
-    dec.decode(&message(&[(3, hex::decode("01010000").unwrap())]))
-        .unwrap();
-    let msgs = data(&mut enc);
-    assert_eq!(learnt(&mut dec, &msgs), (1, 1));
-    // All Options Templates of the domain (ID 3).
-    let mut dec = Decoder::new(config.elements);
-    dec.decode(&enc.template_messages(1)[0]).unwrap();
-    dec.decode(&message(&[(3, hex::decode("00030000").unwrap())]))
-        .unwrap();
-    let msgs = data(&mut enc);
-    assert_eq!(learnt(&mut dec, &msgs), (0, 2));
+            .fold((0, 0), |a, d| (a.0 + d.pfc.len(), a.1 + d.unknown_sets));
+        assert_eq!(got, want, "withdrawal {withdrawal}");
+    }
 }
 
 /// One PFC template with the field of `ie` given length `len`, and one record for it
