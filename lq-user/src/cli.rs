@@ -149,6 +149,9 @@ pub enum ShowWhat {
     State,
     /// The helper role's links: raw and smoothed metrics, LQS, CL, hysteresis state.
     Local,
+    /// The load-balancer role's uplinks: link state, the local quality the weights use
+    /// and, with `[local-quality] source = "measured"`, the metrics and LQS it comes from.
+    Uplinks,
     /// PFC frames received per interface and priority, paused time, rejected frames.
     Pfc,
 }

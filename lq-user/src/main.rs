@@ -85,6 +85,10 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
         }
         ShowWhat::State => (daemon::query(&instance.socket, "state")?, show::pretty_json),
         ShowWhat::Local => (daemon::query(&instance.socket, "local")?, show::local_table),
+        ShowWhat::Uplinks => (
+            daemon::query(&instance.socket, "uplinks")?,
+            show::uplinks_table,
+        ),
         ShowWhat::Pfc => {
             let dir = args.pin_dir.clone().unwrap_or_else(|| {
                 std::path::PathBuf::from(lq_user::sys::bpf::path_table::DEFAULT_PIN_ROOT)

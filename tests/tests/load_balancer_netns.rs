@@ -904,7 +904,12 @@ fn replaces_that_move_no_bucket_are_counted_and_skipped_on_request() {
 fn a_congested_uplink_loses_weight_with_measured_local_quality() {
     require_root();
     const PREFIX: &str = "172.30.0.0/24";
-    let run = |source: &str| -> (Vec<(u64, u64)>, serde_json::Value, String) {
+    let run = |source: &str| -> (
+        Vec<(u64, u64)>,
+        serde_json::Value,
+        serde_json::Value,
+        String,
+    ) {
         // The spines' namespace only terminates the links (and the load).
         let Fabric {
             leaf,
@@ -979,6 +984,7 @@ fn a_congested_uplink_loses_weight_with_measured_local_quality() {
             weights().unwrap()
         };
         let shown = lqd.show("weights").unwrap();
+        let uplinks = lqd.show("uplinks").unwrap();
         load.stop().unwrap();
         if source == "measured" {
             // Recovery: the smoothed metrics decay back (alpha_fall) and the weights with
@@ -995,10 +1001,10 @@ fn a_congested_uplink_loses_weight_with_measured_local_quality() {
             )
             .unwrap();
         }
-        (loaded, shown, lqd.log_text())
+        (loaded, shown, uplinks, lqd.log_text())
     };
 
-    let (loaded, shown, log) = run("measured");
+    let (loaded, shown, uplinks, log) = run("measured");
     let members = shown["groups"][0]["members"].as_array().unwrap();
     let local = |id: u64| {
         members
@@ -1012,13 +1018,59 @@ fn a_congested_uplink_loses_weight_with_measured_local_quality() {
         log.contains("local quality measured on the uplinks"),
         "{log}"
     );
+    // `show uplinks`: what the weights use beside the pipeline it comes from.
+    assert_eq!(uplinks["source"], "measured", "{uplinks}");
+    let up = |id: u64| {
+        uplinks["uplinks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["id"] == id)
+            .unwrap_or_else(|| panic!("uplink {id} in {uplinks}"))
+    };
+    assert!(
+        up(1)["oper-up"] == true && up(2)["oper-up"] == true,
+        "{uplinks}"
+    );
+    assert!(
+        up(1)["measured"]["raw"]["u"]
+            .as_f64()
+            .is_some_and(|u| u > 0.5),
+        "{uplinks}"
+    );
+    assert!(
+        up(1)["measured"]["lqs"].as_u64().is_some_and(|q| q <= 100),
+        "{uplinks}"
+    );
+    assert!(
+        up(2)["measured"]["lqs"].as_u64().is_some_and(|q| q >= 240),
+        "{uplinks}"
+    );
+    for id in [1, 2] {
+        assert_eq!(
+            up(id)["local-quality"],
+            up(id)["applied-quality"],
+            "{uplinks}"
+        );
+    }
     eprintln!("measured: weights under load {loaded:?}");
 
-    let (loaded, shown, _) = run("link-state");
+    let (loaded, shown, uplinks, _) = run("link-state");
     assert!(
         loaded.len() == 2 && loaded[0].1 == loaded[1].1,
         "link state only: the load must not move the weights: {loaded:?} {shown}"
     );
     let members = shown["groups"][0]["members"].as_array().unwrap();
     assert!(members.iter().all(|m| m["local-quality"] == 255), "{shown}");
+    assert_eq!(uplinks["source"], "link-state", "{uplinks}");
+    assert!(
+        uplinks["uplinks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|u| u["local-quality"] == 255
+                && u.get("measured").is_none()
+                && u.get("applied-quality").is_none()),
+        "{uplinks}"
+    );
 }

@@ -396,12 +396,16 @@ fn answer(request: &str, snap: &Snapshot) -> String {
             |lb| lb.neighbors_json(now).to_string(),
         ),
         "local" => helper.map_or_else(|| no("helper"), |h| text(serde_json::to_string(&h.local))),
+        "uplinks" => lb.map_or_else(
+            || no("load-balancer"),
+            |lb| text(serde_json::to_string(&lb.uplinks)),
+        ),
         "state" => {
             let neighbors = lb.map(|lb| lb.neighbors_yang(now, crate::sys::clock::unix_ns()));
             let local = helper.map(crate::views::snapshot::HelperSnapshot::local_yang);
             crate::views::yang_state::state_document(&snap.config, local, neighbors).to_string()
         }
-        other => json!({"error": format!("unknown request {other:?}: weights, neighbors, local, state, monitor")})
+        other => json!({"error": format!("unknown request {other:?}: weights, neighbors, local, uplinks, state, monitor")})
             .to_string(),
     }
 }

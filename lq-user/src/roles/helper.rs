@@ -491,9 +491,7 @@ impl HelperRole {
     /// Every link's raw and smoothed metrics, LQS, CL and hysteresis state (`lqd show
     /// local`).
     pub fn local_view(&self) -> crate::views::snapshot::LocalView {
-        use crate::views::snapshot::{
-            LinkReportView, LocalLinkView, LocalView, MetricsView, RawMetricsView,
-        };
+        use crate::views::snapshot::{LinkReportView, LocalLinkView, LocalView};
         let described = &self.described;
         let links = self
             .links
@@ -509,30 +507,9 @@ impl HelperRole {
                 interface: l.iface.clone(),
                 link_id: l.ifindex,
                 measured: r.is_some(),
-                report: r.as_ref().map(|r| LinkReportView {
-                    oper_up: r.oper_up,
-                    raw: RawMetricsView {
-                        u: r.raw.m.u,
-                        e: r.raw.m.e,
-                        f: r.raw.m.f,
-                        d: r.raw.m.d,
-                        x: r.raw.x,
-                    },
-                    smoothed: MetricsView {
-                        u: r.smooth.u,
-                        e: r.smooth.e,
-                        f: r.smooth.f,
-                        d: r.smooth.d,
-                    },
-                    lqs: r.lqs,
-                    lqs_last_sent: self.advertiser.lqs_last_sent(l.ifindex),
-                    computed_cl: r.computed_cl,
-                    cl: r.cl,
-                    state: r.band.as_str().to_string(),
-                    hold_down: r.hold_down_since_ns.is_some(),
-                    capacity_gbps: r.capacity.to_string(),
-                    available_bandwidth_gbps: r.available_bandwidth.to_string(),
-                }),
+                report: r
+                    .as_ref()
+                    .map(|r| LinkReportView::of(r, self.advertiser.lqs_last_sent(l.ifindex))),
             })
             .collect();
         let st = self.advertiser.stats();

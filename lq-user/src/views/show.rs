@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::{
     core::controller::effective::EffectiveEntry,
-    views::snapshot::{LocalView, WeightsView},
+    views::snapshot::{LocalView, UplinksView, WeightsView},
 };
 
 fn ip(v: u32) -> String {
@@ -256,6 +256,79 @@ pub fn pretty_json(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
 }
 
+/// The load-balancer role's uplinks as a table.
+pub fn uplinks_table(v: &Value) -> String {
+    match UplinksView::deserialize(v) {
+        Ok(u) => uplinks_view_table(&u),
+        Err(e) => format!("unexpected uplinks answer: {e}\n"),
+    }
+}
+
+/// [`uplinks_table`] from the typed view.
+pub fn uplinks_view_table(v: &UplinksView) -> String {
+    let mut s = format!(
+        "{:>5} {:<10} {:<16} {:<4} {:>5}  {:>7} {:>5} {:>5} {:>5} {:>5}  {:>4} {:>3}  {}\n",
+        "ID",
+        "IFACE",
+        "SPINE",
+        "OPER",
+        "LOCAL",
+        "APPLIED",
+        "U~",
+        "E~",
+        "F~",
+        "D~",
+        "LQS",
+        "CL",
+        "STATE"
+    );
+    for u in &v.uplinks {
+        let _ = write!(
+            s,
+            "{:>5} {:<10} {:<16} {:<4} {:>5}",
+            u.id,
+            u.interface,
+            u.spine,
+            if u.oper_up { "up" } else { "down" },
+            u.local_quality
+        );
+        match (&u.report, u.applied_quality) {
+            (Some(r), applied) => {
+                let m = &r.smoothed;
+                let _ = writeln!(
+                    s,
+                    "  {:>7} {:>5.2} {:>5.2} {:>5.2} {:>5.2}  {:>4} {:>3}  {}{}",
+                    applied.map_or_else(|| "-".to_string(), |q| q.to_string()),
+                    m.u,
+                    m.e,
+                    m.f,
+                    m.d,
+                    r.lqs,
+                    r.cl,
+                    r.state,
+                    if r.hold_down { "*" } else { "" },
+                );
+            }
+            (None, _) if v.source == "measured" => s.push_str("  (not measured yet)\n"),
+            (None, _) => s.push('\n'),
+        }
+    }
+    let _ = writeln!(
+        s,
+        "local quality: {}{}",
+        v.source,
+        if v.source == "measured" {
+            format!(
+                " (read errors {}, samples dropped {})",
+                v.read_errors, v.samples_dropped
+            )
+        } else {
+            " (255 up, 0 down)".to_string()
+        }
+    );
+    s
+}
+
 /// The helper role's links as a table.
 pub fn local_table(v: &Value) -> String {
     match LocalView::deserialize(v) {
@@ -448,6 +521,93 @@ mod tests {
         assert!(t.contains(" 237   0   1  normal*"), "{t}");
         assert!(t.contains("s2             5  (not measured yet)"), "{t}");
         assert!(t.contains("sequence 9  periodic 3"), "{t}");
+    }
+
+    /// `show uplinks`: a measured, a not-yet-measured and a link-state uplink; the JSON
+    /// reads back and the table shows what the weights use beside what was measured.
+    #[test]
+    fn uplinks_view_round_trip() {
+        use crate::views::snapshot::{LinkReportView, MetricsView, UplinkView};
+        let measured = UplinksView {
+            source: "measured".into(),
+            uplinks: vec![
+                UplinkView {
+                    id: 1,
+                    interface: "up1".into(),
+                    spine: Ipv4Addr::new(10, 0, 0, 1),
+                    oper_up: true,
+                    local_quality: 118,
+                    applied_quality: Some(118),
+                    report: Some(LinkReportView {
+                        oper_up: true,
+                        smoothed: MetricsView {
+                            u: 0.97,
+                            d: 0.5,
+                            ..MetricsView::default()
+                        },
+                        lqs: 112,
+                        cl: 5,
+                        state: "normal".into(),
+                        ..LinkReportView::default()
+                    }),
+                },
+                UplinkView {
+                    id: 2,
+                    interface: "up2".into(),
+                    spine: Ipv4Addr::new(10, 0, 0, 2),
+                    oper_up: false,
+                    local_quality: 0,
+                    applied_quality: None,
+                    report: None,
+                },
+            ],
+            read_errors: 0,
+            samples_dropped: 3,
+        };
+        let j = serde_json::to_value(&measured).unwrap();
+        assert_eq!(
+            j["uplinks"][1],
+            json!({"id": 2, "interface": "up2", "spine": "10.0.0.2", "oper-up": false, "local-quality": 0})
+        );
+        assert_eq!(UplinksView::deserialize(&j).unwrap(), measured);
+        let t = uplinks_table(&j);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[1],
+            "    1 up1        10.0.0.1         up     118      118  0.97  0.00  0.00  0.50   112   5  normal"
+        );
+        assert_eq!(
+            lines[2],
+            "    2 up2        10.0.0.2         down     0  (not measured yet)"
+        );
+        assert_eq!(
+            lines[3],
+            "local quality: measured (read errors 0, samples dropped 3)"
+        );
+
+        let link_state = UplinksView {
+            source: "link-state".into(),
+            uplinks: vec![UplinkView {
+                id: 7,
+                interface: "up7".into(),
+                spine: Ipv4Addr::new(10, 0, 0, 7),
+                oper_up: true,
+                local_quality: 255,
+                applied_quality: None,
+                report: None,
+            }],
+            ..UplinksView::default()
+        };
+        let t = uplinks_table(&serde_json::to_value(&link_state).unwrap());
+        assert!(
+            t.contains("    7 up7        10.0.0.7         up     255\n"),
+            "{t}"
+        );
+        assert!(
+            t.ends_with("local quality: link-state (255 up, 0 down)\n"),
+            "{t}"
+        );
+        assert!(uplinks_table(&json!([])).starts_with("unexpected uplinks answer"));
     }
 
     #[test]

@@ -67,6 +67,51 @@ pub struct LoadBalancerSnapshot {
     pub receiver_counters: Option<Vec<(&'static str, u64)>>,
     /// miss_count x T_notify: entries older than this count as aged (6.5).
     pub dead_interval_ns: u64,
+    /// `lqd show uplinks`.
+    pub uplinks: UplinksView,
+}
+
+/// `lqd show uplinks`: each uplink's link state and local quality (seed 003 section 6.3),
+/// and with `[local-quality] source = "measured"` the Appendix A pipeline it comes from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct UplinksView {
+    /// `[local-quality] source`: "link-state" or "measured".
+    pub source: String,
+    /// One per `[[uplink]]`, in configuration order.
+    pub uplinks: Vec<UplinkView>,
+    /// Measured: sample batches whose counters could not be read.
+    #[serde(default)]
+    pub read_errors: u64,
+    /// Measured: sample batches the sampler thread dropped because the loop had not taken
+    /// the last 4 (the next batch's deltas span them).
+    #[serde(default)]
+    pub samples_dropped: u64,
+}
+
+/// One uplink of `lqd show uplinks`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct UplinkView {
+    /// `[[uplink]] id`.
+    pub id: u16,
+    /// Local interface.
+    pub interface: String,
+    /// The spine's Router-ID.
+    pub spine: Ipv4Addr,
+    /// Operational state, as the link notifications last said.
+    pub oper_up: bool,
+    /// The local quality the weights use now (0 down; 255 up unless measured).
+    pub local_quality: u8,
+    /// Measured: the quality applied to the weights (at once on a move of more than
+    /// CHANGE_THRESHOLD or a 0 crossing, else once per T_notify); `None` before the
+    /// first measured interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_quality: Option<u8>,
+    /// Measured: the pipeline's last report, as `show local` shows a helper's link
+    /// (`None` before the first measured interval).
+    #[serde(default, rename = "measured", skip_serializing_if = "Option::is_none")]
+    pub report: Option<LinkReportView>,
 }
 
 /// `lqd show weights`: per group (the destinations of one remote node, seed 003 6.1),
@@ -387,6 +432,37 @@ pub struct LinkReportView {
     pub capacity_gbps: String,
     /// Available bandwidth, Gbps.
     pub available_bandwidth_gbps: String,
+}
+
+impl LinkReportView {
+    /// The view of the pipeline's report `r`; `lqs_last_sent` as the advertiser holds it
+    /// (`None` where nothing advertises the link, as on a load balancer's uplink).
+    pub fn of(r: &crate::core::helper::pipeline::LinkReport, lqs_last_sent: Option<u8>) -> Self {
+        Self {
+            oper_up: r.oper_up,
+            raw: RawMetricsView {
+                u: r.raw.m.u,
+                e: r.raw.m.e,
+                f: r.raw.m.f,
+                d: r.raw.m.d,
+                x: r.raw.x,
+            },
+            smoothed: MetricsView {
+                u: r.smooth.u,
+                e: r.smooth.e,
+                f: r.smooth.f,
+                d: r.smooth.d,
+            },
+            lqs: r.lqs,
+            lqs_last_sent,
+            computed_cl: r.computed_cl,
+            cl: r.cl,
+            state: r.band.as_str().to_string(),
+            hold_down: r.hold_down_since_ns.is_some(),
+            capacity_gbps: r.capacity.to_string(),
+            available_bandwidth_gbps: r.available_bandwidth.to_string(),
+        }
+    }
 }
 
 /// U, E, F, D.

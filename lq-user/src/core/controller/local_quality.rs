@@ -33,7 +33,7 @@ struct MeteredUplink {
     applied: Option<(u8, u64)>,
 }
 
-/// What [`LocalQualityMeter::view`] shows of one uplink.
+/// What [`LocalQualityMeter::view`] shows of one uplink (`lqd show uplinks`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MeteredView {
     /// The uplink.

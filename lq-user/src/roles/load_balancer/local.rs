@@ -13,6 +13,7 @@ use crate::{
         SampleBatch, SampleSource, SampledLink, kernel_source_for, spawn_sampler_thread,
     },
     sys::netlink::ifindex,
+    views::snapshot::{LinkReportView, UplinkView, UplinksView},
 };
 
 /// The measured local quality of a load balancer's uplinks.
@@ -132,5 +133,49 @@ impl LoadBalancer {
         self.measured_local
             .as_ref()
             .and_then(|m| m.meter.quality(uplink))
+    }
+
+    /// `lqd show uplinks`: link state and local quality of every uplink, with the
+    /// pipeline's report where measured.
+    pub(super) fn uplinks_view(&self) -> UplinksView {
+        let metered = self
+            .measured_local
+            .as_ref()
+            .map(|m| m.meter.view())
+            .unwrap_or_default();
+        let uplinks = self
+            .cfg
+            .uplink
+            .iter()
+            .map(|u| {
+                let id = UplinkId::from(u.id);
+                let m = metered.iter().find(|m| m.uplink == id);
+                UplinkView {
+                    id: u.id,
+                    interface: u.interface.clone(),
+                    spine: std::net::Ipv4Addr::from(u.spine.0),
+                    oper_up: self.links.is_up(&u.interface),
+                    local_quality: self.local.get(id),
+                    applied_quality: m.and_then(|m| m.applied),
+                    report: m
+                        .and_then(|m| m.report.as_ref())
+                        .map(|r| LinkReportView::of(r, None)),
+                }
+            })
+            .collect();
+        let (source, read_errors, samples_dropped) = match &self.measured_local {
+            Some(m) => (
+                "measured",
+                m.read_errors,
+                m.dropped.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            None => ("link-state", 0, 0),
+        };
+        UplinksView {
+            source: source.into(),
+            uplinks,
+            read_errors,
+            samples_dropped,
+        }
     }
 }

@@ -1504,6 +1504,7 @@ impl LoadBalancer {
             paths: self.view_paths(),
             receiver_counters: self.counters().ok(),
             dead_interval_ns: self.controller.dead_interval_ns(),
+            uplinks: self.uplinks_view(),
         }
     }
 
