@@ -22,11 +22,14 @@ fn receiver_loads_well_within_the_verifier_budget() {
         "verified instructions: {verified} (limit 1000000), size {} octets",
         info.size_translated().unwrap_or(0)
     );
-    // About 41 000 with the entry loops in bpf_loop callbacks (docs/architecture.md): a
-    // bounded 91-iteration loop instead costs 640 000 to 800 000 of the kernel's 1 000 000,
-    // and small code changes move it by 150 000. Fail long before the kernel would.
+    // About 41 000 with the entry loops in bpf_loop callbacks (docs/architecture.md) on an
+    // earlier 6.18 kernel, 55 910 with the same object on 6.18.44: the verifier's own
+    // changes move the count by a third between kernels. A bounded
+    // 91-iteration loop instead costs 640 000 to 800 000 of the kernel's 1 000 000, and
+    // small code changes move that by 150 000. A quarter of the limit fails such a change
+    // long before the kernel would, and no kernel's drift.
     assert!(
-        verified < 50_000,
-        "the verifier's work grew tenfold: {verified} instructions"
+        verified < 250_000,
+        "the verifier's work grew toward its limit: {verified} instructions of 1 000 000 (about 56 000 expected)"
     );
 }
