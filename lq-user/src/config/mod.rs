@@ -109,6 +109,11 @@ ranged!(
     /// Resilient group bucket count.
     Buckets, u16, 2u16, 32768u16, 128
 );
+ranged!(
+    /// `rate-mbit`: a link's line rate in Mbit/s, 1 ..= 100 000 000 (100 Tbit/s). Zero
+    /// would make every utilisation infinite (Appendix A.1's U = rate / capacity).
+    RateMbit, u32, 1u32, 100_000_000u32, 1
+);
 
 /// A float that must lie in a range (e.g. the damping gain 0.25..=1.0).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -538,7 +543,7 @@ pub struct UplinkSpec {
     /// The uplink's line rate for `[local-quality] source = "measured"` (Mbit/s; default:
     /// the egress qdisc's shaping rate, else the driver's speed), as a `[[link]]`'s.
     #[serde(default)]
-    pub rate_mbit: Option<u64>,
+    pub rate_mbit: Option<RateMbit>,
 }
 
 fn default_capacity() -> f64 {
@@ -641,7 +646,7 @@ pub struct LinkSpec {
     pub peer: Option<IpAddr>,
     /// Configured link speed in Mbit/s (else the qdisc's shaping rate, else ethtool).
     #[serde(default)]
-    pub rate_mbit: Option<u64>,
+    pub rate_mbit: Option<RateMbit>,
     /// The PFC priorities whose pause time counts for this link's F (with the link in
     /// `[pfc] interfaces`); empty: all eight. The largest paused fraction wins.
     #[serde(default)]
@@ -1579,6 +1584,16 @@ remote-node = "10.0.1.4"
         assert!(e.contains("11 is out of range: allowed 2..=10"), "{e}");
         let e = err(&LEAF.replace("[receiver]", "[damping]\ngain = 0.1\n[receiver]"));
         assert!(e.contains("allowed 0.25..=1.0"), "{e}");
+        // A zero line rate would make every utilisation infinite (Appendix A.1).
+        let e = err(&LEAF.replace(
+            "interface = \"eth2\"",
+            "interface = \"eth2\"\nrate-mbit = 0",
+        ));
+        assert!(e.starts_with("leaf.toml:19:13:"), "{e}");
+        assert!(
+            e.contains("0 is out of range: allowed 1..=100000000"),
+            "{e}"
+        );
         let e = err(&LEAF.replace(
             "role = \"load-balancer\"",
             "role = \"load-balancer\"\nnotify-interval-ms = 5",

@@ -630,7 +630,7 @@ pub struct SampledLink<'a> {
     /// The interface.
     pub interface: &'a str,
     /// A configured line rate (Mbit/s).
-    pub rate_mbit: Option<u64>,
+    pub rate_mbit: Option<crate::config::RateMbit>,
     /// The PFC priorities whose pause time counts (empty: all eight).
     pub pfc_priorities: &'a [u8],
 }
@@ -650,7 +650,7 @@ pub fn kernel_source_for(
         .iter()
         .map(|l| LinkConfig {
             name: l.interface.to_owned(),
-            rate_bps: l.rate_mbit.map(|m| m * 1_000_000),
+            rate_bps: l.rate_mbit.map(|m| u64::from(m.0) * 1_000_000),
         })
         .collect();
     let mut sampler = Sampler::new(sampled).map_err(|e| other("rtnetlink", e.to_string()))?;

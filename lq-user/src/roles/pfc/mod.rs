@@ -189,8 +189,12 @@ impl PfcService {
             None => (None, Duration::from_secs(1)),
         };
         // Epochs must differ from any exported before this start: derive them from the wall
-        // clock (seconds), so a restart never reuses an epoch of the previous run.
-        let first_epoch = (unix_ms_now() / 1000) as u32;
+        // clock in milliseconds (its low 32 bits: they repeat after 49.7 days, far beyond
+        // any reading a collector compares with). Seconds repeated when lqd restarted within
+        // one; and a run moves a counter's epoch on by one per reset, at most one a reading
+        // (at least 1 ms apart), so a later start is always past every epoch of the run
+        // before it.
+        let first_epoch = unix_ms_now() as u32;
         let mut ethtool = Vec::new();
         for e in &cfg.pfc.ethtool {
             let map = e.stat_map().map_err(PfcServiceError::Ethtool)?;
