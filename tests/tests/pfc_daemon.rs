@@ -68,7 +68,7 @@ fn daemon_counts_pfc_and_exports_ipfix_records() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let lqd = Lqd::start(&a, &config(port)).unwrap();
+    let mut lqd = Lqd::start(&a, &config(port)).unwrap();
     // Priority 3 five times, then 0, 3 and 7 three times with zero quanta (counted too).
     let mut frames = vec![build_frame(PFC_MULTICAST, SRC, 1 << 3, [100; 8]).to_vec(); 5];
     frames.extend(vec![
@@ -208,6 +208,46 @@ print(json.dumps(out))
         "{m}"
     );
     assert_eq!(m["lq_up"][0][1].as_f64(), Some(1.0));
+
+    // A restart of the same instance at once: the counters start anew at zero, in an
+    // epoch no earlier record carried (a collector that keys counter instances across
+    // Transport Sessions must not take the two runs for one counter; seed 000 section 6).
+    // A restart here takes over a second, so epochs in whole seconds would pass too: the
+    // sub-second case is `first_epoch_at`'s unit test.
+    let received = |text: &str| -> Vec<serde_json::Value> {
+        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        complete
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["direction"] == "received" && v["pfc-priority"] == 3)
+            .collect()
+    };
+    let before = received(&std::fs::read_to_string(&out).unwrap());
+    let first_run_epochs: std::collections::BTreeSet<String> = before
+        .iter()
+        .map(|v| v["counter-epoch"].to_string())
+        .collect();
+    let first_exporter = before.last().unwrap()["exporter"].clone();
+    lqd.restart().unwrap();
+    let restarted = poll_until(
+        "a priority-3 record from the restarted daemon",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            received(&text)
+                .into_iter()
+                .find(|v| v["exporter"] != first_exporter)
+                .ok_or(text)
+        },
+        |text| format!("{text}\n{}", lqd.log_text()),
+    )
+    .unwrap();
+    assert_eq!(restarted["pfc-control-frame-total-count"], 0, "{restarted}");
+    assert!(
+        !first_run_epochs.contains(&restarted["counter-epoch"].to_string()),
+        "the restarted daemon reused an epoch of the run before: {restarted}, earlier {first_run_epochs:?}"
+    );
     let _ = collector.kill();
     let _ = collector.wait();
     let _ = std::fs::remove_file(&out);

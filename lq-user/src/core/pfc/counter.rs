@@ -200,8 +200,38 @@ impl CounterTracker {
     }
 }
 
+/// The epoch a daemon started at `unix_ms` (wall clock, milliseconds) gives its counters'
+/// first readings. Epochs must differ from every one exported before the start; a run
+/// adds one per reset it sees, at most one per reading, and readings are at least 1 ms
+/// apart, so a run's epochs stay below the milliseconds that have passed since it began,
+/// and the next start's epoch lies beyond them. The low 32 bits repeat after 49.7 days,
+/// far beyond any reading a collector compares with. (Whole seconds repeated for a
+/// restart within the second.)
+pub fn first_epoch_at(unix_ms: u64) -> u32 {
+    // Truncation on purpose: the low 32 bits.
+    unix_ms as u32
+}
+
 #[cfg(test)]
 mod tests {
+
+    /// Two starts differ even within one second, and a run's epochs (one more per reset,
+    /// at most one per 1 ms reading) never reach the next start's.
+    #[test]
+    fn no_start_reuses_an_epoch_of_the_run_before() {
+        let start = 1_764_669_600_123; // 2025-12-02T10:00:00.123Z
+        let restart = start + 300;
+        assert_ne!(first_epoch_at(start), first_epoch_at(restart));
+        // The most resets a run of 300 ms can see: one per 1 ms reading.
+        let last_of_run = first_epoch_at(start).wrapping_add(299);
+        assert!(last_of_run < first_epoch_at(restart));
+        // Across the 32-bit wrap the next start is still one step on.
+        let at_wrap = u64::from(u32::MAX) + (1 << 32) * 411;
+        assert_eq!(
+            first_epoch_at(at_wrap).wrapping_add(1),
+            first_epoch_at(at_wrap + 1)
+        );
+    }
     use super::*;
 
     fn raw(value: u64, ms: u64, ifindex: u32) -> RawReading {

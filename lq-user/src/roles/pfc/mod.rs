@@ -188,13 +188,9 @@ impl PfcService {
             }
             None => (None, Duration::from_secs(1)),
         };
-        // Epochs must differ from any exported before this start: derive them from the wall
-        // clock in milliseconds (its low 32 bits: they repeat after 49.7 days, far beyond
-        // any reading a collector compares with). Seconds repeated when lqd restarted within
-        // one; and a run moves a counter's epoch on by one per reset, at most one a reading
-        // (at least 1 ms apart), so a later start is always past every epoch of the run
-        // before it.
-        let first_epoch = unix_ms_now() as u32;
+        // Epochs must differ from any exported before this start (`first_epoch_at` says
+        // why the wall clock's milliseconds give that).
+        let first_epoch = crate::core::pfc::counter::first_epoch_at(unix_ms_now());
         let mut ethtool = Vec::new();
         for e in &cfg.pfc.ethtool {
             let map = e.stat_map().map_err(PfcServiceError::Ethtool)?;
