@@ -214,6 +214,7 @@ pub fn first_epoch_at(unix_ms: u64) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     /// Two starts differ even within one second, and a run's epochs (one more per reset,
     /// at most one per 1 ms reading) never reach the next start's.
@@ -232,7 +233,6 @@ mod tests {
             first_epoch_at(at_wrap + 1)
         );
     }
-    use super::*;
 
     fn raw(value: u64, ms: u64, ifindex: u32) -> RawReading {
         RawReading {
