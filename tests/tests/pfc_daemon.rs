@@ -53,6 +53,16 @@ listen = "127.0.0.1:9464"
     )
 }
 
+/// The records `lqd ipfix collect` has written to `out` so far, one JSON object a line. The
+/// collector may be writing a line right now: only complete lines count.
+fn collected(out: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    text[..text.rfind('\n').map_or(0, |i| i + 1)]
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
 #[test]
 fn daemon_counts_pfc_and_exports_ipfix_records() {
     require_root();
@@ -135,10 +145,7 @@ fn daemon_counts_pfc_and_exports_ipfix_records() {
             let text = std::fs::read_to_string(&out).unwrap_or_default();
             let mut latest: BTreeMap<u64, serde_json::Value> = BTreeMap::new();
             let mut transmitted = 0;
-            // The collector may be writing a line right now: only complete lines count.
-            let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-            for l in complete.lines() {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            for v in collected(&out) {
                 if v["direction"] == "transmitted" {
                     assert_eq!(v["pfc-priority"], 0, "a missing counter was exported: {v}");
                     transmitted += 1;
@@ -214,15 +221,13 @@ print(json.dumps(out))
     // Transport Sessions must not take the two runs for one counter; seed 000 section 6).
     // A restart here takes over a second, so epochs in whole seconds would pass too: the
     // sub-second case is `first_epoch_at`'s unit test.
-    let received = |text: &str| -> Vec<serde_json::Value> {
-        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-        complete
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+    let received = || -> Vec<serde_json::Value> {
+        collected(&out)
+            .into_iter()
             .filter(|v| v["direction"] == "received" && v["pfc-priority"] == 3)
             .collect()
     };
-    let before = received(&std::fs::read_to_string(&out).unwrap());
+    let before = received();
     let first_run_epochs: std::collections::BTreeSet<String> = before
         .iter()
         .map(|v| v["counter-epoch"].to_string())
@@ -234,11 +239,10 @@ print(json.dumps(out))
         Duration::from_secs(10),
         Duration::from_millis(100),
         || {
-            let text = std::fs::read_to_string(&out).unwrap_or_default();
-            received(&text)
+            received()
                 .into_iter()
                 .find(|v| v["exporter"] != first_exporter)
-                .ok_or(text)
+                .ok_or_else(|| std::fs::read_to_string(&out).unwrap_or_default())
         },
         |text| format!("{text}\n{}", lqd.log_text()),
     )
@@ -380,17 +384,16 @@ fn narrow_counters_are_exported_only_while_their_wraps_are_provable() {
             Duration::from_secs(15),
             Duration::from_millis(100),
             || {
-                let text = std::fs::read_to_string(&out).unwrap_or_default();
-                let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-                let lines: Vec<serde_json::Value> = complete
-                    .lines()
-                    .map(|l| serde_json::from_str(l).unwrap())
-                    .collect();
+                let lines = collected(&out);
                 let received = lines
                     .iter()
                     .filter(|v| v["direction"] == "received" && v["pfc-priority"] == 0)
                     .count();
-                if received >= 6 { Ok(lines) } else { Err(text) }
+                if received >= 6 {
+                    Ok(lines)
+                } else {
+                    Err(std::fs::read_to_string(&out).unwrap_or_default())
+                }
             },
             |text| format!("{text}\n{}", lqd.log_text()),
         )
