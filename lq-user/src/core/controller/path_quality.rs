@@ -330,21 +330,36 @@ pub struct RemoteEntries<'a> {
 }
 
 impl<'a> RemoteEntries<'a> {
-    fn range(&self, spine: NodeId) -> std::ops::Range<usize> {
-        match self.pairs.binary_search_by(|e| e.0.cmp(&spine)) {
-            Ok(i) => self.pairs[i].1 as usize..self.pairs[i].2 as usize,
-            Err(_) => 0..0,
-        }
+    /// Where `spine`'s links are, looked for first at `hint` (its place among the remote
+    /// node's spines when every spine advertises it), then searched.
+    fn range_near(&self, spine: NodeId, hint: usize) -> std::ops::Range<usize> {
+        let at = match self.pairs.get(hint) {
+            Some(e) if e.0 == spine => Some(hint),
+            _ => self.pairs.binary_search_by(|e| e.0.cmp(&spine)).ok(),
+        };
+        at.map_or(0..0, |i| self.pairs[i].1 as usize..self.pairs[i].2 as usize)
     }
 
     /// Effective LQS of every link from `spine`, by link id.
     pub fn links(&self, spine: NodeId) -> &'a [(u32, u8)] {
-        &self.snapshot.links[self.range(spine)]
+        self.links_near(spine, usize::MAX)
+    }
+
+    /// [`Self::links`], looked for first at `hint` among the remote node's spines (sorted):
+    /// a group's members walk the spines in order, and a search per member was most of a
+    /// 512 x 64 computation (issue 15).
+    pub fn links_near(&self, spine: NodeId, hint: usize) -> &'a [(u32, u8)] {
+        &self.snapshot.links[self.range_near(spine, hint)]
     }
 
     /// Signals of every link from `spine`, by link id.
     pub fn signals(&self, spine: NodeId) -> &'a [(u32, LinkSignal)] {
-        &self.snapshot.signals[self.range(spine)]
+        self.signals_near(spine, usize::MAX)
+    }
+
+    /// [`Self::signals`], looked for first at `hint` (see [`Self::links_near`]).
+    pub fn signals_near(&self, spine: NodeId, hint: usize) -> &'a [(u32, LinkSignal)] {
+        &self.snapshot.signals[self.range_near(spine, hint)]
     }
 }
 
@@ -643,8 +658,18 @@ pub fn compute_some_groups<'g>(
         ..Default::default()
     };
 
-    // Per uplink once, not per group and uplink.
+    // Per uplink once, not per group and uplink: its local quality, and its spine's place
+    // among the uplinks' spines (sorted), which is its place among a remote node's
+    // entries when every spine advertises the node.
     let locals: Vec<u8> = mapping.uplinks.keys().map(|u| local.get(*u)).collect();
+    let mut spines: Vec<NodeId> = mapping.uplinks.values().map(|u| u.spine).collect();
+    spines.sort_unstable();
+    spines.dedup();
+    let ranks: Vec<usize> = mapping
+        .uplinks
+        .values()
+        .map(|u| spines.binary_search(&u.spine).unwrap_or(usize::MAX))
+        .collect();
     // Only the integral weight function reads the members' signals.
     let with_signals = matches!(config.weight_function, WeightFunction::Integral(_));
     for key in groups {
@@ -657,7 +682,7 @@ pub fn compute_some_groups<'g>(
         });
         let mut members = Vec::with_capacity(mapping.uplinks.len());
         let mut any_remote = false;
-        for ((&uplink, u), &local_q) in mapping.uplinks.iter().zip(&locals) {
+        for (((&uplink, u), &local_q), &rank) in mapping.uplinks.iter().zip(&locals).zip(&ranks) {
             // Section 4.1: only what the slow plane permits (a BGP route's next hops).
             if key
                 .eligible
@@ -667,13 +692,19 @@ pub fn compute_some_groups<'g>(
                 continue;
             }
             let remote_q = remote.zip(entries).and_then(|(r, e)| {
-                aggregate(config.parallel_links, mapping, u.spine, r, e.links(u.spine))
+                aggregate(
+                    config.parallel_links,
+                    mapping,
+                    u.spine,
+                    r,
+                    e.links_near(u.spine, rank),
+                )
             });
             any_remote |= remote_q.is_some();
             if with_signals {
                 signals.push(member_signal(
                     uplink,
-                    entries.map_or(&[][..], |e| e.signals(u.spine)),
+                    entries.map_or(&[][..], |e| e.signals_near(u.spine, rank)),
                 ));
             }
             members.push(MemberQuality {
@@ -854,6 +885,41 @@ pub(crate) mod tests {
     ) -> PathQualityReport {
         let snap = PathSnapshot::from_map(t, now, cfg.dead_interval_ns(), &BTreeSet::new());
         compute(cfg, m, l, &snap)
+    }
+
+    #[test]
+    fn a_spines_links_are_found_whatever_the_hint() {
+        // Remote 104 heard from spines 1, 2, 4 and 9 (not 3): the hints that are right, wrong
+        // or past the end all find what a search finds.
+        let mut t = BTreeMap::new();
+        for (s, link, q) in [
+            (1, 7, 201),
+            (2, 7, 202),
+            (2, 8, 12),
+            (4, 7, 204),
+            (9, 7, 209),
+        ] {
+            t.insert(key(s, 104, link), value(q, 0));
+        }
+        let snap = PathSnapshot::from_map(&t, 0, u64::MAX, &BTreeSet::new());
+        let e = snap.remote(node(0, 104));
+        for spine in 1..=9 {
+            let want = e.links(node(0, spine));
+            for hint in [0, 1, 2, 3, 4, 5, usize::MAX] {
+                assert_eq!(
+                    e.links_near(node(0, spine), hint),
+                    want,
+                    "spine {spine} hint {hint}"
+                );
+                assert_eq!(
+                    e.signals_near(node(0, spine), hint),
+                    e.signals(node(0, spine)),
+                    "spine {spine} hint {hint}"
+                );
+            }
+        }
+        assert_eq!(e.links(node(0, 2)), &[(7, 202), (8, 12)]);
+        assert!(e.links(node(0, 3)).is_empty());
     }
 
     #[test]

@@ -47,6 +47,15 @@ impl From<&MemberQuality> for MemberInput {
 /// a down uplink cannot forward at all). With `capacity_weighting` each quality is scaled
 /// by the member's capacity, the `f(capacity, quality)` of section 4.1.
 pub fn target_weights(members: &[MemberInput], capacity_weighting: bool) -> Vec<f64> {
+    let mut target = Vec::with_capacity(members.len());
+    target_weights_into(members, capacity_weighting, &mut target);
+    target
+}
+
+/// [`target_weights`] into `target` (cleared first): a step reuses the destination's
+/// vector rather than allocating one per group.
+fn target_weights_into(members: &[MemberInput], capacity_weighting: bool, target: &mut Vec<f64>) {
+    target.clear();
     let score = |m: &MemberInput| {
         let c = if capacity_weighting {
             if m.capacity_gbps.is_finite() && m.capacity_gbps > 0.0 {
@@ -61,19 +70,17 @@ pub fn target_weights(members: &[MemberInput], capacity_weighting: bool) -> Vec<
     };
     let total: f64 = members.iter().map(score).sum();
     if total > 0.0 {
-        return members.iter().map(|m| score(m) / total).collect();
+        target.extend(members.iter().map(|m| score(m) / total));
+        return;
     }
     let up = members.iter().filter(|m| m.local_up).count();
-    members
-        .iter()
-        .map(|m| {
-            if m.local_up && up > 0 {
-                1.0 / up as f64
-            } else {
-                0.0
-            }
-        })
-        .collect()
+    target.extend(members.iter().map(|m| {
+        if m.local_up && up > 0 {
+            1.0 / up as f64
+        } else {
+            0.0
+        }
+    }));
 }
 
 /// One application of weights to the kernel.
@@ -150,25 +157,37 @@ impl DestinationWeights {
         if let WeightFunction::Integral(p) = config.weight_function {
             return self.update_integral(config, &p, members, signals, now_ns);
         }
-        let mut sorted: Vec<MemberInput> = members.to_vec();
-        sorted.sort_by_key(|m| m.uplink);
-        sorted.dedup_by_key(|m| m.uplink);
-        let ids: Vec<UplinkId> = sorted.iter().map(|m| m.uplink).collect();
-        let qualities: Vec<u8> = sorted.iter().map(|m| m.quality).collect();
-        let up: Vec<bool> = sorted.iter().map(|m| m.local_up).collect();
-        let target = target_weights(&sorted, config.capacity_weighting);
+        // The caller's members come sorted by uplink id (a path-quality report's do):
+        // then nothing is copied. This and the in-place updates below run for every group
+        // a step changes, 512 x 64 members at a large leaf (issue 15).
+        let sorted: std::borrow::Cow<'_, [MemberInput]> =
+            if members.windows(2).all(|w| w[0].uplink < w[1].uplink) {
+                members.into()
+            } else {
+                let mut v = members.to_vec();
+                v.sort_by_key(|m| m.uplink);
+                v.dedup_by_key(|m| m.uplink);
+                v.into()
+            };
+        let sorted = &*sorted;
 
         let first = self.last_apply_ns.is_none();
-        let membership_changed = ids != self.members;
+        let membership_changed = !sorted
+            .iter()
+            .map(|m| m.uplink)
+            .eq(self.members.iter().copied());
         // Section 6.4: a path_quality transition to or from 0 is applied at once. A local
         // uplink going up or down changes the all-zero fallback set: the same kind of
         // event (a path appearing or disappearing).
         let zero_transition = membership_changed
-            || qualities
+            || sorted
                 .iter()
                 .zip(&self.qualities)
-                .any(|(a, b)| (*a == 0) != (*b == 0))
-            || up != self.up;
+                .any(|(m, b)| (m.quality == 0) != (*b == 0))
+            || !sorted
+                .iter()
+                .map(|m| m.local_up)
+                .eq(self.up.iter().copied());
 
         if membership_changed {
             // Carry the applied weights of the members that stay; new ones start at 0.
@@ -178,16 +197,19 @@ impl DestinationWeights {
                 .copied()
                 .zip(self.applied.iter().copied())
                 .collect();
-            self.applied = ids
+            self.applied = sorted
                 .iter()
-                .map(|id| old.get(id).copied().unwrap_or(0.0))
+                .map(|m| old.get(&m.uplink).copied().unwrap_or(0.0))
                 .collect();
             normalise(&mut self.applied);
+            self.members.clear();
+            self.members.extend(sorted.iter().map(|m| m.uplink));
         }
-        self.members = ids;
-        self.qualities = qualities;
-        self.up = up;
-        self.target = target;
+        self.qualities.clear();
+        self.qualities.extend(sorted.iter().map(|m| m.quality));
+        self.up.clear();
+        self.up.extend(sorted.iter().map(|m| m.local_up));
+        target_weights_into(sorted, config.capacity_weighting, &mut self.target);
 
         if first {
             // Nothing was programmed yet: there is no old distribution to damp from.
@@ -517,7 +539,7 @@ impl DestinationWeights {
             .zip(&self.target)
             .all(|(w, t)| (w - t).abs() <= eps);
         if close {
-            self.applied = self.target.clone();
+            self.applied.clone_from(&self.target);
         }
     }
 
@@ -580,9 +602,11 @@ pub fn quantize(fractions: &[(UplinkId, f64)], max_weight: u32) -> Vec<(UplinkId
             .iter()
             .filter(|(_, f)| positive(*f))
             .map(|&(id, f)| {
+                // exact >= 0: the conversion truncates, which is the floor (and, unlike
+                // `f64::floor` on the baseline x86-64 target, not a library call).
                 let exact = f / sum * total;
-                let fl = exact.floor();
-                (id, fl as u64, exact - fl)
+                let fl = exact as u64;
+                (id, fl, exact - fl as f64)
             }),
     );
     let floors: u64 = out.iter().map(|(_, w, _)| w).sum();
@@ -797,8 +821,10 @@ impl WeightController<GroupKey> {
     ) -> Vec<(GroupKey, Application)> {
         self.earliest_due.set(None);
         let mut out = Vec::new();
+        let mut inputs: Vec<MemberInput> = Vec::new();
         for (k, d) in &report.groups {
-            let inputs: Vec<MemberInput> = d.members.iter().map(MemberInput::from).collect();
+            inputs.clear();
+            inputs.extend(d.members.iter().map(MemberInput::from));
             let signals = report.signals.get(k).map_or(&[][..], Vec::as_slice);
             if let Some(a) = self.update_one_with(k.clone(), &inputs, signals, now_ns) {
                 out.push((k.clone(), a));
