@@ -983,8 +983,28 @@ fn a_congested_uplink_loses_weight_with_measured_local_quality() {
             std::thread::sleep(Duration::from_secs(1));
             weights().unwrap()
         };
-        let shown = lqd.show("weights").unwrap();
-        let uplinks = lqd.show("uplinks").unwrap();
+        // `show` answers from the last published snapshot, which may be one publish
+        // interval behind the kernel (up to 100 x a snapshot's build time, milliseconds in
+        // a debug build): under the load, read until it shows up1's measured quality.
+        let (shown, uplinks) = poll_until(
+            "show weights and show uplinks to catch up with the kernel",
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || {
+                let views = (lqd.show("weights").unwrap(), lqd.show("uplinks").unwrap());
+                let up1 = views.0["groups"][0]["members"]
+                    .as_array()
+                    .and_then(|m| m.iter().find(|m| m["uplink"] == 1))
+                    .and_then(|m| m["local-quality"].as_u64());
+                if source != "measured" || up1.is_none_or(|q| q <= 100) {
+                    Ok(views)
+                } else {
+                    Err(views)
+                }
+            },
+            |v| format!("{v:?}\n{}", lqd.log_text()),
+        )
+        .unwrap();
         load.stop().unwrap();
         if source == "measured" {
             // Recovery: the smoothed metrics decay back (alpha_fall) and the weights with
