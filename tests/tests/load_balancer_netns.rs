@@ -999,10 +999,10 @@ fn a_congested_uplink_loses_weight_with_measured_local_quality() {
                 if source != "measured" || up1.is_none_or(|q| q <= 100) {
                     Ok(views)
                 } else {
-                    Err(views)
+                    Err(format!("{views:?}"))
                 }
             },
-            |v| format!("{v:?}\n{}", lqd.log_text()),
+            |v| format!("{v}\n{}", lqd.log_text()),
         )
         .unwrap();
         load.stop().unwrap();
