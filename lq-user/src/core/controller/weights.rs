@@ -83,6 +83,18 @@ fn target_weights_into(members: &[MemberInput], capacity_weighting: bool, target
     }));
 }
 
+/// The members sorted by uplink id, each once (the first of a repeated id): borrowed when
+/// they come so, as a path-quality report's do, so that a step copies nothing per group.
+fn sorted_members(members: &[MemberInput]) -> std::borrow::Cow<'_, [MemberInput]> {
+    if members.windows(2).all(|w| w[0].uplink < w[1].uplink) {
+        return members.into();
+    }
+    let mut v = members.to_vec();
+    v.sort_by_key(|m| m.uplink);
+    v.dedup_by_key(|m| m.uplink);
+    v.into()
+}
+
 /// One application of weights to the kernel.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Application {
@@ -157,18 +169,9 @@ impl DestinationWeights {
         if let WeightFunction::Integral(p) = config.weight_function {
             return self.update_integral(config, &p, members, signals, now_ns);
         }
-        // The caller's members come sorted by uplink id (a path-quality report's do):
-        // then nothing is copied. This and the in-place updates below run for every group
-        // a step changes, 512 x 64 members at a large leaf (issue 15).
-        let sorted: std::borrow::Cow<'_, [MemberInput]> =
-            if members.windows(2).all(|w| w[0].uplink < w[1].uplink) {
-                members.into()
-            } else {
-                let mut v = members.to_vec();
-                v.sort_by_key(|m| m.uplink);
-                v.dedup_by_key(|m| m.uplink);
-                v.into()
-            };
+        // This and the in-place updates below run for every group a step changes, 512 x 64
+        // members at a large leaf (issue 15).
+        let sorted = sorted_members(members);
         let sorted = &*sorted;
 
         let first = self.last_apply_ns.is_none();
@@ -311,26 +314,29 @@ impl DestinationWeights {
         signals: &[MemberSignal],
         now_ns: u64,
     ) -> Option<Application> {
-        let mut sorted: Vec<MemberInput> = members.to_vec();
-        sorted.sort_by_key(|m| m.uplink);
-        sorted.dedup_by_key(|m| m.uplink);
+        let sorted = sorted_members(members);
         let ids: Vec<UplinkId> = sorted.iter().map(|m| m.uplink).collect();
         let qualities: Vec<u8> = sorted.iter().map(|m| m.quality).collect();
         let up: Vec<bool> = sorted.iter().map(|m| m.local_up).collect();
         let first = self.last_apply_ns.is_none();
         let membership_changed = ids != self.members;
         let up_changed = up != self.up;
-        // Eligibility changes are failures or recoveries: at once (6.4).
-        let live = |sg: &[MemberSignal], id: UplinkId| {
-            sg.iter()
-                .find(|s| s.uplink == id)
-                .is_none_or(|s| s.cl.is_none() || s.live)
+        // Eligibility changes are failures or recoveries: at once (6.4). A member's signal
+        // is looked for first at the member's own place (a report lists both in the same
+        // order), then searched: a search per member was quadratic in a group's size.
+        let live = |sg: &[MemberSignal], at: usize, id: UplinkId| {
+            match sg.get(at) {
+                Some(s) if s.uplink == id => Some(s),
+                _ => sg.iter().find(|s| s.uplink == id),
+            }
+            .is_none_or(|s| s.cl.is_none() || s.live)
         };
         let zero_transition = membership_changed
             || up != self.up
             || ids
                 .iter()
-                .any(|id| live(signals, *id) != live(&self.signals, *id));
+                .enumerate()
+                .any(|(at, id)| live(signals, at, *id) != live(&self.signals, at, *id));
         if membership_changed || self.integral.len() != ids.len() {
             let old: BTreeMap<UplinkId, (f64, MemberState)> = self
                 .members
