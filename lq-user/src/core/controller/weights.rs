@@ -969,7 +969,7 @@ mod tests {
         let mut all = WeightController::new(cfg).unwrap();
         let mut some = WeightController::new(cfg).unwrap();
         let mut due_only = WeightController::new(cfg).unwrap();
-        // Both start equal; then B's remote congests (one input change), A varies; from
+        // Both start equal; then B's remote congests (one input change), A varies; after
         // step 40 nothing changes (reports empty: the damped steps still due are ticked,
         // then none is due).
         let steps: Vec<([u8; 3], [u8; 3])> = (0..60)
@@ -1013,7 +1013,7 @@ mod tests {
             );
             // (Once nothing changes, updating every group with its unchanged inputs is
             // not a tick: the integral function's estimates go on moving.)
-            if i < 40 {
+            if i <= 40 {
                 assert_eq!(
                     due_only.next_due(now),
                     all.next_due(now),
