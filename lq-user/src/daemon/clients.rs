@@ -1,12 +1,16 @@
 //! The daemon's clients: the control socket (`lqd show`, `lqd monitor`) and the
 //! Prometheus metrics endpoint, served on a thread of their own from the snapshots the
-//! event loop publishes (`Published`). A client, however slow or silent, costs the loop
-//! nothing but CPU: the loop only try-locks the snapshot, every request and answer has a
-//! deadline, and connections beyond [`MAX_CLIENTS`] are closed at once and counted.
+//! event loop builds when they ask (`Published`). A client, however slow or silent, costs
+//! the loop nothing but CPU: the loop only try-locks the snapshot and builds at most one
+//! per publish interval, every request and answer has a deadline, and connections beyond
+//! [`MAX_CLIENTS`] are closed at once and counted.
 
 use std::{
     path::Path,
-    sync::{Arc, atomic::AtomicU64},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -15,7 +19,7 @@ use serde_json::{Value, json};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::{TcpListener, TcpStream, UnixListener, UnixStream},
-    sync::{Semaphore, broadcast},
+    sync::{Notify, Semaphore, broadcast},
 };
 use tracing::warn;
 
@@ -78,26 +82,54 @@ struct Clients {
     stats: Arc<ClientStats>,
 }
 
-/// The latest snapshot, shared by the loop and the client thread. The loop only
-/// try-locks it: the client thread, preempted while it holds the lock, can never hold up
-/// the real-time loop (no priority inversion); a publish that finds it taken is retried on
-/// the next iteration. Clients hold it only to clone an `Arc`.
+/// The latest snapshot, shared by the loop and the client thread, and built on request.
+///
+/// A client that needs the daemon's state asks for a snapshot taken after its request
+/// ([`Published::fresh`]): it raises `wanted` and wakes the loop, which builds one at its
+/// next iteration (at most once per publish interval, so a flood of requests costs the loop
+/// a bounded share of its time) and wakes the waiting clients. With no client asking, the
+/// loop builds nothing: at a leaf of a 64 x 512 fabric a snapshot takes milliseconds, and
+/// building one on a timer was a sixth of an idle lqd's CPU (issue 15). An answer is never
+/// older than the request, so `lqd show` right after a change shows it.
+///
+/// The loop only try-locks the snapshot: the client thread, preempted while it holds the
+/// lock, can never hold up the real-time loop (no priority inversion); a publish that
+/// finds it taken is retried on the next iteration. Clients hold it only to clone an `Arc`.
 #[derive(Clone)]
-pub(super) struct Published(Arc<std::sync::Mutex<Arc<Snapshot>>>);
+pub(super) struct Published {
+    latest: Arc<std::sync::Mutex<Arc<Snapshot>>>,
+    /// A client waits for a snapshot newer than its request.
+    wanted: Arc<AtomicBool>,
+    /// Wakes the loop for `wanted`.
+    wake_loop: Arc<Notify>,
+    /// Wakes the clients waiting in [`Published::fresh`] after each publish.
+    published: Arc<Notify>,
+}
+
+/// The longest a client waits for the loop to build a snapshot newer than its request
+/// before it is answered from the latest one (a loop busy with a long step, such as
+/// programming a thousand groups at start; `taken_mono_ns` says how old the answer is).
+pub const FRESH_SNAPSHOT_WAIT: Duration = Duration::from_millis(1500);
 
 impl Published {
     pub(super) fn new(first: Snapshot) -> Self {
-        Self(Arc::new(std::sync::Mutex::new(Arc::new(first))))
+        Self {
+            latest: Arc::new(std::sync::Mutex::new(Arc::new(first))),
+            wanted: Arc::new(AtomicBool::new(false)),
+            wake_loop: Arc::new(Notify::new()),
+            published: Arc::new(Notify::new()),
+        }
     }
 
     /// Replaces the snapshot unless a client holds the lock right now.
     pub(super) fn try_publish(&self, snap: Snapshot) -> bool {
         let snap = Arc::new(snap);
-        match self.0.try_lock() {
+        match self.latest.try_lock() {
             Ok(mut latest) => {
                 // The old snapshot is dropped after the lock is released.
                 let _old = std::mem::replace(&mut *latest, snap);
                 drop(latest);
+                self.published.notify_waiters();
                 true
             }
             Err(_) => false,
@@ -106,10 +138,57 @@ impl Published {
 
     /// The latest snapshot.
     pub(super) fn latest(&self) -> Arc<Snapshot> {
-        match self.0.lock() {
+        match self.latest.lock() {
             Ok(s) => s.clone(),
             // Nothing panics while holding it; if something did, the value is still whole.
             Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The loop's side: whether a client asked for a snapshot, clearing the request (a
+    /// request made after this call raises it again). Call before taking the snapshot's
+    /// time, so that the snapshot is newer than every request this call took.
+    pub(super) fn take_wanted(&self) -> bool {
+        self.wanted.swap(false, Ordering::SeqCst)
+    }
+
+    /// The loop's side: a request taken by [`Published::take_wanted`] was not served (the
+    /// lock was taken); the next iteration tries again.
+    pub(super) fn still_wanted(&self) {
+        self.wanted.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a client waits for a snapshot.
+    pub(super) fn is_wanted(&self) -> bool {
+        self.wanted.load(Ordering::SeqCst)
+    }
+
+    /// The loop's side: completes when a client asks for a snapshot (at once if one asked
+    /// since the last call).
+    pub(super) async fn asked(&self) {
+        self.wake_loop.notified().await;
+    }
+
+    /// The client's side: a snapshot taken after this call, or after
+    /// [`FRESH_SNAPSHOT_WAIT`] the latest one.
+    pub(super) async fn fresh(&self) -> Arc<Snapshot> {
+        let asked = monotonic_ns();
+        self.wanted.store(true, Ordering::SeqCst);
+        self.wake_loop.notify_one();
+        let until = tokio::time::Instant::now() + FRESH_SNAPSHOT_WAIT;
+        loop {
+            // Registered before the check: a publish between the check and the wait
+            // still wakes this client.
+            let next = self.published.notified();
+            tokio::pin!(next);
+            next.as_mut().enable();
+            let snap = self.latest();
+            if snap.taken_mono_ns >= asked {
+                return snap;
+            }
+            if tokio::time::timeout_at(until, next).await.is_err() {
+                return self.latest();
+            }
         }
     }
 }
@@ -303,7 +382,7 @@ async fn serve_metrics(mut stream: TcpStream, ctx: &Clients) {
             return;
         }
         Ok(Ok(true)) => {
-            let snap = ctx.snapshots.latest();
+            let snap = ctx.snapshots.fresh().await;
             crate::views::metrics::render(&snap, Some(&ctx.stats))
         }
     };
@@ -342,7 +421,7 @@ async fn serve_control(stream: UnixStream, ctx: &Clients) {
         follow_notifications(w, ctx).await;
         return;
     }
-    let snap = ctx.snapshots.latest();
+    let snap = ctx.snapshots.fresh().await;
     let mut text = answer(request, &snap);
     text.push('\n');
     let _ = write_within(&mut w, text.as_bytes(), stats).await;
@@ -461,7 +540,20 @@ mod tests {
             Path::new("test.toml"),
         )
         .expect("a minimal configuration");
-        let tx = Published::new(Snapshot::empty(Arc::new(cfg)));
+        let cfg = Arc::new(cfg);
+        let tx = Published::new(Snapshot::empty(cfg.clone()));
+        // The loop's part: a snapshot when a client asks.
+        let publisher = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                publisher.asked().await;
+                if publisher.take_wanted() {
+                    let mut s = Snapshot::empty(cfg.clone());
+                    s.taken_mono_ns = monotonic_ns();
+                    assert!(publisher.try_publish(s));
+                }
+            }
+        });
         let (notify, _) = broadcast::channel(1024);
         let ctx = Arc::new(Clients {
             snapshots: tx.clone(),
@@ -497,6 +589,31 @@ mod tests {
         let e = ask(&ctx, &long).await;
         assert!(e.contains("request longer than 256 octets"), "{e}");
         assert_eq!(ctx.stats.control.too_large.load(Ordering::Relaxed), 1);
+    }
+
+    /// A request is answered from a snapshot taken after it, built because it asked; with
+    /// no loop answering, from the latest one after the wait.
+    #[tokio::test]
+    async fn a_request_waits_for_a_snapshot_newer_than_itself() {
+        let (ctx, tx) = clients();
+        let before = monotonic_ns();
+        let snap = ctx.snapshots.fresh().await;
+        assert!(
+            snap.taken_mono_ns >= before,
+            "{} < {before}",
+            snap.taken_mono_ns
+        );
+        assert!(!tx.is_wanted(), "the request was served");
+        let cfg = snap.config.clone();
+        let lonely = Published::new(Snapshot::empty(cfg));
+        let started = std::time::Instant::now();
+        let snap = lonely.fresh().await;
+        assert_eq!(
+            snap.taken_mono_ns, 0,
+            "the latest one: nobody built another"
+        );
+        assert!(started.elapsed() >= FRESH_SNAPSHOT_WAIT);
+        assert!(lonely.is_wanted(), "the request stands for the loop");
     }
 
     #[tokio::test]

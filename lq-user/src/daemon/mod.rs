@@ -62,19 +62,19 @@ impl Instance {
 /// The longest the loop sleeps without a reason. Heartbeat deadlines and damping steps
 /// wake it at their own time and change events from the XDP program at once; this bounds
 /// only how late a local uplink going down (polled each step) is noticed.
-const MAX_SLEEP: Duration = Duration::from_millis(10);
+const MAX_SLEEP_NS: u64 = 10_000_000;
 
-/// How often at most the loop publishes a snapshot for its clients. Clients never wait on
-/// the loop: they read the latest snapshot, at most this much (plus one loop step) old on
-/// a node whose snapshot is cheap (see PUBLISH_COST_FACTOR for a large one).
+/// How often at most the loop builds a snapshot for its clients, however many ask
+/// (`clients::Published`): requests inside the interval wait for its end and share a build.
 const PUBLISH_EVERY_NS: u64 = 5_000_000;
 
-/// A snapshot's share of the loop's time at most (1/100): a large node's snapshot (a leaf
-/// of a 64 x 512 fabric: 512 groups of 64 members, 32 768 entries) takes milliseconds to
-/// build, and at PUBLISH_EVERY_NS that alone took most of a core. The interval stretches
-/// to 100 x the last build's CPU time, at most MAX_PUBLISH_EVERY_NS.
+/// A snapshot's share of the loop's time at most (1/100), under any rate of requests: a
+/// large node's snapshot (a leaf of a 64 x 512 fabric: 512 groups of 64 members, 32 768
+/// entries) takes milliseconds to build. The interval stretches to 100 x the last build's
+/// CPU time, at most MAX_PUBLISH_EVERY_NS.
 const PUBLISH_COST_FACTOR: u64 = 100;
-/// The oldest a published snapshot gets (before the loop's own step).
+/// The longest interval between two builds: below `clients::FRESH_SNAPSHOT_WAIT`, so a
+/// request is answered from a snapshot newer than itself unless a step holds the loop.
 const MAX_PUBLISH_EVERY_NS: u64 = 1_000_000_000;
 
 /// Change events closer than this to the last step they woke wait for the next step, at most
@@ -179,10 +179,16 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     // tokio's 1 ms timer wheel, or waiting for the next T_sample tick, would round the
     // jitter away.
     let periodic = match helper {
-        Some(_) => {
-            Some(crate::sys::timer::PeriodicTimer::new().context("periodic advertisement timer")?)
-        }
+        Some(_) => Some(
+            crate::sys::timer::DeadlineTimer::boottime().context("periodic advertisement timer")?,
+        ),
         None => None,
+    };
+    // The loop's own wake-up (steps, PFC ticks, held snapshot requests), on the steps'
+    // clock; armed each iteration at the next due time, moved only when that moves.
+    let wake = match (lb.is_some(), pfc.is_some()) {
+        (false, false) => None,
+        _ => Some(crate::sys::timer::DeadlineTimer::monotonic().context("the loop's timer")?),
     };
     if let Some(lb) = lb.as_mut() {
         lb.step(monotonic_ns())?;
@@ -231,8 +237,14 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     let mut event_steps = EventStepPacing::default();
     loop {
         let now = monotonic_ns();
-        publish.publish_if_due(now, &snapshots, || {
-            build_snapshot(now, &config_now, lb.as_ref(), helper.as_ref(), pfc.as_ref())
+        publish.publish_if_wanted(now, &snapshots, |taken| {
+            build_snapshot(
+                taken,
+                &config_now,
+                lb.as_ref(),
+                helper.as_ref(),
+                pfc.as_ref(),
+            )
         });
         if let (Some(t), Some(h)) = (periodic.as_ref(), helper.as_ref())
             && let Err(e) = t.arm(h.next_due_at())
@@ -243,14 +255,17 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             lb.as_ref().and_then(|lb| lb.next_due(now)),
             pfc.as_ref().and_then(|p| p.next_due()),
             event_steps.due(),
-            publish.due(),
+            publish.due(&snapshots),
         ]
         .into_iter()
         .flatten()
         .min();
-        let sleep = due.map_or(MAX_SLEEP, |due| {
-            Duration::from_nanos(due.saturating_sub(now)).min(MAX_SLEEP)
-        });
+        let wake_at = due.map_or(now + MAX_SLEEP_NS, |due| due.min(now + MAX_SLEEP_NS));
+        if let Some(t) = wake.as_ref()
+            && let Err(e) = t.arm(Some(wake_at))
+        {
+            warn!(error = %crate::core::report::Chain(&e), "arming the loop's timer failed");
+        }
         // Whether the load balancer steps after this wake-up: on its timers and on change
         // events (paced by `event_steps`), not on the helper's or a client's business.
         let mut step_lb = lb.is_some();
@@ -270,7 +285,10 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                     Err(e) => warn!(error = %crate::core::report::Chain(&e), "reading the periodic advertisement timer failed"),
                 }
             }
-            _ = tokio::time::sleep(sleep), if lb.is_some() || pfc.is_some() => {
+            fired = when_some(wake.as_ref().map(|t| t.expired())) => {
+                if let Err(e) = fired {
+                    warn!(error = %crate::core::report::Chain(&e), "reading the loop's timer failed");
+                }
                 if let Some(p) = pfc.as_mut() {
                     p.tick(monotonic_ns());
                 }
@@ -340,20 +358,20 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                     }
                 }
             }
+            // A client waits for a snapshot: built at the top of the next iteration.
+            _ = snapshots.asked() => { step_lb = false; }
             _ = term.recv() => { info!("SIGTERM"); break; }
             _ = int.recv() => { info!("SIGINT"); break; }
             _ = hup.recv() => {
                 if let Some(new) = reload(&config_path, role, lb.as_mut()) {
+                    // The next snapshot a client asks for carries it.
                     config_now = Arc::new(new);
-                    // Clients see the new configuration at once.
-                    publish.publish_next();
                 }
             }
         }
         if step_lb && let Some(lb) = lb.as_mut() {
             let now = monotonic_ns();
             event_steps.stepped(now);
-            publish.stepped();
             if let Err(e) = lb.step(now) {
                 warn!(error = %crate::core::report::Chain(&e), "control step failed");
             }
@@ -465,14 +483,13 @@ fn reload(config_path: &Path, role: Role, lb: Option<&mut LoadBalancer>) -> Opti
     }
 }
 
-/// When the loop publishes a snapshot for its clients: at most every PUBLISH_EVERY_NS,
-/// stretched to PUBLISH_COST_FACTOR x the last build's CPU time, and woken for when a step
-/// ran since the last publish (a client sees a step's outcome within one interval).
+/// When the loop builds a snapshot for its clients: when one asks ([`Published::fresh`]),
+/// at most once per interval: PUBLISH_EVERY_NS, stretched to PUBLISH_COST_FACTOR x the
+/// last build's CPU time (at most MAX_PUBLISH_EVERY_NS). Requests inside the interval wait
+/// for its end and share one build.
 struct PublishPacing {
     last_ns: u64,
     every_ns: u64,
-    /// A step ran since the last publish.
-    unpublished: bool,
 }
 
 impl Default for PublishPacing {
@@ -480,45 +497,45 @@ impl Default for PublishPacing {
         Self {
             last_ns: 0,
             every_ns: PUBLISH_EVERY_NS,
-            unpublished: false,
         }
     }
 }
 
 impl PublishPacing {
-    /// Builds and publishes a snapshot when one is due at `now_ns`.
-    fn publish_if_due(&mut self, now_ns: u64, to: &Published, build: impl FnOnce() -> Snapshot) {
-        if now_ns.saturating_sub(self.last_ns) < self.every_ns {
+    /// Builds and publishes a snapshot at `now_ns` when a client waits for one and the
+    /// interval allows. `build` gets the snapshot's time, taken after the request is.
+    fn publish_if_wanted(
+        &mut self,
+        now_ns: u64,
+        to: &Published,
+        build: impl FnOnce(u64) -> Snapshot,
+    ) {
+        if !to.is_wanted() || now_ns.saturating_sub(self.last_ns) < self.every_ns {
+            return;
+        }
+        if !to.take_wanted() {
             return;
         }
         let cpu0 = crate::sys::clock::thread_cpu_ns();
-        if to.try_publish(build()) {
-            self.last_ns = now_ns;
-            self.unpublished = false;
+        // Read after the request is taken: the snapshot is newer than each request served.
+        let taken_ns = monotonic_ns().max(now_ns);
+        if to.try_publish(build(taken_ns)) {
+            self.last_ns = taken_ns;
+        } else {
+            to.still_wanted();
         }
         // The build's CPU time, not its wall time: a build preempted (by an interrupt, the
-        // XDP softirq) for a millisecond once stretched the next interval to 100 ms, and
-        // `lqd show` answered from a snapshot older than the last change.
+        // XDP softirq) for a millisecond once stretched the next interval to 100 ms.
         let took = crate::sys::clock::thread_cpu_ns().saturating_sub(cpu0);
         self.every_ns = took
             .saturating_mul(PUBLISH_COST_FACTOR)
             .clamp(PUBLISH_EVERY_NS, MAX_PUBLISH_EVERY_NS);
     }
 
-    /// When the loop must wake to publish a step's outcome.
-    fn due(&self) -> Option<u64> {
-        self.unpublished
+    /// When the loop must wake to serve a request that the interval held back.
+    fn due(&self, to: &Published) -> Option<u64> {
+        to.is_wanted()
             .then(|| self.last_ns.saturating_add(self.every_ns))
-    }
-
-    /// A step ran.
-    fn stepped(&mut self) {
-        self.unpublished = true;
-    }
-
-    /// The next iteration publishes whatever the interval (a reload).
-    fn publish_next(&mut self) {
-        self.last_ns = 0;
     }
 }
 
@@ -613,7 +630,7 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_is_published_when_due_and_woken_for_after_a_step() {
+    fn a_snapshot_is_built_only_when_asked_and_at_most_once_an_interval() {
         let cfg = Config::parse(
             "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n[receiver]\ninterfaces = [\"eth1\"]\n",
             Path::new("test.toml"),
@@ -623,23 +640,33 @@ mod tests {
         let to = Published::new(Snapshot::empty(cfg.clone()));
         let mut p = PublishPacing::default();
         let mut builds = 0;
-        let mut build = |now| {
+        let mut build = |taken| {
             builds += 1;
             let mut s = Snapshot::empty(cfg.clone());
-            s.taken_mono_ns = now;
+            s.taken_mono_ns = taken;
             s
         };
-        p.publish_if_due(10 * MS, &to, || build(10 * MS));
-        assert_eq!(p.due(), None, "nothing stepped since");
-        p.publish_if_due(11 * MS, &to, || build(11 * MS));
-        p.stepped();
-        let due = p.due().expect("a step's outcome is published");
-        assert!(due >= 10 * MS + PUBLISH_EVERY_NS, "{due}");
-        p.publish_if_due(due, &to, || build(due));
-        assert_eq!(p.due(), None);
-        p.publish_next();
-        p.publish_if_due(due + 1, &to, || build(due + 1));
-        assert_eq!(builds, 3, "not at 11 ms: inside the interval");
-        assert_eq!(to.latest().taken_mono_ns, due + 1);
+        let t0 = monotonic_ns();
+        p.publish_if_wanted(t0, &to, &mut build);
+        assert_eq!(p.due(&to), None, "nobody asked: nothing built, nothing due");
+        to.still_wanted();
+        let asked = monotonic_ns();
+        p.publish_if_wanted(asked, &to, &mut build);
+        let first = to.latest().taken_mono_ns;
+        assert!(first >= asked, "taken after the request: {first} < {asked}");
+        assert!(!to.is_wanted());
+        to.still_wanted();
+        p.publish_if_wanted(first + 1, &to, &mut build);
+        assert_eq!(
+            to.latest().taken_mono_ns,
+            first,
+            "inside the interval: held back"
+        );
+        let due = p.due(&to).expect("the held request is due");
+        assert!(due >= first + PUBLISH_EVERY_NS, "{due}");
+        p.publish_if_wanted(due.max(monotonic_ns()), &to, &mut build);
+        assert!(to.latest().taken_mono_ns >= due);
+        assert_eq!(p.due(&to), None);
+        assert_eq!(builds, 2);
     }
 }

@@ -75,8 +75,10 @@ impl TableRows for KnownRows<'_> {
 
 /// How often a control step reads every slot of the path table even though the receiver's
 /// `slots_claimed` count has not moved: a backstop only (a step scans in full whenever the
-/// count moves, so a new path is read at the next step after it is stored).
-const FULL_SCAN_NS: u64 = 1_000_000_000;
+/// count moves, so a new path is read at the next step after it is stored). At a leaf of a
+/// 64 x 512 fabric a full read and rebuild of the 32 768 rows costs milliseconds; once a
+/// second it was a tenth of a still fabric's lqd CPU (issue 15).
+const FULL_SCAN_NS: u64 = 5_000_000_000;
 
 /// The least time between two control steps woken for damping alone (see `next_due`).
 const DAMPING_SLACK_NS: u64 = 5_000_000;
@@ -84,9 +86,12 @@ const DAMPING_SLACK_NS: u64 = 5_000_000;
 /// How often a control step recomputes every group, not only those whose inputs changed.
 const FULL_UPDATE_NS: u64 = 1_000_000_000;
 
-/// The oldest a step woken by change events lets its copies of the receiver's neighbor
-/// table and counters get, as a share of T_notify (see [`TableReads`]).
-const TABLE_READ_MAX_AGE_T_NOTIFY_DIV: u64 = 2;
+/// The oldest a step lets its copies of the receiver's neighbor table and counters get, in
+/// tenths of T_notify (see [`TableReads`]): below the shortest jittered period (0.9 x
+/// T_notify, section 7.2), so that a spine sending one datagram a period is read between
+/// any two of its transmissions (the heartbeat's T_notify mismatch detector samples the
+/// intervals of consecutive arrivals).
+const TABLE_READ_MAX_AGE_TENTHS_T_NOTIFY: u64 = 8;
 
 /// Rows named by change events kept between two steps; beyond, an event names its sender
 /// (a burst of changes costs one read of each sender's rows, not an unbounded list).
@@ -223,6 +228,13 @@ pub struct LoadBalancer {
     pub group_replaces: u64,
     /// Group replaces the kernel refused.
     pub group_errors: u64,
+    /// Some group holds a refused application (`GroupState::refused`).
+    refused_groups: bool,
+    /// Some group's routes wait to be installed (`GroupState::routes_pending`).
+    routes_pending: bool,
+    /// The uplinks' state was applied to the local qualities since the last start or
+    /// reload: a step whose link notifications changed nothing skips that walk.
+    uplinks_followed: bool,
     /// Group replaces done that moved no bucket (resilient groups; `moves_no_bucket`).
     pub bucket_neutral_replaces: u64,
     /// Group replaces not sent because they would have moved no bucket
@@ -241,17 +253,21 @@ pub struct LoadBalancer {
 
 /// When a control step last read the receiver's neighbor table and its counters, each a
 /// batch lookup system call (10-15 us each on a two-vCPU VM, a third of a step's own work
-/// before this, issue 15). A step woken by change events alone needs neither: the events
-/// name the rows to read, and a named spine the heartbeat knows as active is alive by the
-/// event itself. So such a step reads them only when its copies are older than
-/// T_notify / [`TABLE_READ_MAX_AGE_T_NOTIFY_DIV`], when an event names a spine that is not
-/// active (a recovery or a discovery must be seen at once, seed 003 section 6.5), or when a
-/// heartbeat deadline has passed (a spine is declared stale or failed only on a fresh
-/// read); and the counters when an event names a row the last full read did not find (a
-/// new key: the claim count moved, and the step reads in full). A step woken by a timer
-/// (heartbeat deadlines, damping) reads both, as before.
+/// before this, issue 15; the neighbors' walks the hash map's 1 024 buckets, 60-70 us on
+/// the slowest VM). A step needs neither for its own sake: change events name the rows to
+/// read, and a named spine the heartbeat knows as active is alive by the event itself. So
+/// a step reads the neighbors only when its copy is older than
+/// [`TABLE_READ_MAX_AGE_TENTHS_T_NOTIFY`] tenths of T_notify, when an event names a spine
+/// that is not active (a recovery or a discovery must be seen at once, seed 003 section
+/// 6.5), or when a heartbeat deadline has passed (a spine is declared stale or failed only
+/// on a fresh read); and the counters when they are older than that, or when an event
+/// names a row the last full read did not find (a new key: the claim count moved, and the
+/// step reads in full). The same for a step woken by a timer (damping, a heartbeat
+/// deadline, the loop's longest sleep): at a still 64 x 512 leaf those came every 10 ms and
+/// read both every time, a quarter of lqd's CPU.
 /// What waits at most that age: a bandwidth-only change the integral weight function reads
-/// from a spine's rows, and a lost change event's rows (the `events_lost` count).
+/// from a spine's rows, a spine's return whose datagrams change no entry, and a lost
+/// change event's rows (the `events_lost` count).
 #[derive(Clone, Copy, Debug, Default)]
 struct TableReads {
     neighbors_ns: Option<u64>,
@@ -374,6 +390,9 @@ impl LoadBalancer {
             group_replaces: 0,
             step_times: StepTimes::default(),
             group_errors: 0,
+            refused_groups: false,
+            routes_pending: false,
+            uplinks_followed: false,
             bucket_neutral_replaces: 0,
             bucket_neutral_skipped: 0,
             foreign_nexthop_writes: 0,
@@ -434,6 +453,8 @@ impl LoadBalancer {
         if let Some(links) = links {
             self.links = links;
         }
+        // The uplinks (or their watch) may have changed: the next step applies them all.
+        self.uplinks_followed = false;
         // The uplinks' sampler thread and pipelines are set up once, at start.
         let measured = |c: &Config| {
             (c.local_quality.source == crate::config::LocalQualitySource::Measured)
@@ -705,6 +726,7 @@ impl LoadBalancer {
             if let Some(g) = self.groups.get_mut(&key) {
                 g.prefixes.insert(p);
                 g.routes_pending |= route.installed != Some(g.id);
+                self.routes_pending |= g.routes_pending;
                 debug!(prefix = %format_prefix(&p), remote = %key.label(), group = g.id, "destination in its group (6.1)");
             }
         }
@@ -760,11 +782,10 @@ impl LoadBalancer {
         let step_started = monotonic_ns();
         self.last_step_ns = now_ns;
         // Taken before `follow_liveness`, which may name more spines: what woke the step.
-        let woken_by_events = !self.named_spines.is_empty() || !self.named_slots.is_empty();
-        self.follow_liveness(now_ns, woken_by_events)?;
+        self.follow_liveness(now_ns)?;
         self.follow_uplinks()?;
         let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
-        let paths = self.read_paths(now_ns, woken_by_events, &failed)?;
+        let paths = self.read_paths(now_ns, &failed)?;
         let mirror = std::mem::take(&mut self.mirror);
         self.slow_plane_resolve_due(mirror.entries(), now_ns, matches!(paths, PathsRead::Full));
         self.mirror = mirror;
@@ -784,15 +805,10 @@ impl LoadBalancer {
     /// Seed 003 section 6.5: the receiver's neighbor table, when this step needs a fresh
     /// copy ([`TableReads`]), fed to the heartbeat; a spine that failed now leaves every
     /// group at once (`remove_failed_members`).
-    fn follow_liveness(
-        &mut self,
-        now_ns: u64,
-        woken_by_events: bool,
-    ) -> Result<(), LoadBalancerError> {
-        let max_age = self.controller.t_notify_ns() / TABLE_READ_MAX_AGE_T_NOTIFY_DIV;
+    fn follow_liveness(&mut self, now_ns: u64) -> Result<(), LoadBalancerError> {
+        let max_age = self.table_read_max_age_ns();
         let heartbeat = &self.heartbeat;
-        let read_neighbors = !woken_by_events
-            || TableReads::due(self.table_reads.neighbors_ns, now_ns, max_age)
+        let read_neighbors = TableReads::due(self.table_reads.neighbors_ns, now_ns, max_age)
             || heartbeat.next_deadline().is_some_and(|d| d <= now_ns)
             || (self.named_spines.iter())
                 .chain(self.named_slots.iter().map(|(spine, _)| spine))
@@ -851,7 +867,12 @@ impl LoadBalancer {
     /// non-blocking receive when nothing changed), not a system call per uplink, and the
     /// measured local quality of the up ones (`local.rs`).
     fn follow_uplinks(&mut self) -> Result<(), LoadBalancerError> {
-        self.links.poll().map_err(RtnlError::Io)?;
+        let changed = self.links.poll().map_err(RtnlError::Io)?;
+        // Nothing to apply: no link changed and no measured quality moves with the steps.
+        if !changed && self.uplinks_followed && self.measured_local.is_none() {
+            return Ok(());
+        }
+        self.uplinks_followed = true;
         for u in &self.cfg.uplink {
             let id = UplinkId::from(u.id);
             // Down is 0 whatever was measured; up is the measured quality once there is
@@ -873,10 +894,9 @@ impl LoadBalancer {
     fn read_paths(
         &mut self,
         now_ns: u64,
-        woken_by_events: bool,
         failed: &BTreeSet<NeighborKey>,
     ) -> Result<PathsRead, LoadBalancerError> {
-        let max_age = self.controller.t_notify_ns() / TABLE_READ_MAX_AGE_T_NOTIFY_DIV;
+        let max_age = self.table_read_max_age_ns();
         let dead = self.controller.dead_interval_ns();
         let mut rebuild =
             self.rebuild_needed || !self.reader.mapped() || now_ns >= self.next_full_scan_ns;
@@ -897,7 +917,6 @@ impl LoadBalancer {
         }
         let mut counts = None;
         if rebuild
-            || !woken_by_events
             || new_row_named
             || TableReads::due(self.table_reads.counters_ns, now_ns, max_age)
         {
@@ -1064,11 +1083,14 @@ impl LoadBalancer {
                 unused_entries(&self.mapping, self.mirror.snapshot(), groups.keys());
         }
         last.failed_entries = report.failed_entries;
-        for (key, g) in &mut self.groups {
-            if let Some(app) = g.refused.take()
-                && !apps.iter().any(|(k, _)| k == key)
-            {
-                apps.push((key.clone(), app));
+        // The walk only when a replace was refused (not every group at every step).
+        if std::mem::take(&mut self.refused_groups) {
+            for (key, g) in &mut self.groups {
+                if let Some(app) = g.refused.take()
+                    && !apps.iter().any(|(k, _)| k == key)
+                {
+                    apps.push((key.clone(), app));
+                }
             }
         }
         apps
@@ -1249,6 +1271,7 @@ impl LoadBalancer {
                     self.group_errors += 1;
                     error!(group = msg.id, error = %crate::core::report::Chain(&e), "group replace refused; tried again at the next step");
                     state.refused = Some(app);
+                    self.refused_groups = true;
                 }
             }
         }
@@ -1261,7 +1284,16 @@ impl LoadBalancer {
         let Some(rtnl) = self.rtnl.as_mut() else {
             return;
         };
+        // The walk only while some group waits for its routes (not every group at every
+        // step); it stays due until each such group is programmed and its routes are in.
+        if !self.routes_pending {
+            return;
+        }
+        let mut still_pending = false;
         for state in self.groups.values_mut() {
+            if state.routes_pending && state.kernel.is_empty() {
+                still_pending = true;
+            }
             if !state.routes_pending || state.kernel.is_empty() {
                 continue;
             }
@@ -1287,11 +1319,13 @@ impl LoadBalancer {
                     }
                     Err(e) => {
                         state.routes_pending = true;
+                        still_pending = true;
                         error!(error = %crate::core::report::Chain(&e), "route install refused");
                     }
                 }
             }
         }
+        self.routes_pending = still_pending;
     }
 
     /// Deletes lq's group ids no group owns, once no route of lqd's names them.
@@ -1337,7 +1371,13 @@ impl LoadBalancer {
         }
     }
 
-    /// When the next step is due at the latest (damping boundary or heartbeat deadline).
+    /// The oldest a step lets its copies of the neighbor table and counters get.
+    fn table_read_max_age_ns(&self) -> u64 {
+        self.controller.t_notify_ns() * TABLE_READ_MAX_AGE_TENTHS_T_NOTIFY / 10
+    }
+
+    /// When the next step is due at the latest (damping boundary, heartbeat deadline, the
+    /// neighbors' next read).
     pub fn next_due(&self, now_ns: u64) -> Option<u64> {
         [
             // Damping steps of different groups fall due at different times; at most one
@@ -1347,6 +1387,11 @@ impl LoadBalancer {
                 .next_due(now_ns)
                 .map(|d| d.max(self.last_step_ns.saturating_add(DAMPING_SLACK_NS))),
             self.heartbeat.next_deadline(),
+            // The neighbors' next read at its age (`TableReads`), not at the loop's next
+            // wake-up after it.
+            self.table_reads
+                .neighbors_ns
+                .map(|t| t.saturating_add(self.table_read_max_age_ns())),
         ]
         .into_iter()
         .flatten()
