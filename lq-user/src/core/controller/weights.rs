@@ -221,7 +221,7 @@ impl DestinationWeights {
         }
         if zero_transition {
             debug!("path quality transition to or from 0: applying at once (6.4)");
-            self.step(config);
+            self.step_zero_transitions(config);
             return Some(self.finish(config, now_ns, true));
         }
         self.tick(config, now_ns)
@@ -545,6 +545,29 @@ impl DestinationWeights {
             .zip(&self.target)
             .all(|(w, t)| (w - t).abs() <= eps);
         if close {
+            self.applied.clone_from(&self.target);
+        }
+    }
+
+    /// Section 6.4's exception, and only it: the paths whose quality went to 0 leave at
+    /// once, and the paths back from 0 (or new) take their damped step from 0 at once; the
+    /// other members keep their applied weights (renormalised), and move at their next
+    /// T_reweight boundary. A failure elsewhere is no reason to skip the others' damping.
+    fn step_zero_transitions(&mut self, config: &ControllerConfig) {
+        let g = config.gain;
+        for (w, t) in self.applied.iter_mut().zip(&self.target) {
+            if *t == 0.0 {
+                *w = 0.0;
+            } else if *w == 0.0 {
+                *w = g * *t;
+            }
+        }
+        normalise(&mut self.applied);
+        let eps = 0.5 / f64::from(config.weight_resolution.max_weight());
+        if (self.applied.iter())
+            .zip(&self.target)
+            .all(|(w, t)| (w - t).abs() <= eps)
+        {
             self.applied.clone_from(&self.target);
         }
     }
@@ -1156,12 +1179,12 @@ mod tests {
         assert_eq!(a.fractions[1].1, 0.0);
         assert_eq!(a.kernel, [(11, 255), (13, 255), (14, 255)]);
         // Back 3 ms later (still inside the interval of the last application): immediate,
-        // damped from 0.
+        // its damped step from 0 (1/8), the others unchanged but renormalised: 1/9.
         let a = d
             .update(&cfg, &members(&[200, 200, 200, 200]), 8 * MS)
             .unwrap();
         assert!(a.immediate && !a.converged);
-        assert_eq!(format!("{:.4}", a.fractions[1].1), "0.1250");
+        assert_eq!(format!("{:.4}", a.fractions[1].1), "0.1111");
         assert!(a.kernel.iter().any(|(id, _)| *id == 12));
         // The immediate application counts as this interval's: the next step is at 28 ms.
         assert_eq!(d.next_due(&cfg, 9 * MS), Some(28 * MS));
@@ -1214,6 +1237,37 @@ mod tests {
         assert_eq!(c.next_due(41 * MS), None);
     }
 
+    /// Section 6.4's exception moves only the path that failed: members on their way to
+    /// a target keep their applied weights (renormalised) until their T_reweight boundary.
+    #[test]
+    fn a_failure_does_not_step_the_other_members() {
+        let cfg = ControllerConfig::default();
+        let mut d = DestinationWeights::default();
+        d.update(&cfg, &members(&[237, 237, 237, 237]), 0);
+        // Appendix B.3: S2 to 72, the first damped step (S2 25 % -> 17.1 %) at 20 ms.
+        let a = d
+            .update(&cfg, &members(&[237, 72, 237, 237]), 20 * MS)
+            .unwrap();
+        let before: Vec<f64> = a.fractions.iter().map(|x| x.1).collect();
+        assert_eq!(format!("{:.3}", before[1]), "0.171");
+        // S4 fails 5 ms later: S4 leaves at once; S1, S2, S3 keep their ratios.
+        let a = d
+            .update(&cfg, &members(&[237, 72, 237, 0]), 25 * MS)
+            .unwrap();
+        assert!(a.immediate);
+        let after: Vec<f64> = a.fractions.iter().map(|x| x.1).collect();
+        assert_eq!(after[3], 0.0);
+        let kept = before[0] + before[1] + before[2];
+        for i in 0..3 {
+            assert!(
+                (after[i] - before[i] / kept).abs() < 1e-12,
+                "{after:?} {before:?}"
+            );
+        }
+        // The others' next damped step is at the boundary after this application.
+        assert_eq!(d.next_due(&cfg, 26 * MS), Some(45 * MS));
+    }
+
     #[test]
     fn membership_change_is_immediate_and_carries_weights() {
         let cfg = ControllerConfig::default();
@@ -1227,8 +1281,10 @@ mod tests {
             a.fractions.iter().map(|x| x.0).collect::<Vec<_>>(),
             [11, 12, 13]
         );
-        // Old members 0.5 -> 0.5 + (1/3 - 0.5)/2, new member 1/6.
-        assert_eq!(format!("{:.4}", a.fractions[2].1), "0.1667");
+        // The new member takes its damped step from 0 at once (1/6); the old members keep
+        // 0.5 each until their T_reweight boundary: renormalised, 3/7 and 1/7.
+        assert_eq!(format!("{:.4}", a.fractions[0].1), "0.4286");
+        assert_eq!(format!("{:.4}", a.fractions[2].1), "0.1429");
     }
 
     #[test]
