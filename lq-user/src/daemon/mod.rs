@@ -185,11 +185,10 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         None => None,
     };
     // The loop's own wake-up (steps, PFC ticks, held snapshot requests), on the steps'
-    // clock; armed each iteration at the next due time, moved only when that moves.
-    let wake = match (lb.is_some(), pfc.is_some()) {
-        (false, false) => None,
-        _ => Some(crate::sys::timer::DeadlineTimer::monotonic().context("the loop's timer")?),
-    };
+    // clock; armed each iteration at the next due time, moved only when that moves. A
+    // helper alone wakes for its own timers and samples, and for a held request only.
+    let wake = crate::sys::timer::DeadlineTimer::monotonic().context("the loop's timer")?;
+    let timed = lb.is_some() || pfc.is_some();
     if let Some(lb) = lb.as_mut() {
         lb.step(monotonic_ns())?;
     }
@@ -260,10 +259,12 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         .into_iter()
         .flatten()
         .min();
-        let wake_at = due.map_or(now + MAX_SLEEP_NS, |due| due.min(now + MAX_SLEEP_NS));
-        if let Some(t) = wake.as_ref()
-            && let Err(e) = t.arm(Some(wake_at))
-        {
+        let wake_at = match due {
+            Some(due) if timed => Some(due.min(now + MAX_SLEEP_NS)),
+            None if timed => Some(now + MAX_SLEEP_NS),
+            due => due,
+        };
+        if let Err(e) = wake.arm(wake_at) {
             warn!(error = %crate::core::report::Chain(&e), "arming the loop's timer failed");
         }
         // Whether the load balancer steps after this wake-up: on its timers and on change
@@ -285,7 +286,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                     Err(e) => warn!(error = %crate::core::report::Chain(&e), "reading the periodic advertisement timer failed"),
                 }
             }
-            fired = when_some(wake.as_ref().map(|t| t.expired())) => {
+            fired = wake.expired() => {
                 if let Err(e) = fired {
                     warn!(error = %crate::core::report::Chain(&e), "reading the loop's timer failed");
                 }

@@ -253,8 +253,8 @@ pub struct LoadBalancer {
 
 /// When a control step last read the receiver's neighbor table and its counters, each a
 /// batch lookup system call (10-15 us each on a two-vCPU VM, a third of a step's own work
-/// before this, issue 15; the neighbors' walks the hash map's 1 024 buckets, 60-70 us on
-/// the slowest VM). A step needs neither for its own sake: change events name the rows to
+/// before this, issue 15; the neighbors' read walks the hash map's 1 024 buckets, 60-70 us
+/// on the slowest VM). A step needs neither for its own sake: change events name the rows to
 /// read, and a named spine the heartbeat knows as active is alive by the event itself. So
 /// a step reads the neighbors only when its copy is older than
 /// [`TABLE_READ_MAX_AGE_TENTHS_T_NOTIFY`] tenths of T_notify, when an event names a spine
@@ -781,7 +781,6 @@ impl LoadBalancer {
         // The step's own duration is measured, not taken from `now_ns` (the loop's time).
         let step_started = monotonic_ns();
         self.last_step_ns = now_ns;
-        // Taken before `follow_liveness`, which may name more spines: what woke the step.
         self.follow_liveness(now_ns)?;
         self.follow_uplinks()?;
         let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
