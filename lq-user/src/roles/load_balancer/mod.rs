@@ -257,7 +257,8 @@ pub struct LoadBalancer {
 /// on the slowest VM). A step needs neither for its own sake: change events name the rows to
 /// read, and a named spine the heartbeat knows as active is alive by the event itself. So
 /// a step reads the neighbors only when its copy is older than
-/// [`TABLE_READ_MAX_AGE_TENTHS_T_NOTIFY`] tenths of T_notify, when an event names a spine
+/// [`TABLE_READ_MAX_AGE_TENTHS_T_NOTIFY`] tenths of T_notify (half of it with the integral
+/// weight function), when an event names a spine
 /// that is not active (a recovery or a discovery must be seen at once, seed 003 section
 /// 6.5), or when a heartbeat deadline has passed (a spine is declared stale or failed only
 /// on a fresh read); and the counters when they are older than that, or when an event
@@ -1370,9 +1371,17 @@ impl LoadBalancer {
         }
     }
 
-    /// The oldest a step lets its copies of the neighbor table and counters get.
+    /// The oldest a step lets its copies of the neighbor table and counters get. With the
+    /// integral weight function, half a T_notify as before: a neighbor read is how it learns
+    /// which spines to read again for what changes without an event (available bandwidth,
+    /// diagnostics), and its controller steps every T_reweight.
     fn table_read_max_age_ns(&self) -> u64 {
-        self.controller.t_notify_ns() * TABLE_READ_MAX_AGE_TENTHS_T_NOTIFY / 10
+        match self.controller.weight_function {
+            WeightFunction::Integral(_) => self.controller.t_notify_ns() / 2,
+            WeightFunction::Seed => {
+                self.controller.t_notify_ns() * TABLE_READ_MAX_AGE_TENTHS_T_NOTIFY / 10
+            }
+        }
     }
 
     /// When the next step is due at the latest (damping boundary, heartbeat deadline, the
