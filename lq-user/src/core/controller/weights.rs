@@ -538,6 +538,11 @@ impl DestinationWeights {
             *w = if *t == 0.0 { 0.0 } else { *w + g * (*t - *w) };
         }
         normalise(&mut self.applied);
+        self.settle_if_close(config);
+    }
+
+    /// Within half a weight unit of the target everywhere: the target itself (converged).
+    fn settle_if_close(&mut self, config: &ControllerConfig) {
         let eps = 0.5 / f64::from(config.weight_resolution.max_weight());
         let close = self
             .applied
@@ -563,13 +568,7 @@ impl DestinationWeights {
             }
         }
         normalise(&mut self.applied);
-        let eps = 0.5 / f64::from(config.weight_resolution.max_weight());
-        if (self.applied.iter())
-            .zip(&self.target)
-            .all(|(w, t)| (w - t).abs() <= eps)
-        {
-            self.applied.clone_from(&self.target);
-        }
+        self.settle_if_close(config);
     }
 
     fn finish(&mut self, config: &ControllerConfig, now_ns: u64, immediate: bool) -> Application {
