@@ -22,6 +22,11 @@
 //! to `target/bench/results.md`, and prints the table. A benchmark that exits non-zero
 //! makes `cargo xtask bench` exit non-zero after collecting the others.
 //!
+//! xtask adds two metrics of the host per benchmark: `host_steal_pct_<name>` (the
+//! hypervisor's steal time while it ran, from /proc/stat) and `host_speed_ref_ns_<name>`
+//! (the CPU time of a `getpid` system call just before it): figures of two runs are
+//! comparable only when these agree.
+//!
 //! Long benchmarks ([`LONG_BENCHES`]) run only when named: `cargo xtask bench fabric` runs
 //! the fabric demo over 5 hash draws (about 15 minutes on 2 cores, `bench_fabric.rs`).
 
@@ -147,6 +152,8 @@ fn run_one(name: &str) -> Result<Vec<Value>> {
     ]);
     let mut metrics = Vec::new();
     let mut bad = Vec::new();
+    let speed_ref = host_speed_ref_ns();
+    let times_before = machine_cpu_times();
     let st = util::run_streaming(&mut cmd, util::Pipe::Stdout, |line| {
         match parse_metric(line) {
             Some(Ok(m)) => metrics.push(m),
@@ -162,10 +169,114 @@ fn run_one(name: &str) -> Result<Vec<Value>> {
     for b in &bad {
         println!("    ignored a malformed metric line: {b}");
     }
+    // The hypervisor's share while it ran: on a shared VM other tenants slow the same code
+    // by up to 2x between runs, and a figure measured while they did is not comparable
+    // with one measured without them (the metric says which runs to repeat).
+    if let (Some(before), Some(after)) = (times_before, machine_cpu_times())
+        && let Some(steal) = after.steal_pct_since(&before)
+    {
+        println!("==> bench: {bin}: steal time {steal:.1} % of the machine's CPU time");
+        metrics.push(json!({
+            "name": format!("host_steal_pct_{name}"),
+            "value": (steal * 100.0).round() / 100.0,
+            "unit": "% of the machine's CPU time",
+            "goal": null,
+            "baseline": null,
+        }));
+    }
+    if let Some(speed_ref) = speed_ref {
+        println!("==> bench: {bin}: host speed reference {speed_ref:.3} ns per getpid before it");
+        metrics.push(json!({
+            "name": format!("host_speed_ref_ns_{name}"),
+            "value": (speed_ref * 1000.0).round() / 1000.0,
+            "unit": "ns per getpid",
+            "goal": null,
+            "baseline": null,
+        }));
+    }
     if !st.success() {
         bail!("{bin} exited with {st}");
     }
     Ok(metrics)
+}
+
+/// System calls of [`host_speed_ref_ns`] per sample.
+const SPEED_REF_CALLS: u64 = 200_000;
+
+/// The same code's speed on this host, now: this thread's CPU nanoseconds per `getpid`
+/// system call (median of 5 samples), taken before each benchmark
+/// (`host_speed_ref_ns_<name>`). Most of what the benchmarks time is kernel code (XDP and tc
+/// programs, netlink, the nexthop replaces), and on a shared VM the same benchmark's figures
+/// moved by up to 2x between days (the empty XDP program's test run took 10 ns on one day
+/// and 18 ns on another) while the steal time stayed a few percent: the host's CPU, its
+/// mitigations and a busy sibling hyperthread slow every kernel entry without taking the CPU
+/// away. This figure moves with them, so two runs' figures are compared only when their
+/// references agree. (A chain of integer operations did not: it took 3.000 ns a step on
+/// the slow day too.)
+fn host_speed_ref_ns() -> Option<f64> {
+    let mut samples: Vec<f64> = (0..5)
+        .map(|_| {
+            let start = thread_cpu_ns()?;
+            for _ in 0..SPEED_REF_CALLS {
+                // glibc does not cache the pid (2.25+): each call enters the kernel.
+                std::hint::black_box(std::process::id());
+            }
+            Some(thread_cpu_ns()?.saturating_sub(start) as f64 / SPEED_REF_CALLS as f64)
+        })
+        .collect::<Option<_>>()?;
+    samples.sort_by(f64::total_cmp);
+    Some(samples[samples.len() / 2])
+}
+
+/// This thread's CPU time in nanoseconds, the first field of /proc/thread-self/schedstat
+/// (the scheduler's runtime: time the hypervisor took away is not counted, a slow
+/// instruction is).
+fn thread_cpu_ns() -> Option<u64> {
+    fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The machine's CPU time counters (the `cpu` line of /proc/stat, in clock ticks).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct CpuTimes {
+    /// The first eight fields summed (guest time is counted inside user and nice).
+    total: u64,
+    /// The eighth field: time the hypervisor ran something else while this VM wanted to run.
+    steal: u64,
+}
+
+impl CpuTimes {
+    /// Parses /proc/stat's aggregate `cpu` line; `None` when it is missing or malformed.
+    fn parse(proc_stat: &str) -> Option<Self> {
+        let fields: Vec<u64> = proc_stat
+            .lines()
+            .find_map(|l| l.strip_prefix("cpu "))?
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        // guest and guest_nice (fields 9 and 10) are already counted in user and nice.
+        let counted = fields.get(..8)?;
+        Some(Self {
+            total: counted.iter().sum(),
+            steal: counted[7],
+        })
+    }
+
+    /// Steal time since `earlier`, in percent of all the machine's CPU time then.
+    fn steal_pct_since(&self, earlier: &Self) -> Option<f64> {
+        let total = self.total.checked_sub(earlier.total)?;
+        let steal = self.steal.checked_sub(earlier.steal)?;
+        (total > 0).then(|| 100.0 * steal as f64 / total as f64)
+    }
+}
+
+fn machine_cpu_times() -> Option<CpuTimes> {
+    CpuTimes::parse(&fs::read_to_string("/proc/stat").ok()?)
 }
 
 /// `Some(metric)` for an `LQ-METRIC {...}` line, `None` for any other line.
@@ -374,5 +485,28 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(19_723), (2024, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn steal_time_from_proc_stat() {
+        let before = CpuTimes::parse(
+            "cpu  720942 0 42630 6287618 1875 0 9599 43483 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n",
+        )
+        .unwrap();
+        assert_eq!(before.steal, 43_483);
+        assert_eq!(
+            before.total,
+            720_942 + 42_630 + 6_287_618 + 1_875 + 9_599 + 43_483
+        );
+        let after = CpuTimes {
+            total: before.total + 2_000,
+            steal: before.steal + 100,
+        };
+        assert_eq!(after.steal_pct_since(&before), Some(5.0));
+        assert_eq!(before.steal_pct_since(&before), None);
+        assert_eq!(before.steal_pct_since(&after), None);
+        assert_eq!(CpuTimes::parse("cpu0 1 2 3\n"), None);
+        assert_eq!(CpuTimes::parse("cpu  1 2 3\n"), None);
+        assert_eq!(CpuTimes::parse("cpu  1 2 x 4 5 6 7 8 9 10\n"), None);
     }
 }
