@@ -176,28 +176,29 @@ fn run_one(name: &str) -> Result<Vec<Value>> {
         && let Some(steal) = after.steal_pct_since(&before)
     {
         println!("==> bench: {bin}: steal time {steal:.1} % of the machine's CPU time");
-        metrics.push(json!({
-            "name": format!("host_steal_pct_{name}"),
-            "value": (steal * 100.0).round() / 100.0,
-            "unit": "% of the machine's CPU time",
-            "goal": null,
-            "baseline": null,
-        }));
+        metrics.push(host_metric(
+            format!("host_steal_pct_{name}"),
+            (steal * 100.0).round() / 100.0,
+            "% of the machine's CPU time",
+        ));
     }
     if let Some(speed_ref) = speed_ref {
         println!("==> bench: {bin}: host speed reference {speed_ref:.3} ns per getpid before it");
-        metrics.push(json!({
-            "name": format!("host_speed_ref_ns_{name}"),
-            "value": (speed_ref * 1000.0).round() / 1000.0,
-            "unit": "ns per getpid",
-            "goal": null,
-            "baseline": null,
-        }));
+        metrics.push(host_metric(
+            format!("host_speed_ref_ns_{name}"),
+            (speed_ref * 1000.0).round() / 1000.0,
+            "ns per getpid",
+        ));
     }
     if !st.success() {
         bail!("{bin} exited with {st}");
     }
     Ok(metrics)
+}
+
+/// A metric of the host a benchmark ran on (no goal, no baseline).
+fn host_metric(name: String, value: f64, unit: &str) -> Value {
+    json!({ "name": name, "value": value, "unit": unit, "goal": null, "baseline": null })
 }
 
 /// System calls of [`host_speed_ref_ns`] per sample.
