@@ -211,9 +211,10 @@ const SPEED_REF_CALLS: u64 = 200_000;
 /// moved by up to 2x between days (the empty XDP program's test run took 10 ns on one day
 /// and 18 ns on another) while the steal time stayed a few percent: the host's CPU, its
 /// mitigations and a busy sibling hyperthread slow every kernel entry without taking the CPU
-/// away. This figure moves with them, so two runs' figures are compared only when their
-/// references agree. (A chain of integer operations did not: it took 3.000 ns a step on
-/// the slow day too.)
+/// away. This figure is meant to follow them (a chain of integer operations did not: it
+/// took 3.000 ns a step on the slow day too), but it is context, not a normaliser: within
+/// one run on that VM it read 120-179 ns from one benchmark to the next. Two runs' figures
+/// are compared only when their references agree.
 fn host_speed_ref_ns() -> Option<f64> {
     let mut samples: Vec<f64> = (0..5)
         .map(|_| {
