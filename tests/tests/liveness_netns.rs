@@ -37,6 +37,11 @@ use lq_tests::{
 };
 
 const T_NOTIFY_MS: f64 = 20.0;
+/// How long the siege test watches the period before any client connects.
+const BASELINE: Duration = Duration::from_secs(2);
+/// The siege test's significance level for "its gaps are late more often than the
+/// baseline's": see `fisher_greater_detects_what_it_should` for what it catches.
+const FISHER_ALPHA: f64 = 0.01;
 const PORT: u16 = 52525;
 const METRICS: &str = "127.0.0.1:9464";
 
@@ -342,7 +347,8 @@ fn advertisements_keep_their_period_while_clients_besiege_the_daemon() {
         },
         &spine,
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // The baseline: what this host's own noise does to the period with no client at all.
+    std::thread::sleep(BASELINE);
 
     // The siege, from inside the spine's namespace (the metrics endpoint listens on its
     // loopback); the control socket is a path, the same from everywhere.
@@ -388,45 +394,66 @@ fn advertisements_keep_their_period_while_clients_besiege_the_daemon() {
     let gaps = gaps_ms(&seen);
     assert!(gaps.len() >= 150, "too few advertisements: {}", seen.len());
     let max = gaps.iter().copied().fold(0.0, f64::max);
-    // The issue's figure, 1.1 x T_notify + 2 ms, holds for 99 % of the gaps. The largest
-    // gap may exceed it by scheduler noise alone on a loaded 2-vCPU VM (24.5 ms and
-    // 33.2 ms seen with no client at fault, the latter while the rest of the suite ran),
-    // but never by a stall: a gap under 2 x T_notify means no advertisement was skipped,
-    // well inside the miss-count x T_notify dead interval (3 x 20 ms, seed 003 section
-    // 6.5) and far below the 200-1 300 ms pauses clients caused before. A gap beyond it
-    // is the daemon's only where the hypervisor's steal does not cover the excess: one
-    // CI run saw a single 52.7 ms gap on a shared host, which a loop under SCHED_RR
-    // cannot cause with two busy loops beside it (22.0 ms largest, three runs), but a
-    // descheduled vCPU can.
+    // Two ways a client could hurt the period, judged apart. A stall skips advertisements:
+    // no gap may pass 2 x T_notify, well inside the miss-count x T_notify dead interval
+    // (3 x 20 ms, seed 003 section 6.5) and far below the 200-1 300 ms pauses clients
+    // caused before, except where the hypervisor's steal covers the excess (one CI run
+    // saw a single 52.7 ms gap on a shared host, which a loop under SCHED_RR cannot cause
+    // with two busy loops beside it, 22.0 ms largest in three runs, but a descheduled
+    // vCPU can). A slowing makes gaps late: the issue's figure, 1.1 x T_notify + 2 ms.
     let bound = 1.1 * T_NOTIFY_MS + 2.0;
     let hard_bound = 2.0 * T_NOTIFY_MS;
-    let mut sorted = gaps.clone();
-    sorted.sort_by(f64::total_cmp);
-    let p99 = lq_tests::bench::nearest_rank(&sorted, 99.0);
-    // Each gap over the bound: its start relative to the siege's, its length, and the
-    // most any vCPU was stolen during it.
-    let over: Vec<(f64, f64, f64)> = seen
+    // Each gap: its start relative to the siege's, its length, and the most any vCPU was
+    // stolen around it.
+    let each_gap: Vec<(f64, f64, f64)> = seen
         .windows(2)
         .zip(&gaps)
-        .filter(|(_, g)| **g > bound)
         .map(|(w, g)| {
             let since_siege = (w[0].t_ns as f64 - siege_start_real_ns as f64) / 1e6;
             (since_siege, *g, steal.stolen_ms(w[0].t_ns, w[1].t_ns))
         })
         .collect();
-    let unexplained: Vec<&(f64, f64, f64)> = over
+    // A stall: a gap over 2 x T_notify that the hypervisor's steal does not cover.
+    let unexplained: Vec<&(f64, f64, f64)> = each_gap
         .iter()
         .filter(|(_, g, stolen)| g - stolen > hard_bound)
         .collect();
+    // A slowing: up to 1 % of the siege's gaps may be late (the issue's figure as a p99),
+    // and beyond that only as often as the host alone made them late before the siege. On
+    // this 2-vCPU VM the hypervisor takes 10 ms slices several times a second: runs here
+    // saw 2 of 25 and 9 of 96 gaps late before any client connected, every one of them in
+    // a window with steal. A siege that slows the loop makes its gaps late more often than
+    // the baseline's (one-sided Fisher exact test, p < FISHER_ALPHA); on a host that noisy
+    // a slowing smaller than its noise cannot be told from it, and the test says so by
+    // printing both shares.
+    let (before, during): (Vec<_>, Vec<_>) = each_gap.iter().partition(|(t, g, _)| t + g <= 0.0);
+    let late = |phase: &[&(f64, f64, f64)]| phase.iter().filter(|(_, g, _)| *g > bound).count();
+    let (late_before, late_during) = (late(&before), late(&during));
+    let p_value = fisher_greater(late_during, during.len(), late_before, before.len());
+    let late_share = late_during as f64 / during.len().max(1) as f64;
+    let over: Vec<&(f64, f64, f64)> = each_gap.iter().filter(|(_, g, _)| *g > bound).collect();
     eprintln!(
-        "{} advertisements over {:.1} s, p99 gap {p99:.2} ms, largest gap {max:.2} ms (bounds: p99 {bound:.1} ms, max {hard_bound:.1} ms plus the vCPU's steal), {} over {bound:.1} ms as (ms after the siege began, gap ms, stolen ms): {over:.1?}",
+        "{} advertisements over {:.1} s, largest gap {max:.2} ms (bound {hard_bound:.1} ms plus the vCPU's steal); over {bound:.1} ms: {late_before} of {} gaps before the siege, {late_during} of {} during it (one-sided Fisher p = {p_value:.3}); as (ms after the siege began, gap ms, stolen ms): {over:.1?}",
         seen.len(),
         (seen.last().unwrap().t_ns - seen[0].t_ns) as f64 / 1e9,
-        over.len()
+        before.len(),
+        during.len(),
     );
     assert!(
-        p99 <= bound && unexplained.is_empty(),
-        "the spine paused its advertisements while clients held its endpoints: p99 gap {p99:.2} ms (bound {bound:.1}); gaps over {hard_bound:.1} ms that the hypervisor's steal does not explain (ms after the siege began, gap ms, stolen ms): {unexplained:.1?}"
+        before.len() >= 50 && during.len() >= 150,
+        "too few gaps to judge: {} before the siege, {} during it",
+        before.len(),
+        during.len()
+    );
+    assert!(
+        unexplained.is_empty(),
+        "the spine paused its advertisements while clients held its endpoints: gaps over {hard_bound:.1} ms that the hypervisor's steal does not explain (ms after the siege began, gap ms, stolen ms): {unexplained:.1?}"
+    );
+    assert!(
+        late_share <= 0.01 || p_value >= FISHER_ALPHA,
+        "the siege slowed the spine's advertisements: {late_during} of {} gaps over {bound:.1} ms during it against {late_before} of {} before it (one-sided Fisher p = {p_value:.4} < {FISHER_ALPHA})",
+        during.len(),
+        before.len()
     );
 
     // The daemon still answered its operator during the siege.
@@ -469,6 +496,21 @@ fn advertisements_keep_their_period_while_clients_besiege_the_daemon() {
     }
     let log = spine.log_text();
     assert!(log.contains("too many client connections"), "{log}");
+}
+
+/// The one-sided Fisher exact test of "the first sample's share of hits is greater":
+/// P(X >= hits_a) for X hypergeometric, drawing `n_a` of the `n_a + n_b` trials when
+/// `hits_a + hits_b` of them are hits.
+fn fisher_greater(hits_a: usize, n_a: usize, hits_b: usize, n_b: usize) -> f64 {
+    let ln_choose =
+        |n: usize, k: usize| -> f64 { (1..=k).map(|i| ((n - k + i) as f64 / i as f64).ln()).sum() };
+    let (total, hits) = (n_a + n_b, hits_a + hits_b);
+    let ln_all = ln_choose(total, n_a);
+    (hits_a..=hits.min(n_a))
+        .filter(|&x| n_a - x <= total - hits)
+        .map(|x| (ln_choose(hits, x) + ln_choose(total - hits, n_a - x) - ln_all).exp())
+        .sum::<f64>()
+        .min(1.0)
 }
 
 /// Kolmogorov's limiting distribution: P(sqrt(n) D > lambda) (Numerical Recipes' Q_KS).
@@ -539,6 +581,38 @@ fn ks_test_detects_what_it_should() {
     assert!((q_ks(1.36) - 0.049).abs() < 0.002, "{}", q_ks(1.36));
     // The critical D at KS_ALPHA for 500 gaps.
     assert!((q_ks(0.087 * 500f64.sqrt()) - KS_ALPHA).abs() < 0.0005);
+}
+
+#[test]
+fn fisher_greater_detects_what_it_should() {
+    // Exact: two of four trials are hits and the first sample draws two; both are hits
+    // with probability 1 / C(4, 2).
+    assert!((fisher_greater(2, 2, 0, 2) - 1.0 / 6.0).abs() < 1e-12);
+    assert!((fisher_greater(0, 225, 3, 100) - 1.0).abs() < 1e-12);
+    // The siege test's shape, 225 gaps during the siege and 100 before it (values from
+    // Python's math.comb). A siege that makes 13 of its gaps late (6 %) while the host
+    // alone made none is caught; 30 late against 3 too.
+    for (late_during, late_before, p) in [
+        (13, 0, 0.007_517_246_566),
+        (23, 0, 0.000_147_082_815),
+        (30, 3, 0.002_157_375_907),
+        (12, 0, 0.011_046_470_306),
+        (8, 0, 0.050_750_971_240),
+    ] {
+        let got = fisher_greater(late_during, 225, late_before, 100);
+        assert!(
+            (got - p).abs() < 1e-9,
+            "{late_during} vs {late_before}: {got}"
+        );
+        assert_eq!(
+            got < FISHER_ALPHA,
+            late_during >= 13,
+            "{late_during} vs {late_before}"
+        );
+    }
+    // The CI run that failed the old absolute p99 on host noise alone: 7 of 228 late during
+    // the siege, 2 of 25 before it.
+    assert!((fisher_greater(7, 228, 2, 25) - 0.951_821_918_104).abs() < 1e-9);
 }
 
 #[test]
