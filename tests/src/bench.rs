@@ -165,3 +165,122 @@ pub fn pin_to_cpus(pid: libc::pid_t, cpus: &[usize]) {
 pub fn pin_to_cpu(pid: libc::pid_t, cpu: usize) {
     pin_to_cpus(pid, &[cpu]);
 }
+
+/// One CPU line of /proc/stat (`cpu` for the whole machine, `cpuN` for one CPU), in
+/// USER_HZ ticks: the first eight fields (guest time is already counted in `user`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTicks {
+    pub user: u64,
+    pub nice: u64,
+    pub system: u64,
+    pub idle: u64,
+    pub iowait: u64,
+    pub irq: u64,
+    pub softirq: u64,
+    /// Time the hypervisor ran something else while this vCPU wanted to run.
+    pub steal: u64,
+}
+
+impl CpuTicks {
+    /// All but idle and iowait: work, interrupts, and time the hypervisor stole.
+    pub fn busy(&self) -> u64 {
+        self.user + self.nice + self.system + self.irq + self.softirq + self.steal
+    }
+
+    /// Busy, idle and iowait: the line's whole time.
+    pub fn total(&self) -> u64 {
+        self.busy() + self.idle + self.iowait
+    }
+
+    fn parse(fields: &str) -> anyhow::Result<Self> {
+        let v: Vec<u64> = fields
+            .split_whitespace()
+            .take(8)
+            .map(|f| f.parse::<u64>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!("/proc/stat field: {e}"))?;
+        anyhow::ensure!(
+            v.len() == 8,
+            "a /proc/stat cpu line with {} fields",
+            v.len()
+        );
+        Ok(Self {
+            user: v[0],
+            nice: v[1],
+            system: v[2],
+            idle: v[3],
+            iowait: v[4],
+            irq: v[5],
+            softirq: v[6],
+            steal: v[7],
+        })
+    }
+}
+
+/// The CPU lines of /proc/stat: the whole machine's (all CPUs summed) and each CPU's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    pub machine: CpuTicks,
+    pub per_cpu: Vec<CpuTicks>,
+}
+
+impl ProcStat {
+    /// Reads /proc/stat now.
+    pub fn read() -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string("/proc/stat")
+            .map_err(|e| anyhow::anyhow!("read /proc/stat: {e}"))?;
+        Self::parse(&text)
+    }
+
+    /// Parses the text of /proc/stat.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let mut machine = None;
+        let mut per_cpu = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("cpu ") {
+                machine = Some(CpuTicks::parse(rest)?);
+            } else if let Some(rest) = line.strip_prefix("cpu") {
+                // "cpuN fields...": skip the CPU number.
+                let (_, fields) = rest
+                    .split_once(' ')
+                    .ok_or_else(|| anyhow::anyhow!("a /proc/stat line {line:?}"))?;
+                per_cpu.push(CpuTicks::parse(fields)?);
+            }
+        }
+        Ok(Self {
+            machine: machine.ok_or_else(|| anyhow::anyhow!("no cpu line in /proc/stat"))?,
+            per_cpu,
+        })
+    }
+}
+
+/// Length of one /proc/stat tick (USER_HZ), in ns.
+pub fn tick_ns() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    1_000_000_000 / hz
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_lines_parse_into_ticks() {
+        // A 6.x kernel's /proc/stat, shortened: ten fields per cpu line, then other lines.
+        let text = "cpu  1700931 0 140190 6965365 8339 0 17806 81202 0 0\n\
+                    cpu0 846596 0 74916 3482357 4974 0 8197 41120 0 0\n\
+                    cpu1 854335 0 65274 3483008 3365 0 9609 40082 0 0\n\
+                    intr 1 2 3\nctxt 42\nprocs_running 1\n";
+        let s = ProcStat::parse(text).unwrap();
+        assert_eq!(s.per_cpu.len(), 2);
+        assert_eq!(s.machine.steal, 81202);
+        assert_eq!(s.per_cpu[1].user, 854335);
+        assert_eq!(s.per_cpu[0].steal, 41120);
+        assert_eq!(s.machine.busy(), 1700931 + 140190 + 17806 + 81202);
+        assert_eq!(s.machine.total(), s.machine.busy() + 6965365 + 8339);
+        assert!(ProcStat::parse("intr 1\n").is_err());
+        assert!(ProcStat::parse("cpu  1 2 3\n").is_err());
+        assert!(ProcStat::parse("cpu  1 2 3 4 5 6 7 x 0 0\n").is_err());
+    }
+}

@@ -30,6 +30,7 @@ use std::{
 
 use lq_common::wire::{DecodePolicy, Mode, decode};
 use lq_tests::{
+    bench::{ProcStat, tick_ns},
     daemon::{Lqd, lqd_bin},
     netns::{NetNs, veth_pair},
     poll::poll_until,
@@ -161,31 +162,19 @@ struct StealClock {
 impl StealClock {
     fn spawn(stop: Arc<AtomicBool>) -> JoinHandle<Self> {
         std::thread::spawn(move || {
-            // SAFETY: sysconf has no preconditions.
-            let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
             let mut reads = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                if let Ok(text) = std::fs::read_to_string("/proc/stat") {
+                if let Ok(stat) = ProcStat::read() {
                     let t = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_nanos() as u64);
-                    let per_cpu = text
-                        .lines()
-                        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
-                        .map(|l| {
-                            l.split_whitespace()
-                                .nth(8)
-                                .and_then(|v| v.parse().ok())
-                                .unwrap_or(0)
-                        })
-                        .collect();
-                    reads.push((t, per_cpu));
+                    reads.push((t, stat.per_cpu.iter().map(|c| c.steal).collect()));
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
             Self {
                 reads,
-                tick_ms: 1000.0 / hz,
+                tick_ms: tick_ns() as f64 / 1e6,
             }
         })
     }

@@ -45,7 +45,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 use lq_tests::{
-    bench::{emit, main_of, median, pin_to_cpu, spread},
+    bench::{ProcStat, emit, main_of, median, pin_to_cpu, spread},
     daemon::{Lqd, Sender},
     netns::{NetNs, veth_pair},
     packet::{entry, header, ip4},
@@ -176,22 +176,6 @@ fn pin_process(pid: u32, cpu: usize) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The whole machine's busy and total jiffies (/proc/stat, first line: all CPUs summed).
-fn machine_jiffies() -> Result<(u64, u64)> {
-    let t = std::fs::read_to_string("/proc/stat")?;
-    let v: Vec<u64> = t
-        .lines()
-        .next()
-        .context("empty /proc/stat")?
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let total: u64 = v.iter().sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    Ok((total - idle, total))
 }
 
 fn status_kib(pid: u32, field: &str) -> Result<f64> {
@@ -354,19 +338,19 @@ struct Window {
 
 /// Measures one WINDOW of lqd `pid` and receiver program `prog`, printed under `label`.
 fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &AtomicU64, label: &str) -> Result<Window> {
-    let (cpu0, (rt0, _), (busy0, tot0), s0, g0, wall0) = (
+    let (cpu0, (rt0, _), m0, s0, g0, wall0) = (
         process_cpu_ns(pid)?,
         program_stats(prog)?,
-        machine_jiffies()?,
+        ProcStat::read()?.machine,
         sent.load(Ordering::Relaxed),
         replace_counts(lqd),
         Instant::now(),
     );
     std::thread::sleep(WINDOW);
-    let (cpu1, (rt1, _), (busy1, tot1), s1, g1) = (
+    let (cpu1, (rt1, _), m1, s1, g1) = (
         process_cpu_ns(pid)?,
         program_stats(prog)?,
-        machine_jiffies()?,
+        ProcStat::read()?.machine,
         sent.load(Ordering::Relaxed),
         replace_counts(lqd),
     );
@@ -379,7 +363,8 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &AtomicU64, label: &str) -> Resu
     let neutral = g1.1.saturating_sub(g0.1);
     let skipped = g1.2.saturating_sub(g0.2);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let machine = (busy1 - busy0) as f64 / (tot1 - tot0).max(1) as f64 * cpus * 100.0;
+    let machine =
+        (m1.busy() - m0.busy()) as f64 / (m1.total() - m0.total()).max(1) as f64 * cpus * 100.0;
     eprintln!(
         "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core ({sent_rate:.0} datagrams/s sent; {:.0} group replaces/s, {:.0} of them moving no bucket, {:.0} skipped as moving none); machine busy {machine:.0} % of one core",
         replaces as f64 / secs,

@@ -26,7 +26,7 @@
 //! them) is owned by guards that remove it on drop, so errors and panics clean up too.
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
-use lq_tests::bench::{emit, median, pin_to_cpu, pin_to_cpus, spread};
+use lq_tests::bench::{ProcStat, emit, median, pin_to_cpu, pin_to_cpus, spread, tick_ns};
 use std::{
     collections::HashMap,
     net::UdpSocket,
@@ -547,24 +547,6 @@ fn ksoftirqd_ns() -> Result<u64> {
     Ok(total)
 }
 
-/// Busy (non-idle, non-iowait) time of the whole machine from the `cpu` line of /proc/stat,
-/// ns.
-fn machine_busy_ns() -> Result<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").context("read /proc/stat")?;
-    let line = stat.lines().next().context("empty /proc/stat")?;
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|v| v.parse::<u64>().context("/proc/stat field"))
-        .collect::<Result<_>>()?;
-    ensure!(f.len() >= 8, "short cpu line in /proc/stat");
-    // user nice system idle iowait irq softirq steal: all but idle and iowait.
-    let busy = f[0] + f[1] + f[2] + f[5] + f[6] + f[7];
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Ok(busy * 1_000_000_000 / hz)
-}
-
 struct SocketResult {
     /// CPU of the whole run per datagram: both threads of this process (sender with its
     /// inline softirq, receiver) plus ksoftirqd.
@@ -692,7 +674,7 @@ fn socket_trial(prefill: bool) -> Result<SocketResult> {
     let cpu_start = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
     let process_start = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
     let softirqd_start = ksoftirqd_ns()?;
-    let machine_start = machine_busy_ns()?;
+    let machine_start = ProcStat::read()?.machine.busy();
     let mut first_wall = None;
     let mut last_wall = Instant::now();
     while received < SOCKET_DATAGRAMS {
@@ -739,7 +721,7 @@ fn socket_trial(prefill: bool) -> Result<SocketResult> {
     // on its CPU) is in the process clock.
     let process = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - process_start;
     let softirqd = ksoftirqd_ns()? - softirqd_start;
-    let machine = machine_busy_ns()? - machine_start;
+    let machine = (ProcStat::read()?.machine.busy() - machine_start) * tick_ns();
     let sent = sent.load(Ordering::Relaxed);
     ensure!(received > 0, "the socket received nothing");
     ensure!(
