@@ -161,10 +161,27 @@ pub fn cl_from(m: &Metrics, x: bool, th: &ClThresholds) -> u8 {
 
 /// A.3: one asymmetric EWMA step. A rise uses alpha_rise (fast detection), a fall or a
 /// hold uses alpha_fall (slow, stable recovery).
+///
+/// A fall toward an indicator of exactly 0 ends at 0 once the value is below
+/// [`EWMA_ZERO_BELOW`]: in f64 it would otherwise stop at the smallest subnormal
+/// (`0.9 x 5e-324` rounds back to `5e-324`), and a link that had ever carried traffic
+/// would never again score 255 (A.4), which [`lqs_from`] gives only to indicators of
+/// exactly 0.
 pub fn ewma_step(prev: f64, raw: f64, alpha_rise: f64, alpha_fall: f64) -> f64 {
     let alpha = if raw > prev { alpha_rise } else { alpha_fall };
-    alpha * raw + (1.0 - alpha) * prev
+    let next = alpha * raw + (1.0 - alpha) * prev;
+    if raw == 0.0 && next < EWMA_ZERO_BELOW {
+        0.0
+    } else {
+        next
+    }
 }
+
+/// Where a smoothed indicator falling to 0 becomes 0: 2^-54, the largest `u` for which
+/// A.4's `1.0 - u` rounds to 1.0 in f64, i.e. where the seed's formula itself reads 255.
+/// At alpha_fall 0.1 an indicator at 1.0 gets there in 356 samples (0.71 s at T_sample
+/// 2 ms).
+pub const EWMA_ZERO_BELOW: f64 = 1.0 / (1u64 << 54) as f64;
 
 /// 5.4: available bandwidth in Gbps, `capacity x (1 - U_smooth) x (1 - F_smooth)`.
 ///
@@ -642,6 +659,43 @@ mod tests {
             ..g.s
         };
         assert_eq!(p.on_sample(&earlier), Some(r));
+    }
+
+    #[test]
+    fn an_idle_link_that_carried_traffic_scores_255_again() {
+        // The seed's formula reads 255 once 1.0 - U_smooth rounds to 1.0; the smoothed value
+        // must reach exactly 0 by then, not stop at the smallest subnormal.
+        const {
+            assert!(1.0 - EWMA_ZERO_BELOW == 1.0);
+            assert!(1.0 - 2.0 * EWMA_ZERO_BELOW < 1.0);
+        }
+        let w = LqsWeights::default();
+        let mut m = Metrics {
+            u: 1.0,
+            e: 1.0,
+            f: 1.0,
+            d: 1.0,
+        };
+        let mut samples = 0;
+        while lqs_from(&m, false, &w) < 255 {
+            m = Metrics {
+                u: ewma_step(m.u, 0.0, 0.3, 0.1),
+                e: ewma_step(m.e, 0.0, 0.3, 0.1),
+                f: ewma_step(m.f, 0.0, 0.3, 0.1),
+                d: ewma_step(m.d, 0.0, 0.3, 0.1),
+            };
+            samples += 1;
+            assert!(
+                samples <= 400,
+                "LQS {} after {samples} idle samples: {m:?}",
+                lqs_from(&m, false, &w)
+            );
+        }
+        assert_eq!(samples, 356);
+        assert_eq!(m, Metrics::default());
+        // A rise from 0 and a fall toward a value that is not 0 are unchanged.
+        assert_eq!(ewma_step(0.0, 1e-20, 0.3, 0.1), 0.3 * 1e-20);
+        assert_eq!(ewma_step(1e-17, 1e-18, 0.3, 0.1), 0.1 * 1e-18 + 0.9 * 1e-17);
     }
 
     #[test]
