@@ -435,3 +435,117 @@ fn narrow_counters_are_exported_only_while_their_wraps_are_provable() {
     }
     assert!(!log.contains("wraps unprovable"), "{log}");
 }
+
+/// `[[pfc.veth-peer]]`: the PFC frames a0 sent are confirmed by the counter on its peer b0,
+/// which a second lqd in namespace b runs, and a's daemon exports them as transmitted on
+/// a0 (egressPhysicalInterface, template 257; seed 000 section 5: only frames confirmed
+/// emitted count).
+#[test]
+fn a_veths_transmitted_frames_are_its_peers_received_ones() {
+    require_root();
+    let a = NetNs::new("lqt-pfta").unwrap();
+    let b = NetNs::new("lqt-pftb").unwrap();
+    veth_pair(&a, "a0", "10.7.1.1/24", &b, "b0", "10.7.1.2/24").unwrap();
+    let port = 4740;
+    let out = std::env::temp_dir().join(lq_tests::unique_name("lq-collect-tx"));
+    let mut collector = a
+        .command(lqd_bin().unwrap().to_str().unwrap())
+        .args(["ipfix", "collect", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let peer = Lqd::start(
+        &b,
+        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\
+         [receiver]\ninterfaces = [\"b0\"]\n\
+         [pfc]\ninterfaces = [\"b0\"]\nspeed-mbps = 10000\n",
+    )
+    .unwrap();
+    let peer_pins = format!("/sys/fs/bpf/lq/{}-pfc", peer.instance);
+    let lqd = Lqd::start(
+        &a,
+        &format!(
+            "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\
+             [receiver]\ninterfaces = [\"a0\"]\n\
+             [[pfc.veth-peer]]\ninterface = \"a0\"\npeer-pin-dir = \"{peer_pins}\"\n\
+             [ipfix]\ncollector = \"127.0.0.1:{port}\"\ninterval-ms = 200\nepoch-element-id = 3\n"
+        ),
+    )
+    .unwrap();
+    // Priority 2 four times, then 2 and 5 twice with zero quanta, all sent by a0.
+    let mut frames = vec![build_frame(PFC_MULTICAST, SRC, 1 << 2, [100; 8]).to_vec(); 4];
+    frames.extend(vec![
+        build_frame(PFC_MULTICAST, SRC, 1 << 2 | 1 << 5, [0; 8])
+            .to_vec();
+        2
+    ]);
+    send_frames(&a, "a0", frames).unwrap();
+    let want: BTreeMap<u64, u64> = [
+        (0, 0),
+        (1, 0),
+        (2, 6),
+        (3, 0),
+        (4, 0),
+        (5, 2),
+        (6, 0),
+        (7, 0),
+    ]
+    .into();
+    let links: serde_json::Value =
+        serde_json::from_str(&a.exec("ip", &["-j", "link", "show", "a0"]).unwrap()).unwrap();
+    let a0 = links[0]["ifindex"].as_u64().unwrap();
+
+    poll_until(
+        "the collector to see a0's transmitted totals per priority",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {
+            let mut latest: BTreeMap<u64, u64> = BTreeMap::new();
+            let mut received = 0;
+            for v in collected(&out) {
+                if v["direction"] == "received" {
+                    received += 1;
+                }
+                if v["direction"] != "transmitted" {
+                    continue;
+                }
+                assert_eq!(
+                    v["interface"], a0,
+                    "a transmitted record of another interface: {v}"
+                );
+                assert_eq!(v["problems"], serde_json::json!([]), "{v}");
+                if let (Some(p), Some(t)) = (
+                    v["pfc-priority"].as_u64(),
+                    v["pfc-control-frame-total-count"].as_u64(),
+                ) {
+                    latest.insert(p, t);
+                }
+            }
+            // Daemon a counts nothing itself: no received record.
+            assert_eq!(
+                received,
+                0,
+                "{}",
+                std::fs::read_to_string(&out).unwrap_or_default()
+            );
+            if latest == want { Ok(()) } else { Err(latest) }
+        },
+        |latest| {
+            format!(
+                "collector saw {latest:?}, want {want:?}\n{}\n{}",
+                std::fs::read_to_string(&out).unwrap_or_default(),
+                lqd.log_text()
+            )
+        },
+    )
+    .unwrap();
+    let _ = collector.kill();
+    let _ = collector.wait();
+    let _ = std::fs::remove_file(&out);
+    let own_pins = format!("/sys/fs/bpf/lq/{}-pfc", lqd.instance);
+    drop(lqd);
+    drop(peer);
+    let _ = std::fs::remove_dir_all(own_pins);
+    let _ = std::fs::remove_dir_all(peer_pins);
+}

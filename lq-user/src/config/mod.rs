@@ -675,6 +675,24 @@ pub struct PfcSection {
     /// before any tc hook sees them; and transmitted frames only a NIC can confirm).
     #[serde(default)]
     pub ethtool: Vec<EthtoolSource>,
+    /// Transmitted counts of a veth from its peer's PFC counter (`[[pfc.veth-peer]]`).
+    #[serde(default)]
+    pub veth_peer: Vec<VethPeerSource>,
+}
+
+/// `[[pfc.veth-peer]]`: a veth's transmitted PFC frames, confirmed by the peer's receive
+/// count (seed 000 section 5: only frames confirmed emitted count). A veth transmit is a
+/// synchronous delivery to the peer's receive path, where the peer's PFC counter (another
+/// lqd's `[pfc] interfaces`, or any counter pinned in lqd's layout) counts every frame by
+/// the receive rules; a frame the veth dropped never reaches it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct VethPeerSource {
+    /// The veth whose transmitted frames are exported (its peer is found by the
+    /// `peer_ifindex` of its ethtool statistics).
+    pub interface: String,
+    /// The peer's PFC counter pins, e.g. `/sys/fs/bpf/lq/<peer instance>-pfc`.
+    pub peer_pin_dir: PathBuf,
 }
 
 /// `[[pfc.ethtool]]`: one interface's eight per-priority PFC counters from ethtool
@@ -1307,11 +1325,28 @@ impl Config {
                 ));
             }
         }
+        for (i, v) in self.pfc.veth_peer.iter().enumerate() {
+            let twice = self.pfc.veth_peer[..i]
+                .iter()
+                .any(|w| w.interface == v.interface)
+                || self.pfc.ethtool.iter().any(|e| {
+                    e.direction == PfcDirection::Transmitted && e.interface == v.interface
+                });
+            if twice {
+                return Err(format!(
+                    "[[pfc.veth-peer]] {}: its transmitted frames have another source ([[pfc.ethtool]] or [[pfc.veth-peer]]): one source per counter",
+                    v.interface
+                ));
+            }
+        }
         if let Some(ipfix) = &self.ipfix {
             ipfix.elements().map_err(|e| format!("[ipfix] {e}"))?;
-            if self.pfc.interfaces.is_empty() && self.pfc.ethtool.is_empty() {
+            if self.pfc.interfaces.is_empty()
+                && self.pfc.ethtool.is_empty()
+                && self.pfc.veth_peer.is_empty()
+            {
                 return Err(
-                    "[ipfix] needs [pfc] interfaces or [[pfc.ethtool]] sources to export".into(),
+                    "[ipfix] needs [pfc] interfaces, [[pfc.ethtool]] or [[pfc.veth-peer]] sources to export".into(),
                 );
             }
             if ipfix.interval_ms == 0 || ipfix.template_refresh_s == 0 {
@@ -1813,6 +1848,18 @@ remote-node = "10.0.1.4"
         assert!(err(&format!("{LEAF}{eth}\n")).contains("exactly one of template and preset"));
         let rx = "[pfc]\ninterfaces = [\"eth1\"]\n[[pfc.ethtool]]\ninterface = \"eth1\"\ndirection = \"received\"\npreset = \"mlx5\"\n";
         assert!(err(&format!("{LEAF}{rx}")).contains("one source per counter"));
+        let peer =
+            "[[pfc.veth-peer]]\ninterface = \"eth1\"\npeer-pin-dir = \"/sys/fs/bpf/lq/b-pfc\"\n";
+        assert!(parse(&format!("{LEAF}{peer}")).is_ok());
+        assert!(err(&format!("{LEAF}{peer}{peer}")).contains("one source per counter"));
+        assert!(
+            err(&format!("{LEAF}{eth}preset = \"mlx5\"\n{peer}"))
+                .contains("one source per counter")
+        );
+        assert!(
+            err(&format!("{LEAF}[[pfc.veth-peer]]\ninterface = \"eth1\"\n"))
+                .contains("peer-pin-dir")
+        );
     }
 
     #[test]

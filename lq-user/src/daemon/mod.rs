@@ -417,7 +417,10 @@ impl Roles {
         } else {
             None
         };
-        let pfc = if cfg.pfc.interfaces.is_empty() && cfg.pfc.ethtool.is_empty() {
+        let pfc = if cfg.pfc.interfaces.is_empty()
+            && cfg.pfc.ethtool.is_empty()
+            && cfg.pfc.veth_peer.is_empty()
+        {
             None
         } else {
             Some(

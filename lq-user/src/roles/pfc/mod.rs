@@ -4,7 +4,9 @@
 //! (a reset starts a new epoch; a missing reading is never exported as zero).
 //!
 //! Transmitted counts are exported only from a source that confirms emission (seed 000
-//! section 5); none is configured by default, so only template 256 carries data.
+//! section 5): a NIC's counters (`[[pfc.ethtool]]`) or, for a veth, its peer's receive
+//! count (`[[pfc.veth-peer]]`). None is configured by default, so only template 256
+//! carries data.
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
@@ -35,6 +37,14 @@ pub enum PfcServiceError {
     /// An ethtool source's statistic names (configuration validation refuses this first).
     #[error("{0}")]
     Ethtool(String),
+    /// A `[[pfc.veth-peer]]` interface that is missing or is not a veth.
+    #[error("[[pfc.veth-peer]] {iface}: {reason}")]
+    VethPeer {
+        /// The configured interface.
+        iface: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// TLS without its files (configuration validation refuses this first).
     #[error("[ipfix] transport = \"tls\" needs tls-ca, tls-cert and tls-key")]
     TlsFiles,
@@ -82,6 +92,7 @@ pub struct PfcService {
     /// NIC sources, each keeping its socket, statistic layout and link speed between
     /// exports (one statistics ioctl per source per export).
     ethtool: Vec<(Direction, crate::sys::ethtool::StatsReader)>,
+    veth_peers: Vec<VethPeer>,
     first_epoch: u32,
     next_export_ns: u64,
     /// Messages exported and export errors.
@@ -93,6 +104,16 @@ pub struct PfcService {
     pub withheld_readings: u64,
     /// The counters whose last reading was withheld (to log each change once).
     withholding: std::collections::BTreeSet<(u32, u8, Direction)>,
+}
+
+/// A veth whose transmitted counts are its peer's received counts.
+struct VethPeer {
+    iface: String,
+    /// The veth's own ifindex: the records' egressPhysicalInterface.
+    ifindex: u32,
+    source: tx::TxSource,
+    /// Its last read failed (to log each change once).
+    unreadable: bool,
 }
 
 /// The PFC pin folder of an instance.
@@ -123,6 +144,35 @@ impl PfcService {
                     source,
                 }
             })?;
+        }
+        // Veth peers resolved before anything is loaded: a misnamed one loads nothing.
+        let mut veth_peers = Vec::new();
+        for v in &cfg.pfc.veth_peer {
+            let fail = |reason: String| PfcServiceError::VethPeer {
+                iface: v.interface.clone(),
+                reason,
+            };
+            let info = crate::sys::netdev::interface_info(&v.interface)
+                .map_err(|e| fail(format!("no such interface ({e})")))?;
+            // The veth driver reports its peer's ifindex (in the peer's namespace) among
+            // its ethtool statistics; no other driver does.
+            let peer_ifindex = crate::sys::ethtool::read_stats(&v.interface)
+                .ok()
+                .and_then(|s| s.get("peer_ifindex").copied())
+                .and_then(|i| u32::try_from(i).ok())
+                .ok_or_else(|| {
+                    fail("not a veth: its ethtool statistics name no peer_ifindex".into())
+                })?;
+            info!(iface = %v.interface, peer_ifindex, peer_pins = %v.peer_pin_dir.display(), "transmitted PFC counts from the veth peer's receive count");
+            veth_peers.push(VethPeer {
+                iface: v.interface.clone(),
+                ifindex: info.ifindex,
+                source: tx::TxSource::VethPeer {
+                    peer_pin_dir: v.peer_pin_dir.clone(),
+                    peer_ifindex,
+                },
+                unreadable: false,
+            });
         }
         let dir = pin_dir(cfg, instance);
         let mut counter = PfcCounter::load(&dir)?;
@@ -208,6 +258,7 @@ impl PfcService {
             counter,
             reader,
             ethtool,
+            veth_peers,
             exporter,
             interval,
             trackers: BTreeMap::new(),
@@ -347,6 +398,49 @@ impl PfcService {
                 out.push(PfcRecord {
                     direction: *dir,
                     interface: r.instance.ifindex,
+                    priority: prio as u8,
+                    observed_ms: total.unix_ms,
+                    total: total.value,
+                    epoch: total.epoch,
+                });
+            }
+        }
+        // Veth peers: 64-bit counters that start at zero with the peer's counter, whose
+        // instance changes when it is loaded anew (a reset: a new epoch). The peer may
+        // start after this daemon or stop: nothing is exported while its pins cannot be
+        // read, and each change is logged once.
+        for peer in &mut self.veth_peers {
+            let r = match peer.source.read() {
+                Ok(r) => r,
+                Err(e) => {
+                    if !peer.unreadable {
+                        warn!(iface = %peer.iface, error = %crate::core::report::Chain(&e), "veth peer's PFC counter unreadable; transmitted counts not exported until it is");
+                    }
+                    peer.unreadable = true;
+                    continue;
+                }
+            };
+            if peer.unreadable {
+                info!(iface = %peer.iface, "veth peer's PFC counter readable again");
+                peer.unreadable = false;
+            }
+            let (mono, unix) = (monotonic_ns(), unix_ms_now());
+            for (prio, c) in r.counts.iter().enumerate() {
+                let Some(value) = *c else { continue };
+                let first_epoch = self.first_epoch;
+                let t = self
+                    .trackers
+                    .entry((peer.ifindex, prio as u8, Direction::Transmitted))
+                    .or_insert_with(|| CounterTracker::new(r.width_bits, 0, first_epoch));
+                let (total, _) = t.update(RawReading {
+                    value,
+                    instance: r.instance,
+                    mono_ns: mono,
+                    unix_ms: unix,
+                });
+                out.push(PfcRecord {
+                    direction: Direction::Transmitted,
+                    interface: peer.ifindex,
                     priority: prio as u8,
                     observed_ms: total.unix_ms,
                     total: total.value,
