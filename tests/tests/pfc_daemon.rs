@@ -63,6 +63,17 @@ fn collected(out: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `lqd ipfix collect` over UDP on `ns`'s loopback port `port`, its JSON lines written to
+/// `out`.
+fn udp_collector(ns: &NetNs, port: u16, out: &std::path::Path) -> std::process::Child {
+    ns.command(lqd_bin().unwrap().to_str().unwrap())
+        .args(["ipfix", "collect", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn daemon_counts_pfc_and_exports_ipfix_records() {
     require_root();
@@ -71,13 +82,7 @@ fn daemon_counts_pfc_and_exports_ipfix_records() {
     veth_pair(&a, "a0", "10.7.0.1/24", &b, "b0", "10.7.0.2/24").unwrap();
     let port = 4739;
     let out = std::env::temp_dir().join(lq_tests::unique_name("lq-collect"));
-    let mut collector = a
-        .command(lqd_bin().unwrap().to_str().unwrap())
-        .args(["ipfix", "collect", "--listen", &format!("127.0.0.1:{port}")])
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut collector = udp_collector(&a, port, &out);
     let mut lqd = Lqd::start(&a, &config(port)).unwrap();
     // Priority 3 five times, then 0, 3 and 7 three times with zero quanta (counted too).
     let mut frames = vec![build_frame(PFC_MULTICAST, SRC, 1 << 3, [100; 8]).to_vec(); 5];
@@ -363,13 +368,7 @@ fn narrow_counters_are_exported_only_while_their_wraps_are_provable() {
         let b = NetNs::new("lqt-narb").unwrap();
         veth_pair(&a, "a0", "10.7.0.1/24", &b, "b0", "10.7.0.2/24").unwrap();
         let out = std::env::temp_dir().join(lq_tests::unique_name("lq-collect-narrow"));
-        let mut collector = a
-            .command(lqd_bin().unwrap().to_str().unwrap())
-            .args(["ipfix", "collect", "--listen", "127.0.0.1:4739"])
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut collector = udp_collector(&a, 4739, &out);
         std::thread::sleep(Duration::from_millis(300));
         let cfg = config(4739)
             .replace(
@@ -448,13 +447,7 @@ fn a_veths_transmitted_frames_are_its_peers_received_ones() {
     veth_pair(&a, "a0", "10.7.1.1/24", &b, "b0", "10.7.1.2/24").unwrap();
     let port = 4740;
     let out = std::env::temp_dir().join(lq_tests::unique_name("lq-collect-tx"));
-    let mut collector = a
-        .command(lqd_bin().unwrap().to_str().unwrap())
-        .args(["ipfix", "collect", "--listen", &format!("127.0.0.1:{port}")])
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut collector = udp_collector(&a, port, &out);
     let peer = Lqd::start(
         &b,
         "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\
