@@ -47,9 +47,11 @@ pub const TARGETS: &[(&str, EntryPoint)] = &[
 /// A BMP session as lqd's station reads it (`lq_user::transport::bmp`): the bytes arrive in
 /// reads cut where the input says (its first byte, so libFuzzer explores the cuts), go
 /// through the bounded framer, the bgpkit-parser decoder and the origin table (seed 003
-/// section 6.1). Promised: no panic, no hang; the framer's buffer stays bounded; a framing
-/// error ends the stream; the learned origins are never more than the prefixes announced;
-/// a session's end forgets all its peers.
+/// section 6.1: origin AS; section 4.1: the BGP Link Bandwidth capacity per prefix and next
+/// hop). Promised: no panic, no hang; the framer's buffer stays bounded; a framing error
+/// ends the stream; the learned origins and the (prefix, next hop) capacities are never
+/// more than the prefixes announced; a capacity is finite and not negative; a session's end
+/// forgets all its peers, their capacities too.
 pub fn bmp_session(data: &[u8]) {
     use lq_user::core::bmp::{Framer, MAX_MESSAGE_LEN, OriginTable, decode};
     let Some((&cut, stream)) = data.split_first() else {
@@ -84,10 +86,26 @@ pub fn bmp_session(data: &[u8]) {
         origins.len() as u64 + conflicting <= table.counters.announced,
         "more prefixes mapped than announced"
     );
+    let (bandwidths, bandwidth_conflicts) = table.bandwidths();
+    assert!(
+        bandwidths.len() as u64 <= table.counters.announced,
+        "more capacities than prefixes announced"
+    );
+    assert!(bandwidth_conflicts <= bandwidths.len() as u64);
+    for (key, gbps) in &bandwidths {
+        assert!(
+            gbps.is_finite() && gbps.is_sign_positive(),
+            "{key:?}: capacity {gbps}"
+        );
+    }
     table.end_session(1);
     assert!(
         table.origins().0.is_empty(),
         "the session's end forgets its peers"
+    );
+    assert!(
+        table.bandwidths().0.is_empty(),
+        "the session's end forgets its capacities"
     );
     assert_eq!(table.peers(), 0);
 }

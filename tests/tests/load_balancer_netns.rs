@@ -1094,3 +1094,107 @@ fn a_congested_uplink_loses_weight_with_measured_local_quality() {
         "{uplinks}"
     );
 }
+
+/// Issue 37 item 2, seed 003 section 5.5 ("Receivers MUST NOT use them for forwarding
+/// decisions"): spines whose advertisements carry absurd diagnostics (link capacity
+/// 1 Mbit/s, a full queue, 100 % ECN and PFC, drops) change no weight, with either weight
+/// function; the path capacities come from the slow plane (`[[path-capacity]]`, section 4.1)
+/// and `lqd show weights` names their source. The table does hold the diagnostics (`show
+/// paths`), so the test would see a receiver that read them.
+#[test]
+fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() {
+    require_root();
+    for function in ["seed", "integral"] {
+        let f = fabric();
+        let diagnostics = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sender = {
+            let (d, s) = (diagnostics.clone(), stop.clone());
+            let name = f.spines.name().to_string();
+            std::thread::spawn(move || {
+                lq_tests::netns::enter_netns(&name).unwrap();
+                let mut senders = spine_senders();
+                let mut seq = 1u16;
+                while !s.load(Ordering::Relaxed) {
+                    seq = seq.wrapping_add(1);
+                    let absurd = d.load(Ordering::Relaxed);
+                    for k in 0..4u8 {
+                        let mut h = header(ip4(10, 0, 0, k + 1), seq);
+                        let mut e = entry(REMOTE, 1, 237, 0);
+                        // The big paths are the ones absurd diagnostics would sink.
+                        if absurd && k != 1 {
+                            h.diagnostics = true;
+                            e.diagnostics = Some(lq_common::wire::Diagnostics {
+                                link_capacity: 0.001,
+                                queue_depth: 255,
+                                ecn_marking_rate: 31,
+                                pfc_pause_fraction: 31,
+                                drops_active: true,
+                            });
+                        }
+                        let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k + 1, 2)), 52525);
+                        senders[k as usize].send(to, &h, &[e]).unwrap();
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        let mut config = leaf_config();
+        config = config.replacen(
+            "[receiver]",
+            &format!("[damping]\nweight-function = \"{function}\"\n\n[receiver]"),
+            1,
+        );
+        // Below the veths' 10 Gbit/s, which bounds every path (section 4.1's min).
+        for (k, gbps) in [(1, 0.1), (2, 0.025), (3, 0.1), (4, 0.1)] {
+            config.push_str(&format!(
+                "\n[[path-capacity]]\nspine = \"10.0.0.{k}\"\nremote-node = \"10.0.1.4\"\ncapacity-gbps = {gbps}\n"
+            ));
+        }
+        let lqd = Lqd::start(&f.leaf, &config).unwrap();
+        // Section 4.1: capacity x quality, equal qualities: the capacity shares.
+        let shares = [(1, 255), (2, 63), (3, 255), (4, 255)];
+        wait_for(
+            &format!("{function}: capacity shares"),
+            &lqd,
+            &f.leaf,
+            &shares,
+        );
+        let w = lqd.show("weights").unwrap();
+        let m = &w["groups"][0]["members"];
+        for (k, gbps) in [(0, 0.1), (1, 0.025)] {
+            assert_eq!(m[k]["capacity-source"], "config", "{w:#}");
+            assert_eq!(m[k]["capacity-gbps"].as_f64(), Some(gbps), "{w:#}");
+        }
+        diagnostics.store(true, Ordering::Relaxed);
+        poll_until(
+            "the table holds the absurd diagnostics",
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || {
+                let p = lqd.show("paths").unwrap();
+                let held = p.as_array().into_iter().flatten().any(|e| {
+                    e["spine-node-id"] == "10.0.0.1"
+                        && e["diagnostics"]["link-capacity"] == "0.001"
+                        && e["diagnostics"]["queue-depth"] == 255
+                });
+                if held { Ok(()) } else { Err(p) }
+            },
+            |p| format!("paths: {p:#}"),
+        )
+        .unwrap();
+        // Two seconds (100 advertisements per spine, many integral steps): not one move.
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            assert_eq!(
+                group_weights(&f.leaf).as_deref(),
+                Some(&shares[..]),
+                "{function}: diagnostics moved a weight\n{}",
+                lqd.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+        sender.join().unwrap();
+    }
+}

@@ -23,7 +23,7 @@ use crate::core::controller::{
         ControllerConfig, GroupKind, IntegralParams, ParallelLinkAggregation, WeightFunction,
         WeightResolution,
     },
-    path_quality::{NnhMapping, Prefix, Uplink, UplinkId, node},
+    path_quality::{Capacity, CapacitySource, NnhMapping, Prefix, Uplink, UplinkId, node},
 };
 
 /// Errors of loading a configuration file.
@@ -352,7 +352,7 @@ pub struct Receiver {
 }
 
 /// `[damping]`: receiver damping (section 6.4).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Damping {
     /// g, 0.25..=1.0, default 0.5.
@@ -364,8 +364,10 @@ pub struct Damping {
     /// How parallel spine->remote links are combined.
     #[serde(default)]
     pub parallel_links: ParallelLinks,
-    /// Scale quality by uplink capacity (seed 4.1 f(capacity, quality)); off by default.
-    #[serde(default)]
+    /// Scale quality by path capacity (seed 003 section 4.1: `weight(path_i) =
+    /// f(FARE_capacity(i), LQ_quality(i))`); on by default. Equal capacities, or none
+    /// known, give section 6.3 exactly.
+    #[serde(default = "default_true")]
     pub capacity_weighting: bool,
     /// `weight-function`: "seed" (sections 6.3/6.4) or "integral" (docs/weights.md).
     #[serde(default)]
@@ -394,6 +396,26 @@ pub struct Damping {
     /// Integral function: half-life of the peak-held available bandwidth (ms).
     #[serde(default)]
     pub integral_capacity_half_life_ms: Option<u64>,
+}
+
+impl Default for Damping {
+    fn default() -> Self {
+        Self {
+            gain: Gain::default(),
+            reweight_interval_ms: None,
+            parallel_links: ParallelLinks::default(),
+            capacity_weighting: true,
+            weight_function: WeightFunctionName::default(),
+            integral_deadband: None,
+            integral_decrease: None,
+            integral_increase: None,
+            integral_floor: None,
+            integral_ceiling: None,
+            integral_floor_estimated: None,
+            integral_hysteresis: None,
+            integral_capacity_half_life_ms: None,
+        }
+    }
 }
 
 /// `[damping] weight-function`.
@@ -537,17 +559,45 @@ pub struct UplinkSpec {
     pub interface: String,
     /// The spine's address on that link.
     pub gateway: IpAddr,
-    /// Capacity in Gbps (used with capacity weighting).
-    #[serde(default = "default_capacity")]
-    pub capacity_gbps: f64,
+    /// The uplink's capacity in Gbit/s (seed 003 section 4.1), which bounds every path
+    /// through it. Default: `rate-mbit`, else the driver's speed, else unknown.
+    #[serde(default)]
+    pub capacity_gbps: Option<f64>,
     /// The uplink's line rate for `[local-quality] source = "measured"` (Mbit/s; default:
-    /// the egress qdisc's shaping rate, else the driver's speed), as a `[[link]]`'s.
+    /// the egress qdisc's shaping rate, else the driver's speed), as a `[[link]]`'s; also
+    /// its capacity when `capacity-gbps` is not given.
     #[serde(default)]
     pub rate_mbit: Option<RateMbit>,
 }
 
-fn default_capacity() -> f64 {
-    1.0
+impl UplinkSpec {
+    /// The configured capacity (Gbit/s): `capacity-gbps`, else `rate-mbit`.
+    pub fn configured_capacity_gbps(&self) -> Option<f64> {
+        self.capacity_gbps
+            .or(self.rate_mbit.map(|r| f64::from(r.0) / 1000.0))
+    }
+}
+
+/// `[[path-capacity]]`: the slow plane's capacity of the path through one spine to one
+/// remote node (seed 003 section 4.1: "Slow Plane (BGP/FARE): ... static capacity"), for
+/// fabrics whose BGP does not carry the Link Bandwidth community, or without BGP. It wins
+/// over a Link Bandwidth learned over BMP for the same path, as covering rules win over a
+/// learned mapping.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PathCapacitySpec {
+    /// The spine's Router-ID (every `[[uplink]]` to it).
+    pub spine: RouterId,
+    /// The spine's AS (0 unqualified).
+    #[serde(default)]
+    pub spine_as: u32,
+    /// The remote node (NNH) behind the spine.
+    pub remote_node: RouterId,
+    /// The remote node's AS (0 unqualified).
+    #[serde(default)]
+    pub remote_as: u32,
+    /// The path's capacity in Gbit/s (the spine -> remote link's), > 0.
+    pub capacity_gbps: f64,
 }
 
 /// `[[destination]]`: one destination prefix and its NNH (section 6.1).
@@ -896,6 +946,9 @@ pub struct Config {
     /// Destinations.
     #[serde(default)]
     pub destination: Vec<DestinationSpec>,
+    /// Capacities of paths (spine, remote node), section 4.1.
+    #[serde(default)]
+    pub path_capacity: Vec<PathCapacitySpec>,
     /// Helper role parameters.
     #[serde(default)]
     pub helper: HelperSection,
@@ -1277,10 +1330,38 @@ impl Config {
                     u.id
                 ));
             }
-            if !u.capacity_gbps.is_finite() || u.capacity_gbps <= 0.0 {
+            if u.capacity_gbps.is_some_and(|c| !c.is_finite() || c <= 0.0) {
                 return Err(format!(
                     "[[uplink]] id = {}: capacity-gbps must be > 0",
                     u.id
+                ));
+            }
+        }
+        let mut paths = std::collections::BTreeSet::new();
+        for c in &self.path_capacity {
+            let name = format!(
+                "[[path-capacity]] spine = \"{}\", remote-node = \"{}\"",
+                std::net::Ipv4Addr::from(c.spine.0),
+                std::net::Ipv4Addr::from(c.remote_node.0)
+            );
+            if !c.capacity_gbps.is_finite() || c.capacity_gbps <= 0.0 {
+                return Err(format!(
+                    "{name}: capacity-gbps = {} must be > 0 (Gbit/s; 0.025 is 25 Mbit/s)",
+                    c.capacity_gbps
+                ));
+            }
+            if !paths.insert((c.spine_as, c.spine.0, c.remote_as, c.remote_node.0)) {
+                return Err(format!("{name} appears twice"));
+            }
+            if !self
+                .uplink
+                .iter()
+                .any(|u| u.spine.0 == c.spine.0 && u.spine_as == c.spine_as)
+            {
+                return Err(format!(
+                    "{name}: no [[uplink]] leads to spine {} (AS {}), so the capacity would apply to nothing",
+                    std::net::Ipv4Addr::from(c.spine.0),
+                    c.spine_as
                 ));
             }
         }
@@ -1448,9 +1529,30 @@ impl Config {
                 UplinkId::from(u.id),
                 Uplink {
                     spine: node(u.spine_as, u.spine.0),
-                    capacity_gbps: u.capacity_gbps,
+                    // The driver's speed, when not configured, is filled in by the role.
+                    capacity: u
+                        .configured_capacity_gbps()
+                        .and_then(|g| Capacity::new(g, CapacitySource::Config))
+                        .unwrap_or_default(),
                 },
             );
+        }
+        for c in &self.path_capacity {
+            let (spine, remote) = (
+                node(c.spine_as, c.spine.0),
+                node(c.remote_as, c.remote_node.0),
+            );
+            let Some(cap) = Capacity::new(c.capacity_gbps, CapacitySource::Config) else {
+                continue;
+            };
+            for u in self
+                .uplink
+                .iter()
+                .filter(|u| node(u.spine_as, u.spine.0) == spine)
+            {
+                m.remote_capacity
+                    .insert((remote, UplinkId::from(u.id)), cap);
+            }
         }
         for d in &self.destination {
             m.destinations

@@ -4,10 +4,21 @@
 //! entries (section 6.2: the key carries `remote-as`) that AS picks the remote node among
 //! the entries a leaf receives.
 //!
+//! Beside the origin, each route's BGP next hop and its BGP Link Bandwidth extended
+//! community (RFC 10005, formerly draft-ietf-idr-link-bandwidth) are kept: the slow plane's
+//! static capacity (seed 003 section 4.1: the weight combines FARE's capacity with the
+//! fast plane's quality). Three encodings are read (the private fn `link_bandwidth` says
+//! how): the two-octet-AS form, transitive (type 0x00) and non-transitive (0x40), sub-type
+//! 0x04, an IEEE 754 binary32 in bytes per second (what FRR's `set extcommunity bandwidth`
+//! sends), and FRR's IPv6 Address Specific form (attribute type 25, `neighbor X
+//! extended-link-bandwidth`), a 64-bit integer in bytes per second.
+//!
 //! Pure: [`Framer`] cuts a BMP byte stream into whole messages (bounded), [`decode`] parses
 //! one with `bgpkit-parser`, and [`OriginTable`] keeps, per BMP session and monitored peer,
-//! the origin AS of every prefix the peer announced, and answers one origin per prefix.
-//! The TCP station that feeds them is [`crate::transport::bmp`].
+//! the origin AS, BGP next hop and Link Bandwidth of every prefix the peer announced, and
+//! answers one origin per prefix ([`OriginTable::origins`]) and one capacity per prefix and
+//! next hop ([`OriginTable::bandwidths`]). The TCP station that feeds them is
+//! [`crate::transport::bmp`].
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -16,7 +27,10 @@ use std::{
 };
 
 use bgpkit_parser::{
-    models::{AsPath, BgpMessage, NetworkPrefix},
+    models::{
+        AsPath, AttributeValue, Attributes, BgpMessage, ExtendedCommunity, Ipv6AddrExtCommunity,
+        NetworkPrefix, NextHopAddress,
+    },
     parser::bmp::{
         messages::{BmpMessage, BmpMessageBody, PeerFlags, PerPeerFlags},
         parse_bmp_msg,
@@ -142,24 +156,58 @@ pub struct Counters {
     /// Announcements whose AS_PATH names no single origin (empty: our own AS; ending in an
     /// AS_SET): kept as "no origin".
     pub no_origin: u64,
+    /// Link Bandwidth communities ignored for their value: not finite (infinite, NaN) or
+    /// negative. One per community, per announcing UPDATE.
+    pub bad_link_bandwidth: u64,
+    /// Valid Link Bandwidth communities ignored because an earlier one of the same UPDATE
+    /// (attribute order: extended communities before IPv6 Address Specific ones) carried a
+    /// different value: the route keeps the first. One per community, per announcing
+    /// UPDATE; a repeat of the kept value is not counted.
+    pub link_bandwidth_differing: u64,
 }
 
-/// Origin AS per prefix, per monitored peer of every session.
+/// One route of a monitored peer: what an announcement of the prefix said.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Route {
+    /// The origin AS, `None` when the AS_PATH names no single one.
+    origin: Option<u32>,
+    /// The BGP next hop: NEXT_HOP for the UPDATE's own NLRI, MP_REACH_NLRI's next hop for
+    /// its prefixes; the peer's address when the UPDATE has neither.
+    next_hop: IpAddr,
+    /// The Link Bandwidth, bytes per second: finite and not negative (never NaN, so the
+    /// derived equality is an equivalence on what is stored).
+    bandwidth: Option<f64>,
+}
+
+/// Origin AS, BGP next hop and Link Bandwidth per prefix, per monitored peer of every
+/// session.
 #[derive(Clone, Debug, Default)]
 pub struct OriginTable {
-    routes: BTreeMap<PeerKey, BTreeMap<Prefix, Option<u32>>>,
+    routes: BTreeMap<PeerKey, BTreeMap<Prefix, Route>>,
     /// Counters.
     pub counters: Counters,
 }
 
-/// What the station publishes to the daemon loop: the learned origins and the counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What the station publishes to the daemon loop: the learned origins and capacities, and
+/// the counters.
+///
+/// Equality compares the capacities bit for bit (`f64::to_bits`), which makes it an
+/// equivalence (`Eq`); [`OriginTable::bandwidths`] never yields NaN nor -0.0, so on what
+/// the station publishes that is the same as comparing the numbers.
+#[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// Prefix -> the one origin AS its announcing peers agree on.
     pub origins: Arc<BTreeMap<Prefix, u32>>,
+    /// (prefix, BGP next hop) -> the route's capacity from its Link Bandwidth community,
+    /// in Gbit/s (bytes per second x 8 / 1e9), from every monitored peer's routes
+    /// ([`OriginTable::bandwidths`]). Routes without the community have no entry.
+    pub bandwidths: Arc<BTreeMap<(Prefix, IpAddr), f64>>,
     /// Prefixes whose peers name different origin ASes (anycast, or a fabric that is not
     /// one AS per leaf): no mapping learned for them.
     pub conflicting: u64,
+    /// (prefix, next hop) pairs whose peers or sessions give different Link Bandwidths:
+    /// the smaller is published.
+    pub bandwidth_conflicts: u64,
     /// Open BMP sessions.
     pub sessions: u64,
     /// Sessions accepted since start.
@@ -171,6 +219,38 @@ pub struct Snapshot {
     /// Counters of the messages.
     pub counters: Counters,
 }
+
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Self) -> bool {
+        // Destructured so that a new field cannot be left out of the comparison.
+        let Self {
+            origins,
+            bandwidths,
+            conflicting,
+            bandwidth_conflicts,
+            sessions,
+            sessions_accepted,
+            sessions_refused,
+            peers,
+            counters,
+        } = self;
+        origins == &other.origins
+            && bandwidths.len() == other.bandwidths.len()
+            && bandwidths
+                .iter()
+                .zip(other.bandwidths.iter())
+                .all(|((ka, va), (kb, vb))| ka == kb && va.to_bits() == vb.to_bits())
+            && *conflicting == other.conflicting
+            && *bandwidth_conflicts == other.bandwidth_conflicts
+            && *sessions == other.sessions
+            && *sessions_accepted == other.sessions_accepted
+            && *sessions_refused == other.sessions_refused
+            && *peers == other.peers
+            && *counters == other.counters
+    }
+}
+
+impl Eq for Snapshot {}
 
 fn prefix_of(n: &NetworkPrefix) -> Prefix {
     Prefix {
@@ -185,9 +265,110 @@ fn origin_of(path: Option<&AsPath>) -> Option<u32> {
     path.and_then(AsPath::get_origin_opt).map(u32::from)
 }
 
+/// MP_REACH_NLRI's next hop as one address: the global one of an RFC 2545 pair (global and
+/// link-local, either order); the link-local one when the global half is unspecified
+/// (`::`, as a router with no global address on the link may send).
+fn mp_next_hop(nh: &NextHopAddress) -> IpAddr {
+    match (nh.global_addr(), nh.link_local_addr()) {
+        (IpAddr::V6(g), Some(ll)) if g.is_unspecified() => IpAddr::V6(ll),
+        (g, _) => g,
+    }
+}
+
+/// The type octets of FRR's Link Bandwidth in an IPv6 Address Specific Extended Community
+/// (attribute type 25, RFC 5701's 20-octet layout): `ECOMMUNITY_ENCODE_AS4` (0x02), with
+/// `ECOMMUNITY_FLAG_NON_TRANSITIVE` (0x40) for the non-transitive variant FRR's encoder can
+/// write (its reader, `ecommunity_linkbw_present`, accepts 0x02 only; both are read here).
+const EXTENDED_LINK_BANDWIDTH_TYPES: [u8; 2] = [0x02, 0x42];
+
+/// The sub-type of FRR's extended Link Bandwidth: `ECOMMUNITY_EXTENDED_LINK_BANDWIDTH`
+/// (0x06; draft-li-idr-link-bandwidth-ext).
+const EXTENDED_LINK_BANDWIDTH_SUBTYPE: u8 = 0x06;
+
+/// The bandwidth of FRR's extended Link Bandwidth community, bytes per second, `None` for
+/// any other IPv6 Address Specific community.
+///
+/// The layout, from FRR's `bgpd/bgp_ecommunity.h` (`encode_lb_extended_extcomm`, written
+/// into the IPv6 extended communities attribute by `bgp_route.c` when the peer has
+/// `PEER_FLAG_EXTENDED_LINK_BANDWIDTH`) and read back the same way by `bgp_ecommunity.c`
+/// (`ecommunity_linkbw_present`, `ipv6_ecommunity_lb_str`), of the 20 octets
+/// (`IPV6_ECOMMUNITY_SIZE`): type (1), sub-type (1), reserved (2, zero), the bandwidth as
+/// an unsigned 64-bit big-endian integer in bytes per second (8), the AS as 4 octets (4),
+/// zero (4). Not an IEEE float, unlike the 8-octet form. bgpkit-parser 0.23 reads the
+/// attribute as `AttributeValue::Ipv6AddressSpecificExtendedCommunities` of
+/// `Ipv6AddrExtCommunity` with RFC 5701's split (type, sub-type, a 16-octet "IPv6 address"
+/// = octets 2..18, 2 local octets), so the bandwidth is octets 2..10 of that address.
+fn extended_link_bandwidth(c: &Ipv6AddrExtCommunity) -> Option<u64> {
+    if !EXTENDED_LINK_BANDWIDTH_TYPES.contains(&u8::from(c.community_type))
+        || c.subtype != EXTENDED_LINK_BANDWIDTH_SUBTYPE
+    {
+        return None;
+    }
+    let o = c.global_admin.octets();
+    Some(u64::from_be_bytes([
+        o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9],
+    ]))
+}
+
+/// The Link Bandwidth of an UPDATE's routes, bytes per second: the first valid one of its
+/// communities, in attribute order, among
+/// - the two-octet-AS Link Bandwidth extended community (RFC 10005; type 0x00 transitive,
+///   0x40 non-transitive; sub-type 0x04: 2-octet AS, IEEE 754 binary32 bytes per second),
+///   which bgpkit-parser 0.23 decodes as `ExtendedCommunity::LinkBandwidth` (its
+///   `bandwidth: f32`) in `AttributeValue::ExtendedCommunities` (attribute type 16);
+/// - FRR's extended form in the IPv6 Address Specific Extended Communities attribute
+///   (type 25), see [`extended_link_bandwidth`].
+///
+/// A value that is not finite (infinite, NaN) or negative is ignored and counted in
+/// `bad_link_bandwidth`; a valid one that differs from the one kept is counted in
+/// `link_bandwidth_differing`. FRR's non-standard `disable-link-bw-encoding-ieee` sends
+/// the 8-octet form's value as an integer: read as a float it is a tiny number, which
+/// cannot be told from a real one and is taken as it reads.
+fn link_bandwidth(attrs: &Attributes, counters: &mut Counters) -> Option<f64> {
+    let mut kept: Option<f64> = None;
+    let mut take = |raw: f64| {
+        if !raw.is_finite() || raw < 0.0 {
+            counters.bad_link_bandwidth += 1;
+            return;
+        }
+        // -0.0 is 0.0: one value, one bit pattern.
+        let v = raw.abs();
+        match kept {
+            None => kept = Some(v),
+            Some(k) if k.to_bits() != v.to_bits() => counters.link_bandwidth_differing += 1,
+            Some(_) => {}
+        }
+    };
+    for value in attrs {
+        match value {
+            AttributeValue::ExtendedCommunities(cs) => {
+                for c in cs {
+                    if let ExtendedCommunity::LinkBandwidth(lb) = c {
+                        take(f64::from(lb.bandwidth));
+                    }
+                }
+            }
+            AttributeValue::Ipv6AddressSpecificExtendedCommunities(cs) => {
+                for bw in cs.iter().filter_map(extended_link_bandwidth) {
+                    // Exact up to 2^53 bytes per second (72 Pbit/s).
+                    take(bw as f64);
+                }
+            }
+            _ => {}
+        }
+    }
+    kept
+}
+
+/// Gbit/s from bytes per second.
+fn gbps(bytes_per_second: f64) -> f64 {
+    bytes_per_second * 8.0 / 1e9
+}
+
 impl OriginTable {
-    /// Applies one message of session `session`. Returns whether the origins may have
-    /// changed.
+    /// Applies one message of session `session`. Returns whether the routes may have
+    /// changed: a prefix learned or forgotten, or its origin AS, BGP next hop or Link
+    /// Bandwidth changed.
     pub fn apply(&mut self, session: u64, msg: &BmpMessage) -> bool {
         self.counters.messages += 1;
         let Some(peer) = msg.per_peer_header.as_ref() else {
@@ -218,40 +399,58 @@ impl OriginTable {
                     return false;
                 };
                 self.counters.route_monitoring += 1;
-                let origin = origin_of(u.attributes.effective_as_path().as_ref());
-                let rib = self.routes.entry(key).or_default();
+                let attrs = &u.attributes;
+                let origin = origin_of(attrs.effective_as_path().as_ref());
                 let withdrawn = u
                     .withdrawn_prefixes
                     .iter()
                     .chain(
-                        u.attributes
+                        attrs
                             .get_unreachable_nlri()
                             .into_iter()
                             .flat_map(|n| n.prefixes.iter()),
                     )
                     .map(prefix_of);
+                // The UPDATE's own NLRI goes by NEXT_HOP, MP_REACH_NLRI's by its own next
+                // hop (RFC 4760 section 3); the peer's address when there is none.
+                let nlri_next_hop = attrs.next_hop().unwrap_or(key.addr);
+                let mp = attrs.get_reachable_nlri();
+                let mp_nh = mp
+                    .and_then(|n| n.next_hop.as_ref())
+                    .map(mp_next_hop)
+                    .unwrap_or(nlri_next_hop);
+                let announced: Vec<(Prefix, IpAddr)> = u
+                    .announced_prefixes
+                    .iter()
+                    .map(|n| (prefix_of(n), nlri_next_hop))
+                    .chain(
+                        mp.into_iter()
+                            .flat_map(|n| n.prefixes.iter())
+                            .map(|n| (prefix_of(n), mp_nh)),
+                    )
+                    .collect();
+                let bandwidth = if announced.is_empty() {
+                    None
+                } else {
+                    link_bandwidth(attrs, &mut self.counters)
+                };
+                let rib = self.routes.entry(key).or_default();
                 let mut changed = false;
                 for p in withdrawn {
                     self.counters.withdrawn += 1;
                     changed |= rib.remove(&p).is_some();
                 }
-                let announced: Vec<Prefix> = u
-                    .announced_prefixes
-                    .iter()
-                    .chain(
-                        u.attributes
-                            .get_reachable_nlri()
-                            .into_iter()
-                            .flat_map(|n| n.prefixes.iter()),
-                    )
-                    .map(prefix_of)
-                    .collect();
                 if !announced.is_empty() && origin.is_none() {
                     self.counters.no_origin += 1;
                 }
-                for p in announced {
+                for (p, next_hop) in announced {
                     self.counters.announced += 1;
-                    changed |= rib.insert(p, origin) != Some(origin);
+                    let route = Route {
+                        origin,
+                        next_hop,
+                        bandwidth,
+                    };
+                    changed |= rib.insert(p, route) != Some(route);
                 }
                 if rib.is_empty() {
                     self.routes.remove(&key);
@@ -313,9 +512,9 @@ impl OriginTable {
     pub fn origins(&self) -> (BTreeMap<Prefix, u32>, u64) {
         let mut all: BTreeMap<Prefix, BTreeSet<u32>> = BTreeMap::new();
         for rib in self.routes.values() {
-            for (p, origin) in rib {
-                if let Some(a) = origin {
-                    all.entry(*p).or_default().insert(*a);
+            for (p, route) in rib {
+                if let Some(a) = route.origin {
+                    all.entry(*p).or_default().insert(a);
                 }
             }
         }
@@ -330,6 +529,49 @@ impl OriginTable {
             }
         }
         (out, conflicting)
+    }
+
+    /// Per (prefix, BGP next hop) the capacity its Link Bandwidth community gives, in
+    /// Gbit/s (bytes per second x 8 / 1e9), from every monitored peer's routes, and how
+    /// many (prefix, next hop) pairs are given different values by different peers or
+    /// sessions (the smaller is kept: a capacity is not overstated). A peer's pre-policy
+    /// route is left out when the same peer's post-policy view holds the prefix: the
+    /// router uses what its inbound policy made of the route, which may set or strip the
+    /// community. Values are finite, not negative, never -0.0.
+    pub fn bandwidths(&self) -> (BTreeMap<(Prefix, IpAddr), f64>, u64) {
+        let mut all: BTreeMap<(Prefix, IpAddr), (f64, bool)> = BTreeMap::new();
+        for (key, rib) in &self.routes {
+            let post = if key.post_policy {
+                None
+            } else {
+                self.routes.get(&PeerKey {
+                    post_policy: true,
+                    ..*key
+                })
+            };
+            for (p, route) in rib {
+                let Some(bytes) = route.bandwidth else {
+                    continue;
+                };
+                if post.is_some_and(|r| r.contains_key(p)) {
+                    continue;
+                }
+                let v = gbps(bytes);
+                all.entry((*p, route.next_hop))
+                    .and_modify(|(kept, conflict)| {
+                        if kept.to_bits() != v.to_bits() {
+                            *conflict = true;
+                            *kept = kept.min(v);
+                        }
+                    })
+                    .or_insert((v, false));
+            }
+        }
+        let conflicts = all.values().filter(|(_, c)| *c).count() as u64;
+        (
+            all.into_iter().map(|(k, (v, _))| (k, v)).collect(),
+            conflicts,
+        )
     }
 }
 
@@ -357,6 +599,20 @@ pub mod fixtures {
         announced: &[([u8; 4], u8)],
         withdrawn: &[([u8; 4], u8)],
     ) -> Vec<u8> {
+        update_with(path, next_hop, announced, withdrawn, &[])
+    }
+
+    /// As [`update`], with `extra` whole path attributes (see [`attribute`],
+    /// [`ext_communities`], [`ipv6_ext_communities`], [`mp_reach_ipv6`]) after the others.
+    /// ORIGIN and AS_PATH are present when `announced` or `extra` is not empty, NEXT_HOP
+    /// when `announced` is not empty.
+    pub fn update_with(
+        path: &[u32],
+        next_hop: [u8; 4],
+        announced: &[([u8; 4], u8)],
+        withdrawn: &[([u8; 4], u8)],
+        extra: &[u8],
+    ) -> Vec<u8> {
         let nlri = |ps: &[([u8; 4], u8)]| {
             let mut v = Vec::new();
             for (a, len) in ps {
@@ -367,7 +623,7 @@ pub mod fixtures {
         };
         let wd = nlri(withdrawn);
         let mut attrs = Vec::new();
-        if !announced.is_empty() {
+        if !announced.is_empty() || !extra.is_empty() {
             attrs.extend_from_slice(&[0x40, 1, 1, 0]); // ORIGIN IGP
             let mut seg = vec![2u8, path.len() as u8];
             for a in path {
@@ -375,9 +631,12 @@ pub mod fixtures {
             }
             attrs.extend_from_slice(&[0x40, 2, seg.len() as u8]);
             attrs.extend_from_slice(&seg);
+        }
+        if !announced.is_empty() {
             attrs.extend_from_slice(&[0x40, 3, 4]);
             attrs.extend_from_slice(&next_hop);
         }
+        attrs.extend_from_slice(extra);
         let ann = nlri(announced);
         let len = 19 + 2 + wd.len() + 2 + attrs.len() + ann.len();
         let mut m = vec![0xff; 16];
@@ -391,12 +650,84 @@ pub mod fixtures {
         m
     }
 
+    /// A path attribute: `flags` (the Extended Length bit is added when `value` needs it),
+    /// type `code`, `value`.
+    pub fn attribute(flags: u8, code: u8, value: &[u8]) -> Vec<u8> {
+        let mut a = Vec::new();
+        if value.len() > 255 {
+            a.extend_from_slice(&[flags | 0x10, code]);
+            a.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        } else {
+            a.extend_from_slice(&[flags, code, value.len() as u8]);
+        }
+        a.extend_from_slice(value);
+        a
+    }
+
+    /// The EXTENDED COMMUNITIES attribute (type 16, optional transitive, RFC 4360).
+    pub fn ext_communities(cs: &[[u8; 8]]) -> Vec<u8> {
+        attribute(0xc0, 16, &cs.concat())
+    }
+
+    /// The IPv6 Address Specific Extended Community attribute (type 25, optional
+    /// transitive, RFC 5701).
+    pub fn ipv6_ext_communities(cs: &[[u8; 20]]) -> Vec<u8> {
+        attribute(0xc0, 25, &cs.concat())
+    }
+
+    /// The two-octet-AS Link Bandwidth extended community (RFC 10005): type 0x00
+    /// (transitive) or 0x40, sub-type 0x04, AS `asn`, IEEE 754 binary32 bytes per second.
+    pub fn link_bandwidth_community(transitive: bool, asn: u16, bytes_per_second: f32) -> [u8; 8] {
+        let mut c = [0u8; 8];
+        c[0] = if transitive { 0x00 } else { 0x40 };
+        c[1] = 0x04;
+        c[2..4].copy_from_slice(&asn.to_be_bytes());
+        c[4..8].copy_from_slice(&bytes_per_second.to_bits().to_be_bytes());
+        c
+    }
+
+    /// FRR's Link Bandwidth in an IPv6 Address Specific Extended Community (transitive,
+    /// type 0x02, sub-type 0x06): reserved (2), bytes per second as a 64-bit integer (8),
+    /// AS `asn` (4), zero (4).
+    pub fn extended_link_bandwidth_community(asn: u32, bytes_per_second: u64) -> [u8; 20] {
+        let mut c = [0u8; 20];
+        c[0] = 0x02;
+        c[1] = 0x06;
+        c[4..12].copy_from_slice(&bytes_per_second.to_be_bytes());
+        c[12..16].copy_from_slice(&asn.to_be_bytes());
+        c
+    }
+
+    /// MP_REACH_NLRI (type 14, optional, RFC 4760) for IPv6 unicast: next hop `next_hop`
+    /// (16 octets, or 32 for a global and link-local pair, RFC 2545) and `announced`.
+    pub fn mp_reach_ipv6(next_hop: &[u8], announced: &[([u8; 16], u8)]) -> Vec<u8> {
+        let mut v = vec![0, 2, 1, next_hop.len() as u8];
+        v.extend_from_slice(next_hop);
+        v.push(0);
+        for (a, len) in announced {
+            v.push(*len);
+            v.extend_from_slice(&a[..usize::from(len.div_ceil(8))]);
+        }
+        attribute(0x80, 14, &v)
+    }
+
     /// A BMP message of `kind` (0 Route Monitoring, 2 Peer Down, 3 Peer Up) with a
     /// per-peer header for IPv4 peer `peer` in AS `peer_as`, post-policy, 4-octet ASes.
     pub fn bmp(kind: u8, peer: [u8; 4], peer_as: u32, body: &[u8]) -> Vec<u8> {
+        bmp_view(kind, true, peer, peer_as, body)
+    }
+
+    /// As [`bmp`], of the post-policy (L flag) or the pre-policy Adj-RIB-In.
+    pub fn bmp_view(
+        kind: u8,
+        post_policy: bool,
+        peer: [u8; 4],
+        peer_as: u32,
+        body: &[u8],
+    ) -> Vec<u8> {
         let mut m = vec![3u8, 0, 0, 0, 0, kind];
         m.push(0); // global instance peer
-        m.push(0x40); // L: post-policy; A clear: 4-octet ASes
+        m.push(if post_policy { 0x40 } else { 0 }); // L: post-policy; A clear: 4-octet ASes
         m.extend_from_slice(&[0; 8]);
         m.extend_from_slice(&[0; 12]);
         m.extend_from_slice(&peer);
@@ -622,5 +953,293 @@ mod tests {
         assert_eq!(remote_of_origin(65199, &remotes), None);
         let shared: BTreeSet<NodeId> = [node(65102, 2), node(65102, 5)].into();
         assert_eq!(remote_of_origin(65102, &shared), None);
+    }
+
+    // ---------------------------------------------------------------- Link Bandwidth
+
+    /// L4's prefix, as in /work/shared/recipes/frr-ucmp-link-bandwidth.md.
+    const L4: ([u8; 4], u8) = ([192, 168, 44, 0], 24);
+
+    fn k(prefix: ([u8; 4], u8), next_hop: [u8; 4]) -> (Prefix, IpAddr) {
+        (p(prefix.0, prefix.1), IpAddr::from(next_hop))
+    }
+
+    /// A Route Monitoring message: `peer` (AS `peer_as`, next hop itself) announces
+    /// `prefix` (origin AS 65104) with the path attributes `extra`.
+    fn announce(
+        post_policy: bool,
+        peer: [u8; 4],
+        peer_as: u32,
+        prefix: ([u8; 4], u8),
+        extra: &[u8],
+    ) -> Vec<u8> {
+        bmp_view(
+            0,
+            post_policy,
+            peer,
+            peer_as,
+            &update_with(&[peer_as, 65104], peer, &[prefix], &[], extra),
+        )
+    }
+
+    fn with_lb(peer: [u8; 4], peer_as: u32, communities: &[[u8; 8]]) -> Vec<u8> {
+        announce(true, peer, peer_as, L4, &ext_communities(communities))
+    }
+
+    #[test]
+    fn the_two_octet_as_link_bandwidth_forms_give_each_next_hop_its_capacity() {
+        let mut t = OriginTable::default();
+        // LB:65001:12500000 (100 Mbit/s), transitive, beside a route target.
+        let rt = [0x00, 0x02, 0xfd, 0xe9, 0, 0, 0, 1];
+        let s1 = with_lb(
+            S1,
+            65001,
+            &[rt, link_bandwidth_community(true, 65001, 12_500_000.0)],
+        );
+        assert!(feed(&mut t, 1, &s1));
+        // LB:65002:3125000 (25 Mbit/s), non-transitive.
+        let s2 = with_lb(
+            S2,
+            65002,
+            &[link_bandwidth_community(false, 65002, 3_125_000.0)],
+        );
+        assert!(feed(&mut t, 1, &s2));
+        let (bw, conflicts) = t.bandwidths();
+        assert_eq!(bw.len(), 2, "{bw:?}");
+        assert_eq!(bw[&k(L4, S1)], 0.1);
+        assert_eq!(bw[&k(L4, S2)], 0.025);
+        assert_eq!(conflicts, 0);
+        assert_eq!(t.origins().0[&p(L4.0, L4.1)], 65104);
+        // The same announcement again changes nothing.
+        assert!(!feed(&mut t, 1, &s1));
+        assert_eq!(t.counters.bad_link_bandwidth, 0);
+        assert_eq!(t.counters.link_bandwidth_differing, 0);
+    }
+
+    #[test]
+    fn frrs_ipv6_address_specific_link_bandwidth_is_read_and_mp_reach_names_the_next_hop() {
+        let mut t = OriginTable::default();
+        // FRR's extended form: a 64-bit count of bytes per second, AS 65001.
+        let ext = ipv6_ext_communities(&[extended_link_bandwidth_community(65001, 3_125_000)]);
+        assert!(feed(&mut t, 1, &announce(true, S1, 65001, L4, &ext)));
+        // Its non-transitive variant (0x42), another value, on spine 2.
+        let mut nt = extended_link_bandwidth_community(65002, 12_500_000);
+        nt[0] = 0x42;
+        let ext = ipv6_ext_communities(&[nt]);
+        assert!(feed(&mut t, 1, &announce(true, S2, 65002, L4, &ext)));
+        // An IPv6 prefix in MP_REACH_NLRI with a global and link-local next hop pair: the
+        // global address is the next hop; a pair with an unspecified global half gives
+        // the link-local one.
+        let v6 = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let prefix = (v6("2001:db8:44::"), 48);
+        let pair = [v6("fe80::1"), v6("2001:db8::1")].concat();
+        let extra = [
+            mp_reach_ipv6(&pair, &[prefix]),
+            ext_communities(&[link_bandwidth_community(true, 65001, 1.25e9)]),
+        ]
+        .concat();
+        let m = bmp(
+            0,
+            S1,
+            65001,
+            &update_with(&[65001, 65104], S1, &[], &[], &extra),
+        );
+        assert!(feed(&mut t, 1, &m));
+        let unnumbered = [[0u8; 16], v6("fe80::2")].concat();
+        let extra = [
+            mp_reach_ipv6(&unnumbered, &[prefix]),
+            ext_communities(&[link_bandwidth_community(true, 65002, 1.25e9)]),
+        ]
+        .concat();
+        let m = bmp(
+            0,
+            S2,
+            65002,
+            &update_with(&[65002, 65104], S2, &[], &[], &extra),
+        );
+        assert!(feed(&mut t, 1, &m));
+        let (bw, conflicts) = t.bandwidths();
+        assert_eq!(bw[&k(L4, S1)], 0.025);
+        assert_eq!(bw[&k(L4, S2)], 0.1);
+        let v6p = Prefix {
+            addr: IpAddr::from(prefix.0),
+            len: 48,
+        };
+        assert_eq!(bw[&(v6p, "2001:db8::1".parse().unwrap())], 10.0);
+        assert_eq!(bw[&(v6p, "fe80::2".parse().unwrap())], 10.0);
+        assert_eq!(bw.len(), 4, "{bw:?}");
+        assert_eq!(conflicts, 0);
+        assert_eq!(t.origins().0[&v6p], 65104);
+    }
+
+    #[test]
+    fn a_nan_negative_or_infinite_link_bandwidth_is_ignored_and_counted_and_the_first_valid_one_wins()
+     {
+        let mut t = OriginTable::default();
+        let lb = |v: f32| link_bandwidth_community(true, 65001, v);
+        let cs = [
+            lb(f32::NAN),
+            lb(-1.0),
+            lb(f32::INFINITY),
+            lb(3_125_000.0),
+            lb(12_500_000.0),
+            lb(3_125_000.0),
+        ];
+        feed(&mut t, 1, &with_lb(S1, 65001, &cs));
+        assert_eq!(t.bandwidths().0[&k(L4, S1)], 0.025);
+        assert_eq!(t.counters.bad_link_bandwidth, 3);
+        // 12500000 differs from the kept value; the repeated 3125000 does not.
+        assert_eq!(t.counters.link_bandwidth_differing, 1);
+        // Only a bad one: no capacity, the origin is still learned. -0.0 is 0.
+        feed(&mut t, 1, &with_lb(S2, 65002, &[lb(f32::NEG_INFINITY)]));
+        let (bw, _) = t.bandwidths();
+        assert!(!bw.contains_key(&k(L4, S2)), "{bw:?}");
+        assert_eq!(t.counters.bad_link_bandwidth, 4);
+        assert_eq!(t.origins().0[&p(L4.0, L4.1)], 65104);
+        feed(&mut t, 1, &with_lb(S2, 65002, &[lb(-0.0)]));
+        assert_eq!(t.bandwidths().0[&k(L4, S2)].to_bits(), 0.0f64.to_bits());
+        assert_eq!(t.counters.bad_link_bandwidth, 4);
+    }
+
+    #[test]
+    fn a_reannouncement_without_the_community_clears_it_and_a_withdrawal_or_peer_down_forgets_it() {
+        let mut t = OriginTable::default();
+        let with = with_lb(S1, 65001, &[link_bandwidth_community(true, 65001, 3e6)]);
+        assert!(feed(&mut t, 1, &with));
+        assert_eq!(t.bandwidths().0.len(), 1);
+        // Same origin and next hop, no community: a change, and no capacity.
+        assert!(feed(&mut t, 1, &announce(true, S1, 65001, L4, &[])));
+        assert!(t.bandwidths().0.is_empty());
+        assert_eq!(t.origins().0.len(), 1);
+        // Back, then withdrawn.
+        assert!(feed(&mut t, 1, &with));
+        let wd = bmp(0, S1, 65001, &update(&[], S1, &[], &[L4]));
+        assert!(feed(&mut t, 1, &wd));
+        assert!(t.bandwidths().0.is_empty());
+        // Back, the next hop moves (a change), then the peer goes down.
+        assert!(feed(&mut t, 1, &with));
+        let moved = bmp(
+            0,
+            S1,
+            65001,
+            &update_with(
+                &[65001, 65104],
+                [10, 1, 1, 9],
+                &[L4],
+                &[],
+                &ext_communities(&[link_bandwidth_community(true, 65001, 3e6)]),
+            ),
+        );
+        assert!(feed(&mut t, 1, &moved));
+        assert_eq!(
+            t.bandwidths().0.keys().collect::<Vec<_>>(),
+            [&k(L4, [10, 1, 1, 9])]
+        );
+        assert!(feed(&mut t, 1, &bmp(2, S1, 65001, &[4])));
+        assert!(t.bandwidths().0.is_empty());
+        // A session's end forgets them too.
+        feed(&mut t, 2, &with);
+        assert!(t.end_session(2));
+        assert!(t.bandwidths().0.is_empty());
+    }
+
+    #[test]
+    fn sessions_that_disagree_give_the_smaller_and_post_policy_wins_over_pre_policy() {
+        let mut t = OriginTable::default();
+        let lb = |v: f32| [link_bandwidth_community(true, 65001, v)];
+        feed(&mut t, 1, &with_lb(S1, 65001, &lb(12_500_000.0)));
+        feed(&mut t, 2, &with_lb(S1, 65001, &lb(3_125_000.0)));
+        let (bw, conflicts) = t.bandwidths();
+        assert_eq!(bw[&k(L4, S1)], 0.025);
+        assert_eq!(conflicts, 1);
+        assert!(t.end_session(2));
+        // Spine 2's pre-policy route says 100 Mbit/s; the leaf's inbound policy made it 25
+        // (post-policy): the router uses the latter, no conflict. A prefix only in the
+        // pre-policy view counts.
+        let other = ([10, 9, 0, 0], 16);
+        let pre = ext_communities(&lb(12_500_000.0));
+        feed(&mut t, 1, &announce(false, S2, 65002, L4, &pre));
+        feed(&mut t, 1, &announce(false, S2, 65002, other, &pre));
+        let post = ext_communities(&lb(3_125_000.0));
+        feed(&mut t, 1, &announce(true, S2, 65002, L4, &post));
+        let (bw, conflicts) = t.bandwidths();
+        assert_eq!(bw[&k(L4, S2)], 0.025);
+        assert_eq!(bw[&k(other, S2)], 0.1);
+        assert_eq!(conflicts, 0);
+    }
+
+    #[test]
+    fn snapshots_compare_their_capacities_bit_for_bit() {
+        let snap = |v: f64| Snapshot {
+            bandwidths: Arc::new([(k(L4, S1), v)].into()),
+            ..Default::default()
+        };
+        assert_eq!(snap(0.025), snap(0.025));
+        assert_ne!(snap(0.025), snap(0.1));
+        assert_ne!(snap(0.025), Snapshot::default());
+        assert_eq!(snap(f64::NAN), snap(f64::NAN));
+    }
+
+    /// The fuzz seed `fuzz/corpus/bmp_session/link-bandwidth-session.bmp` (after its first
+    /// byte, the read size): Initiation; spine 1 with LB:65001:12500000, transitive;
+    /// spine 2 with LB:65002:3125000, non-transitive; spine 1 with FRR's IPv6 Address
+    /// Specific form for another prefix; spine 2 with a NaN one for a third prefix; spine
+    /// 2's Peer Down.
+    fn link_bandwidth_session() -> Vec<u8> {
+        let other = ([10, 9, 0, 0], 16);
+        let third = ([10, 8, 0, 0], 16);
+        [
+            initiation("leaf1"),
+            with_lb(
+                S1,
+                65001,
+                &[link_bandwidth_community(true, 65001, 12_500_000.0)],
+            ),
+            with_lb(
+                S2,
+                65002,
+                &[link_bandwidth_community(false, 65002, 3_125_000.0)],
+            ),
+            announce(
+                true,
+                S1,
+                65001,
+                other,
+                &ipv6_ext_communities(&[extended_link_bandwidth_community(65001, 3_125_000)]),
+            ),
+            announce(
+                true,
+                S2,
+                65002,
+                third,
+                &ext_communities(&[link_bandwidth_community(true, 65002, f32::NAN)]),
+            ),
+            bmp(2, S2, 65002, &[4]),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn the_link_bandwidth_fuzz_seed_is_this_session_and_maps_what_it_says() {
+        let seed = include_bytes!("../../../fuzz/corpus/bmp_session/link-bandwidth-session.bmp");
+        let session = link_bandwidth_session();
+        assert!(
+            seed.get(1..) == Some(&session[..]),
+            "the seed is not the session: {}",
+            session
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let mut t = OriginTable::default();
+        feed(&mut t, 1, &session);
+        let (bw, conflicts) = t.bandwidths();
+        assert_eq!(
+            bw,
+            [(k(L4, S1), 0.1), (k(([10, 9, 0, 0], 16), S1), 0.025)].into()
+        );
+        assert_eq!(conflicts, 0);
+        assert_eq!(t.counters.bad_link_bandwidth, 1);
+        assert_eq!(t.counters.peer_down, 1);
     }
 }

@@ -1,6 +1,8 @@
 //! lqd as a BMP station (RFC 7854): the routing daemon (FRR's bgpd, `bmp connect`) opens a
 //! TCP session to lqd and streams its Adj-RIB-In; lqd learns each prefix's origin AS (the
-//! NNH mapping, seed 003 section 6.1; the pure part is [`crate::core::bmp`]).
+//! NNH mapping, seed 003 section 6.1) and, per prefix and BGP next hop, the capacity of the
+//! BGP Link Bandwidth extended community (the slow plane's static capacity, section 4.1;
+//! the pure part is [`crate::core::bmp`]).
 //!
 //! The station runs on a thread of its own with its own single-threaded runtime, so a slow,
 //! silent or hostile BMP peer can never stall the daemon's loop (the project's rule 3).
@@ -52,8 +54,9 @@ struct Station {
 }
 
 impl Station {
-    /// Publishes a snapshot; the origins are recomputed only when they may have changed
-    /// (the loop compares the `Arc` to know whether to re-map).
+    /// Publishes a snapshot; the origins and the Link Bandwidth capacities are recomputed
+    /// only when the routes may have changed, and each gets a new `Arc` only when it did
+    /// change (the loop compares the `Arc`s to know whether to re-map or re-weigh).
     fn publish(&mut self, tx: &watch::Sender<Arc<Snapshot>>, changed: bool) {
         if changed {
             let (origins, conflicting) = self.table.origins();
@@ -61,6 +64,12 @@ impl Station {
                 self.latest.origins = Arc::new(origins);
             }
             self.latest.conflicting = conflicting;
+            // Never NaN (`OriginTable::bandwidths`): `!=` on the numbers is exact.
+            let (bandwidths, bandwidth_conflicts) = self.table.bandwidths();
+            if *self.latest.bandwidths != bandwidths {
+                self.latest.bandwidths = Arc::new(bandwidths);
+            }
+            self.latest.bandwidth_conflicts = bandwidth_conflicts;
         }
         self.latest.sessions = self.open;
         self.latest.sessions_accepted = self.accepted;

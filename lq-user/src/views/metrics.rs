@@ -94,6 +94,21 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             }
         }
         o.family(
+            "lq_path_capacity_gbps",
+            "gauge",
+            "Path capacity per group (remote node) and member, Gbit/s (seed 003 4.1: min(uplink, slow plane's)), labelled with its source: bgp (Link Bandwidth over BMP), config, link (the uplink's speed) or unknown.",
+        );
+        for d in &w.groups {
+            for m in &d.members {
+                let l = [
+                    ("remote", d.label.clone()),
+                    ("uplink", m.uplink.to_string()),
+                    ("source", m.capacity_source.clone()),
+                ];
+                o.sample("lq_path_capacity_gbps", &l, m.capacity_gbps);
+            }
+        }
+        o.family(
             "lq_uplink_local_quality",
             "gauge",
             "local_quality(S) per uplink (seed 003 6.3): 255 up / 0 down, or the LQS measured on the uplink with [local-quality] source = \"measured\".",

@@ -180,6 +180,19 @@ pub fn weights_table(v: &Value) -> String {
     }
 }
 
+/// A capacity as `25 Mb/s (bgp)`, `400 Gb/s (link)`: Mbit/s below 1 Gbit/s.
+fn capacity_cell(gbps: f64, source: &str) -> String {
+    let source = if source.is_empty() { "-" } else { source };
+    if gbps > 0.0 && gbps < 1.0 {
+        format!(
+            "{} Mb/s ({source})",
+            (gbps * 1000.0 * 1000.0).round() / 1000.0
+        )
+    } else {
+        format!("{} Gb/s ({source})", (gbps * 1000.0).round() / 1000.0)
+    }
+}
+
 /// [`weights_table`] from the typed view.
 pub fn weights_view_table(w: &WeightsView) -> String {
     let mut s = String::new();
@@ -194,20 +207,30 @@ pub fn weights_view_table(w: &WeightsView) -> String {
         let _ = writeln!(s, "  destinations: {}", d.prefixes.join(" "));
         let _ = writeln!(
             s,
-            "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>8} {:>8} {:>7}",
-            "UPLINK", "IFACE", "SPINE", "LOCAL", "REMOTE", "PATH-Q", "TARGET", "APPLIED", "KERNEL"
+            "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>18} {:>8} {:>8} {:>7}",
+            "UPLINK",
+            "IFACE",
+            "SPINE",
+            "LOCAL",
+            "REMOTE",
+            "PATH-Q",
+            "CAPACITY",
+            "TARGET",
+            "APPLIED",
+            "KERNEL"
         );
         for m in &d.members {
             let pct = |x: f64| format!("{:.2}%", x * 100.0);
             let _ = writeln!(
                 s,
-                "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>8} {:>8} {:>7}",
+                "  {:<8} {:<10} {:<16} {:>5} {:>6} {:>7} {:>18} {:>8} {:>8} {:>7}",
                 m.uplink,
                 m.interface.as_deref().unwrap_or("-"),
                 m.spine,
                 m.local_quality,
                 m.remote_lqs.map_or_else(|| "-".into(), |r| r.to_string()),
                 m.path_quality,
+                capacity_cell(m.capacity_gbps, &m.capacity_source),
                 pct(m.target),
                 pct(m.applied),
                 m.kernel_weight
@@ -429,6 +452,8 @@ mod tests {
                     local_quality: 255,
                     remote_lqs: Some(72),
                     path_quality: 72,
+                    capacity_gbps: 0.025,
+                    capacity_source: "bgp".into(),
                     target: 0.25,
                     applied: 0.5,
                     kernel_weight: 128,
@@ -445,7 +470,7 @@ mod tests {
         let t = weights_table(&json);
         assert_eq!(t, weights_view_table(&w));
         assert!(
-            t.contains("  1        up1        10.0.0.1           255     72      72   25.00%   50.00%     128\n"),
+            t.contains("  1        up1        10.0.0.1           255     72      72      25 Mb/s (bgp)   25.00%   50.00%     128\n"),
             "{t}"
         );
         assert!(

@@ -236,6 +236,14 @@ pub struct MemberWeights {
     pub remote_lqs: Option<u8>,
     /// min(local, remote) (6.3).
     pub path_quality: u8,
+    /// Path capacity in Gbit/s (section 4.1's FARE capacity: the smaller of the uplink's
+    /// and the slow plane's for the path).
+    #[serde(default)]
+    pub capacity_gbps: f64,
+    /// Where it came from: `bgp` (Link Bandwidth over BMP), `config`, `link` (the
+    /// uplink's speed) or `unknown`.
+    #[serde(default)]
+    pub capacity_source: String,
     /// Target fraction.
     pub target: f64,
     /// Applied (damped) fraction.

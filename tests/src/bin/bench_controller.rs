@@ -1203,7 +1203,11 @@ impl Reweight {
                 k,
                 Uplink {
                     spine: node(0, ip4(10, 0, 0, k as u8)),
-                    capacity_gbps: 400.0,
+                    capacity: lq_user::core::controller::path_quality::Capacity::new(
+                        400.0,
+                        lq_user::core::controller::path_quality::CapacitySource::Link,
+                    )
+                    .unwrap(),
                 },
             );
             local.set_up(k, true);
@@ -1746,7 +1750,11 @@ fn remap() -> Result<()> {
                 uplink: u,
                 quality: if u == 2 { s2 } else { 237 },
                 local_up: true,
-                capacity_gbps: 400.0,
+                capacity: lq_user::core::controller::path_quality::Capacity::new(
+                    400.0,
+                    lq_user::core::controller::path_quality::CapacitySource::Link,
+                )
+                .unwrap(),
             })
             .collect()
     };

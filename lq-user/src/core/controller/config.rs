@@ -79,9 +79,9 @@ pub enum WeightFunction {
     /// `w += g (target - w)` every T_reweight. Appendix B is reproduced exactly.
     #[default]
     Seed,
-    /// `weight = capacity x m`, `m` an integral controller on the CL (and diagnostics
-    /// queue depth) relative to the group, with a deadband and quantisation hysteresis;
-    /// path quality > 0 gates eligibility (section 4.1 `f(FARE capacity, LQ quality)`).
+    /// `weight = capacity x m`, `m` an integral controller on the CL relative to the group,
+    /// with a deadband and quantisation hysteresis; eligibility by liveness, not
+    /// `LQS > 0` (an opt-in departure from 4.1 and 6.3, docs/weights.md).
     Integral(IntegralParams),
 }
 
@@ -95,8 +95,9 @@ pub struct IntegralParams {
     pub decrease: f64,
     /// Additive recovery of `m` per T_reweight otherwise.
     pub increase: f64,
-    /// Smallest `m` of a member whose remote capacity is measured (diagnostics link
-    /// capacity, 5.5): how far congestion alone may push it below its capacity share.
+    /// Smallest `m` of a member whose path capacity the slow plane provisions (BGP Link
+    /// Bandwidth or configuration): how far congestion alone may push it below its
+    /// capacity share.
     /// Under elastic (TCP) load the capacity share is what minimises job time (TCP fills
     /// every path), and the smallest link reads drops (CL 7) even at its capacity share,
     /// so a measured capacity keeps at least 3/4 of its share (docs/weights.md).
@@ -225,8 +226,9 @@ pub struct ControllerConfig {
     pub gain: f64,
     /// Parallel spine -> remote link aggregation (6.3).
     pub parallel_links: ParallelLinkAggregation,
-    /// Scale targets by member capacity: weight = f(capacity, quality) (section 4.1).
-    /// Off by default: 6.3 makes the target proportional to path quality alone.
+    /// Scale targets by member path capacity: section 4.1's `weight(path_i) =
+    /// f(FARE_capacity(i), LQ_quality(i))`, with 6.3's quality. On by default; with equal
+    /// capacities, or none known, it is 6.3 exactly.
     pub capacity_weighting: bool,
     /// Kernel group kind.
     pub group: GroupKind,
@@ -245,7 +247,7 @@ impl Default for ControllerConfig {
             t_reweight: T_NOTIFY_DEFAULT,
             gain: GAIN_DEFAULT,
             parallel_links: ParallelLinkAggregation::default(),
-            capacity_weighting: false,
+            capacity_weighting: true,
             group: GroupKind::default(),
             weight_resolution: WeightResolution::default(),
             weight_function: WeightFunction::default(),
@@ -344,7 +346,7 @@ mod tests {
         assert_eq!(c.miss_count, 3);
         assert_eq!(c.gain, 0.5);
         assert_eq!(c.parallel_links, ParallelLinkAggregation::Minimum);
-        assert!(!c.capacity_weighting);
+        assert!(c.capacity_weighting);
         assert_eq!(
             c.group,
             GroupKind::Resilient {

@@ -1,5 +1,7 @@
 //! `weight-function = "integral"`: weight = capacity x m, an integral controller on the
-//! congestion signal that the LQS loses (issue 12, docs/weights.md).
+//! congestion signal that the LQS loses (issue 12, docs/weights.md). An opt-in departure
+//! from section 6.3's `target = quality / sum(quality)` and 6.4's damped step; lqd's
+//! default is the seed's function.
 //!
 //! Why not the seed's `target = quality / sum(quality)` (6.3): with elastic (TCP) load
 //! every loaded link runs at U ~ 1, so Appendix A.4's LQS clamps to about 0 on all of them
@@ -7,28 +9,31 @@
 //! nearly all new weight: a bang-bang loop that g = 0.5 does not calm. Here:
 //!
 //! * eligibility: a member is used only while its local uplink is up and its path is not
-//!   failed (heartbeat or entry ageing, 6.5), so failures stay immediate. Not `quality > 0`:
-//!   with elastic load every loaded path reads LQS ~0 although it forwards;
-//! * base share: the path capacity of section 4.1 (`f(FARE capacity, LQ quality)`),
-//!   `min(local uplink capacity, remote link capacity)`, the remote capacity being the
-//!   diagnostics link capacity (5.5) when the helper sends it, else the peak-held available
-//!   bandwidth (5.4: an idle link advertises its whole capacity), else unknown (the local
-//!   capacity alone);
-//! * modulation: `m` in `[floor, ceiling]` (`floor` when the remote capacity is measured,
+//!   failed (heartbeat or entry ageing, 6.5), so failures stay immediate; and, once some
+//!   spine has advertised the destination's remote node, only through a spine that has
+//!   (4.1: confirmed by the fast plane; 6.1's local-only fallback applies only while no
+//!   spine has). Not `quality > 0`: with elastic load every loaded path reads LQS ~0
+//!   although it forwards (docs/weights.md names this departure);
+//! * base share: the path capacity of section 4.1 (`f(FARE capacity, LQ quality)`), the
+//!   member's [`Capacity`]: `min(local uplink, slow plane's remote capacity)` when the slow
+//!   plane (BGP Link Bandwidth, configuration) provisions it, else the smaller of the
+//!   uplink's and the peak-held available bandwidth (5.4: an idle link advertises its whole
+//!   capacity). Never the diagnostics link capacity (5.5: receivers MUST NOT use it);
+//! * modulation: `m` in `[floor, ceiling]` (`floor` when the capacity is provisioned,
 //!   `floor_estimated`, lower, when it is only estimated: a capacity cut under load is
 //!   seen only as congestion then) falls by a factor `1 - decrease` every T_reweight while
-//!   the member's signal `max(CL / 7, queue depth)` exceeds the group's traffic-weighted
-//!   mean by more than `deadband`; rises by `increase` up to `ceiling` while its spare
-//!   capacity (advertised available bandwidth over capacity, 5.4) exceeds the group's
-//!   traffic-weighted mean by more than `deadband` and it is not more congested than the
-//!   mean (a drained path takes the flows of the busiest); and returns to 1 by `increase`
-//!   otherwise. CL (A.5) does not clamp like the LQS: an all-loaded fabric reads CL 1
-//!   everywhere and keeps its capacity shares, a link that queues or drops reads CL 2..7;
+//!   the member's signal `CL / 7` exceeds the group's traffic-weighted mean by more than
+//!   `deadband`; rises by `increase` up to `ceiling` while its spare capacity (advertised
+//!   available bandwidth over capacity, 5.4) exceeds the group's traffic-weighted mean by
+//!   more than `deadband` and it is not more congested than the mean (a drained path takes
+//!   the flows of the busiest); and returns to 1 by `increase` otherwise. CL (A.5) does not
+//!   clamp like the LQS: an all-loaded fabric reads CL 1 everywhere and keeps its capacity
+//!   shares, a link that queues or drops reads CL 2..7;
 //! * hysteresis: the kernel group is reprogrammed only when a fraction moved by at least
 //!   `hysteresis` since the last application.
 
 use super::config::IntegralParams;
-use super::path_quality::MemberSignal;
+use super::path_quality::{Capacity, MemberSignal};
 
 /// Per-member controller state.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -65,38 +70,37 @@ impl MemberState {
 }
 
 /// The congestion signal of a member, 0..=1: the CL scaled to 1 (A.5 orders the causes
-/// by severity: utilisation, queue, ECN, PFC, drops) or the diagnostics queue depth when
-/// that is worse. No entry: 0 (absence of data is not congestion, as in 6.3).
+/// by severity: utilisation, queue, ECN, PFC, drops). No entry: 0 (absence of data is not
+/// congestion, as in 6.3).
 pub fn congestion(s: &MemberSignal) -> f64 {
-    let cl = f64::from(s.cl.unwrap_or(0).min(7)) / 7.0;
-    cl.max(s.queue.unwrap_or(0.0).clamp(0.0, 1.0))
+    f64::from(s.cl.unwrap_or(0).min(7)) / 7.0
 }
 
-/// Path capacity (Gbps) of a member: `min(local, remote)` when the remote capacity is
-/// known, else the local one. Not finite or not positive local capacities count as 1 so
-/// that a missing configuration degrades to equal shares.
-pub fn path_capacity(local_gbps: f64, s: &MemberSignal, st: &MemberState) -> f64 {
-    let local = if local_gbps.is_finite() && local_gbps > 0.0 {
-        local_gbps
-    } else {
-        1.0
-    };
-    let remote = s
-        .link_capacity_gbps
-        .filter(|c| c.is_finite() && *c > 0.0)
-        .or(st.peak_available.map(|x| x.0).filter(|c| *c > 0.0));
-    remote.map_or(local, |r| r.min(local))
+/// The remote capacity the function works with (Gbps): the slow plane's (provisioned) path
+/// capacity, else the peak-held available bandwidth; `None` when neither is known.
+fn remote_capacity(c: Capacity, st: &MemberState) -> Option<f64> {
+    if c.source.is_provisioned() {
+        return Some(c.gbps);
+    }
+    st.peak_available.map(|x| x.0).filter(|c| *c > 0.0)
+}
+
+/// Path capacity (Gbps) of a member: its [`Capacity`] when the slow plane provisions it
+/// (already the smaller of uplink and remote, [`Capacity::path`]), else the smaller of the
+/// uplink's and the peak-held available bandwidth, else the uplink's (1 when unknown, so
+/// that a leaf that knows nothing degrades to equal shares).
+pub fn path_capacity(c: Capacity, st: &MemberState) -> f64 {
+    match remote_capacity(c, st) {
+        Some(r) if !c.source.is_provisioned() => r.min(c.gbps),
+        _ => c.gbps,
+    }
 }
 
 /// Spare capacity of a member's remote link, 0..=1: the advertised available bandwidth
-/// (5.4, `capacity x (1 - U) x (1 - F)`) over the remote capacity (diagnostics link
-/// capacity, else the peak-held estimate). Unknown: 0 (no evidence of spare capacity).
-pub fn headroom(s: &MemberSignal, st: &MemberState) -> f64 {
-    let capacity = s
-        .link_capacity_gbps
-        .filter(|c| c.is_finite() && *c > 0.0)
-        .or(st.peak_available.map(|x| x.0).filter(|c| *c > 0.0));
-    match (s.available_gbps, capacity) {
+/// (5.4, `capacity x (1 - U) x (1 - F)`) over the remote capacity (the slow plane's, else
+/// the peak-held estimate). Unknown: 0 (no evidence of spare capacity).
+pub fn headroom(s: &MemberSignal, c: Capacity, st: &MemberState) -> f64 {
+    match (s.available_gbps, remote_capacity(c, st)) {
         (Some(a), Some(c)) if a.is_finite() && a >= 0.0 => (a / c).clamp(0.0, 1.0),
         _ => 0.0,
     }
@@ -193,6 +197,7 @@ pub fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::controller::path_quality::CapacitySource;
 
     fn sig(cl: u8) -> MemberSignal {
         MemberSignal {
@@ -364,23 +369,26 @@ mod tests {
         assert!(st[0].m < 1.0 && c[0] < 0.5, "{c:?}");
     }
 
+    fn cap(gbps: f64, source: CapacitySource) -> Capacity {
+        Capacity::new(gbps, source).unwrap()
+    }
+
     #[test]
     fn headroom_is_available_over_capacity() {
         let mut s = MemberSignal {
             available_gbps: Some(20.0),
-            link_capacity_gbps: Some(100.0),
             ..MemberSignal::default()
         };
         let st = MemberState::default();
-        assert!((headroom(&s, &st) - 0.2).abs() < 1e-12);
-        s.link_capacity_gbps = None;
+        let bgp = cap(100.0, CapacitySource::Bgp);
+        assert!((headroom(&s, bgp, &st) - 0.2).abs() < 1e-12);
         assert_eq!(
-            headroom(&s, &st),
+            headroom(&s, cap(100.0, CapacitySource::Link), &st),
             0.0,
-            "no capacity known: no evidence of headroom"
+            "no remote capacity known (the uplink's speed is not the remote link's): no evidence of headroom"
         );
         s.available_gbps = Some(f64::NAN);
-        assert_eq!(headroom(&s, &st), 0.0);
+        assert_eq!(headroom(&s, bgp, &st), 0.0);
     }
 
     #[test]
@@ -418,17 +426,21 @@ mod tests {
     }
 
     #[test]
-    fn capacity_prefers_diagnostics_then_peak_available() {
+    fn capacity_prefers_the_slow_plane_then_peak_available() {
         let p = IntegralParams::default();
         let mut st = MemberState::default();
-        let mut s = MemberSignal::default();
-        assert_eq!(path_capacity(400.0, &s, &st), 400.0);
+        let link = cap(400.0, CapacitySource::Link);
+        assert_eq!(path_capacity(link, &st), 400.0);
         st.observe(&p, Some(100.0), 0);
         st.observe(&p, Some(3.0), 1_000_000);
-        assert!((path_capacity(400.0, &s, &st) - 100.0).abs() < 0.01);
-        s.link_capacity_gbps = Some(25.0);
-        assert_eq!(path_capacity(400.0, &s, &st), 25.0);
-        assert_eq!(path_capacity(10.0, &s, &st), 10.0);
+        assert!((path_capacity(link, &st) - 100.0).abs() < 0.01);
+        assert!((path_capacity(cap(10.0, CapacitySource::Link), &st) - 10.0).abs() < 1e-12);
+        // The slow plane's capacity wins over the estimate, in both directions.
+        assert_eq!(path_capacity(cap(25.0, CapacitySource::Bgp), &st), 25.0);
+        assert_eq!(
+            path_capacity(cap(400.0, CapacitySource::Config), &st),
+            400.0
+        );
         // One half-life later the held value has halved.
         st.observe(&p, Some(0.0), 30_001_000_000);
         let v = st.peak_available.unwrap().0;

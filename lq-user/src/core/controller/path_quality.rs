@@ -6,12 +6,16 @@
 //! XDP receiver (section 6.2) and the set of failed spines from the heartbeat (6.5).
 //! Output: per destination, `path_quality(member) = min(local_quality, remote LQS)`.
 //!
-//! The seed's weights read only LQS (and the entry's age) from a [`PathValue`], because
-//! section 5.5 says receivers MUST NOT use the diagnostics fields for forwarding. The
-//! [`MemberSignal`]s (CL, available bandwidth and, when present, diagnostics link capacity
-//! and queue depth) are computed alongside for `weight-function = "integral"`, which
-//! departs from 5.5 knowingly (docs/weights.md: a clamped LQS carries no information on an
-//! all-loaded fabric).
+//! Every member also carries its path capacity ([`Capacity`], section 4.1: "Slow Plane
+//! (BGP/FARE): ... static capacity", `weight(path_i) = f(FARE_capacity(i),
+//! LQ_quality(i))`): `min(local uplink capacity, remote capacity)`, the remote capacity from
+//! the slow plane (the BGP Link Bandwidth community learned over BMP, or configuration),
+//! never from the diagnostics block.
+//!
+//! Section 5.5: "Receivers MUST NOT use them [the diagnostic metrics] for forwarding
+//! decisions." Nothing here reads them: the seed's weights read the LQS (and the entry's
+//! age) of a [`PathValue`], and the [`MemberSignal`]s the integral weight function reads
+//! are the other interoperability fields (CL, available bandwidth; sections 5.3, 5.4).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -84,6 +88,81 @@ impl RemoteNodes {
 /// Identifier of a local uplink (the leaf's ifIndex, or any stable id the caller uses).
 pub type UplinkId = u32;
 
+/// Where a capacity came from (`lqd show weights` names it for every member).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CapacitySource {
+    /// The BGP Link Bandwidth extended community of the destination's route through the
+    /// member's next hop (RFC 10005; FARE's capacity, seed 003 sections 1.4 and 4.1),
+    /// learned over BMP.
+    Bgp,
+    /// The configuration: `[[path-capacity]]` for a path, `capacity-gbps` or `rate-mbit`
+    /// of an `[[uplink]]`.
+    Config,
+    /// The local uplink's speed as its driver reports it.
+    Link,
+    /// Nothing known: every such member counts the same (1 Gbit/s), so a leaf that knows
+    /// no capacity weights by quality alone (section 6.3 as written).
+    #[default]
+    Unknown,
+}
+
+impl CapacitySource {
+    /// The name the views print.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Bgp => "bgp",
+            Self::Config => "config",
+            Self::Link => "link",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// From the slow plane or the operator, not from a link's own speed or a guess.
+    pub const fn is_provisioned(self) -> bool {
+        matches!(self, Self::Bgp | Self::Config)
+    }
+}
+
+/// A capacity in Gbit/s and where it came from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Capacity {
+    /// Gbit/s, finite and > 0.
+    pub gbps: f64,
+    /// Its source.
+    pub source: CapacitySource,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Self::UNKNOWN
+    }
+}
+
+impl Capacity {
+    /// No capacity known: 1 Gbit/s, the same for every such member.
+    pub const UNKNOWN: Self = Self {
+        gbps: 1.0,
+        source: CapacitySource::Unknown,
+    };
+
+    /// `gbps` from `source`; `None` unless finite and > 0.
+    pub fn new(gbps: f64, source: CapacitySource) -> Option<Self> {
+        (gbps.is_finite() && gbps > 0.0).then_some(Self { gbps, source })
+    }
+
+    /// The path capacity of section 4.1: the smaller of the local uplink's and the remote
+    /// one (the slow plane's), with the source of the one that binds (the remote one on a
+    /// tie: it is the more specific). An unknown local capacity does not bind a known
+    /// remote one, so that a leaf whose uplinks report no speed still follows BGP.
+    pub fn path(local: Self, remote: Option<Self>) -> Self {
+        match remote {
+            None => local,
+            Some(r) if local.source == CapacitySource::Unknown || r.gbps <= local.gbps => r,
+            Some(_) => local,
+        }
+    }
+}
+
 /// A destination prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Prefix {
@@ -153,8 +232,8 @@ impl GroupKey {
 pub struct Uplink {
     /// The spine at the far end.
     pub spine: NodeId,
-    /// Capacity in Gbps (slow plane: used only when capacity weighting is on, 4.1).
-    pub capacity_gbps: f64,
+    /// The uplink's own capacity (configuration, else its speed, else unknown).
+    pub capacity: Capacity,
 }
 
 /// The NNH mapping of section 6.1 plus the leaf's next-hop members.
@@ -179,6 +258,11 @@ pub struct NnhMapping {
     /// by [`ParallelLinkAggregation::CapacityWeightedMean`]; a missing link counts as 1 so
     /// that the rule degrades to a plain mean.
     pub remote_link_capacity: BTreeMap<(NodeId, NodeId, u32), f64>,
+    /// The slow plane's capacity of the path to a remote node through a member, `(remote,
+    /// uplink)` (section 4.1's FARE capacity): the BGP Link Bandwidth of the remote node's
+    /// routes through that uplink's next hop, or `[[path-capacity]]`. The member's path
+    /// capacity is the smaller of this and its uplink's ([`Capacity::path`]).
+    pub remote_capacity: BTreeMap<(NodeId, UplinkId), Capacity>,
 }
 
 impl NnhMapping {
@@ -252,8 +336,8 @@ pub struct MemberQuality {
     pub uplink: UplinkId,
     /// Its spine.
     pub spine: NodeId,
-    /// Its capacity (Gbps).
-    pub capacity_gbps: f64,
+    /// Its path capacity (section 4.1): `min(uplink, slow plane's remote capacity)`.
+    pub capacity: Capacity,
     /// Local uplink quality.
     pub local: u8,
     /// Aggregated remote LQS through that spine, `None` when there is no entry.
@@ -364,9 +448,10 @@ impl<'a> RemoteEntries<'a> {
 }
 
 /// What an entry says besides its LQS, for the integral weight function: the CL (which,
-/// unlike the LQS, does not clamp when every loaded link is at U ~ 1, A.4/A.5), the
-/// available bandwidth (5.4) and, only when the helper sends diagnostics (V = 1), the link
-/// capacity and queue depth (5.5). A failed or aged entry reads CL 7, no bandwidth.
+/// unlike the LQS, does not clamp when every loaded link is at U ~ 1, A.4/A.5) and the
+/// available bandwidth (5.4), both interoperability fields. Never the diagnostics block
+/// (section 5.5: receivers MUST NOT use it for forwarding): this type has no place for it.
+/// A failed or aged entry reads CL 7, no bandwidth.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkSignal {
     /// The entry is live: fresh and its spine not failed (6.5).
@@ -375,14 +460,10 @@ pub struct LinkSignal {
     pub cl: u8,
     /// Available bandwidth, binary32 bits (Gbps).
     pub available_bits: u32,
-    /// Diagnostics link capacity, binary32 bits (Gbps).
-    pub capacity_bits: Option<u32>,
-    /// Diagnostics normalised queue depth 0..=255.
-    pub queue_depth: Option<u8>,
 }
 
 /// The signals of one member towards one destination, folded over the parallel
-/// spine -> remote links: the worst CL and queue, the summed bandwidths.
+/// spine -> remote links: the worst CL, the summed available bandwidth.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct MemberSignal {
     /// The member.
@@ -391,12 +472,8 @@ pub struct MemberSignal {
     pub live: bool,
     /// Worst CL of the spine -> remote links; `None` without an entry.
     pub cl: Option<u8>,
-    /// Worst queue depth (fraction of the buffer), when diagnostics are present.
-    pub queue: Option<f64>,
     /// Summed available bandwidth (Gbps); `None` without an entry.
     pub available_gbps: Option<f64>,
-    /// Summed diagnostics link capacity (Gbps), when every link carries it.
-    pub link_capacity_gbps: Option<f64>,
 }
 
 impl PathSnapshot {
@@ -547,15 +624,14 @@ pub fn effective_entry(
             },
         );
     }
-    let diag = v.flags & lq_common::maps::PATH_FLAG_DIAGNOSTICS != 0;
+    // Section 5.5: the diagnostics (`v.link_capacity_bits`, `v.queue_depth`, ...) stay in
+    // the table for `lqd show paths` and never go further.
     (
         v.lqs,
         LinkSignal {
             live: true,
             cl: v.cl.min(7),
             available_bits: v.available_bandwidth_bits,
-            capacity_bits: diag.then_some(v.link_capacity_bits),
-            queue_depth: diag.then_some(v.queue_depth),
         },
     )
 }
@@ -710,7 +786,10 @@ pub fn compute_some_groups<'g>(
             members.push(MemberQuality {
                 uplink,
                 spine: u.spine,
-                capacity_gbps: u.capacity_gbps,
+                capacity: Capacity::path(
+                    u.capacity,
+                    remote.and_then(|r| mapping.remote_capacity.get(&(r, uplink)).copied()),
+                ),
                 local: local_q,
                 remote: remote_q,
                 quality: remote_q.map_or(local_q, |r| r.min(local_q)),
@@ -761,29 +840,16 @@ fn member_signal(uplink: UplinkId, links: &[(u32, LinkSignal)]) -> MemberSignal 
             ..MemberSignal::default()
         };
     }
-    let mut capacity = Some(0.0);
-    for (_, l) in links {
-        capacity = match (capacity, l.capacity_bits.and_then(gbps)) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
-    }
     MemberSignal {
         uplink,
         live: links.iter().any(|(_, l)| l.live),
         cl: links.iter().map(|(_, l)| l.cl).max(),
-        queue: links
-            .iter()
-            .filter_map(|(_, l)| l.queue_depth)
-            .max()
-            .map(|q| f64::from(q) / 255.0),
         available_gbps: Some(
             links
                 .iter()
                 .filter_map(|(_, l)| gbps(l.available_bits))
                 .sum(),
         ),
-        link_capacity_gbps: capacity,
     }
 }
 
@@ -854,7 +920,7 @@ pub(crate) mod tests {
                 10 + s,
                 Uplink {
                     spine: node(0, s),
-                    capacity_gbps: 400.0,
+                    capacity: Capacity::new(400.0, CapacitySource::Link).unwrap(),
                 },
             );
             l.set_up(10 + s, true);
@@ -1116,7 +1182,7 @@ pub(crate) mod tests {
             21,
             Uplink {
                 spine: node(0, 1),
-                capacity_gbps: 400.0,
+                capacity: Capacity::new(400.0, CapacitySource::Link).unwrap(),
             },
         );
         l.set(21, 90);
@@ -1174,15 +1240,62 @@ pub(crate) mod tests {
             v.ecn_marking_rate = 31;
             v.pfc_pause_fraction = i % 32;
         }
-        // The seed's qualities are untouched; only the integral function's signals (a
-        // deliberate departure, docs/weights.md) carry the diagnostics.
+        // Neither the seed's qualities nor the integral function's signals see them.
         let integral = ControllerConfig {
             weight_function: WeightFunction::Integral(Default::default()),
             ..cfg
         };
-        let noisy_signals = run(&integral, &m, &l, &noisy, 10).signals;
+        let noisy_signals = run(&integral, &m, &l, &noisy, 10);
         let noisy = run(&cfg, &m, &l, &noisy, 10);
         assert_eq!(noisy.groups, base.groups);
-        assert_ne!(noisy_signals, run(&integral, &m, &l, &plain, 10).signals);
+        let plain_signals = run(&integral, &m, &l, &plain, 10);
+        assert!(!plain_signals.signals.is_empty());
+        assert_eq!(noisy_signals.signals, plain_signals.signals);
+        assert_eq!(noisy_signals.groups, plain_signals.groups);
+    }
+
+    #[test]
+    fn path_capacity_is_the_smaller_of_uplink_and_slow_plane_with_its_source() {
+        let cfg = ControllerConfig::default();
+        let (mut m, l) = fabric();
+        let r4 = node(0, 104);
+        // S2's path to R4 is 25 Gbit/s by BGP, S3's 1 000 Gbit/s (the 400 G uplink binds),
+        // S4's configured 400 (a tie: the slow plane's source is named).
+        let cap = |g, s| Capacity::new(g, s).unwrap();
+        m.remote_capacity
+            .insert((r4, 12), cap(25.0, CapacitySource::Bgp));
+        m.remote_capacity
+            .insert((r4, 13), cap(1000.0, CapacitySource::Bgp));
+        m.remote_capacity
+            .insert((r4, 14), cap(400.0, CapacitySource::Config));
+        // Another remote node's capacity does not leak into R4's group.
+        m.remote_capacity
+            .insert((node(0, 105), 11), cap(1.0, CapacitySource::Bgp));
+        let mut t = BTreeMap::new();
+        for s in 1..=4 {
+            t.insert(key(s, 104, 7), value(200, 0));
+        }
+        let r = run(&cfg, &m, &l, &t, 0);
+        let got: Vec<(f64, CapacitySource)> = of(&r, &m, prefix(4))
+            .members
+            .iter()
+            .map(|x| (x.capacity.gbps, x.capacity.source))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (400.0, CapacitySource::Link),
+                (25.0, CapacitySource::Bgp),
+                (400.0, CapacitySource::Link),
+                (400.0, CapacitySource::Config),
+            ]
+        );
+        // An uplink of unknown speed does not bind a known remote capacity.
+        assert_eq!(
+            Capacity::path(Capacity::UNKNOWN, Some(cap(0.1, CapacitySource::Bgp))),
+            cap(0.1, CapacitySource::Bgp)
+        );
+        assert_eq!(Capacity::new(f64::NAN, CapacitySource::Bgp), None);
+        assert_eq!(Capacity::new(0.0, CapacitySource::Bgp), None);
     }
 }

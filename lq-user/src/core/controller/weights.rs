@@ -12,7 +12,9 @@ use tracing::{debug, trace};
 
 use super::config::{ConfigError, ControllerConfig, IntegralParams, WeightFunction};
 use super::integral::{self, MemberState};
-use super::path_quality::{GroupKey, MemberQuality, MemberSignal, PathQualityReport, UplinkId};
+use super::path_quality::{
+    Capacity, GroupKey, MemberQuality, MemberSignal, PathQualityReport, UplinkId,
+};
 use crate::core::sorted::SortedProbe;
 
 /// The input of the target computation for one member.
@@ -24,8 +26,9 @@ pub struct MemberInput {
     pub quality: u8,
     /// Local uplink usable (local quality > 0): the all-zero fallback spreads over these.
     pub local_up: bool,
-    /// Capacity in Gbps, used only with capacity weighting (4.1).
-    pub capacity_gbps: f64,
+    /// Path capacity (section 4.1), used with capacity weighting and by the integral
+    /// function.
+    pub capacity: Capacity,
 }
 
 impl From<&MemberQuality> for MemberInput {
@@ -34,7 +37,7 @@ impl From<&MemberQuality> for MemberInput {
             uplink: m.uplink,
             quality: m.quality,
             local_up: m.local > 0,
-            capacity_gbps: m.capacity_gbps,
+            capacity: m.capacity,
         }
     }
 }
@@ -44,8 +47,11 @@ impl From<&MemberQuality> for MemberInput {
 ///
 /// Section 6.3: `target(S) = path_quality(S) / sum(path_quality)`; LQS 0 gets 0 unless all
 /// paths are 0, then equal weights (here: over the members whose local uplink is up, since
-/// a down uplink cannot forward at all). With `capacity_weighting` each quality is scaled
-/// by the member's capacity, the `f(capacity, quality)` of section 4.1.
+/// a down uplink cannot forward at all). With `capacity_weighting` (lqd's default) each
+/// quality is scaled by the member's path capacity, section 4.1's `weight(path_i) =
+/// f(FARE_capacity(i), LQ_quality(i))` with `f` the product: `target(S) = capacity(S) x
+/// path_quality(S) / sum(capacity x path_quality)`, and the all-zero fallback is equal
+/// quality, i.e. the capacity shares. Equal capacities (or none known) give 6.3 exactly.
 pub fn target_weights(members: &[MemberInput], capacity_weighting: bool) -> Vec<f64> {
     let mut target = Vec::with_capacity(members.len());
     target_weights_into(members, capacity_weighting, &mut target);
@@ -56,31 +62,27 @@ pub fn target_weights(members: &[MemberInput], capacity_weighting: bool) -> Vec<
 /// vector rather than allocating one per group.
 fn target_weights_into(members: &[MemberInput], capacity_weighting: bool, target: &mut Vec<f64>) {
     target.clear();
-    let score = |m: &MemberInput| {
-        let c = if capacity_weighting {
-            if m.capacity_gbps.is_finite() && m.capacity_gbps > 0.0 {
-                m.capacity_gbps
-            } else {
-                0.0
-            }
+    // `Capacity` is finite and > 0 by construction.
+    let capacity = |m: &MemberInput| {
+        if capacity_weighting {
+            m.capacity.gbps
         } else {
             1.0
-        };
-        f64::from(m.quality) * c
+        }
     };
+    let score = |m: &MemberInput| f64::from(m.quality) * capacity(m);
     let total: f64 = members.iter().map(score).sum();
     if total > 0.0 {
         target.extend(members.iter().map(|m| score(m) / total));
         return;
     }
-    let up = members.iter().filter(|m| m.local_up).count();
-    target.extend(members.iter().map(|m| {
-        if m.local_up && up > 0 {
-            1.0 / up as f64
-        } else {
-            0.0
-        }
-    }));
+    let fallback = |m: &MemberInput| if m.local_up { capacity(m) } else { 0.0 };
+    let up: f64 = members.iter().map(fallback).sum();
+    target.extend(
+        members
+            .iter()
+            .map(|m| if up > 0.0 { fallback(m) / up } else { 0.0 }),
+    );
 }
 
 /// The members sorted by uplink id, each once (the first of a repeated id): borrowed when
@@ -125,7 +127,7 @@ pub struct DestinationWeights {
     /// step is pending (`None` in seed mode).
     integral: Vec<MemberState>,
     signals: Vec<MemberSignal>,
-    capacities: Vec<f64>,
+    capacities: Vec<Capacity>,
     last_step_ns: Option<u64>,
     at_rest: Option<bool>,
     /// [`Self::due_at`] as last computed; cleared by every change.
@@ -375,7 +377,7 @@ impl DestinationWeights {
         for (st, sg) in self.integral.iter_mut().zip(&self.signals) {
             st.observe(p, sg.available_gbps, now_ns);
         }
-        self.capacities = sorted.iter().map(|m| m.capacity_gbps).collect();
+        self.capacities = sorted.iter().map(|m| m.capacity).collect();
         self.members = ids;
         self.qualities = qualities;
         self.up = up;
@@ -412,18 +414,37 @@ impl DestinationWeights {
     fn integral_targets(&mut self, p: &IntegralParams, step: bool) -> bool {
         // Eligible: the local uplink is up and the path is not failed (heartbeat, ageing,
         // 6.5). Not `quality > 0`: on an all-loaded fabric every LQS is ~0 (A.4 clamps at
-        // U ~ 1) although every path forwards.
+        // U ~ 1) although every path forwards (docs/weights.md names the departure). Once
+        // some spine has advertised the remote node, a member whose spine has not is not
+        // confirmed by the fast plane (4.1) and gets nothing: the local-only fallback (6.1)
+        // is for a remote node no spine advertises.
+        let any_entry = self.signals.iter().any(|s| s.cl.is_some());
         let eligible: Vec<bool> = (0..self.members.len())
-            .map(|i| self.up[i] && (self.signals[i].cl.is_none() || self.signals[i].live))
+            .map(|i| {
+                let s = &self.signals[i];
+                self.up[i]
+                    && if any_entry {
+                        s.cl.is_some() && s.live
+                    } else {
+                        true
+                    }
+            })
             .collect();
         let capacity: Vec<f64> = (0..self.members.len())
-            .map(|i| {
-                integral::path_capacity(self.capacity_of(i), &self.signals[i], &self.integral[i])
-            })
+            .map(|i| integral::path_capacity(self.capacity_of(i), &self.integral[i]))
             .collect();
         let congestion: Vec<f64> = self.signals.iter().map(integral::congestion).collect();
         let headroom: Vec<f64> = (0..self.members.len())
-            .map(|i| integral::headroom(&self.signals[i], &self.integral[i]))
+            .map(|i| integral::headroom(&self.signals[i], self.capacity_of(i), &self.integral[i]))
+            .collect();
+        let floors: Vec<f64> = (0..self.members.len())
+            .map(|i| {
+                if self.capacity_of(i).source.is_provisioned() {
+                    p.floor
+                } else {
+                    p.floor_estimated
+                }
+            })
             .collect();
         let mut changed = false;
         let mut frozen = self.integral.clone();
@@ -432,17 +453,6 @@ impl DestinationWeights {
         } else {
             &mut frozen
         };
-        let floors: Vec<f64> = self
-            .signals
-            .iter()
-            .map(|s| {
-                if s.link_capacity_gbps.is_some() {
-                    p.floor
-                } else {
-                    p.floor_estimated
-                }
-            })
-            .collect();
         let t = integral::step(
             p,
             &floors,
@@ -502,8 +512,8 @@ impl DestinationWeights {
         None
     }
 
-    fn capacity_of(&self, i: usize) -> f64 {
-        self.capacities.get(i).copied().unwrap_or(1.0)
+    fn capacity_of(&self, i: usize) -> Capacity {
+        self.capacities.get(i).copied().unwrap_or_default()
     }
 
     /// Applied fractions by uplink id.
@@ -909,7 +919,7 @@ impl WeightController<GroupKey> {
 mod tests {
     use super::*;
     use crate::core::controller::path_quality::tests::{fabric, key, prefix, value};
-    use crate::core::controller::path_quality::{PathSnapshot, compute};
+    use crate::core::controller::path_quality::{CapacitySource, PathSnapshot, compute};
     use std::collections::{BTreeMap, BTreeSet};
     use std::time::Duration;
 
@@ -922,9 +932,18 @@ mod tests {
                 uplink: 11 + i as u32,
                 quality,
                 local_up: true,
-                capacity_gbps: 400.0,
+                capacity: Capacity::new(400.0, CapacitySource::Link).unwrap(),
             })
             .collect()
+    }
+
+    /// [`members`] with path capacities from the slow plane.
+    fn members_with(q: &[u8], gbps: &[f64]) -> Vec<MemberInput> {
+        let mut m = members(q);
+        for (x, g) in m.iter_mut().zip(gbps) {
+            x.capacity = Capacity::new(*g, CapacitySource::Bgp).unwrap();
+        }
+        m
     }
 
     fn pct(a: &Application, uplink: UplinkId) -> String {
@@ -949,7 +968,7 @@ mod tests {
                 .map(|(i, &quality)| MemberQuality {
                     uplink: i as u32 + 1,
                     spine: node(0, i as u32 + 1),
-                    capacity_gbps: 100.0,
+                    capacity: Capacity::new(100.0, CapacitySource::Link).unwrap(),
                     local: 255,
                     remote: Some(quality),
                     quality,
@@ -1155,7 +1174,7 @@ mod tests {
     #[test]
     fn capacity_weighting() {
         let mut m = members(&[200, 200, 100, 0]);
-        m[1].capacity_gbps = 100.0;
+        m[1].capacity = Capacity::new(100.0, CapacitySource::Bgp).unwrap();
         let t = target_weights(&m, true);
         // 400x200 : 100x200 : 400x100 : 0 = 4 : 1 : 2 : 0.
         let want = [4.0 / 7.0, 1.0 / 7.0, 2.0 / 7.0, 0.0];
@@ -1163,6 +1182,22 @@ mod tests {
             assert!((a - b).abs() < 1e-12);
         }
         assert_eq!(target_weights(&m, false)[1], 0.4);
+        // Equal capacities: section 6.3 exactly (Appendix B's targets).
+        let b = members(&[237, 72, 237, 237]);
+        assert_eq!(target_weights(&b, true), target_weights(&b, false));
+        // Every path at 0 (6.3: "fallback to equal"): equal quality, so the capacity
+        // shares over the up uplinks.
+        let mut z = members_with(&[0, 0, 0, 0], &[100.0, 25.0, 100.0, 100.0]);
+        z[3].local_up = false;
+        let t = target_weights(&z, true);
+        let want = [100.0 / 225.0, 25.0 / 225.0, 100.0 / 225.0, 0.0];
+        for (a, b) in t.iter().zip(want) {
+            assert!((a - b).abs() < 1e-12, "{t:?}");
+        }
+        assert_eq!(
+            target_weights(&z, false),
+            [1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0, 0.0]
+        );
     }
 
     #[test]
@@ -1477,22 +1512,19 @@ mod tests {
             ..Default::default()
         };
         let p = prefix(4);
-        let m = members(&[0, 0, 0, 0]);
-        let sig = |cl: u8, live: bool, cap: f64| MemberSignal {
+        let m = members_with(&[0, 0, 0, 0], &[400.0, 100.0, 400.0, 400.0]);
+        let sig = |cl: u8, live: bool| MemberSignal {
             live,
             cl: Some(cl),
-            link_capacity_gbps: Some(cap),
             available_gbps: Some(0.0),
             ..MemberSignal::default()
         };
-        let caps = [400.0, 100.0, 400.0, 400.0];
         let signals = |live2: bool| -> Vec<MemberSignal> {
             m.iter()
-                .zip(caps)
                 .enumerate()
-                .map(|(k, (x, c))| MemberSignal {
+                .map(|(k, x)| MemberSignal {
                     uplink: x.uplink,
-                    ..sig(1, k != 1 || live2, c)
+                    ..sig(1, k != 1 || live2)
                 })
                 .collect()
         };
@@ -1513,9 +1545,54 @@ mod tests {
         assert!(a.immediate);
         assert_eq!(pct(&a, 12), "0.00");
         assert_eq!(pct(&a, 11), "33.33");
-        // The seed's function on the same inputs: all-zero fallback, equal weights.
+        // The seed's function on the same inputs: all-zero fallback (6.3), equal quality,
+        // so the capacity shares (4.1); without capacity weighting, equal weights.
         let mut seed = WeightController::new(ControllerConfig::default()).unwrap();
         let a = seed.update_one_with(p, &m, &signals(true), 0).unwrap();
+        assert_eq!(pct(&a, 12), format!("{:.2}", 100.0 / 13.0));
+        let mut seed = WeightController::new(ControllerConfig {
+            capacity_weighting: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let a = seed.update_one_with(p, &m, &signals(true), 0).unwrap();
+        assert_eq!(pct(&a, 12), "25.00");
+    }
+
+    #[test]
+    fn integral_gives_nothing_to_a_spine_that_has_not_advertised_the_remote() {
+        // Section 4.1: once S1, S3, S4 have advertised R, S2 (no entry for R) is not
+        // confirmed by the fast plane, whatever its uplink's capacity. With no entry from
+        // any spine, 6.1's local-only fallback uses every up uplink.
+        let cfg = ControllerConfig {
+            weight_function: WeightFunction::Integral(IntegralParams::default()),
+            ..Default::default()
+        };
+        let p = prefix(4);
+        let m = members(&[200, 0, 200, 200]);
+        let signals: Vec<MemberSignal> = m
+            .iter()
+            .enumerate()
+            .map(|(k, x)| MemberSignal {
+                uplink: x.uplink,
+                live: k != 1,
+                cl: (k != 1).then_some(0),
+                available_gbps: (k != 1).then_some(400.0),
+            })
+            .collect();
+        let mut c = WeightController::new(cfg).unwrap();
+        let a = c.update_one_with(p, &m, &signals, 0).unwrap();
+        assert_eq!(pct(&a, 12), "0.00");
+        assert_eq!(pct(&a, 11), "33.33");
+        let none: Vec<MemberSignal> = m
+            .iter()
+            .map(|x| MemberSignal {
+                uplink: x.uplink,
+                ..MemberSignal::default()
+            })
+            .collect();
+        let mut c = WeightController::new(cfg).unwrap();
+        let a = c.update_one_with(p, &members(&[255; 4]), &none, 0).unwrap();
         assert_eq!(pct(&a, 12), "25.00");
     }
 
@@ -1530,8 +1607,7 @@ mod tests {
             ..Default::default()
         };
         let p = prefix(4);
-        let m = members(&[0, 0, 0, 0]);
-        let caps = [0.1, 0.025, 0.1, 0.1];
+        let m = members_with(&[0, 0, 0, 0], &[0.1, 0.025, 0.1, 0.1]);
         let signals = |live: [bool; 4]| -> Vec<MemberSignal> {
             m.iter()
                 .enumerate()
@@ -1539,9 +1615,7 @@ mod tests {
                     uplink: x.uplink,
                     live: live[k],
                     cl: Some(if live[k] { 1 } else { 7 }),
-                    link_capacity_gbps: Some(caps[k]),
                     available_gbps: Some(0.0),
-                    ..MemberSignal::default()
                 })
                 .collect()
         };

@@ -37,7 +37,8 @@ use super::{SimError, Summary, WatchStats};
 use crate::core::controller::config::ControllerConfig;
 use crate::core::controller::heartbeat::Heartbeat;
 use crate::core::controller::path_quality::{
-    GroupKey, LocalQuality, NnhMapping, PathSnapshot, Prefix, Uplink, UplinkId, compute, node,
+    Capacity, CapacitySource, GroupKey, LocalQuality, NnhMapping, PathSnapshot, Prefix, Uplink,
+    UplinkId, compute, node,
 };
 use crate::core::controller::weights::{Application, MemberInput, WeightController, quantize};
 use crate::core::helper::advertiser::{Advertiser, Identity, MonitoredLink, PathMtu, RemoteNode};
@@ -847,11 +848,29 @@ impl<'a> Engine<'a> {
                 }
             }
             let snapshot = PathSnapshot::from_entries(entries, t, cfg.dead_interval_ns(), &failed);
-            let mapping = NnhMapping {
+            let mut mapping = NnhMapping {
                 uplinks: lb.mapping_uplinks.clone(),
                 destinations,
                 ..NnhMapping::default()
             };
+            if self.sc.params.slow_plane_capacity {
+                for &p in &dirty {
+                    let r = lb.dests[p];
+                    for (k, &h) in lb.uplinks.iter().enumerate() {
+                        let Some(cap) = self.nodes[h]
+                            .helper
+                            .as_ref()
+                            .and_then(|hs| hs.links.iter().find(|l| l.remote == r))
+                            .and_then(|l| Capacity::new(l.capacity_gbps, CapacitySource::Bgp))
+                        else {
+                            continue;
+                        };
+                        mapping
+                            .remote_capacity
+                            .insert((node(0, router_id(r)), k as UplinkId + 1), cap);
+                    }
+                }
+            }
             let report = compute(&cfg, &mapping, &lb.local, &snapshot);
             for (group, dq) in &report.groups {
                 let inputs: Vec<MemberInput> = dq.members.iter().map(MemberInput::from).collect();
@@ -1230,7 +1249,7 @@ impl Topology {
                 uid,
                 Uplink {
                     spine: node(0, router_id(h)),
-                    capacity_gbps: cap,
+                    capacity: Capacity::new(cap, CapacitySource::Link).unwrap_or_default(),
                 },
             );
             spines.insert(router_id(h), (slots, remotes_of[h].clone()));

@@ -138,6 +138,7 @@ struct ParamsFile {
     delay_ms: Option<f64>,
     loss: Option<f64>,
     diagnostics: Option<bool>,
+    slow_plane_capacity: Option<bool>,
     weight_function: Option<String>,
     integral_deadband: Option<f64>,
     integral_decrease: Option<f64>,
@@ -165,6 +166,7 @@ impl ParamsFile {
             delay_ms: o.delay_ms.or(self.delay_ms),
             loss: o.loss.or(self.loss),
             diagnostics: o.diagnostics.or(self.diagnostics),
+            slow_plane_capacity: o.slow_plane_capacity.or(self.slow_plane_capacity),
             weight_function: o.weight_function.clone().or(self.weight_function.clone()),
             integral_deadband: o.integral_deadband.or(self.integral_deadband),
             integral_decrease: o.integral_decrease.or(self.integral_decrease),
@@ -510,6 +512,10 @@ pub struct SimParams {
     pub max_buffer_bytes: u64,
     /// How elastic flows are spread (`balancing`).
     pub balancing: Balancing,
+    /// The load-balancers know each spine -> remote link's capacity from the slow plane
+    /// (`slow_plane_capacity`: the BGP Link Bandwidth community of seed 003 section 4.1,
+    /// following capacity steps at once), as `[[path-capacity]]` or BMP give lqd.
+    pub slow_plane_capacity: bool,
 }
 
 /// A node.
@@ -761,6 +767,7 @@ fn resolve_params(p: &ParamsFile) -> Result<SimParams, String> {
         controller,
         max_buffer_bytes,
         balancing,
+        slow_plane_capacity: p.slow_plane_capacity.unwrap_or(false),
     })
 }
 

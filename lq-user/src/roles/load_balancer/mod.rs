@@ -354,7 +354,7 @@ impl LoadBalancer {
         let weights = WeightController::new(controller)
             .map_err(|e| LoadBalancerError::Controller(e.to_string()))?;
         let mut lb = Self {
-            mapping: cfg.nnh_mapping(),
+            mapping: with_link_capacities(cfg.nnh_mapping(), &cfg),
             mapping_resolved: None,
             heartbeat: Heartbeat::new(&controller),
             controller,
@@ -442,7 +442,7 @@ impl LoadBalancer {
             .filter(|(_, r)| r.table.is_some())
             .filter_map(|(p, _)| self.mapping.destinations.get(p).map(|r| (*p, *r)))
             .collect();
-        self.mapping = cfg.nnh_mapping();
+        self.mapping = with_link_capacities(cfg.nnh_mapping(), &cfg);
         self.mapping.eligible = eligible;
         self.mapping.held = held;
         self.mapping.destinations.extend(steered);
@@ -1495,6 +1495,8 @@ impl LoadBalancer {
                     local_quality: m.local,
                     remote_lqs: m.remote,
                     path_quality: m.quality,
+                    capacity_gbps: m.capacity.gbps,
+                    capacity_source: m.capacity.source.as_str().to_string(),
                     target: target.get(&m.uplink).copied().unwrap_or(0.0),
                     applied: applied.get(&m.uplink).copied().unwrap_or(0.0),
                     kernel_weight: kernel.get(&m.uplink).copied().unwrap_or(0),
@@ -1586,6 +1588,34 @@ impl LoadBalancer {
             .map(|k| (k.name(), c[*k as usize]))
             .collect())
     }
+}
+
+/// `mapping` with the capacity of every uplink the configuration gives none
+/// (`capacity-gbps`, `rate-mbit`): its driver's speed (section 4.1: a path's capacity is
+/// bounded by its uplink's), else unknown (every such uplink counts the same).
+fn with_link_capacities(mut mapping: NnhMapping, cfg: &Config) -> NnhMapping {
+    use crate::core::controller::path_quality::{Capacity, CapacitySource};
+    for u in &cfg.uplink {
+        let Some(m) = mapping.uplinks.get_mut(&UplinkId::from(u.id)) else {
+            continue;
+        };
+        if m.capacity.source != CapacitySource::Unknown {
+            continue;
+        }
+        match crate::sys::netdev::interface_info(&u.interface) {
+            Ok(i) if i.speed_mbps > 0 => {
+                m.capacity = Capacity::new(f64::from(i.speed_mbps) / 1000.0, CapacitySource::Link)
+                    .unwrap_or_default();
+            }
+            Ok(_) => {
+                debug!(interface = %u.interface, "uplink reports no speed: its capacity is unknown (set capacity-gbps or rate-mbit)")
+            }
+            Err(e) => {
+                debug!(interface = %u.interface, error = %e, "uplink speed not read: its capacity is unknown")
+            }
+        }
+    }
+    mapping
 }
 
 fn receiver_settings(cfg: &Config, controller: &ControllerConfig) -> ReceiverSettings {

@@ -16,6 +16,11 @@
 //! learned for the prefix ([`crate::core::bmp`], RFC 7938: one AS per leaf), which names
 //! the remote node of that AS among the AS-qualified LQ entries. A destination without
 //! either falls back to local-only quality, as section 6.1 prescribes.
+//!
+//! The same BMP feed carries the slow plane's capacity (section 4.1: "Slow Plane
+//! (BGP/FARE): ... static capacity"): the BGP Link Bandwidth community of a prefix's route
+//! through each next hop, which [`SlowPlane::bgp_capacities`] turns into the capacity of
+//! the path to the prefix's remote node through that next hop's uplink.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -25,7 +30,7 @@ use std::{
 
 pub use crate::sys::netlink::route::{Hop, Message, RouteEvent, RouteMsg};
 use crate::{
-    core::controller::path_quality::{NodeId, Prefix, UplinkId},
+    core::controller::path_quality::{Capacity, CapacitySource, NodeId, Prefix, UplinkId},
     sys::netlink::nexthop::{NexthopMsg, RTPROT_LQ},
 };
 
@@ -180,15 +185,54 @@ impl SlowPlane {
         }
     }
 
-    /// Takes the BMP station's latest snapshot. Returns whether the learned origins
-    /// changed (then the mapping is worth recomputing).
+    /// Takes the BMP station's latest snapshot. Returns whether the learned origins or
+    /// Link Bandwidths changed (then the mapping and capacities are worth recomputing).
     pub fn set_bmp(&mut self, snapshot: Arc<crate::core::bmp::Snapshot>) -> bool {
-        let changed = self
-            .bmp
-            .as_ref()
-            .is_none_or(|old| !Arc::ptr_eq(&old.origins, &snapshot.origins));
+        let changed = self.bmp.as_ref().is_none_or(|old| {
+            !Arc::ptr_eq(&old.origins, &snapshot.origins)
+                || !Arc::ptr_eq(&old.bandwidths, &snapshot.bandwidths)
+        });
         self.bmp = Some(snapshot);
         changed
+    }
+
+    /// The slow plane's capacity of each path `(remote node, uplink)` (section 4.1) from
+    /// the BGP Link Bandwidth communities learned over BMP: a prefix's route through next
+    /// hop G is the path to the prefix's remote node (`remote_of`, the NNH mapping in
+    /// force) through the uplink whose gateway is G. Several prefixes of one remote node
+    /// through one uplink take the smallest bandwidth (the path carries them all). A next
+    /// hop that is no uplink's gateway, or a prefix without a remote node, gives nothing.
+    pub fn bgp_capacities(
+        &self,
+        remote_of: impl Fn(&Prefix) -> Option<NodeId>,
+    ) -> BTreeMap<(NodeId, UplinkId), Capacity> {
+        let mut out: BTreeMap<(NodeId, UplinkId), Capacity> = BTreeMap::new();
+        let Some(bmp) = self.bmp.as_ref() else {
+            return out;
+        };
+        for ((prefix, next_hop), gbps) in bmp.bandwidths.iter() {
+            let Some(remote) = remote_of(prefix) else {
+                continue;
+            };
+            let Some(cap) = Capacity::new(*gbps, CapacitySource::Bgp) else {
+                continue;
+            };
+            for u in self
+                .settings
+                .uplinks
+                .iter()
+                .filter(|u| u.gateway == *next_hop)
+            {
+                out.entry((remote, u.id))
+                    .and_modify(|c| {
+                        if cap.gbps < c.gbps {
+                            *c = cap;
+                        }
+                    })
+                    .or_insert(cap);
+            }
+        }
+        out
     }
 
     /// The BMP station's latest snapshot, if it runs.
@@ -620,12 +664,47 @@ mod tests {
             Some(node(65107, 7))
         );
         assert_eq!(s.mapping_of(&p("10.6.0.0/24")), MappingSource::None);
-        // The same origins again are no change.
-        let same = s.bmp().unwrap().origins.clone();
-        assert!(!s.set_bmp(Arc::new(crate::core::bmp::Snapshot {
-            origins: same,
+        // The same origins and bandwidths again are no change.
+        let same = s.bmp().unwrap().clone();
+        assert!(!s.set_bmp(Arc::new(same)));
+    }
+
+    #[test]
+    fn link_bandwidths_name_the_capacity_of_the_path_through_their_next_hops_uplink() {
+        let mut s = SlowPlane::new(settings());
+        let r4 = node(65104, 4);
+        let g = |u: usize| s.settings().uplinks[u].gateway;
+        let (g1, g2) = (g(0), g(1));
+        let bw: BTreeMap<(Prefix, IpAddr), f64> = [
+            ((p("10.4.0.0/24"), g1), 0.1),
+            ((p("10.4.0.0/24"), g2), 0.025),
+            // A second prefix of the same leaf through S2 with a smaller bandwidth: the
+            // path carries both, the smaller binds.
+            ((p("10.4.1.0/24"), g2), 0.02),
+            // A next hop that is no uplink's, and a prefix with no remote node: nothing.
+            ((p("10.4.0.0/24"), "192.0.2.9".parse().unwrap()), 5.0),
+            ((p("10.9.0.0/24"), g1), 7.0),
+        ]
+        .into();
+        assert!(s.set_bmp(Arc::new(crate::core::bmp::Snapshot {
+            bandwidths: Arc::new(bw),
             ..Default::default()
         })));
+        let remote_of = |q: &Prefix| q.addr.to_string().starts_with("10.4.").then_some(r4);
+        let caps = s.bgp_capacities(remote_of);
+        let u = |k: usize| s.settings().uplinks[k].id;
+        assert_eq!(caps.len(), 2, "{caps:?}");
+        assert_eq!(caps[&(r4, u(0))].gbps, 0.1);
+        assert_eq!(caps[&(r4, u(1))].gbps, 0.02);
+        assert!(caps.values().all(|c| c.source == CapacitySource::Bgp));
+        // New bandwidths (a new Arc) are a change even with the same origins.
+        let again = s.bmp().unwrap().clone();
+        assert!(!s.set_bmp(Arc::new(again.clone())));
+        assert!(s.set_bmp(Arc::new(crate::core::bmp::Snapshot {
+            bandwidths: Arc::new(BTreeMap::new()),
+            ..again
+        })));
+        assert!(s.bgp_capacities(remote_of).is_empty());
     }
 
     #[test]

@@ -128,6 +128,8 @@ impl LoadBalancer {
             slow.set_settings(settings);
         }
         self.slow_sync();
+        // The fresh mapping holds the configured capacities only: the learned ones again.
+        self.slow_plane_capacities();
     }
 
     /// Feeds route and nexthop events to the core and brings lqd's groups and routes in
@@ -184,8 +186,38 @@ impl LoadBalancer {
             let mirror = std::mem::take(&mut self.mirror);
             self.slow_plane_resolve(mirror.entries(), self.last_step_ns);
             self.mirror = mirror;
+            self.slow_plane_capacities();
         }
         changed
+    }
+
+    /// The paths' slow-plane capacities (section 4.1): `[[path-capacity]]`, and for the
+    /// paths it does not name the BGP Link Bandwidth learned over BMP. When they moved,
+    /// every group is computed again at the next step (a capacity changes targets, not
+    /// entries, so the step would not see it otherwise).
+    pub(super) fn slow_plane_capacities(&mut self) {
+        let Some(slow) = self.slow.as_ref() else {
+            return;
+        };
+        let mut capacities = self.cfg.nnh_mapping().remote_capacity;
+        let destinations = &self.mapping.destinations;
+        for (k, c) in slow.bgp_capacities(|p| destinations.get(p).copied().flatten()) {
+            capacities.entry(k).or_insert(c);
+        }
+        if capacities != self.mapping.remote_capacity {
+            info!(
+                paths = capacities.len(),
+                from_bgp = capacities
+                    .values()
+                    .filter(
+                        |c| c.source == crate::core::controller::path_quality::CapacitySource::Bgp
+                    )
+                    .count(),
+                "slow plane: path capacities changed (seed 003 section 4.1); every group is computed again"
+            );
+            self.mapping.remote_capacity = capacities;
+            self.next_full_update_ns = 0;
+        }
     }
 
     /// [`Self::slow_plane_resolve`] at a control step, when its outcome may have moved:
@@ -278,6 +310,10 @@ impl LoadBalancer {
                 // Its group is the new remote node's (6.1).
                 self.regroup_needed = true;
             }
+        }
+        if self.regroup_needed {
+            // A prefix's remote node names the path its Link Bandwidth belongs to.
+            self.slow_plane_capacities();
         }
     }
 
