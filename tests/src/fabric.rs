@@ -358,6 +358,23 @@ impl Daemon {
         PathBuf::from(format!("/run/lq/{}.sock", self.instance))
     }
 
+    /// Writes `config_text` over its configuration file and sends SIGHUP (lqd reloads it).
+    pub fn reload(&self, config_text: &str) -> Result<()> {
+        std::fs::write(&self.config, config_text)?;
+        let Some(c) = self.child.as_ref() else {
+            bail!("lqd {} is not running", self.instance);
+        };
+        // SAFETY: kill on our own child's pid.
+        if unsafe { libc::kill(c.id() as i32, libc::SIGHUP) } != 0 {
+            bail!(
+                "SIGHUP to lqd {}: {}",
+                self.instance,
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(())
+    }
+
     /// Whether the process still runs.
     pub fn alive(&mut self) -> bool {
         self.child
@@ -995,6 +1012,16 @@ impl Clos3 {
                 &[],
                 timers,
             );
+            // Each route carries the Link Bandwidth of the spine's link to the leaf that
+            // originates it (seed 003 section 4.1's FARE capacity), the links' tbf rate.
+            let neighbors: Vec<&str> = peers.iter().map(|(a, _)| *a).collect();
+            let prefixes: Vec<String> = (1..=nl).map(Self::host_prefix).collect();
+            let conf = crate::frr::with_link_bandwidth(
+                &conf,
+                &neighbors,
+                &prefixes,
+                &vec![self.shaping.rate_mbit; nl],
+            );
             daemons.push(Frr::start(s, &conf).with_context(|| format!("FRR on S{i}"))?);
         }
         for (j, l) in self.leaves.iter().enumerate() {
@@ -1034,6 +1061,24 @@ impl Clos3 {
             |missing| format!("no {ns}-path route for {}", missing.join(", ")),
         )?;
         Ok(daemons)
+    }
+
+    /// Spine i announces `mbit` as the Link Bandwidth of its routes to leaf k's prefix
+    /// (`frr` as [`Self::start_bgp`] returned it: spines first), re-advertised at once.
+    pub fn set_link_bandwidth(
+        &self,
+        frr: &[crate::frr::Frr],
+        i: usize,
+        k: usize,
+        mbit: u32,
+    ) -> Result<()> {
+        let cmds = crate::frr::link_bandwidth_change(k, mbit);
+        let cmds: Vec<&str> = cmds.iter().map(String::as_str).collect();
+        frr.get(i - 1)
+            .with_context(|| format!("no FRR on S{i}"))?
+            .vtysh(&cmds)
+            .with_context(|| format!("S{i}: Link Bandwidth of leaf {k}'s routes"))?;
+        Ok(())
     }
 
     /// The real lqd on every node: the helper role on the spines (T_sample 2 ms), the

@@ -208,6 +208,53 @@ pub fn bgpd_conf_timers(
     c
 }
 
+/// A spine's BGP Link Bandwidth (RFC 10005; FARE's capacity, seed 003 section 4.1) on what
+/// it advertises to its leaves, as FRR's UCMP uses it
+/// (shared/recipes/frr-ucmp-link-bandwidth.md): `bgpd_conf` with an outbound route-map
+/// `LBW` on every neighbor whose entry k (sequence 10 k) sets `set extcommunity bandwidth
+/// MBIT` on leaf k's prefix (`prefixes[k - 1]`, MBIT `mbit[k - 1]`: the spine's link to that
+/// leaf), the rest passing unchanged. [`link_bandwidth_change`] changes one entry at run
+/// time.
+pub fn with_link_bandwidth(
+    bgpd_conf: &str,
+    neighbors: &[&str],
+    prefixes: &[String],
+    mbit: &[u32],
+) -> String {
+    let mut af = String::new();
+    for n in neighbors {
+        af.push_str(&format!("  neighbor {n} route-map LBW out\n"));
+    }
+    let mut c = bgpd_conf.replacen(
+        " exit-address-family\n",
+        &format!("{af} exit-address-family\n"),
+        1,
+    );
+    c.push_str("exit\n");
+    for (k, (p, m)) in prefixes.iter().zip(mbit).enumerate() {
+        let k = k + 1;
+        c.push_str(&format!(
+            "ip prefix-list LEAF{k} seq 5 permit {p}\nroute-map LBW permit {}\n match ip address prefix-list LEAF{k}\n set extcommunity bandwidth {m}\nexit\n",
+            10 * k
+        ));
+    }
+    c.push_str("route-map LBW permit 1000\nexit\n");
+    c
+}
+
+/// The vtysh commands that set entry `k` (1-based leaf) of [`with_link_bandwidth`]'s
+/// route-map to `mbit` and re-advertise at once (`clear bgp ... soft out`; without it FRR
+/// applies a route-map change after its route-map delay timer).
+pub fn link_bandwidth_change(k: usize, mbit: u32) -> Vec<String> {
+    vec![
+        "configure terminal".into(),
+        format!("route-map LBW permit {}", 10 * k),
+        format!("set extcommunity bandwidth {mbit}"),
+        "end".into(),
+        "clear bgp ipv4 unicast * soft out".into(),
+    ]
+}
+
 /// The lines that make bgpd (started with `-M bmp`, as [`Frr::start`] does) a BMP client
 /// of lqd's station (`[slow-plane.bmp]`): post-policy Adj-RIB-In of IPv4 unicast, retried
 /// every 100 ms to 1 s until lqd listens. Appended to [`bgpd_conf`]'s output (still inside

@@ -40,16 +40,19 @@ pub struct DemoArgs {
     /// The first draw's hash seed (1 or more; 0 is the kernel's random seed).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub seed_base: u32,
-    /// The leaves' `weight-function`: `integral` when not given (built for elastic load,
-    /// docs/weights.md); `seed` runs seed 003 section 6.3 as written, lqd's own default.
+    /// The leaves' `weight-function`: lqd's default (`seed`: seed 003 sections 6.3/6.4
+    /// with the slow plane's capacity, 4.1) when not given; `integral` runs the opt-in
+    /// function built for elastic load (docs/weights.md). The demo prints every setting
+    /// that differs from lqd's defaults.
     #[arg(long, value_name = "NAME")]
     pub weight_function: Option<String>,
-    /// The spines send no diagnostics block (seed 003 section 5.5): the leaves then learn
-    /// the S2->L4 cut only as congestion, not as the link capacity the helper advertises.
+    /// The spines also send the diagnostics block (seed 003 section 5.5), which no weight
+    /// function reads (receivers MUST NOT use it for forwarding); the leaves' path
+    /// capacities come from the slow plane (`[[path-capacity]]`).
     #[arg(long)]
-    pub no_diagnostics: bool,
-    /// The leaves' `miss-count` (seed 003 section 6.5, 2-10); the demo's default is 10
-    /// (200 ms), the control-plane jitter of a loaded 2-core machine (docs/weights.md).
+    pub diagnostics: bool,
+    /// The leaves' `miss-count` (seed 003 section 6.5, 2-10); lqd's default 3 when not
+    /// given.
     #[arg(long, value_name = "N")]
     pub miss_count: Option<u8>,
     /// FRR (zebra + bgpd) on every router, eBGP per RFC 7938: the leaves' lqd steers the
@@ -99,8 +102,8 @@ pub fn demo(args: &DemoArgs) -> Result<i32> {
     if let Some(w) = &args.weight_function {
         cmd.args(["--weight-function", w]);
     }
-    if args.no_diagnostics {
-        cmd.arg("--no-diagnostics");
+    if args.diagnostics {
+        cmd.arg("--diagnostics");
     }
     if let Some(n) = args.miss_count {
         cmd.args(["--miss-count", &n.to_string()]);

@@ -1670,6 +1670,46 @@ remote-node = "10.0.1.4"
     }
 
     #[test]
+    fn path_capacities_map_to_every_uplink_of_their_spine_and_bad_ones_are_refused() {
+        let cfg = |extra: &str| format!("{LEAF}\n{extra}");
+        let one = "[[path-capacity]]\nspine = \"10.0.0.2\"\nremote-node = \"10.0.1.4\"\ncapacity-gbps = 0.025\n";
+        let c = parse(&cfg(one)).unwrap();
+        let m = c.nnh_mapping();
+        let r4 = node(0, u32::from(std::net::Ipv4Addr::new(10, 0, 1, 4)));
+        assert_eq!(
+            m.remote_capacity.get(&(r4, 2)),
+            Capacity::new(0.025, CapacitySource::Config).as_ref()
+        );
+        assert_eq!(m.remote_capacity.len(), 1);
+        // Capacity weighting is on by default; uplinks without capacity-gbps or rate-mbit
+        // have no configured capacity (the role fills in the driver's speed).
+        assert!(c.damping.capacity_weighting);
+        assert_eq!(m.uplinks[&1].capacity.source, CapacitySource::Unknown);
+        let rated = LEAF.replacen(
+            "gateway = \"10.1.1.1\"\n",
+            "gateway = \"10.1.1.1\"\nrate-mbit = 400\n",
+            1,
+        );
+        let m = parse(&rated).unwrap().nnh_mapping();
+        assert_eq!(
+            m.uplinks[&1].capacity,
+            Capacity::new(0.4, CapacitySource::Config).unwrap()
+        );
+        for (bad, why) in [
+            (one.replace("0.025", "0"), "must be > 0"),
+            (one.replace("0.025", "nan"), "must be > 0"),
+            (format!("{one}\n{one}"), "appears twice"),
+            (
+                one.replace("10.0.0.2", "10.0.0.9"),
+                "no [[uplink]] leads to spine 10.0.0.9",
+            ),
+        ] {
+            let e = err(&cfg(&bad));
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn local_quality_source_defaults_to_link_state_and_measured_needs_a_load_balancer() {
         assert_eq!(
             parse(LEAF).unwrap().local_quality.source,

@@ -5,8 +5,8 @@
 //! `--draws 5 --out target/bench/fabric`, then reads `target/bench/fabric/report.json`.
 //! More demo arguments come from this program's arguments or, through `cargo xtask bench`,
 //! from `LQ_BENCH_FABRIC_ARGS` (whitespace-separated), e.g.
-//! `LQ_BENCH_FABRIC_ARGS="--weight-function seed" cargo xtask bench fabric` (the demo's
-//! default is `integral`); a
+//! `LQ_BENCH_FABRIC_ARGS="--weight-function integral" cargo xtask bench fabric` (the
+//! demo's default is lqd's, `seed`); a
 //! `--draws N` there replaces the 5, and `--report PATH` re-reads an earlier report
 //! instead of running the demo. About 3 minutes per draw on 2 cores; the plot of
 //! every draw is `target/bench/fabric/plot.svg`.

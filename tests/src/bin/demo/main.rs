@@ -99,7 +99,10 @@ fn now_s() -> f64 {
     now_ns() as f64 / 1e9
 }
 
-const USAGE: &str = "usage: demo --lqd PATH [--out DIR] [--quick] [--draws N] [--seed-base S] [--weight-function NAME] [--no-diagnostics] [--miss-count N] [--bgp] [--job-flows N] [--job-mib N] [--dynamic-secs S]";
+const USAGE: &str = "usage: demo --lqd PATH [--out DIR] [--quick] [--draws N] [--seed-base S] [--weight-function NAME] [--diagnostics] [--miss-count N] [--bgp] [--job-flows N] [--job-mib N] [--dynamic-secs S]";
+
+/// lqd's own miss-count (seed 003 section 6.5 and 10: default 3).
+const MISS_COUNT_DEFAULT: u8 = 3;
 
 struct Args {
     lqd: PathBuf,
@@ -113,19 +116,15 @@ struct Args {
     /// Draw k pins fib_multipath_hash_seed = seed_base + k (0 would be the kernel's
     /// random key, which is what made one run's ratios anecdotes).
     seed_base: u32,
-    /// The leaves' `weight-function`: `integral` unless given (the function built for
-    /// elastic load, docs/weights.md); `--weight-function seed` shows seed 003 section 6.3.
+    /// The leaves' `weight-function`: lqd's default (`seed`, sections 6.3/6.4 with the
+    /// slow plane's capacity of 4.1) unless given; `--weight-function integral` runs the
+    /// opt-in function of docs/weights.md.
     weight_function: Option<String>,
-    /// The spines send the diagnostics block (seed 003 section 5.5), whose link capacity
-    /// is the tbf rate the helper reads from the qdisc: the S2->L4 cut is then seen as a
-    /// capacity (issue 12 item 2: "the advertised link capacity where the helper sends
-    /// it"). `--no-diagnostics`: LQS, CL and available bandwidth only.
+    /// The spines send the diagnostics block (seed 003 section 5.5; `--diagnostics`). No
+    /// weight function reads it (5.5: receivers MUST NOT use it for forwarding): the
+    /// leaves' path capacities come from `[[path-capacity]]`, the slow plane.
     diagnostics: bool,
-    /// The leaves' `miss-count` (seed 003 section 6.5: a spine is failed after
-    /// miss_count x T_notify of silence). 10 (200 ms, the YANG maximum) by default: on the
-    /// 2-core machine, with the demo's own traffic processed in softirq, advertisements
-    /// arrive 60-1 200 ms late (146 false failures in 6 lq runs at miss-count 3, docs/weights.md),
-    /// a control-plane jitter a router's dedicated CPU does not have.
+    /// The leaves' `miss-count` (seed 003 section 6.5): lqd's default, 3.
     miss_count: u8,
     /// FRR on every router: lq steers BGP's routes (`[slow-plane]`, mapping over BMP).
     bgp: bool,
@@ -141,9 +140,9 @@ fn args() -> Result<Args> {
         dyn_secs: 30.0,
         draws: 1,
         seed_base: 1,
-        weight_function: Some("integral".into()),
-        diagnostics: true,
-        miss_count: 10,
+        weight_function: None,
+        diagnostics: false,
+        miss_count: MISS_COUNT_DEFAULT,
         bgp: false,
     };
     let mut it = std::env::args().skip(1);
@@ -165,6 +164,7 @@ fn args() -> Result<Args> {
             "--seed-base" => a.seed_base = v()?.parse().context("--seed-base")?,
             "--weight-function" => a.weight_function = Some(v()?),
             "--no-diagnostics" => a.diagnostics = false,
+            "--diagnostics" => a.diagnostics = true,
             "--miss-count" => a.miss_count = v()?.parse().context("--miss-count")?,
             "--bgp" => a.bgp = true,
             "--job-flows" => a.job_flows = v()?.parse().context("--job-flows")?,
@@ -282,9 +282,34 @@ struct Ctx<'a> {
     marks: &'a Mutex<Vec<Mark>>,
     logs: PathBuf,
     pid: u32,
+    /// S2->L4's rate now (Mbit/s): what L1's `[[path-capacity]]` says of it.
+    s2_l4_mbit: AtomicU32,
 }
 
 impl Ctx<'_> {
+    /// Sets S2->L4's rate and tells the slow plane: with `--bgp` S2's BGP Link Bandwidth
+    /// of L4's prefix; else L1's lqd (when `l1` runs) through its `[[path-capacity]]`.
+    fn set_s2_l4(&self, mbit: u32, l1: Option<&Daemon>) -> Result<()> {
+        self.fab.set_spine_rate(2, 4, mbit)?;
+        self.s2_l4_mbit.store(mbit, Ordering::Relaxed);
+        if self.a.bgp {
+            // The slow plane says it: S2's routes to L4's prefix carry the new Link
+            // Bandwidth (BGP's own delay), which L1's lqd reads over BMP and FRR's UCMP
+            // weights by.
+            return self.fab.set_link_bandwidth(self.frr, 2, 4, mbit);
+        }
+        if let Some(d) = l1 {
+            d.reload(&leaf_config(
+                self.fab,
+                1,
+                &self.opts,
+                self.a.miss_count,
+                mbit,
+            ))?;
+        }
+        Ok(())
+    }
+
     fn mark(&self, p: &str) {
         *self.shared.phase.lock().unwrap() = p.to_string();
         self.marks.lock().unwrap().push((
@@ -307,7 +332,13 @@ impl Ctx<'_> {
             &self.a.lqd,
             self.l1(),
             &format!("lqf-l1{tag}-{}", self.pid),
-            &leaf_config(self.fab, 1, &self.opts, self.a.miss_count),
+            &leaf_config(
+                self.fab,
+                1,
+                &self.opts,
+                self.a.miss_count,
+                self.s2_l4_mbit.load(Ordering::Relaxed),
+            ),
             &self.logs,
         )?;
         if self.a.bgp {
@@ -348,22 +379,34 @@ impl Ctx<'_> {
         )
     }
 
-    /// L1 forwards by plain ECMP (lqd stopped on L1): a fresh group of equal weights, or
-    /// with `--bgp` no route of lq's at all, so that FRR's own multipath route forwards.
+    /// L1 forwards by plain ECMP (lqd stopped on L1): a fresh group of equal weights, made
+    /// as lq's and the static weights' are (with `--bgp` in lq's table 76: FRR's own route
+    /// is weighted by the Link Bandwidth, i.e. the static baseline there).
     fn ecmp(&self) -> Result<()> {
+        self.fresh_group(&[(1, 255), (2, 255), (3, 255), (4, 255)])
+    }
+
+    /// L1 forwards by static capacity weights (lqd stopped on L1): a fresh group of
+    /// `weights`, or with `--bgp` FRR's own UCMP (no route of lq's, so FRR's route, which
+    /// zebra weights by the spines' Link Bandwidth, forwards): the alternative an operator
+    /// of FRR would pick.
+    fn static_weights(&self, weights: &[(u64, u64)]) -> Result<()> {
         if self.a.bgp {
             remove_lq_route(self.l1(), self.group, &self.dst_prefix, self.table);
             Ok(())
         } else {
-            self.fresh_group(&[(1, 255), (2, 255), (3, 255), (4, 255)])
+            self.fresh_group(weights)
         }
     }
 
     /// How many job flows the kernel of L1 sends through each spine right now.
     fn job_paths(&self) -> Result<[u32; 4]> {
-        let sports: Vec<u16> = (0..self.a.job_flows as u16)
-            .map(|k| JOB_SPORT + k)
-            .collect();
+        self.job_paths_of(self.a.job_flows)
+    }
+
+    /// [`Self::job_paths`] for a job of `flows` flows.
+    fn job_paths_of(&self, flows: u32) -> Result<[u32; 4]> {
+        let sports: Vec<u16> = (0..flows as u16).map(|k| JOB_SPORT + k).collect();
         let devs = flow_egress(
             self.l1(),
             "h0",
@@ -400,6 +443,11 @@ struct DrawResult {
     paths_lq: [u32; 4],
     dyn_lq: DynResult,
     dyn_ecmp: DynResult,
+    /// Congestion only the fast plane sees (issue 38 item 3a).
+    cross: CrossResult,
+    /// Member nexthops L1's lqd deleted on a spine failure over its runs of the draw: no
+    /// spine fails in these scenarios, so each is a false failure (seed 003 section 6.5).
+    false_spine_failures: u64,
     /// With `--bgp`: a path withdrawn by BGP under load.
     withdraw: Option<WithdrawResult>,
 }
@@ -419,13 +467,31 @@ fn spine_config(fab: &Clos3, i: usize, diagnostics: bool) -> String {
     }
 }
 
-/// Leaf j's load-balancer configuration with the demo's `miss-count` (in `[lq-telemetry]`).
-fn leaf_config(fab: &Clos3, j: usize, o: &LbOptions, miss_count: u8) -> String {
-    fab.leaf_config(j, o, true).replacen(
-        "[lq-telemetry]\n",
-        &format!("[lq-telemetry]\nmiss-count = {miss_count}\n"),
-        1,
-    )
+/// Leaf j's load-balancer configuration: `miss-count` only when it is not lqd's default,
+/// and, on L1 in the plain (not `--bgp`) demo, the slow plane's capacity of each path to L4
+/// (`[[path-capacity]]`, seed 003 section 4.1: what BGP's Link Bandwidth would carry):
+/// 100 Mbit/s, S2's `s2_l4_mbit`.
+fn leaf_config(fab: &Clos3, j: usize, o: &LbOptions, miss_count: u8, s2_l4_mbit: u32) -> String {
+    let mut c = fab.leaf_config(j, o, true);
+    if miss_count != MISS_COUNT_DEFAULT {
+        c = c.replacen(
+            "[lq-telemetry]\n",
+            &format!("[lq-telemetry]\nmiss-count = {miss_count}\n"),
+            1,
+        );
+    }
+    if j == 1 && fab.routing != lq_tests::fabric::Routing::Bgp {
+        for i in 1..=4 {
+            let mbit = if i == 2 { s2_l4_mbit } else { 100 };
+            c.push_str(&format!(
+                "\n[[path-capacity]]\nspine = \"{}\"\nremote-node = \"{}\"\ncapacity-gbps = {}\n",
+                Clos3::spine_id(i),
+                Clos3::leaf_id(4),
+                f64::from(mbit) / 1000.0
+            ));
+        }
+    }
+    c
 }
 
 fn run() -> Result<()> {
@@ -444,10 +510,39 @@ fn run() -> Result<()> {
             stale.len()
         );
     }
+    // lqd's own group settings (`[nexthop-group]` defaults: 128 buckets, idle timer 1 s,
+    // unbalanced timer 0 = never force), for lq's group and the baselines' alike.
     let opts = LbOptions {
+        buckets: 128,
+        idle_timer_ms: 1000,
+        unbalanced_timer_ms: 0,
+        gain: 0.5,
         weight_function: a.weight_function.clone(),
-        ..LbOptions::default()
     };
+    let defaults_differ: Vec<String> = [
+        a.weight_function
+            .as_ref()
+            .map(|w| format!("weight-function = \"{w}\" (lqd: \"seed\")")),
+        (a.miss_count != MISS_COUNT_DEFAULT)
+            .then(|| format!("miss-count = {} (lqd: {MISS_COUNT_DEFAULT})", a.miss_count)),
+        a.diagnostics.then(|| {
+            "spines send diagnostics (lqd: diagnostics-enabled = false; no weight reads them)"
+                .to_string()
+        }),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if defaults_differ.is_empty() {
+        println!(
+            "==> demo: every node runs lqd's default configuration (the leaves: seed 003 sections 6.3/6.4 with the slow plane's capacity, 4.1; miss-count 3)"
+        );
+    } else {
+        println!(
+            "==> demo: settings that differ from lqd's defaults: {}",
+            defaults_differ.join("; ")
+        );
+    }
 
     println!(
         "==> demo: building the fabric (4 spines, 4 leaves, 4 hosts, collector; tbf 100 Mbit/s)"
@@ -522,7 +617,7 @@ fn run() -> Result<()> {
             &a.lqd,
             &fab.leaves[j - 1],
             &format!("lqf-l{j}-{pid}"),
-            &leaf_config(&fab, j, &opts, a.miss_count),
+            &leaf_config(&fab, j, &opts, a.miss_count, 100),
             &logs,
         )?));
     }
@@ -618,6 +713,7 @@ fn run() -> Result<()> {
         marks: &marks,
         logs: logs.clone(),
         pid,
+        s2_l4_mbit: AtomicU32::new(100),
     };
     let plan = DynPlan::new(&a);
     let mut draws = Vec::new();
@@ -670,6 +766,8 @@ fn run() -> Result<()> {
             "jct_lq_s",
             "jct_ecmp_s",
             "jct_static_s",
+            "jct_lq_cross_s",
+            "jct_static_cross_s",
         ])
     {
         let values: Vec<Option<f64>> = per_draw.iter().map(|(m, _)| m[name].as_f64()).collect();
@@ -711,9 +809,11 @@ fn run() -> Result<()> {
             "hash": "fib_multipath_hash_policy=1 in every namespace, fib_multipath_hash_seed pinned per draw; lq_clear_hash clears the veth-carried socket hash on each leaf's host port",
             "tcp": "cubic (namespace default)",
         },
-        "helper": {"real": true, "diagnostics": a.diagnostics, "note": "lqd helper role on S1..S4 (kernel counters); with diagnostics the advertised link capacity is the tbf rate"},
-        "weight_function": a.weight_function,
+        "helper": {"real": true, "diagnostics": a.diagnostics, "note": "lqd helper role on S1..S4 (kernel counters); with --diagnostics the spines send the diagnostics block (link capacity = tbf rate), which no weight function reads (seed 003 section 5.5)"},
+        "weight_function": a.weight_function.as_deref().unwrap_or("seed (lqd's default)"),
         "leaf_miss_count": a.miss_count,
+        "settings_differing_from_lqd_defaults": defaults_differ,
+        "l1_config_at_start": std::fs::read_to_string(logs.join(format!("lqf-l1-{pid}.toml"))).ok(),
         "draws": a.draws,
         "seeds": draws.iter().map(|r| r.seed).collect::<Vec<_>>(),
         "job": {
@@ -733,7 +833,9 @@ fn run() -> Result<()> {
             "job_window": format!("lq job, from {settle_s:.2} s after its start until a quarter of its flows have completed"),
             "dynamic_window": "dynamic lq run, from 1 s after S2->L4 is cut until it is restored",
             "jct_ratio_vs_ecmp": "ECMP job completion time / lq's, same draw; an ECMP job still running at the time limit counts as the limit (the ratio is then a lower bound); none when lq's job hit the limit",
-            "jct_vs_static_weights": "lq job completion time / static capacity weights' (255/64/255/255), same draw; a static job at the time limit counts as the limit (an upper bound)",
+            "jct_vs_static_weights": "lq job completion time / static capacity weights' (255/64/255/255; with --bgp FRR's own UCMP route, weighted by the spines' Link Bandwidth), same draw; a static job at the time limit counts as the limit (an upper bound)",
+            "jct_vs_static_cross": "cross traffic (H2 and H3 to H4 through S2): lq's job completion time / static capacity weights' (every capacity equal: the same equal-weight group as ECMP), same draw",
+            "false_spine_failures": "member nexthops L1's lqd deleted on a spine failure (seed 003 section 6.5) over its runs of the draw (lqd's own counter, show weights member-deletes); no spine fails in these scenarios",
             "p99_fct_ratio_vs_ecmp": "ECMP p99 flow completion time / lq's in the dynamic load, same draw",
             "withdrawn_path_traffic_ms": "--bgp: S3 shuts its BGP session to L4 during a light load (24 flows paced at 2 Mbit/s); how long after L1's kernel BGP route lost S3 L1 still sent data (> 1 000 octets in a poll interval) on its link to S3; polled every ~1 ms in L1's namespace (routes, nexthops, /proc/net/dev), an interval counted at its end; goal: BGP's own convergence + 10 ms",
             "bgp_convergence_ms": "--bgp: from the vtysh `neighbor shutdown` on S3 to L1's kernel BGP route without S3 (BGP's own convergence)",
@@ -887,8 +989,9 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
     let run_id = |k: u32| d * 10 + k;
     let l1 = c.l1();
 
-    // ---- The job: S2->L4 degraded before it starts.
-    c.fab.set_spine_rate(2, 4, DEGRADED_MBIT)?;
+    // ---- The job: S2->L4 degraded before it starts (L1's lqd is restarted for lq's run
+    // and reads the capacity then).
+    c.set_s2_l4(DEGRADED_MBIT, None)?;
     println!("==> demo: S2->L4 cut to {DEGRADED_MBIT} Mbit/s");
     println!(
         "==> demo: job: {} flows x {} MiB from H1 to H4, started together",
@@ -904,12 +1007,17 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
     println!("    ECMP: {}", job_line(&job_ecmp));
     c.mark("settle");
     sleep(Duration::from_secs(2))?;
-    c.fresh_group(&capacity)?;
+    c.static_weights(&capacity)?;
     let paths_static = c.job_paths()?;
     c.mark("job static");
     let job_static = run_job(a, run_id(2), &h1, src, dst, c.reg, c.shared, limit)?;
     println!(
-        "    static capacity weights 255/64/255/255 (flows per path {paths_static:?}): {}",
+        "    static capacity weights ({}; flows per path {paths_static:?}): {}",
+        if a.bgp {
+            "FRR's UCMP from the spines' Link Bandwidth"
+        } else {
+            "255/64/255/255"
+        },
         job_line(&job_static)
     );
     c.mark("settle");
@@ -925,11 +1033,14 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
     c.mark("job lq");
     let job_lq = run_job(a, run_id(3), &h1, src, dst, c.reg, c.shared, limit)?;
     println!("    lq: {}", job_line(&job_lq));
+    let mut false_spine_failures = member_deletes(leaves[0].as_ref());
 
     // ---- The dynamic load.
     c.mark("settle");
-    c.fab.set_spine_rate(2, 4, 100)?;
+    c.set_s2_l4(100, leaves[0].as_ref())?;
     println!("==> demo: S2->L4 restored to 100 Mbit/s");
+    let cross = run_cross(c, leaves, d, &h1, src, dst, limit)?;
+    false_spine_failures += cross.member_deletes;
     sleep(Duration::from_secs(2))?;
     println!(
         "==> demo: dynamic load: {} flows of {} KiB paced at {} Mbit/s, Poisson at {:.1}/s ({:.0} Mbit/s offered, {:.0}% of the degraded fabric); S2->L4 cut at {:.0} s, restored at {:.0} s",
@@ -947,13 +1058,23 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
     c.fresh_group(&equal)?;
     leaves[0] = Some(c.start_l1(&format!("c{d}"))?);
     sleep(Duration::from_millis(500))?;
-    let dyn_lq = run_dynamic(plan, run_id(4), "dynamic lq", &h1, src, dst, c)?;
+    let dyn_lq = run_dynamic(
+        plan,
+        run_id(4),
+        "dynamic lq",
+        &h1,
+        src,
+        dst,
+        c,
+        leaves[0].as_ref(),
+    )?;
     println!("    lq: {}", dyn_line(&dyn_lq));
+    false_spine_failures += member_deletes(leaves[0].as_ref());
     c.mark("settle");
     stop_daemon(&mut leaves[0]);
     c.ecmp()?;
     sleep(Duration::from_secs(2))?;
-    let dyn_ecmp = run_dynamic(plan, run_id(5), "dynamic ecmp", &h1, src, dst, c)?;
+    let dyn_ecmp = run_dynamic(plan, run_id(5), "dynamic ecmp", &h1, src, dst, c, None)?;
     println!("    ECMP: {}", dyn_line(&dyn_ecmp));
     c.mark("settle");
     let withdraw = if a.bgp {
@@ -977,7 +1098,157 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
         paths_lq,
         dyn_lq,
         dyn_ecmp,
+        cross,
+        false_spine_failures,
         withdraw,
+    })
+}
+
+/// `member-deletes` of a running lqd (0 when it is not running or does not answer).
+fn member_deletes(d: Option<&Daemon>) -> u64 {
+    d.and_then(|d| d.query("weights").ok())
+        .and_then(|w| w["member-deletes"].as_u64())
+        .unwrap_or(0)
+}
+
+/// Cross traffic: hosts behind L2 and L3 send to H4 through S2 only.
+struct CrossResult {
+    /// ECMP's job (which is also static capacity weights': every capacity is 100 Mbit/s,
+    /// so the capacity shares are the equal weights, the same group made the same way).
+    job_ecmp: JobResult,
+    job_lq: JobResult,
+    paths_ecmp: [u32; 4],
+    paths_lq: [u32; 4],
+    /// Cross flows per source host.
+    cross_flows: u32,
+    /// lqd's member deletes during lq's run.
+    member_deletes: u64,
+}
+
+impl CrossResult {
+    fn json(&self) -> Value {
+        let paths = |p: &[u32; 4]| json!({"S1": p[0], "S2": p[1], "S3": p[2], "S4": p[3]});
+        json!({
+            "ecmp_and_static_weights": self.job_ecmp.json(), "lq": self.job_lq.json(),
+            "flows_per_path_at_job_start": {"ecmp_and_static_weights": paths(&self.paths_ecmp), "lq": paths(&self.paths_lq)},
+            "cross_flows_per_host": self.cross_flows,
+        })
+    }
+}
+
+/// Issue 38 item 3a, congestion only the fast plane sees: H2 and H3 send long TCP flows
+/// to H4 pinned through S2 (a /32 route on L2 and L3), so S2->L4 is congested while its
+/// capacity, BGP and L1's own links stay as they are. Then L1's job (half the job's flows)
+/// under ECMP (= static capacity weights here: every capacity is equal) and under lq, each
+/// from a fresh equal-weight group made the same way, the cross traffic running through
+/// both.
+#[allow(clippy::too_many_arguments)]
+fn run_cross(
+    c: &Ctx,
+    leaves: &mut [Option<Daemon>],
+    d: u32,
+    h1: &str,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    limit: Duration,
+) -> Result<CrossResult> {
+    let a = c.a;
+    let cross_flows = if a.quick { 4 } else { 6 };
+    let job = Args {
+        job_flows: (a.job_flows / 2).max(1),
+        lqd: a.lqd.clone(),
+        out: a.out.clone(),
+        weight_function: a.weight_function.clone(),
+        ..*a
+    };
+    println!(
+        "==> demo: cross traffic: {cross_flows} TCP flows each from H2 and H3 to H4, pinned through S2 (S2->L4 congested; its capacity, BGP and L1's links unchanged); job of {} flows x {} MiB from H1",
+        job.job_flows, job.job_mib
+    );
+    let h4 = Clos3::host_addr(4);
+    for j in [2, 3] {
+        c.fab.leaves[j - 1].ip(&[
+            "route",
+            "replace",
+            &format!("{h4}/32"),
+            "via",
+            &Clos3::spine_addr(2, j).to_string(),
+        ])?;
+    }
+    // Run ids apart from the draw's others (`d * 10 + k`).
+    let run_id = |k: u32| 1_000_000 + d * 10 + k;
+    let start_cross = |run: u32| -> Vec<std::thread::JoinHandle<()>> {
+        let mut v = Vec::new();
+        for (k, j) in [2usize, 3].iter().enumerate() {
+            for f in 0..cross_flows {
+                let spec = FlowSpec {
+                    run,
+                    flow: k as u32 * 100 + f,
+                    sport: 40000 + (k as u16) * 100 + f as u16,
+                    size: 1 << 34,
+                    pacing_bps: None,
+                };
+                v.push(spawn_flow(
+                    c.fab.hosts[j - 1].name(),
+                    Clos3::host_addr(*j),
+                    h4,
+                    spec,
+                    c.reg,
+                ));
+            }
+        }
+        v
+    };
+    let stop_cross = |handles: Vec<std::thread::JoinHandle<()>>| {
+        c.reg.abort_all();
+        for h in handles {
+            let _ = h.join();
+        }
+    };
+    // ECMP (and static weights): lqd stopped on L1, a fresh equal group.
+    stop_daemon(&mut leaves[0]);
+    c.ecmp()?;
+    c.mark("cross ecmp (warm-up)");
+    let cross = start_cross(run_id(1));
+    sleep(Duration::from_secs(2))?;
+    let paths_ecmp = c.job_paths_of(job.job_flows)?;
+    c.mark("cross job ecmp");
+    let job_ecmp = run_job(&job, run_id(2), h1, src, dst, c.reg, c.shared, limit);
+    stop_cross(cross);
+    let job_ecmp = job_ecmp?;
+    println!(
+        "    ECMP = static capacity weights (flows per path {paths_ecmp:?}): {}",
+        job_line(&job_ecmp)
+    );
+    c.mark("settle");
+    sleep(Duration::from_secs(1))?;
+    // lq: a fresh equal group, lqd started on it, the same warm-up.
+    c.fresh_group(&[(1, 255), (2, 255), (3, 255), (4, 255)])?;
+    leaves[0] = Some(c.start_l1(&format!("x{d}"))?);
+    c.mark("cross lq (warm-up)");
+    let cross = start_cross(run_id(3));
+    sleep(Duration::from_secs(2))?;
+    let paths_lq = c.job_paths_of(job.job_flows)?;
+    c.mark("cross job lq");
+    let job_lq = run_job(&job, run_id(4), h1, src, dst, c.reg, c.shared, limit);
+    let member_deletes = member_deletes(leaves[0].as_ref());
+    stop_cross(cross);
+    let job_lq = job_lq?;
+    println!(
+        "    lq (flows per path {paths_lq:?}): {}",
+        job_line(&job_lq)
+    );
+    c.mark("settle");
+    for j in [2, 3] {
+        let _ = c.fab.leaves[j - 1].ip(&["route", "del", &format!("{h4}/32")]);
+    }
+    Ok(CrossResult {
+        job_ecmp,
+        job_lq,
+        paths_ecmp,
+        paths_lq,
+        cross_flows,
+        member_deletes,
     })
 }
 
@@ -1022,6 +1293,10 @@ fn draw_report(
         "jct_lq_s": r.job_lq.jct_s,
         "jct_ecmp_s": r.job_ecmp.jct_s,
         "jct_static_s": r.job_static.jct_s,
+        "jct_vs_static_cross": ratio(r.cross.job_lq.jct_s, r.cross.job_ecmp.jct_s.or(Some(job_limit_s))),
+        "false_spine_failures": r.false_spine_failures,
+        "jct_lq_cross_s": r.cross.job_lq.jct_s,
+        "jct_static_cross_s": r.cross.job_ecmp.jct_s,
     });
     let mut m = m;
     if let Some(w) = &r.withdraw {
@@ -1043,6 +1318,7 @@ fn draw_report(
         "dynamic": {
             "lq": r.dyn_lq.json(), "ecmp": r.dyn_ecmp.json(),
         },
+        "cross": r.cross.json(),
         "windows_s": {"job": [job_window.0, job_window.1], "dynamic": [dyn_window.0, dyn_window.1]},
         "bgp_withdraw": r.withdraw.as_ref().map(WithdrawResult::json),
         "zero_weight_check": {
@@ -1256,6 +1532,7 @@ fn dyn_line(r: &DynResult) -> String {
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_dynamic(
     p: &DynPlan,
     run: u32,
@@ -1264,8 +1541,9 @@ fn run_dynamic(
     src: Ipv4Addr,
     dst: Ipv4Addr,
     c: &Ctx,
+    l1: Option<&Daemon>,
 ) -> Result<DynResult> {
-    let (reg, sh, fab) = (c.reg, c.shared, c.fab);
+    let (reg, sh) = (c.reg, c.shared);
     c.mark(name);
     let (mut cut_s, mut restore_s) = (f64::NAN, f64::NAN);
     let t0 = Instant::now();
@@ -1277,13 +1555,13 @@ fn run_dynamic(
             interrupted()?;
             let now = t0.elapsed().as_secs_f64();
             if !degraded && now >= p.degrade_at {
-                fab.set_spine_rate(2, 4, DEGRADED_MBIT)?;
+                c.set_s2_l4(DEGRADED_MBIT, l1)?;
                 degraded = true;
                 cut_s = now_s();
                 c.mark(&format!("{name} (S2->L4 cut)"));
             }
             if !restored && now >= p.restore_at {
-                fab.set_spine_rate(2, 4, 100)?;
+                c.set_s2_l4(100, l1)?;
                 restored = true;
                 restore_s = now_s();
                 c.mark(&format!("{name} (restored)"));
@@ -1309,7 +1587,7 @@ fn run_dynamic(
         *sh.progress.lock().unwrap() = (done as u32, (k + 1) as u32);
     }
     if !restored {
-        fab.set_spine_rate(2, 4, 100)?;
+        c.set_s2_l4(100, l1)?;
         restore_s = now_s();
     }
     // Drain: flows still running at the end of the window count what they delivered.

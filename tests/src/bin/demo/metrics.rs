@@ -163,7 +163,21 @@ pub struct Goal {
 }
 
 /// The goals (issue 12): median over the draws, min or max where given.
-pub const GOALS: [Goal; 9] = [
+pub const GOALS: [Goal; 11] = [
+    // Issue 38 item 3a: congestion only the fast plane sees (cross traffic through S2).
+    Goal {
+        metric: "jct_vs_static_cross",
+        median: Some(Cmp::AtMost(0.8)),
+        min: None,
+        max: Some(Cmp::AtMost(0.95)),
+    },
+    // Seed 003 section 6.5 at miss-count 3: no spine fails in the demo.
+    Goal {
+        metric: "false_spine_failures",
+        median: None,
+        min: None,
+        max: Some(Cmp::AtMost(0.0)),
+    },
     Goal {
         metric: "weight_swing_job",
         median: Some(Cmp::AtMost(0.05)),
