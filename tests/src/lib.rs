@@ -47,7 +47,8 @@ pub fn yanglint_notification(json: &serde_json::Value) -> anyhow::Result<()> {
     yanglint("notif", json)
 }
 
-/// yanglint `-t KIND` on `json` against the ietf-lq-telemetry module in `yang/`.
+/// yanglint `-t KIND` on `json` against the ietf-lq-telemetry module in `yang/` and lq's
+/// augment of it, lq-weighted-ecmp.
 fn yanglint(kind: &str, json: &serde_json::Value) -> anyhow::Result<()> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../yang");
     let file = std::env::temp_dir().join(format!("{}.json", unique_name("lq-yang")));
@@ -57,6 +58,8 @@ fn yanglint(kind: &str, json: &serde_json::Value) -> anyhow::Result<()> {
         .arg(&dir)
         .args(["-t", kind])
         .arg(dir.join("ietf-lq-telemetry@2026-07-07.yang"))
+        // lq's augment: a load-balancer's groups, capacities and their sources.
+        .arg(dir.join("lq-weighted-ecmp@2026-12-04.yang"))
         .arg(&file)
         .output()
         .map_err(|e| {

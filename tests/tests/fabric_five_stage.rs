@@ -232,7 +232,7 @@ fn weights(ns: &NetNs, prefix: &str) -> Option<(u64, u64)> {
     Some((w(1), w(2)))
 }
 
-/// The `quality-source` lqd reports for `prefix` (`Remote`, `LocalOnlyNoEntries`, ...).
+/// The `quality-source` lqd reports for `prefix` (`remote`, `local-only-no-entries`, ...).
 fn quality_source(d: &Daemon, prefix: &str) -> Option<String> {
     let w = d.query("weights").ok()?;
     lq_tests::daemon::weights_group(&w, prefix)?["quality-source"]
@@ -375,7 +375,7 @@ fn five_stage_congestion_is_mitigated_at_the_tier_below_it() {
     // advertise only their own leaf links, so the pod-2 prefix is local-only at L1.
     let (_, t_steady) = wait_for("steady state", &all, || {
         for (i, sp) in p1.iter().enumerate() {
-            if quality_source(sp, POD2).as_deref() != Some("Remote") {
+            if quality_source(sp, POD2).as_deref() != Some("remote") {
                 return None;
             }
             let w = weights(&topo.p1[i], POD2)?;
@@ -383,7 +383,7 @@ fn five_stage_congestion_is_mitigated_at_the_tier_below_it() {
                 return None;
             }
         }
-        if quality_source(&l1, L2_PREFIX).as_deref() != Some("Remote") {
+        if quality_source(&l1, L2_PREFIX).as_deref() != Some("remote") {
             return None;
         }
         let a = weights(&topo.l1, L2_PREFIX)?;
@@ -392,7 +392,7 @@ fn five_stage_congestion_is_mitigated_at_the_tier_below_it() {
     });
     assert_eq!(
         quality_source(&l1, POD2).as_deref(),
-        Some("LocalOnlyNoEntries")
+        Some("local-only-no-entries")
     );
     eprintln!(
         "steady state after {t_steady:?}: P1S1 {:?}, P1S2 {:?} (pod 2); L1 {:?} (L2), {:?} (pod 2)",

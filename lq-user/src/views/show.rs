@@ -442,7 +442,7 @@ mod tests {
                 remote: Some("0/10.0.0.104".into()),
                 prefixes: vec!["10.4.0.0/24".into(), "10.4.1.0/24".into()],
                 eligible: None,
-                quality_source: "Remote".into(),
+                quality_source: "remote".into(),
                 group_id: Some(7),
                 members: vec![MemberWeights {
                     uplink: 1,
@@ -475,7 +475,7 @@ mod tests {
         );
         assert!(
             t.starts_with(
-                "remote 0/10.0.0.104  group 7  (Remote)\n  destinations: 10.4.0.0/24 10.4.1.0/24\n"
+                "remote 0/10.0.0.104  group 7  (remote)\n  destinations: 10.4.0.0/24 10.4.1.0/24\n"
             ),
             "{t}"
         );

@@ -21,22 +21,21 @@ use anyhow::{Context, Result, bail};
 use lq_tests::bench::emit;
 use serde_json::Value;
 
-/// (metric, unit) of the report's `summary`, in the order printed.
-const METRICS: [(&str, &str); 13] = [
-    ("weight_swing_job", "fraction"),
-    ("weight_swing_dynamic", "fraction"),
-    ("degraded_share_job", "fraction"),
-    ("degraded_share_dynamic", "fraction"),
-    ("jct_ratio_vs_ecmp", "x"),
-    ("jct_vs_static_weights", "x"),
-    ("p99_fct_ratio_vs_ecmp", "x"),
-    ("delivered_fraction", "fraction"),
-    ("delivered_fraction_ecmp", "fraction"),
-    ("flows_on_dead_or_zero_weight_paths", "intervals"),
-    ("jct_lq_s", "s"),
-    ("jct_ecmp_s", "s"),
-    ("jct_static_s", "s"),
-];
+/// The unit of a report metric, from its name: `_s` seconds, `_ms` milliseconds, counts of
+/// failures, flows or intervals, fractions of swing, share and delivery, and the ratios.
+fn unit_of(metric: &str) -> &'static str {
+    if metric.ends_with("_ms") {
+        "ms"
+    } else if metric.ends_with("_s") {
+        "s"
+    } else if metric.contains("failures") || metric.contains("paths") {
+        "count"
+    } else if ["swing", "share", "fraction"].iter().any(|k| metric.contains(k)) {
+        "fraction"
+    } else {
+        "x"
+    }
+}
 
 /// The comparison a goal text puts on one statistic: `"median >= 2, min >= 1.5"` and
 /// `"min"` give `">= 1.5"`; a range `"median in [0.04, 0.12]"` keeps its comma.
@@ -144,8 +143,16 @@ fn emit_report(path: &Path) -> Result<()> {
         report["load_average"]["end"]
     );
     let goals = &report["goals"];
-    for (name, unit) in METRICS {
-        let s = &report["summary"][name];
+    // Every metric of the report, the BGP ones included; one that a draw could not measure
+    // is not measured here either (its median over the other draws could read as met).
+    let summary = report["summary"].as_object().cloned().unwrap_or_default();
+    for (name, s) in &summary {
+        let unit = unit_of(name);
+        let missing = s["missing"].as_u64().unwrap_or(0);
+        if missing > 0 {
+            println!("    fabric_{name}: not measured: missing in {missing} of {draws} draw(s) ({s})");
+            continue;
+        }
         let goal_text = goals[name]["goal"].as_str().unwrap_or_default();
         let goal_of = |stat: &str| goal_of(goal_text, stat);
         for (stat, suffix) in [("median", ""), ("min", "_min"), ("max", "_max")] {
@@ -176,7 +183,16 @@ fn emit_report(path: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::goal_of;
+    use super::{goal_of, unit_of};
+
+    #[test]
+    fn units_from_names() {
+        assert_eq!(unit_of("jct_lq_s"), "s");
+        assert_eq!(unit_of("withdrawn_path_traffic_ms"), "ms");
+        assert_eq!(unit_of("false_spine_failures"), "count");
+        assert_eq!(unit_of("weight_swing_job_whole"), "fraction");
+        assert_eq!(unit_of("jct_vs_static_cross"), "x");
+    }
 
     #[test]
     fn goals_per_statistic() {

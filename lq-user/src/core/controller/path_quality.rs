@@ -329,6 +329,17 @@ pub enum QualitySource {
     LocalOnlyNoEntries,
 }
 
+impl QualitySource {
+    /// The name `show weights` and the YANG state give it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Remote => "remote",
+            Self::LocalOnlyNoMapping => "local-only-no-mapping",
+            Self::LocalOnlyNoEntries => "local-only-no-entries",
+        }
+    }
+}
+
 /// The quality of one member for one destination.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemberQuality {

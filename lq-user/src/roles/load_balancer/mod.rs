@@ -1510,7 +1510,7 @@ impl LoadBalancer {
                     .map(|g| g.prefixes.iter().map(format_prefix).collect())
                     .unwrap_or_default(),
                 eligible: key.eligible.clone(),
-                quality_source: format!("{:?}", dq.source),
+                quality_source: dq.source.as_str().to_string(),
                 group_id: group.filter(|g| !g.kernel.is_empty()).map(|g| g.id),
                 members,
             });

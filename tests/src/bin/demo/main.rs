@@ -40,7 +40,7 @@ use anyhow::{Context, Result, bail};
 use lq_tests::{
     fabric::{
         Clos3, Daemon, LQ_TABLE, LbOptions, Routing, Shaping, flow_egress, group_members,
-        recreate_group_in, remove_lq_route, route_group_in,
+        recreate_group_in, remove_lq_route, route_group_in, set_group,
     },
     poll::poll_until,
 };
@@ -85,6 +85,24 @@ fn poll_interruptible<T, S>(
 }
 
 /// Sleeps, waking early on Ctrl-C.
+/// Who learns of a change of S2->L4's capacity in plain mode (with `--bgp` the spines'
+/// Link Bandwidth tells lqd and FRR's UCMP alike).
+#[derive(Clone, Copy)]
+enum Follower<'a> {
+    /// L1's lqd: its `[[path-capacity]]` rewritten and reloaded (SIGHUP).
+    Lq(&'a Daemon),
+    /// Static capacity weights: the group's weights replaced by the capacity shares.
+    Static,
+    /// ECMP: nothing changes.
+    Nobody,
+}
+
+/// Static capacity weights with S2->L4 at `mbit` (of 100): 255 for a full path.
+fn static_weights(mbit: u32) -> Vec<(u64, u64)> {
+    let s2 = (255 * u64::from(mbit)).div_ceil(100).clamp(1, 255);
+    vec![(1, 255), (2, s2), (3, 255), (4, 255)]
+}
+
 fn sleep(d: Duration) -> Result<()> {
     let end = Instant::now() + d;
     while Instant::now() < end {
@@ -289,7 +307,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// Sets S2->L4's rate and tells the slow plane: with `--bgp` S2's BGP Link Bandwidth
     /// of L4's prefix; else L1's lqd (when `l1` runs) through its `[[path-capacity]]`.
-    fn set_s2_l4(&self, mbit: u32, l1: Option<&Daemon>) -> Result<()> {
+    fn set_s2_l4(&self, mbit: u32, follower: Follower<'_>) -> Result<()> {
         self.fab.set_spine_rate(2, 4, mbit)?;
         self.s2_l4_mbit.store(mbit, Ordering::Relaxed);
         if self.a.bgp {
@@ -298,14 +316,18 @@ impl Ctx<'_> {
             // weights by.
             return self.fab.set_link_bandwidth(self.frr, 2, 4, mbit);
         }
-        if let Some(d) = l1 {
-            d.reload(&leaf_config(
+        match follower {
+            Follower::Lq(d) => d.reload(&leaf_config(
                 self.fab,
                 1,
                 &self.opts,
                 self.a.miss_count,
                 mbit,
-            ))?;
+            ))?,
+            // The operator's push of the new capacity: the same group, its weights replaced
+            // (a resilient group moves only the buckets the new weights need).
+            Follower::Static => set_group(self.l1(), self.group, &static_weights(mbit), &self.opts)?,
+            Follower::Nobody => {}
         }
         Ok(())
     }
@@ -443,6 +465,7 @@ struct DrawResult {
     paths_lq: [u32; 4],
     dyn_lq: DynResult,
     dyn_ecmp: DynResult,
+    dyn_static: DynResult,
     /// Congestion only the fast plane sees (issue 38 item 3a).
     cross: CrossResult,
     /// Member nexthops L1's lqd deleted on a spine failure over its runs of the draw: no
@@ -768,6 +791,12 @@ fn run() -> Result<()> {
             "jct_static_s",
             "jct_lq_cross_s",
             "jct_static_cross_s",
+            "p99_fct_lq_dynamic_s",
+            "p99_fct_static_dynamic_s",
+            "p99_fct_ecmp_dynamic_s",
+            "delivered_fraction_static",
+            "degraded_share_job_whole",
+            "degraded_share_cut_whole",
         ])
     {
         let values: Vec<Option<f64>> = per_draw.iter().map(|(m, _)| m[name].as_f64()).collect();
@@ -835,6 +864,12 @@ fn run() -> Result<()> {
             "jct_ratio_vs_ecmp": "ECMP job completion time / lq's, same draw; an ECMP job still running at the time limit counts as the limit (the ratio is then a lower bound); none when lq's job hit the limit",
             "jct_vs_static_weights": "lq job completion time / static capacity weights' (255/64/255/255; with --bgp FRR's own UCMP route, weighted by the spines' Link Bandwidth), same draw; a static job at the time limit counts as the limit (an upper bound)",
             "jct_vs_static_cross": "cross traffic (H2 and H3 to H4 through S2): lq's job completion time / static capacity weights' (every capacity equal: the same equal-weight group as ECMP), same draw",
+            "p99_fct_vs_static_cross": "cross traffic: p99 (nearest rank) of lq's job flow completion times / static capacity weights', same draw; a flow that did not finish counts as the time limit",
+            "p99_fct_vs_static_dynamic": "dynamic load: lq's p99 flow completion time / static capacity weights' (told of the cut as lqd is: plain mode the group's weights replaced at the cut and the restore, --bgp FRR's UCMP following the Link Bandwidth), same draw",
+            "weight_swing_job_whole": "weight_swing over the whole lq job (its start to its last flow's end, or the time limit)",
+            "weight_swing_cut_whole": "weight_swing over the whole cut of the dynamic lq run (S2->L4 cut to restored)",
+            "degraded_share_job_whole": "degraded_share over the whole lq job",
+            "degraded_share_cut_whole": "degraded_share over the whole cut of the dynamic lq run",
             "false_spine_failures": "member nexthops L1's lqd deleted on a spine failure (seed 003 section 6.5) over its runs of the draw (lqd's own counter, show weights member-deletes); no spine fails in these scenarios",
             "p99_fct_ratio_vs_ecmp": "ECMP p99 flow completion time / lq's in the dynamic load, same draw",
             "withdrawn_path_traffic_ms": "--bgp: S3 shuts its BGP session to L4 during a light load (24 flows paced at 2 Mbit/s); how long after L1's kernel BGP route lost S3 L1 still sent data (> 1 000 octets in a poll interval) on its link to S3; polled every ~1 ms in L1's namespace (routes, nexthops, /proc/net/dev), an interval counted at its end; goal: BGP's own convergence + 10 ms",
@@ -982,7 +1017,7 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
     sleep(Duration::from_secs(if d == 0 { 2 } else { 1 }))?;
 
     let equal: Vec<(u64, u64)> = (1..=4).map(|k| (k, 255)).collect();
-    let capacity: Vec<(u64, u64)> = vec![(1, 255), (2, 64), (3, 255), (4, 255)];
+    let capacity = static_weights(DEGRADED_MBIT);
     let h1 = c.fab.hosts[0].name().to_string();
     let (src, dst) = (Clos3::host_addr(1), Clos3::host_addr(4));
     let limit = job_limit(a);
@@ -991,7 +1026,7 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
 
     // ---- The job: S2->L4 degraded before it starts (L1's lqd is restarted for lq's run
     // and reads the capacity then).
-    c.set_s2_l4(DEGRADED_MBIT, None)?;
+    c.set_s2_l4(DEGRADED_MBIT, Follower::Nobody)?;
     println!("==> demo: S2->L4 cut to {DEGRADED_MBIT} Mbit/s");
     println!(
         "==> demo: job: {} flows x {} MiB from H1 to H4, started together",
@@ -1037,7 +1072,7 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
 
     // ---- The dynamic load.
     c.mark("settle");
-    c.set_s2_l4(100, leaves[0].as_ref())?;
+    c.set_s2_l4(100, leaves[0].as_ref().map_or(Follower::Nobody, Follower::Lq))?;
     println!("==> demo: S2->L4 restored to 100 Mbit/s");
     let cross = run_cross(c, leaves, d, &h1, src, dst, limit)?;
     false_spine_failures += cross.member_deletes;
@@ -1066,7 +1101,7 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
         src,
         dst,
         c,
-        leaves[0].as_ref(),
+        leaves[0].as_ref().map_or(Follower::Nobody, Follower::Lq),
     )?;
     println!("    lq: {}", dyn_line(&dyn_lq));
     false_spine_failures += member_deletes(leaves[0].as_ref());
@@ -1074,8 +1109,16 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
     stop_daemon(&mut leaves[0]);
     c.ecmp()?;
     sleep(Duration::from_secs(2))?;
-    let dyn_ecmp = run_dynamic(plan, run_id(5), "dynamic ecmp", &h1, src, dst, c, None)?;
+    let dyn_ecmp = run_dynamic(plan, run_id(5), "dynamic ecmp", &h1, src, dst, c, Follower::Nobody)?;
     println!("    ECMP: {}", dyn_line(&dyn_ecmp));
+    c.mark("settle");
+    // Static capacity weights, told of the cut as lqd is (plain mode: the group's weights
+    // replaced at the cut and the restore; `--bgp`: FRR's UCMP follows the Link Bandwidth).
+    c.static_weights(&static_weights(100))?;
+    sleep(Duration::from_secs(2))?;
+    let dyn_static =
+        run_dynamic(plan, run_id(7), "dynamic static", &h1, src, dst, c, Follower::Static)?;
+    println!("    static capacity weights: {}", dyn_line(&dyn_static));
     c.mark("settle");
     let withdraw = if a.bgp {
         let w = run_withdraw(c, leaves, d, run_id(6))?;
@@ -1098,6 +1141,7 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
         paths_lq,
         dyn_lq,
         dyn_ecmp,
+        dyn_static,
         cross,
         false_spine_failures,
         withdraw,
@@ -1166,6 +1210,10 @@ fn run_cross(
         job.job_flows, job.job_mib
     );
     let h4 = Clos3::host_addr(4);
+    // In the table the leaves forward from: with `--bgp`, lq's table 76, whose rule comes
+    // before the main table (a pin in main would be passed over and the cross traffic
+    // would spread over every spine).
+    let table = c.table.unwrap_or(254).to_string();
     for j in [2, 3] {
         c.fab.leaves[j - 1].ip(&[
             "route",
@@ -1173,6 +1221,8 @@ fn run_cross(
             &format!("{h4}/32"),
             "via",
             &Clos3::spine_addr(2, j).to_string(),
+            "table",
+            &table,
         ])?;
     }
     // Run ids apart from the draw's others (`d * 10 + k`).
@@ -1205,19 +1255,28 @@ fn run_cross(
             let _ = h.join();
         }
     };
-    // ECMP (and static weights): lqd stopped on L1, a fresh equal group.
+    // One variant's run: the cross traffic's warm-up, the flows per path at the job's start,
+    // the job with the cross traffic running through it, the cross traffic stopped.
+    let run_variant = |name: &str, k: u32| {
+        c.mark(&format!("cross {name} (warm-up)"));
+        let cross = start_cross(run_id(k));
+        let paths = sleep(Duration::from_secs(2)).and_then(|()| c.job_paths_of(job.job_flows));
+        c.mark(&format!("cross job {name}"));
+        let run = paths.and_then(|paths| {
+            run_job(&job, run_id(k + 1), h1, src, dst, c.reg, c.shared, limit)
+                .map(|outcome| (outcome, paths))
+        });
+        stop_cross(cross);
+        run
+    };
+    // Static capacity weights, which are ECMP here (every capacity is equal): lqd stopped
+    // on L1, a fresh equal group; with `--bgp` FRR's UCMP route, as in the capacity cut.
     stop_daemon(&mut leaves[0]);
-    c.ecmp()?;
-    c.mark("cross ecmp (warm-up)");
-    let cross = start_cross(run_id(1));
-    sleep(Duration::from_secs(2))?;
-    let paths_ecmp = c.job_paths_of(job.job_flows)?;
-    c.mark("cross job ecmp");
-    let job_ecmp = run_job(&job, run_id(2), h1, src, dst, c.reg, c.shared, limit);
-    stop_cross(cross);
-    let job_ecmp = job_ecmp?;
+    c.static_weights(&[(1, 255), (2, 255), (3, 255), (4, 255)])?;
+    let (job_ecmp, paths_ecmp) = run_variant("ecmp", 1)?;
     println!(
-        "    ECMP = static capacity weights (flows per path {paths_ecmp:?}): {}",
+        "    ECMP = static capacity weights{} (flows per path {paths_ecmp:?}): {}",
+        if a.bgp { " (FRR's UCMP)" } else { "" },
         job_line(&job_ecmp)
     );
     c.mark("settle");
@@ -1225,22 +1284,15 @@ fn run_cross(
     // lq: a fresh equal group, lqd started on it, the same warm-up.
     c.fresh_group(&[(1, 255), (2, 255), (3, 255), (4, 255)])?;
     leaves[0] = Some(c.start_l1(&format!("x{d}"))?);
-    c.mark("cross lq (warm-up)");
-    let cross = start_cross(run_id(3));
-    sleep(Duration::from_secs(2))?;
-    let paths_lq = c.job_paths_of(job.job_flows)?;
-    c.mark("cross job lq");
-    let job_lq = run_job(&job, run_id(4), h1, src, dst, c.reg, c.shared, limit);
+    let (job_lq, paths_lq) = run_variant("lq", 3)?;
     let member_deletes = member_deletes(leaves[0].as_ref());
-    stop_cross(cross);
-    let job_lq = job_lq?;
     println!(
         "    lq (flows per path {paths_lq:?}): {}",
         job_line(&job_lq)
     );
     c.mark("settle");
     for j in [2, 3] {
-        let _ = c.fab.leaves[j - 1].ip(&["route", "del", &format!("{h4}/32")]);
+        let _ = c.fab.leaves[j - 1].ip(&["route", "del", &format!("{h4}/32"), "table", &table]);
     }
     Ok(CrossResult {
         job_ecmp,
@@ -1273,6 +1325,12 @@ fn draw_report(
         job_limit_s,
     );
     let dyn_window = (r.dyn_lq.cut_s + 1.0, r.dyn_lq.restore_s);
+    // The whole job (start to its last flow, or the limit) and the whole cut.
+    let job_whole = (
+        r.job_lq.start_s,
+        r.job_lq.start_s + r.job_lq.jct_s.unwrap_or(job_limit_s),
+    );
+    let cut_whole = (r.dyn_lq.cut_s, r.dyn_lq.restore_s);
     let d = r.draw;
     let mine: Vec<Sample> = samples.iter().filter(|s| s.draw == d).cloned().collect();
     let (zero_intervals, zero_violations) = zero_weight_check(&mine, wsamples, d);
@@ -1294,6 +1352,17 @@ fn draw_report(
         "jct_ecmp_s": r.job_ecmp.jct_s,
         "jct_static_s": r.job_static.jct_s,
         "jct_vs_static_cross": ratio(r.cross.job_lq.jct_s, r.cross.job_ecmp.jct_s.or(Some(job_limit_s))),
+        // A job's flows that did not finish count as the limit (every trial counts).
+        "p99_fct_vs_static_cross": ratio(r.cross.job_lq.p99_fct_s(job_limit_s), r.cross.job_ecmp.p99_fct_s(job_limit_s)),
+        "p99_fct_vs_static_dynamic": ratio(Some(r.dyn_lq.p99_fct_s), Some(r.dyn_static.p99_fct_s)),
+        "p99_fct_lq_dynamic_s": r.dyn_lq.p99_fct_s,
+        "p99_fct_static_dynamic_s": r.dyn_static.p99_fct_s,
+        "p99_fct_ecmp_dynamic_s": r.dyn_ecmp.p99_fct_s,
+        "delivered_fraction_static": r.dyn_static.delivered_fraction,
+        "weight_swing_job_whole": metrics::weight_swing(wsamples, d, job_whole.0, job_whole.1),
+        "weight_swing_cut_whole": metrics::weight_swing(wsamples, d, cut_whole.0, cut_whole.1),
+        "degraded_share_job_whole": metrics::mean_share(wsamples, d, 1, job_whole.0, job_whole.1),
+        "degraded_share_cut_whole": metrics::mean_share(wsamples, d, 1, cut_whole.0, cut_whole.1),
         "false_spine_failures": r.false_spine_failures,
         "jct_lq_cross_s": r.cross.job_lq.jct_s,
         "jct_static_cross_s": r.cross.job_ecmp.jct_s,
@@ -1316,10 +1385,13 @@ fn draw_report(
             },
         },
         "dynamic": {
-            "lq": r.dyn_lq.json(), "ecmp": r.dyn_ecmp.json(),
+            "lq": r.dyn_lq.json(), "ecmp": r.dyn_ecmp.json(), "static_weights": r.dyn_static.json(),
         },
         "cross": r.cross.json(),
-        "windows_s": {"job": [job_window.0, job_window.1], "dynamic": [dyn_window.0, dyn_window.1]},
+        "windows_s": {
+            "job": [job_window.0, job_window.1], "dynamic": [dyn_window.0, dyn_window.1],
+            "job_whole": [job_whole.0, job_whole.1], "cut_whole": [cut_whole.0, cut_whole.1],
+        },
         "bgp_withdraw": r.withdraw.as_ref().map(WithdrawResult::json),
         "zero_weight_check": {
             "intervals_with_a_member_out": zero_intervals,
@@ -1358,6 +1430,16 @@ struct JobResult {
 }
 
 impl JobResult {
+    /// The 99th percentile (nearest rank) of the flows' completion times, a flow that did
+    /// not finish counted as `limit_s`; `None` without flows.
+    fn p99_fct_s(&self, limit_s: f64) -> Option<f64> {
+        let mut f = self.fcts.clone();
+        f.resize(self.flows.max(self.fcts.len() as u32) as usize, limit_s);
+        f.sort_by(f64::total_cmp);
+        let rank = ((f.len() as f64 * 0.99).ceil() as usize).max(1);
+        f.get(rank - 1).copied()
+    }
+
     fn json(&self) -> Value {
         let mut f = self.fcts.clone();
         f.sort_by(f64::total_cmp);
@@ -1541,7 +1623,7 @@ fn run_dynamic(
     src: Ipv4Addr,
     dst: Ipv4Addr,
     c: &Ctx,
-    l1: Option<&Daemon>,
+    follower: Follower<'_>,
 ) -> Result<DynResult> {
     let (reg, sh) = (c.reg, c.shared);
     c.mark(name);
@@ -1555,13 +1637,13 @@ fn run_dynamic(
             interrupted()?;
             let now = t0.elapsed().as_secs_f64();
             if !degraded && now >= p.degrade_at {
-                c.set_s2_l4(DEGRADED_MBIT, l1)?;
+                c.set_s2_l4(DEGRADED_MBIT, follower)?;
                 degraded = true;
                 cut_s = now_s();
                 c.mark(&format!("{name} (S2->L4 cut)"));
             }
             if !restored && now >= p.restore_at {
-                c.set_s2_l4(100, l1)?;
+                c.set_s2_l4(100, follower)?;
                 restored = true;
                 restore_s = now_s();
                 c.mark(&format!("{name} (restored)"));
@@ -1587,7 +1669,7 @@ fn run_dynamic(
         *sh.progress.lock().unwrap() = (done as u32, (k + 1) as u32);
     }
     if !restored {
-        c.set_s2_l4(100, l1)?;
+        c.set_s2_l4(100, follower)?;
         restore_s = now_s();
     }
     // Drain: flows still running at the end of the window count what they delivered.

@@ -163,7 +163,7 @@ pub struct Goal {
 }
 
 /// The goals (issue 12): median over the draws, min or max where given.
-pub const GOALS: [Goal; 11] = [
+pub const GOALS: [Goal; 15] = [
     // Issue 38 item 3a: congestion only the fast plane sees (cross traffic through S2).
     Goal {
         metric: "jct_vs_static_cross",
@@ -177,6 +177,33 @@ pub const GOALS: [Goal; 11] = [
         median: None,
         min: None,
         max: Some(Cmp::AtMost(0.0)),
+    },
+    // Issue 38 item 4: stability over the whole job and the whole cut (the steady windows'
+    // keys below are kept as secondary ones).
+    Goal {
+        metric: "weight_swing_job_whole",
+        median: Some(Cmp::AtMost(0.05)),
+        min: None,
+        max: None,
+    },
+    Goal {
+        metric: "weight_swing_cut_whole",
+        median: Some(Cmp::AtMost(0.05)),
+        min: None,
+        max: None,
+    },
+    // Issue 38 item 2: static capacity weights run the dynamic load too.
+    Goal {
+        metric: "p99_fct_vs_static_dynamic",
+        median: Some(Cmp::AtMost(1.0)),
+        min: None,
+        max: None,
+    },
+    Goal {
+        metric: "p99_fct_vs_static_cross",
+        median: Some(Cmp::AtMost(0.7)),
+        min: None,
+        max: Some(Cmp::AtMost(0.9)),
     },
     Goal {
         metric: "weight_swing_job",
