@@ -1169,8 +1169,8 @@ fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() 
         // The YANG state carries them in lq's augment, and yanglint accepts it.
         let state = lqd.show("state").unwrap();
         lq_tests::yanglint_data(&state).unwrap();
-        let members = &state["ietf-lq-telemetry:lq-telemetry"]["lq-weighted-ecmp:weighted-ecmp"]
-            ["group"][0]["member"];
+        let members = &state["ietf-lq-telemetry:lq-telemetry"]["lq-weighted-ecmp:weighted-ecmp"]["group"]
+            [0]["member"];
         for (k, gbps) in [(0, "0.1"), (1, "0.025")] {
             assert_eq!(members[k]["capacity-source"], "config", "{state:#}");
             assert_eq!(members[k]["capacity"], gbps, "{state:#}");

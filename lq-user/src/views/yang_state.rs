@@ -259,10 +259,7 @@ pub fn weighted_ecmp_json(w: &WeightsView) -> Value {
         o.insert("group".into(), Value::Array(groups));
     }
     // counter64 is a string in RFC 7951 JSON.
-    o.insert(
-        "group-replaces".into(),
-        json!(w.group_replaces.to_string()),
-    );
+    o.insert("group-replaces".into(), json!(w.group_replaces.to_string()));
     Value::Object(o)
 }
 
@@ -405,13 +402,20 @@ remote-node = "10.0.1.4"
                 .unwrap()
         };
         let out = lint("good", &doc);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         // The check has teeth: a source the module does not name is refused.
         let mut bad = doc.clone();
-        bad["ietf-lq-telemetry:lq-telemetry"]["lq-weighted-ecmp:weighted-ecmp"]["group"][0]
-            ["member"][0]["capacity-source"] = "guess".into();
+        bad["ietf-lq-telemetry:lq-telemetry"]["lq-weighted-ecmp:weighted-ecmp"]["group"][0]["member"]
+            [0]["capacity-source"] = "guess".into();
         let out = lint("bad", &bad);
-        assert!(!out.status.success(), "yanglint accepted an unknown capacity-source");
+        assert!(
+            !out.status.success(),
+            "yanglint accepted an unknown capacity-source"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -30,7 +30,10 @@ fn unit_of(metric: &str) -> &'static str {
         "s"
     } else if metric.contains("failures") || metric.contains("paths") {
         "count"
-    } else if ["swing", "share", "fraction"].iter().any(|k| metric.contains(k)) {
+    } else if ["swing", "share", "fraction"]
+        .iter()
+        .any(|k| metric.contains(k))
+    {
         "fraction"
     } else {
         "x"
@@ -150,7 +153,9 @@ fn emit_report(path: &Path) -> Result<()> {
         let unit = unit_of(name);
         let missing = s["missing"].as_u64().unwrap_or(0);
         if missing > 0 {
-            println!("    fabric_{name}: not measured: missing in {missing} of {draws} draw(s) ({s})");
+            println!(
+                "    fabric_{name}: not measured: missing in {missing} of {draws} draw(s) ({s})"
+            );
             continue;
         }
         let goal_text = goals[name]["goal"].as_str().unwrap_or_default();

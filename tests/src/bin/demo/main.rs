@@ -20,6 +20,7 @@
 
 mod metrics;
 mod plot;
+mod remote_fault;
 mod traffic;
 mod withdraw;
 
@@ -46,6 +47,7 @@ use lq_tests::{
 };
 use metrics::WeightSample;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
+use remote_fault::{RemoteFaultResult, run_remote_fault};
 use serde_json::{Value, json};
 use traffic::{FlowSpec, Receiver, Registry, now_ns, spawn_flow};
 use withdraw::{WithdrawResult, run_withdraw};
@@ -326,7 +328,9 @@ impl Ctx<'_> {
             ))?,
             // The operator's push of the new capacity: the same group, its weights replaced
             // (a resilient group moves only the buckets the new weights need).
-            Follower::Static => set_group(self.l1(), self.group, &static_weights(mbit), &self.opts)?,
+            Follower::Static => {
+                set_group(self.l1(), self.group, &static_weights(mbit), &self.opts)?
+            }
             Follower::Nobody => {}
         }
         Ok(())
@@ -466,6 +470,7 @@ struct DrawResult {
     dyn_lq: DynResult,
     dyn_ecmp: DynResult,
     dyn_static: DynResult,
+    remote_fault: RemoteFaultResult,
     /// Congestion only the fast plane sees (issue 38 item 3a).
     cross: CrossResult,
     /// Member nexthops L1's lqd deleted on a spine failure over its runs of the draw: no
@@ -866,6 +871,8 @@ fn run() -> Result<()> {
             "jct_vs_static_cross": "cross traffic (H2 and H3 to H4 through S2): lq's job completion time / static capacity weights' (every capacity equal: the same equal-weight group as ECMP), same draw",
             "p99_fct_vs_static_cross": "cross traffic: p99 (nearest rank) of lq's job flow completion times / static capacity weights', same draw; a flow that did not finish counts as the time limit",
             "p99_fct_vs_static_dynamic": "dynamic load: lq's p99 flow completion time / static capacity weights' (told of the cut as lqd is: plain mode the group's weights replaced at the cut and the restore, --bgp FRR's UCMP following the Link Bandwidth), same draw",
+            "remote_fault_detection_ms": "S3->L4 shaped to 1 Mbit/s (nearly every packet offered dropped) while its link, BGP session and capacity stay, under 24 flows paced at 2 Mbit/s: from just before the qdisc change to the first 1 ms poll of L1's group without S3",
+            "remote_fault_traffic_after_detection_ms": "the same fault: from lq's prune of S3 (its earliest) to the end of the last poll interval in which L1 still sent > 1 000 octets towards S3 (before any readmission of S3 while the fault lasts: an idle broken link reads healthy)",
             "weight_swing_job_whole": "weight_swing over the whole lq job (its start to its last flow's end, or the time limit)",
             "weight_swing_cut_whole": "weight_swing over the whole cut of the dynamic lq run (S2->L4 cut to restored)",
             "degraded_share_job_whole": "degraded_share over the whole lq job",
@@ -1072,7 +1079,10 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
 
     // ---- The dynamic load.
     c.mark("settle");
-    c.set_s2_l4(100, leaves[0].as_ref().map_or(Follower::Nobody, Follower::Lq))?;
+    c.set_s2_l4(
+        100,
+        leaves[0].as_ref().map_or(Follower::Nobody, Follower::Lq),
+    )?;
     println!("==> demo: S2->L4 restored to 100 Mbit/s");
     let cross = run_cross(c, leaves, d, &h1, src, dst, limit)?;
     false_spine_failures += cross.member_deletes;
@@ -1109,16 +1119,36 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
     stop_daemon(&mut leaves[0]);
     c.ecmp()?;
     sleep(Duration::from_secs(2))?;
-    let dyn_ecmp = run_dynamic(plan, run_id(5), "dynamic ecmp", &h1, src, dst, c, Follower::Nobody)?;
+    let dyn_ecmp = run_dynamic(
+        plan,
+        run_id(5),
+        "dynamic ecmp",
+        &h1,
+        src,
+        dst,
+        c,
+        Follower::Nobody,
+    )?;
     println!("    ECMP: {}", dyn_line(&dyn_ecmp));
     c.mark("settle");
     // Static capacity weights, told of the cut as lqd is (plain mode: the group's weights
     // replaced at the cut and the restore; `--bgp`: FRR's UCMP follows the Link Bandwidth).
     c.static_weights(&static_weights(100))?;
     sleep(Duration::from_secs(2))?;
-    let dyn_static =
-        run_dynamic(plan, run_id(7), "dynamic static", &h1, src, dst, c, Follower::Static)?;
+    let dyn_static = run_dynamic(
+        plan,
+        run_id(7),
+        "dynamic static",
+        &h1,
+        src,
+        dst,
+        c,
+        Follower::Static,
+    )?;
     println!("    static capacity weights: {}", dyn_line(&dyn_static));
+    c.mark("settle");
+    let remote_fault = run_remote_fault(c, leaves, d, run_id(8))?;
+    println!("    {}", remote_fault.line());
     c.mark("settle");
     let withdraw = if a.bgp {
         let w = run_withdraw(c, leaves, d, run_id(6))?;
@@ -1142,6 +1172,7 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
         dyn_lq,
         dyn_ecmp,
         dyn_static,
+        remote_fault,
         cross,
         false_spine_failures,
         withdraw,
@@ -1359,6 +1390,8 @@ fn draw_report(
         "p99_fct_static_dynamic_s": r.dyn_static.p99_fct_s,
         "p99_fct_ecmp_dynamic_s": r.dyn_ecmp.p99_fct_s,
         "delivered_fraction_static": r.dyn_static.delivered_fraction,
+        "remote_fault_detection_ms": r.remote_fault.detection_ms(),
+        "remote_fault_traffic_after_detection_ms": r.remote_fault.traffic_after_detection_ms(),
         "weight_swing_job_whole": metrics::weight_swing(wsamples, d, job_whole.0, job_whole.1),
         "weight_swing_cut_whole": metrics::weight_swing(wsamples, d, cut_whole.0, cut_whole.1),
         "degraded_share_job_whole": metrics::mean_share(wsamples, d, 1, job_whole.0, job_whole.1),
@@ -1388,6 +1421,7 @@ fn draw_report(
             "lq": r.dyn_lq.json(), "ecmp": r.dyn_ecmp.json(), "static_weights": r.dyn_static.json(),
         },
         "cross": r.cross.json(),
+        "remote_fault": r.remote_fault.json(),
         "windows_s": {
             "job": [job_window.0, job_window.1], "dynamic": [dyn_window.0, dyn_window.1],
             "job_whole": [job_whole.0, job_whole.1], "cut_whole": [cut_whole.0, cut_whole.1],

@@ -117,18 +117,22 @@ impl WithdrawResult {
 
 /// One poll: whether each route has a next hop out of `oif`, and `oif`'s transmitted
 /// octets, each with the time it was read.
-struct Poll {
-    t_bgp: f64,
-    bgp: bool,
-    t_lq: f64,
-    lq: bool,
-    t_tx: f64,
-    tx: u64,
+pub(super) struct Poll {
+    pub(super) t_bgp: f64,
+    pub(super) bgp: bool,
+    pub(super) t_lq: f64,
+    pub(super) lq: bool,
+    pub(super) t_tx: f64,
+    pub(super) tx: u64,
 }
 
 /// When a route lost S3 according to the polls (`read` gives a poll's read time and state):
 /// (the last read with S3 before the first without, the first without), after `from`.
-fn change(polls: &[Poll], from: f64, read: impl Fn(&Poll) -> (f64, bool)) -> Option<(f64, f64)> {
+pub(super) fn change(
+    polls: &[Poll],
+    from: f64,
+    read: impl Fn(&Poll) -> (f64, bool),
+) -> Option<(f64, f64)> {
     polls.windows(2).find_map(|w| {
         let ((t0, had), (t1, has)) = (read(&w[0]), read(&w[1]));
         (t1 >= from && had && !has).then_some((t0.max(from), t1))
@@ -243,7 +247,7 @@ fn measure(
         let prefix = parse_prefix(&c.dst_prefix)?;
         let table = c.table.unwrap_or(254);
         let via = via.clone();
-        std::thread::spawn(move || poll(&ns, &via, prefix, table, &stop))
+        std::thread::spawn(move || poll(&ns, &via, prefix, table, true, &stop))
     };
     sleep(Duration::from_millis(500))?;
     let shut_s = now_s();
@@ -298,12 +302,14 @@ fn measure(
     })
 }
 
-/// Polls from a thread inside namespace `ns` until `stop`.
-fn poll(
+/// Polls from a thread inside namespace `ns` until `stop`: BGP's route (when `bgp`; else
+/// never read, `false`), lq's group and `oif_name`'s transmitted octets.
+pub(super) fn poll(
     ns: &str,
     oif_name: &str,
     prefix: (Ipv4Addr, u8),
     table: u32,
+    bgp: bool,
     stop: &AtomicBool,
 ) -> Result<Vec<Poll>> {
     lq_tests::fabric::enter_netns(ns)?;
@@ -319,7 +325,7 @@ fn poll(
     let mut out = Vec::with_capacity(8192);
     while !stop.load(Ordering::Relaxed) {
         let t_bgp = now_s();
-        let bgp = bgp_route_uses(&mut rtnl, prefix, oif)?;
+        let bgp = bgp && bgp_route_uses(&mut rtnl, prefix, oif)?;
         let t_lq = now_s();
         let lq = lq_group(&mut rtnl, prefix, table)?.is_some_and(|members| {
             members

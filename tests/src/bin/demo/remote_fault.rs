@@ -1,0 +1,267 @@
+//! Issue 38 item 3b, a remote fault BGP does not see: S3's link to L4 all but stops
+//! forwarding (its egress shaped to [`FAULT_MBIT`], so nearly every packet offered to it is
+//! dropped) while the link stays up, the L4-S3 BGP session and S3's route stay, and the
+//! slow plane's capacity (configuration or Link Bandwidth) is unchanged. Static weights
+//! keep sending a quarter of L1's traffic into it; only S3's LQ telemetry (drops, a full
+//! queue: LQS 0, CL 7, seed 003 Appendix A) tells L1, whose lqd prunes the path at once
+//! (sections 6.3/6.4).
+//!
+//! A light load (24 flows paced at 2 Mbit/s) runs from H1 to H4 under L1's lqd; a thread
+//! in L1's namespace polls lq's group and the octets L1 sends on its link to S3 every
+//! ~1 ms ([`super::withdraw::poll`]). Measured: detection (the fault to lq's group without
+//! S3) and how long after it L1 still sent data towards S3 (goal 10 ms); a path back in
+//! the group while the fault lasts (an idle broken link reads healthy: nothing is offered
+//! to it, so nothing is dropped) is counted, and the data sent after that are not charged
+//! to detection.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use anyhow::Result;
+use lq_tests::fabric::{Clos3, Daemon, flow_egress};
+use serde_json::{Value, json};
+
+use super::{
+    Ctx, FlowSpec, now_s, parse_prefix, sleep, spawn_flow, stop_daemon,
+    withdraw::{Poll, change, poll},
+};
+
+/// The faulty spine (1-based; the one [`super::withdraw::poll`] watches) and the leaf.
+const SPINE: usize = 3;
+const LEAF: usize = 4;
+/// S3->L4's rate during the fault, Mbit/s: the flows through it offer ~10.
+const FAULT_MBIT: u32 = 1;
+/// How long the fault lasts.
+const FAULT: Duration = Duration::from_millis(2500);
+const FLOWS: u16 = 24;
+const PACING_BPS: u64 = 2_000_000;
+const SPORT: u16 = 41000;
+/// Octets in one poll interval that count as data.
+const DATA_OCTETS: u64 = 1000;
+
+/// What one fault measured.
+pub struct RemoteFaultResult {
+    flows: u16,
+    flows_via_spine: u32,
+    /// When the fault began: just before the qdisc change (seconds since the epoch).
+    fault_s: f64,
+    /// When lq's group lost S3 (last read with it, first without).
+    pruned_s: Option<(f64, f64)>,
+    /// When it first had S3 again while the fault lasted (last read without, first with).
+    readmitted_s: Option<(f64, f64)>,
+    /// Times lq's group regained S3 during the fault.
+    readmissions: usize,
+    /// End of the last poll interval with data towards S3 after the prune and before any
+    /// readmission.
+    last_data_s: Option<f64>,
+    /// Octets L1 sent towards S3 from the fault to the prune.
+    octets_before_prune: u64,
+    polls: usize,
+    max_gap_ms: f64,
+}
+
+impl RemoteFaultResult {
+    /// From the fault to lq's group without S3 (at most: the first read without it).
+    pub fn detection_ms(&self) -> Option<f64> {
+        Some((self.pruned_s?.1 - self.fault_s) * 1e3)
+    }
+
+    /// Data towards S3 after lq's prune (at its earliest) and before a readmission; 0 when
+    /// none.
+    pub fn traffic_after_detection_ms(&self) -> Option<f64> {
+        let (pruned, _) = self.pruned_s?;
+        Some(
+            self.last_data_s
+                .map_or(0.0, |t| ((t - pruned) * 1e3).max(0.0)),
+        )
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "fault": format!("S{SPINE}->L{LEAF} shaped to {FAULT_MBIT} Mbit/s for {} ms; link, BGP session and capacity unchanged", FAULT.as_millis()),
+            "flows": self.flows, "flows_via_faulty_spine": self.flows_via_spine,
+            "pacing_mbit": PACING_BPS / 1_000_000,
+            "fault_at_s": self.fault_s,
+            "lq_route_without_spine_between_s": self.pruned_s.map(|(a, b)| [a, b]),
+            "lq_route_with_spine_again_between_s": self.readmitted_s.map(|(a, b)| [a, b]),
+            "readmissions_during_fault": self.readmissions,
+            "octets_towards_spine_before_prune": self.octets_before_prune,
+            "detection_ms": self.detection_ms(),
+            "traffic_after_detection_ms": self.traffic_after_detection_ms(),
+            "last_data_towards_spine_at_s": self.last_data_s,
+            "polls": self.polls, "max_poll_gap_ms": self.max_gap_ms,
+        })
+    }
+
+    pub fn line(&self) -> String {
+        let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1} ms"));
+        format!(
+            "S{SPINE}->L{LEAF} stops forwarding ({} of {} flows on S{SPINE}): lq pruned S{SPINE} after {}, data towards S{SPINE} {} after that, {} readmission(s) while the fault lasted (poll gap max {:.1} ms)",
+            self.flows_via_spine,
+            self.flows,
+            f(self.detection_ms()),
+            f(self.traffic_after_detection_ms()),
+            self.readmissions,
+            self.max_gap_ms
+        )
+    }
+}
+
+/// Runs the phase: lqd started on L1 on a fresh equal group, the load, the fault, the
+/// repair; lqd stopped at the end.
+pub fn run_remote_fault(
+    c: &Ctx,
+    leaves: &mut [Option<Daemon>],
+    draw: u32,
+    run: u32,
+) -> Result<RemoteFaultResult> {
+    stop_daemon(&mut leaves[0]);
+    c.fresh_group(&[(1, 255), (2, 255), (3, 255), (4, 255)])?;
+    leaves[0] = Some(c.start_l1(&format!("f{draw}"))?);
+    c.mark("remote fault");
+    println!(
+        "==> demo: remote fault: {FLOWS} flows paced at {} Mbit/s from H1 to H4, then S{SPINE}->L{LEAF} drops nearly everything ({FAULT_MBIT} Mbit/s) while its link, BGP and capacity stay",
+        PACING_BPS / 1_000_000
+    );
+    let (src, dst) = (Clos3::host_addr(1), Clos3::host_addr(LEAF));
+    let h1 = c.fab.hosts[0].name().to_string();
+    let handles: Vec<_> = (0..FLOWS)
+        .map(|k| {
+            let f = FlowSpec {
+                run,
+                flow: u32::from(k),
+                sport: SPORT + k,
+                size: 16 << 20,
+                pacing_bps: Some(PACING_BPS),
+            };
+            spawn_flow(&h1, src, dst, f, c.reg)
+        })
+        .collect();
+    let result = measure(c, src, dst);
+    // Repair whatever happened, then stop the load and L1's lqd.
+    let repaired = c.fab.set_spine_rate(SPINE, LEAF, 100);
+    c.reg.abort_all();
+    for h in handles {
+        let _ = h.join();
+    }
+    stop_daemon(&mut leaves[0]);
+    repaired?;
+    result
+}
+
+fn measure(c: &Ctx, src: std::net::Ipv4Addr, dst: std::net::Ipv4Addr) -> Result<RemoteFaultResult> {
+    sleep(Duration::from_secs(2))?;
+    let sports: Vec<u16> = (0..FLOWS).map(|k| SPORT + k).collect();
+    let devs = flow_egress(c.l1(), "h0", src, dst, super::traffic::PORT, &sports)?;
+    let via = format!("s{SPINE}");
+    let flows_via_spine = devs
+        .iter()
+        .filter(|d| d.as_deref() == Some(via.as_str()))
+        .count() as u32;
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (stop, ns) = (stop.clone(), c.l1().name().to_string());
+        let prefix = parse_prefix(&c.dst_prefix)?;
+        let table = c.table.unwrap_or(254);
+        let via = via.clone();
+        std::thread::spawn(move || poll(&ns, &via, prefix, table, false, &stop))
+    };
+    sleep(Duration::from_millis(500))?;
+    let fault_s = now_s();
+    let faulted = c.fab.set_spine_rate(SPINE, LEAF, FAULT_MBIT);
+    let slept = sleep(FAULT);
+    stop.store(true, Ordering::Relaxed);
+    let polls = poller
+        .join()
+        .map_err(|_| anyhow::anyhow!("the poller panicked"))??;
+    faulted?;
+    slept?;
+    Ok(judge(&polls, fault_s, FLOWS, flows_via_spine))
+}
+
+/// The measurements from the polls (pure, for the unit test).
+fn judge(polls: &[Poll], fault_s: f64, flows: u16, flows_via_spine: u32) -> RemoteFaultResult {
+    let pruned_s = change(polls, fault_s, |p| (p.t_lq, p.lq));
+    let after_prune: Vec<&[Poll]> = match pruned_s {
+        Some((at, _)) => polls.windows(2).filter(|w| w[0].t_lq >= at).collect(),
+        None => Vec::new(),
+    };
+    let readmit_windows: Vec<&&[Poll]> =
+        after_prune.iter().filter(|w| !w[0].lq && w[1].lq).collect();
+    let readmitted_s = readmit_windows.first().map(|w| (w[0].t_lq, w[1].t_lq));
+    let until = readmitted_s.map_or(f64::INFINITY, |(a, _)| a);
+    let last_data_s = after_prune
+        .iter()
+        .filter(|w| w[1].t_tx <= until && w[1].tx.saturating_sub(w[0].tx) >= DATA_OCTETS)
+        .map(|w| w[1].t_tx)
+        .reduce(f64::max);
+    let before = |t: f64| polls.iter().rev().find(|p| p.t_tx <= t).map(|p| p.tx);
+    let octets_before_prune = match (before(fault_s), pruned_s.and_then(|(_, b)| before(b))) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => 0,
+    };
+    let max_gap_ms = polls
+        .windows(2)
+        .map(|w| (w[1].t_lq - w[0].t_lq) * 1e3)
+        .fold(0.0, f64::max);
+    RemoteFaultResult {
+        flows,
+        flows_via_spine,
+        fault_s,
+        pruned_s,
+        readmitted_s,
+        readmissions: readmit_windows.len(),
+        last_data_s,
+        octets_before_prune,
+        polls: polls.len(),
+        max_gap_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(t: f64, lq: bool, tx: u64) -> Poll {
+        Poll {
+            t_bgp: t,
+            bgp: false,
+            t_lq: t,
+            lq,
+            t_tx: t,
+            tx,
+        }
+    }
+
+    /// Detection runs from the fault to the first read without S3; data after the prune
+    /// counts until the first readmission and not after it.
+    #[test]
+    fn detection_and_data_after_it() {
+        let polls = [
+            p(10.000, true, 0),
+            p(10.010, true, 5_000),
+            p(10.020, true, 9_000),
+            p(10.030, false, 12_000), // pruned between 10.020 and 10.030
+            p(10.035, false, 14_000), // 2 000 octets: still draining
+            p(10.040, false, 14_100), // 100: not data
+            p(10.300, true, 14_100),  // readmitted
+            p(10.310, true, 20_000),  // data after readmission: not charged
+            p(10.320, false, 20_000),
+        ];
+        let r = judge(&polls, 10.005, 24, 5);
+        assert!((r.detection_ms().unwrap() - 25.0).abs() < 1e-6);
+        assert!((r.traffic_after_detection_ms().unwrap() - 15.0).abs() < 1e-6);
+        assert_eq!(r.readmissions, 1);
+        assert_eq!(r.octets_before_prune, 12_000);
+        // Never pruned: nothing measured.
+        let never = [p(10.0, true, 0), p(10.1, true, 9_000)];
+        let r = judge(&never, 10.0, 24, 5);
+        assert_eq!(r.detection_ms(), None);
+        assert_eq!(r.traffic_after_detection_ms(), None);
+    }
+}
