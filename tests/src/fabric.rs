@@ -1135,6 +1135,11 @@ impl Clos3 {
             rate_mbit,
             ..self.shaping
         };
+        self.set_spine_shaping(i, j, s)
+    }
+
+    /// Shapes spine `i`'s link to leaf `j` with `s` (bucket and queue too).
+    pub fn set_spine_shaping(&self, i: usize, j: usize, s: Shaping) -> Result<()> {
         shape(&self.spines[i - 1], &format!("l{j}"), s)
     }
 }
