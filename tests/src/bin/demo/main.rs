@@ -872,7 +872,7 @@ fn run() -> Result<()> {
             "p99_fct_vs_static_cross": "cross traffic: p99 (nearest rank) of lq's job flow completion times / static capacity weights', same draw; a flow that did not finish counts as the time limit",
             "p99_fct_vs_static_dynamic": "dynamic load: lq's p99 flow completion time / static capacity weights' (told of the cut as lqd is: plain mode the group's weights replaced at the cut and the restore, --bgp FRR's UCMP following the Link Bandwidth), same draw",
             "remote_fault_detection_ms": "S3->L4 shaped to 1 Mbit/s with a 2 000-octet bucket and a 1 ms queue (nearly every packet offered dropped at once) while its link, BGP session and capacity stay, under 24 flows paced at 2 Mbit/s: from just before the qdisc change to the first 1 ms poll of L1's group without S3",
-            "remote_fault_traffic_after_detection_ms": "the same fault: from lq's prune of S3 (its earliest) to the end of the last poll interval in which L1 still sent > 1 000 octets towards S3 (before any readmission of S3 while the fault lasts: an idle broken link reads healthy)",
+            "remote_fault_traffic_after_detection_ms": "the same fault: from lq's prune of S3 (its earliest) to the end of the last poll interval in which L1 still sent > 1 000 octets towards S3 (over the whole fault: S3 readmitted while it lasts, as an idle broken link reads healthy, counts against lq)",
             "weight_swing_job_whole": "weight_swing over the whole lq job (its start to its last flow's end, or the time limit)",
             "weight_swing_cut_whole": "weight_swing over the whole cut of the dynamic lq run (S2->L4 cut to restored)",
             "degraded_share_job_whole": "degraded_share over the whole lq job",

@@ -9,10 +9,10 @@
 //! A light load (24 flows paced at 2 Mbit/s) runs from H1 to H4 under L1's lqd; a thread
 //! in L1's namespace polls lq's group and the octets L1 sends on its link to S3 every
 //! ~1 ms ([`super::withdraw::poll`]). Measured: detection (the fault to lq's group without
-//! S3) and how long after it L1 still sent data towards S3 (goal 10 ms); a path back in
-//! the group while the fault lasts (an idle broken link reads healthy: nothing is offered
-//! to it, so nothing is dropped) is counted, and the data sent after that are not charged
-//! to detection.
+//! S3) and how long after it L1 still sent data towards S3 (goal 10 ms), over the whole
+//! fault: a path back in the group while the fault lasts (LQS above 0 again: an idle
+//! broken link reads healthy, nothing is offered to it, so nothing is dropped) is counted,
+//! and data it draws count against lq.
 
 use std::{
     sync::{
@@ -64,8 +64,8 @@ pub struct RemoteFaultResult {
     readmitted_s: Option<(f64, f64)>,
     /// Times lq's group regained S3 during the fault.
     readmissions: usize,
-    /// End of the last poll interval with data towards S3 after the prune and before any
-    /// readmission.
+    /// End of the last poll interval with data towards S3 after the prune, while the fault
+    /// lasted (readmissions included).
     last_data_s: Option<f64>,
     /// Octets L1 sent towards S3 from the fault to the prune.
     octets_before_prune: u64,
@@ -79,7 +79,7 @@ impl RemoteFaultResult {
         Some((self.pruned_s?.1 - self.fault_s) * 1e3)
     }
 
-    /// Data towards S3 after lq's prune (at its earliest) and before a readmission; 0 when
+    /// Data towards S3 after lq's prune (at its earliest) while the fault lasted; 0 when
     /// none.
     pub fn traffic_after_detection_ms(&self) -> Option<f64> {
         let (pruned, _) = self.pruned_s?;
@@ -202,10 +202,9 @@ fn judge(polls: &[Poll], fault_s: f64, flows: u16, flows_via_spine: u32) -> Remo
     let readmit_windows: Vec<&&[Poll]> =
         after_prune.iter().filter(|w| !w[0].lq && w[1].lq).collect();
     let readmitted_s = readmit_windows.first().map(|w| (w[0].t_lq, w[1].t_lq));
-    let until = readmitted_s.map_or(f64::INFINITY, |(a, _)| a);
     let last_data_s = after_prune
         .iter()
-        .filter(|w| w[1].t_tx <= until && w[1].tx.saturating_sub(w[0].tx) >= DATA_OCTETS)
+        .filter(|w| w[1].tx.saturating_sub(w[0].tx) >= DATA_OCTETS)
         .map(|w| w[1].t_tx)
         .reduce(f64::max);
     let before = |t: f64| polls.iter().rev().find(|p| p.t_tx <= t).map(|p| p.tx);
@@ -247,7 +246,7 @@ mod tests {
     }
 
     /// Detection runs from the fault to the first read without S3; data after the prune
-    /// counts until the first readmission and not after it.
+    /// count to the fault's end, a readmission's included.
     #[test]
     fn detection_and_data_after_it() {
         let polls = [
@@ -258,11 +257,17 @@ mod tests {
             p(10.035, false, 14_000), // 2 000 octets: still draining
             p(10.040, false, 14_100), // 100: not data
             p(10.300, true, 14_100),  // readmitted
-            p(10.310, true, 20_000),  // data after readmission: not charged
+            p(10.310, true, 20_000),  // data after the readmission: charged
             p(10.320, false, 20_000),
         ];
         let r = judge(&polls, 10.005, 24, 5);
         assert!((r.detection_ms().unwrap() - 25.0).abs() < 1e-6);
+        assert!((r.traffic_after_detection_ms().unwrap() - 290.0).abs() < 1e-6);
+        // Without the readmission's data: the drain right after the prune.
+        let mut quiet = polls;
+        quiet[7].tx = 14_100;
+        quiet[8].tx = 14_100;
+        let r = judge(&quiet, 10.005, 24, 5);
         assert!((r.traffic_after_detection_ms().unwrap() - 15.0).abs() < 1e-6);
         assert_eq!(r.readmissions, 1);
         assert_eq!(r.octets_before_prune, 12_000);
