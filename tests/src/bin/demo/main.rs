@@ -87,6 +87,24 @@ fn poll_interruptible<T, S>(
 }
 
 /// Sleeps, waking early on Ctrl-C.
+/// The scenario a phase belongs to (the plot's rows), from the phase names [`Ctx::mark`]
+/// gives; `None` for the warm-up and the pauses between runs.
+fn scenario_of(phase: &str) -> Option<&'static str> {
+    if phase.starts_with("job ") {
+        Some("capacity cut, job")
+    } else if phase.starts_with("cross ") {
+        Some("cross traffic")
+    } else if phase.starts_with("dynamic ") {
+        Some("capacity cut, dynamic load")
+    } else if phase.starts_with("remote fault") {
+        Some("remote fault")
+    } else if phase.starts_with("bgp withdraw") {
+        Some("BGP withdrawal")
+    } else {
+        None
+    }
+}
+
 /// Who learns of a change of S2->L4's capacity in plain mode (with `--bgp` the spines'
 /// Link Bandwidth tells lqd and FRR's UCMP alike).
 #[derive(Clone, Copy)]
@@ -910,38 +928,78 @@ fn run() -> Result<()> {
     });
     let path = a.out.join("report.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    let plots: Vec<plot::DrawPlot> = draws
-        .iter()
-        .map(|r| {
-            let bands: Vec<plot::Band> = marks
-                .windows(2)
-                .filter(|w| w[0].2 == r.draw && w[0].1 != "settle")
-                .map(|w| (w[0].0, w[1].0.min(r.end_s), w[0].1.clone()))
+    // One row of panels per scenario and draw (issue 38 item 4), each over its own phases.
+    let mut plots: Vec<plot::DrawPlot> = Vec::new();
+    for r in &draws {
+        let bands: Vec<plot::Band> = marks
+            .windows(2)
+            .filter(|w| w[0].2 == r.draw && w[0].1 != "settle")
+            .map(|w| (w[0].0, w[1].0.min(r.end_s), w[0].1.clone()))
+            .chain(
+                marks
+                    .last()
+                    .filter(|m| m.2 == r.draw && m.1 != "settle")
+                    .map(|m| (m.0, r.end_s, m.1.clone())),
+            )
+            .collect();
+        for (scenario, detail) in [
+            (
+                "capacity cut, job",
+                format!(
+                    "job flows per path S1..S4 at the start: ECMP {:?}, static {:?}, lq {:?}",
+                    r.paths_ecmp, r.paths_static, r.paths_lq
+                ),
+            ),
+            (
+                "cross traffic",
+                format!(
+                    "job flows per path at the start: static (= ECMP) {:?}, lq {:?}",
+                    r.cross.paths_ecmp, r.cross.paths_lq
+                ),
+            ),
+            ("capacity cut, dynamic load", String::new()),
+            ("remote fault", r.remote_fault.line()),
+            (
+                "BGP withdrawal",
+                r.withdraw
+                    .as_ref()
+                    .map(WithdrawResult::line)
+                    .unwrap_or_default(),
+            ),
+        ] {
+            let mine: Vec<plot::Band> = bands
+                .iter()
+                .filter(|b| scenario_of(&b.2) == Some(scenario))
+                .cloned()
                 .collect();
-            plot::DrawPlot {
+            let (Some(first), Some(last)) = (mine.first(), mine.last()) else {
+                continue;
+            };
+            let (t0, t1) = (first.0, last.1);
+            plots.push(plot::DrawPlot {
                 title: format!(
-                    "draw {} (fib_multipath_hash_seed {}): job flows per path S1..S4 under ECMP {:?}, static weights {:?}",
+                    "draw {} (fib_multipath_hash_seed {}), {scenario}{}{detail}",
                     r.draw + 1,
                     r.seed,
-                    r.paths_ecmp,
-                    r.paths_static
+                    if detail.is_empty() { "" } else { ": " },
                 ),
-                t0: r.start_s,
-                t1: r.end_s,
+                row: scenario.to_string(),
+                t0,
+                t1,
                 samples: samples
                     .iter()
-                    .filter(|s| s.draw == r.draw)
+                    .filter(|s| s.draw == r.draw && (t0..=t1).contains(&s.t_s))
                     .cloned()
                     .collect(),
                 weights: wsamples
                     .iter()
-                    .filter(|s| s.draw == r.draw)
+                    .filter(|s| s.draw == r.draw && (t0..=t1).contains(&s.t_s))
                     .cloned()
                     .collect(),
-                bands,
-            }
-        })
-        .collect();
+                bands: mine,
+            });
+        }
+    }
     let title = format!(
         "lq demo: 4x4 CLOS{}, S2->L4 {DEGRADED_MBIT} Mbit/s, {} draw(s){}",
         if a.bgp { " with FRR (eBGP)" } else { "" },

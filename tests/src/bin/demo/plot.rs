@@ -1,7 +1,9 @@
-//! The demo's plot: an SVG written by hand (no dependencies). One block per hash draw, each
-//! with three panels over the draw's own time: L1's weight share per spine (the 100 ms
+//! The demo's plot: an SVG written by hand (no dependencies). One block per scenario and
+//! hash draw, each with three panels over the scenario's own time (ECMP, static weights and
+//! lq one after the other, as phase bands): L1's weight share per spine (the 100 ms
 //! samples, where a swinging weight shows), the LQS of every spine's link to L4, and the
-//! goodput. Blocks share the time scale so that draws compare at a glance.
+//! goodput. The blocks of one scenario share their time scale so that draws compare at a
+//! glance.
 
 use std::fmt::Write as _;
 
@@ -28,6 +30,8 @@ pub type Band = (f64, f64, String);
 pub struct DrawPlot {
     /// Block title.
     pub title: String,
+    /// The scenario: blocks of one scenario share their time scale.
+    pub row: String,
     /// The draw's start and end (seconds since the epoch).
     pub t0: f64,
     pub t1: f64,
@@ -47,9 +51,19 @@ fn esc(s: &str) -> String {
 
 /// Renders the SVG: one block of three panels per draw.
 pub fn svg(draws: &[DrawPlot], title: &str) -> String {
-    let panel_h = if draws.len() > 1 { 140.0 } else { 200.0 };
+    let panel_h = match draws.len() {
+        0..=1 => 200.0,
+        2..=5 => 140.0,
+        _ => 100.0,
+    };
     let block_h = BLOCK_HEAD + 3.0 * panel_h + 2.0 * GAP + BLOCK_FOOT;
-    let span = draws.iter().map(|d| d.t1 - d.t0).fold(1.0f64, f64::max);
+    let span_of = |row: &str| {
+        draws
+            .iter()
+            .filter(|d| d.row == row)
+            .map(|d| d.t1 - d.t0)
+            .fold(1.0f64, f64::max)
+    };
     let h = TOP + block_h * draws.len().max(1) as f64 + 10.0;
     let mut o = String::new();
     let _ = writeln!(
@@ -64,7 +78,7 @@ pub fn svg(draws: &[DrawPlot], title: &str) -> String {
     );
     for (k, d) in draws.iter().enumerate() {
         let top = TOP + k as f64 * block_h;
-        block(&mut o, d, top, panel_h, span);
+        block(&mut o, d, top, panel_h, span_of(&d.row));
     }
     o.push_str("</svg>\n");
     o
@@ -203,14 +217,17 @@ fn block(o: &mut String, d: &DrawPlot, top: f64, panel_h: f64, span: f64) {
             );
         }
     }
-    // Time axis: seconds since the draw's start.
+    // Time axis: seconds since the scenario's start, about ten ticks whatever its length.
     let yb = top + BLOCK_HEAD + 3.0 * panel_h + 2.0 * GAP;
-    let step = if span > 200.0 { 20.0 } else { 10.0 };
+    let step = [0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0]
+        .into_iter()
+        .find(|s| span / s <= 12.0)
+        .unwrap_or(100.0);
     let mut t = 0.0;
     while t <= span {
         let _ = writeln!(
             o,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{t:.0}</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{t}</text>"#,
             x(d.t0 + t),
             yb + 14.0
         );
@@ -218,7 +235,7 @@ fn block(o: &mut String, d: &DrawPlot, top: f64, panel_h: f64, span: f64) {
     }
     let _ = writeln!(
         o,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">time since the draw's start (s)</text>"#,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">time since the scenario's start (s)</text>"#,
         LEFT + plot_w / 2.0,
         yb + 30.0
     );
