@@ -240,6 +240,8 @@ pub struct Sample {
     goodput_mbit: f64,
     /// L1's tx rate per uplink since the previous sample.
     uplink_mbit: [f64; 4],
+    /// L1's group towards L4: the member nexthop of each bucket (`None`: no group).
+    buckets: Option<Vec<u32>>,
 }
 
 struct Shared {
@@ -734,7 +736,7 @@ fn run() -> Result<()> {
         let reg = reg.clone();
         let l1 = l1.name().to_string();
         let sockets = spine_sockets.clone();
-        std::thread::spawn(move || monitor(&sh, &reg, &l1, &sockets))
+        std::thread::spawn(move || monitor(&sh, &reg, &l1, &sockets, group))
     };
     // Every 50 ms, each spine's pipeline for its link to L4 (smoothed and raw U, D, the
     // drop flag, LQS, CL) into helpers-l4.jsonl: the distributions `lqd sim`'s elastic
@@ -889,6 +891,7 @@ fn run() -> Result<()> {
             "jct_vs_static_cross": "cross traffic (H2 and H3 to H4 through S2): lq's job completion time / static capacity weights' (every capacity equal: the same equal-weight group as ECMP), same draw",
             "p99_fct_vs_static_cross": "cross traffic: p99 (nearest rank) of lq's job flow completion times / static capacity weights', same draw; a flow that did not finish counts as the time limit",
             "p99_fct_vs_static_dynamic": "dynamic load: lq's p99 flow completion time / static capacity weights' (told of the cut as lqd is: plain mode the group's weights replaced at the cut and the restore, --bgp FRR's UCMP following the Link Bandwidth), same draw",
+            "buckets_moved_per_run": "per draw, per run (phase): buckets of L1's resilient group towards L4 whose member changed between consecutive 0.5 s samples (`ip -j nexthop bucket`), a lower bound; null where no group of lq's forwards (FRR's UCMP route with --bgp)",
             "remote_fault_detection_ms": "S3->L4 shaped to 1 Mbit/s with a 2 000-octet bucket and a 1 ms queue (nearly every packet offered dropped at once) while its link, BGP session and capacity stay, under 24 flows paced at 2 Mbit/s: from just before the qdisc change to the first 1 ms poll of L1's group without S3",
             "remote_fault_traffic_after_detection_ms": "the same fault: from lq's prune of S3 (its earliest) to the end of the last poll interval in which L1 still sent > 1 000 octets towards S3 (over the whole fault: S3 readmitted while it lasts, as an idle broken link reads healthy, counts against lq)",
             "weight_swing_job_whole": "weight_swing over the whole lq job (its start to its last flow's end, or the time limit)",
@@ -1464,6 +1467,18 @@ fn draw_report(
         m["bgp_convergence_ms"] = json!(w.bgp_convergence_ms());
         m["lq_follow_after_bgp_ms"] = json!(w.lq_follow_ms());
     }
+    // Issue 38 item 2: every variant's bucket moves (null where no resilient group of lq's
+    // forwards: FRR's UCMP route with --bgp).
+    let buckets_moved_per_run = {
+        let mine: Vec<&Sample> = samples.iter().filter(|s| s.draw == d).collect();
+        let mut phases: Vec<&str> = mine.iter().map(|s| s.phase.as_str()).collect();
+        phases.dedup();
+        let mut o = serde_json::Map::new();
+        for p in phases.into_iter().filter(|p| scenario_of(p).is_some()) {
+            o.insert(p.to_string(), json!(buckets_moved(&mine, p)));
+        }
+        Value::Object(o)
+    };
     let paths = |p: &[u32; 4]| json!({"S1": p[0], "S2": p[1], "S3": p[2], "S4": p[3]});
     let detail = json!({
         "draw": d,
@@ -1480,6 +1495,7 @@ fn draw_report(
         },
         "cross": r.cross.json(),
         "remote_fault": r.remote_fault.json(),
+        "buckets_moved_per_run": buckets_moved_per_run,
         "windows_s": {
             "job": [job_window.0, job_window.1], "dynamic": [dyn_window.0, dyn_window.1],
             "job_whole": [job_whole.0, job_whole.1], "cut_whole": [cut_whole.0, cut_whole.1],
@@ -1905,7 +1921,62 @@ fn lq_group(
         .map(|g| g.group))
 }
 
-fn monitor(sh: &Shared, reg: &Registry, l1: &str, spines: &[PathBuf]) {
+/// The member nexthop of every bucket of resilient group `group` in namespace `ns` (`ip -j
+/// nexthop bucket`); `None` when the group is absent (FRR's own route forwards) or the
+/// read failed.
+fn group_buckets(ns: &str, group: u64) -> Option<Vec<u32>> {
+    let out = std::process::Command::new("ip")
+        .args([
+            "-n",
+            ns,
+            "-j",
+            "nexthop",
+            "bucket",
+            "show",
+            "id",
+            &group.to_string(),
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    let mut table: Vec<(u64, u32)> = v
+        .as_array()?
+        .iter()
+        .filter_map(|b| {
+            let b = &b["bucket"];
+            Some((
+                b["index"].as_u64()?,
+                u32::try_from(b["nhid"].as_u64()?).ok()?,
+            ))
+        })
+        .collect();
+    table.sort_unstable();
+    (!table.is_empty()).then(|| table.into_iter().map(|(_, nh)| nh).collect())
+}
+
+/// Buckets that changed member between consecutive samples of `samples` (one draw's, in
+/// time order) whose phase is `phase`: a lower bound of the group's bucket moves in that
+/// run (a bucket moved and moved back between two samples is not seen); `None` when no two
+/// consecutive samples of the phase both saw the group.
+fn buckets_moved(samples: &[&Sample], phase: &str) -> Option<u64> {
+    let mut seen = false;
+    let mut moved = 0u64;
+    for w in samples.windows(2) {
+        if w[1].phase != phase || w[0].phase != phase {
+            continue;
+        }
+        if let (Some(a), Some(b)) = (&w[0].buckets, &w[1].buckets)
+            && a.len() == b.len()
+        {
+            seen = true;
+            moved += a.iter().zip(b).filter(|(x, y)| x != y).count() as u64;
+        }
+    }
+    seen.then_some(moved)
+}
+
+fn monitor(sh: &Shared, reg: &Registry, l1: &str, spines: &[PathBuf], group: u64) {
     let l1ns = NsName(l1.to_string());
     let mut last_delivered = reg.delivered.load(Ordering::Relaxed);
     let mut last_tx: Option<[u64; 4]> = None;
@@ -1947,7 +2018,9 @@ fn monitor(sh: &Shared, reg: &Registry, l1: &str, spines: &[PathBuf]) {
         };
         last_tx = Some(tx);
         let phase = sh.phase.lock().unwrap().clone();
+        let buckets = group_buckets(l1, group);
         let s = Sample {
+            buckets,
             t_s: now_s(),
             draw: sh.draw.load(Ordering::Relaxed),
             phase: phase.clone(),
@@ -2093,5 +2166,44 @@ impl Sample {
             "lqs_to_l4": self.lqs_to_l4, "cl_to_l4": self.cl_to_l4,
             "goodput_mbit": self.goodput_mbit, "l1_uplink_mbit": self.uplink_mbit,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(phase: &str, buckets: Option<Vec<u32>>) -> Sample {
+        Sample {
+            t_s: 0.0,
+            draw: 0,
+            phase: phase.into(),
+            weights: [0; 4],
+            lqs_to_l4: [None; 4],
+            cl_to_l4: [None; 4],
+            goodput_mbit: 0.0,
+            uplink_mbit: [0.0; 4],
+            buckets,
+        }
+    }
+
+    /// Moves are counted between consecutive samples of the same phase only, a bucket
+    /// moved there and back counts twice, and a phase without the group is not measured.
+    #[test]
+    fn bucket_moves_per_phase() {
+        let s = [
+            sample("job static", Some(vec![1, 2, 3, 4])),
+            sample("job lq", Some(vec![1, 2, 3, 4])),
+            sample("job lq", Some(vec![1, 1, 3, 4])),
+            sample("job lq", Some(vec![1, 2, 3, 3])),
+            sample("job ecmp", None),
+            sample("job ecmp", None),
+        ];
+        let refs: Vec<&Sample> = s.iter().collect();
+        assert_eq!(buckets_moved(&refs, "job lq"), Some(3));
+        assert_eq!(buckets_moved(&refs, "job static"), None);
+        assert_eq!(buckets_moved(&refs, "job ecmp"), None);
+        assert_eq!(scenario_of("cross job lq"), Some("cross traffic"));
+        assert_eq!(scenario_of("settle"), None);
     }
 }
