@@ -482,7 +482,7 @@ fn answer(request: &str, snap: &Snapshot) -> String {
         "state" => {
             let neighbors = lb.map(|lb| lb.neighbors_yang(now, crate::sys::clock::unix_ns()));
             let local = helper.map(crate::views::snapshot::HelperSnapshot::local_yang);
-            let weighted_ecmp = lb.map(|lb| crate::views::yang_state::weighted_ecmp_json(&lb.weights));
+            let weighted_ecmp = lb.map(|lb| crate::views::snapshot::weighted_ecmp_json(&lb.weights));
             crate::views::yang_state::state_document(&snap.config, local, neighbors, weighted_ecmp)
                 .to_string()
         }
