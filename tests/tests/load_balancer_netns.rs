@@ -580,10 +580,19 @@ fn link_flaps_and_per_entry_ageing() {
         "show weights agreed with the kernel after {:?}",
         t.elapsed()
     );
-    let n = lqd.show("neighbors").unwrap();
-    assert!(
-        n.as_array().unwrap().iter().all(|x| x["state"] == "active"),
-        "S2 itself stays active: {n}"
+    // S2 itself stays active: one entry's silence is not the spine's. Polled: a stall of
+    // this test's own sender thread (a CI run saw all four spines "stale", last seen
+    // 37.7 ms ago) shows every spine stale for a moment, which is display only (6.5 fails
+    // a spine after miss-count x T_notify; S2 keeps sending its L3 entry, so it is heard).
+    show_when(
+        &lqd,
+        "neighbors",
+        "S2 itself stays active (every spine active)",
+        Duration::from_secs(1),
+        |n| {
+            n.as_array()
+                .is_some_and(|a| a.iter().all(|x| x["state"] == "active"))
+        },
     );
     drop_l4.lock().unwrap()[1] = false;
     wait_for("S2's L4 entry back", &lqd, &f.leaf, &equal);

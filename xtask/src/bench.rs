@@ -28,7 +28,7 @@
 //! comparable only when these agree.
 //!
 //! Long benchmarks ([`LONG_BENCHES`]) run only when named: `cargo xtask bench fabric` runs
-//! the fabric demo over 5 hash draws (about 15 minutes on 2 cores, `bench_fabric.rs`).
+//! the fabric demo over 5 hash draws (about 20 minutes on 2 cores, `bench_fabric.rs`).
 
 use std::{fs, path::Path, time::Instant};
 

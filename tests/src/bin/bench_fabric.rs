@@ -8,7 +8,7 @@
 //! `LQ_BENCH_FABRIC_ARGS="--weight-function integral" cargo xtask bench fabric` (the
 //! demo's default is lqd's, `seed`); a
 //! `--draws N` there replaces the 5, and `--report PATH` re-reads an earlier report
-//! instead of running the demo. About 3 minutes per draw on 2 cores; the plot of
+//! instead of running the demo. About 4 minutes per draw on 2 cores; the plot of
 //! every draw is `target/bench/fabric/plot.svg`.
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
