@@ -14,26 +14,19 @@
 //! broken link reads healthy, nothing is offered to it, so nothing is dropped) is counted,
 //! and data it draws count against lq.
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::time::Duration;
 
 use anyhow::Result;
-use lq_tests::fabric::{Clos3, Daemon, Shaping, flow_egress};
+use lq_tests::fabric::{Daemon, Shaping};
 use serde_json::{Value, json};
 
 use super::{
-    Ctx, FlowSpec, now_s, parse_prefix, sleep, spawn_flow, stop_daemon,
-    withdraw::{Poll, change, poll},
+    Ctx, now_s, sleep, stop_daemon,
+    withdraw::{DATA_OCTETS, FLOWS, LEAF, PACING_BPS, Poll, SPINE, WatchedLoad, change},
 };
 
-/// The faulty spine (1-based; the one [`super::withdraw::poll`] watches) and the leaf.
-const SPINE: usize = 3;
-const LEAF: usize = 4;
+/// Source ports of the load (the withdrawal's start at 40000).
+const SPORT: u16 = 41000;
 /// S3->L4's rate during the fault, Mbit/s: the flows through it offer ~10.
 const FAULT_MBIT: u32 = 1;
 /// The fault's bucket and queue: a link that drops what it cannot send at once, as a faulty
@@ -46,11 +39,6 @@ const FAULT_SHAPING: Shaping = Shaping {
 };
 /// How long the fault lasts.
 const FAULT: Duration = Duration::from_millis(2500);
-const FLOWS: u16 = 24;
-const PACING_BPS: u64 = 2_000_000;
-const SPORT: u16 = 41000;
-/// Octets in one poll interval that count as data.
-const DATA_OCTETS: u64 = 1000;
 
 /// What one fault measured.
 pub struct RemoteFaultResult {
@@ -136,60 +124,23 @@ pub fn run_remote_fault(
         "==> demo: remote fault: {FLOWS} flows paced at {} Mbit/s from H1 to H4, then S{SPINE}->L{LEAF} drops nearly everything ({FAULT_MBIT} Mbit/s) while its link, BGP and capacity stay",
         PACING_BPS / 1_000_000
     );
-    let (src, dst) = (Clos3::host_addr(1), Clos3::host_addr(LEAF));
-    let h1 = c.fab.hosts[0].name().to_string();
-    let handles: Vec<_> = (0..FLOWS)
-        .map(|k| {
-            let f = FlowSpec {
-                run,
-                flow: u32::from(k),
-                sport: SPORT + k,
-                size: 16 << 20,
-                pacing_bps: Some(PACING_BPS),
-            };
-            spawn_flow(&h1, src, dst, f, c.reg)
-        })
-        .collect();
-    let result = measure(c, src, dst);
-    // Repair whatever happened, then stop the load and L1's lqd.
-    let repaired = c.fab.set_spine_rate(SPINE, LEAF, 100);
-    c.reg.abort_all();
-    for h in handles {
-        let _ = h.join();
-    }
+    let result = WatchedLoad::start(c, run, SPORT, false).and_then(|mut load| {
+        let fault_s = now_s();
+        let faulted = c.fab.set_spine_shaping(SPINE, LEAF, FAULT_SHAPING);
+        let slept = sleep(FAULT);
+        let polls = load.polls();
+        // Repair whatever happened, then stop the load.
+        let repaired = c.fab.set_spine_rate(SPINE, LEAF, 100);
+        let flows_via_spine = load.flows_via_spine;
+        load.stop(c);
+        let polls = polls?;
+        faulted?;
+        slept?;
+        repaired?;
+        Ok(judge(&polls, fault_s, FLOWS, flows_via_spine))
+    });
     stop_daemon(&mut leaves[0]);
-    repaired?;
     result
-}
-
-fn measure(c: &Ctx, src: std::net::Ipv4Addr, dst: std::net::Ipv4Addr) -> Result<RemoteFaultResult> {
-    sleep(Duration::from_secs(2))?;
-    let sports: Vec<u16> = (0..FLOWS).map(|k| SPORT + k).collect();
-    let devs = flow_egress(c.l1(), "h0", src, dst, super::traffic::PORT, &sports)?;
-    let via = format!("s{SPINE}");
-    let flows_via_spine = devs
-        .iter()
-        .filter(|d| d.as_deref() == Some(via.as_str()))
-        .count() as u32;
-    let stop = Arc::new(AtomicBool::new(false));
-    let poller = {
-        let (stop, ns) = (stop.clone(), c.l1().name().to_string());
-        let prefix = parse_prefix(&c.dst_prefix)?;
-        let table = c.table.unwrap_or(254);
-        let via = via.clone();
-        std::thread::spawn(move || poll(&ns, &via, prefix, table, false, &stop))
-    };
-    sleep(Duration::from_millis(500))?;
-    let fault_s = now_s();
-    let faulted = c.fab.set_spine_shaping(SPINE, LEAF, FAULT_SHAPING);
-    let slept = sleep(FAULT);
-    stop.store(true, Ordering::Relaxed);
-    let polls = poller
-        .join()
-        .map_err(|_| anyhow::anyhow!("the poller panicked"))??;
-    faulted?;
-    slept?;
-    Ok(judge(&polls, fault_s, FLOWS, flows_via_spine))
 }
 
 /// The measurements from the polls (pure, for the unit test).

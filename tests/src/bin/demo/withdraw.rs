@@ -30,14 +30,14 @@ use super::{
 };
 
 /// The spine whose path is withdrawn (1-based) and the leaf it stops reaching.
-const SPINE: usize = 3;
-const LEAF: usize = 4;
+pub(super) const SPINE: usize = 3;
+pub(super) const LEAF: usize = 4;
 /// The light load.
-const FLOWS: u16 = 24;
-const PACING_BPS: u64 = 2_000_000;
+pub(super) const FLOWS: u16 = 24;
+pub(super) const PACING_BPS: u64 = 2_000_000;
 const SPORT: u16 = 40000;
 /// Octets in one poll interval that count as data (BGP keepalives are ~85 octets).
-const DATA_OCTETS: u64 = 1000;
+pub(super) const DATA_OCTETS: u64 = 1000;
 
 /// What one withdrawal measured.
 pub struct WithdrawResult {
@@ -177,25 +177,11 @@ pub fn run_withdraw(
         "==> demo: BGP withdrawal: {FLOWS} flows paced at {} Mbit/s from H1 to H4, then S{SPINE} shuts its session to L{LEAF}",
         PACING_BPS / 1_000_000
     );
-    let (src, dst) = (Clos3::host_addr(1), Clos3::host_addr(LEAF));
-    let h1 = c.fab.hosts[0].name().to_string();
-    let handles: Vec<_> = (0..FLOWS)
-        .map(|k| {
-            let f = FlowSpec {
-                run,
-                flow: u32::from(k),
-                sport: SPORT + k,
-                size: 16 << 20,
-                pacing_bps: Some(PACING_BPS),
-            };
-            spawn_flow(&h1, src, dst, f, c.reg)
-        })
-        .collect();
-    let result = measure(c, spine_frr, src, dst);
-    c.reg.abort_all();
-    for h in handles {
-        let _ = h.join();
-    }
+    let result = WatchedLoad::start(c, run, SPORT, true).and_then(|mut load| {
+        let r = measure(spine_frr, &mut load);
+        load.stop(c);
+        r
+    });
     // Restore the session and stop L1's lqd whatever happened.
     let restored = restore(c, spine_frr);
     stop_daemon(&mut leaves[0]);
@@ -227,29 +213,103 @@ fn restore(c: &Ctx, spine_frr: &lq_tests::frr::Frr) -> Result<bool> {
 }
 
 /// The load is running: counts its flows on S3, polls, shuts the session, polls on.
-fn measure(
-    c: &Ctx,
-    spine_frr: &lq_tests::frr::Frr,
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-) -> Result<WithdrawResult> {
-    sleep(Duration::from_secs(2))?;
-    let sports: Vec<u16> = (0..FLOWS).map(|k| SPORT + k).collect();
-    let devs = flow_egress(c.l1(), "h0", src, dst, super::traffic::PORT, &sports)?;
-    let via = format!("s{SPINE}");
-    let flows_via_spine = devs
-        .iter()
-        .filter(|d| d.as_deref() == Some(via.as_str()))
-        .count() as u32;
-    let stop = Arc::new(AtomicBool::new(false));
-    let poller = {
-        let (stop, ns) = (stop.clone(), c.l1().name().to_string());
-        let prefix = parse_prefix(&c.dst_prefix)?;
-        let table = c.table.unwrap_or(254);
-        let via = via.clone();
-        std::thread::spawn(move || poll(&ns, &via, prefix, table, true, &stop))
-    };
-    sleep(Duration::from_millis(500))?;
+/// The light load of this phase and of the remote fault (`FLOWS` flows paced at
+/// `PACING_BPS` from H1 to H`LEAF`), settled, its flows through S`SPINE` counted, and a
+/// [`poll`]er in L1's namespace watching S`SPINE`.
+pub(super) struct WatchedLoad {
+    flows: Vec<std::thread::JoinHandle<()>>,
+    /// The load's flows the kernel sent via S`SPINE` once it settled.
+    pub(super) flows_via_spine: u32,
+    stop: Arc<AtomicBool>,
+    /// `None` once [`Self::polls`] took its polls.
+    poller: Option<std::thread::JoinHandle<Result<Vec<Poll>>>>,
+}
+
+impl WatchedLoad {
+    /// Starts the load (source ports from `sport`), lets it settle 2 s, then the poller
+    /// (reading BGP's route too when `bgp`), and gives it 0.5 s of polls before returning.
+    pub(super) fn start(c: &Ctx, run: u32, sport: u16, bgp: bool) -> Result<Self> {
+        let (src, dst) = (Clos3::host_addr(1), Clos3::host_addr(LEAF));
+        let h1 = c.fab.hosts[0].name().to_string();
+        let flows: Vec<_> = (0..FLOWS)
+            .map(|k| {
+                let f = FlowSpec {
+                    run,
+                    flow: u32::from(k),
+                    sport: sport + k,
+                    size: 16 << 20,
+                    pacing_bps: Some(PACING_BPS),
+                };
+                spawn_flow(&h1, src, dst, f, c.reg)
+            })
+            .collect();
+        let watched = (|| {
+            sleep(Duration::from_secs(2))?;
+            let sports: Vec<u16> = (0..FLOWS).map(|k| sport + k).collect();
+            let devs = flow_egress(c.l1(), "h0", src, dst, super::traffic::PORT, &sports)?;
+            let via = format!("s{SPINE}");
+            let flows_via_spine = devs
+                .iter()
+                .filter(|d| d.as_deref() == Some(via.as_str()))
+                .count() as u32;
+            let stop = Arc::new(AtomicBool::new(false));
+            let prefix = parse_prefix(&c.dst_prefix)?;
+            let poller = {
+                let (stop, ns) = (stop.clone(), c.l1().name().to_string());
+                let table = c.table.unwrap_or(254);
+                std::thread::spawn(move || poll(&ns, &via, prefix, table, bgp, &stop))
+            };
+            let settled = sleep(Duration::from_millis(500));
+            Ok((flows_via_spine, stop, poller, settled))
+        })();
+        match watched {
+            Ok((flows_via_spine, stop, poller, settled)) => {
+                let load = Self {
+                    flows,
+                    flows_via_spine,
+                    stop,
+                    poller: Some(poller),
+                };
+                if let Err(e) = settled {
+                    load.stop(c);
+                    return Err(e);
+                }
+                Ok(load)
+            }
+            Err(e) => {
+                c.reg.abort_all();
+                for h in flows {
+                    let _ = h.join();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Stops the poller and returns its polls (the load keeps running).
+    pub(super) fn polls(&mut self) -> Result<Vec<Poll>> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.poller
+            .take()
+            .context("the polls were already taken")?
+            .join()
+            .map_err(|_| anyhow::anyhow!("the poller panicked"))?
+    }
+
+    /// Stops the poller, if it still runs, and the load.
+    pub(super) fn stop(mut self, c: &Ctx) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(p) = self.poller.take() {
+            let _ = p.join();
+        }
+        c.reg.abort_all();
+        for h in self.flows {
+            let _ = h.join();
+        }
+    }
+}
+
+fn measure(spine_frr: &lq_tests::frr::Frr, load: &mut WatchedLoad) -> Result<WithdrawResult> {
     let shut_s = now_s();
     let shut = spine_frr.vtysh(&[
         "configure terminal",
@@ -257,12 +317,10 @@ fn measure(
         &format!("neighbor {} shutdown", Clos3::leaf_addr(SPINE, LEAF)),
     ]);
     let slept = sleep(Duration::from_millis(2500));
-    stop.store(true, Ordering::Relaxed);
-    let polls = poller
-        .join()
-        .map_err(|_| anyhow::anyhow!("the poller panicked"))??;
+    let polls = load.polls()?;
     shut?;
     slept?;
+    let flows_via_spine = load.flows_via_spine;
     let bgp_s = change(&polls, shut_s, |p| (p.t_bgp, p.bgp));
     let lq_s = change(&polls, shut_s, |p| (p.t_lq, p.lq));
     let last_data_s = polls
