@@ -896,7 +896,7 @@ fn run() -> Result<()> {
             "jct_vs_static_cross": "cross traffic (H2 and H3 to H4 through S2): lq's job completion time / static capacity weights' (every capacity equal: the same equal-weight group as ECMP), same draw",
             "p99_fct_vs_static_cross": "cross traffic: p99 (nearest rank) of lq's job flow completion times / static capacity weights', same draw; a flow that did not finish counts as the time limit",
             "p99_fct_vs_static_dynamic": "dynamic load: lq's p99 flow completion time / static capacity weights' (told of the cut as lqd is: plain mode the group's weights replaced at the cut and the restore, --bgp FRR's UCMP following the Link Bandwidth), same draw",
-            "buckets_moved_per_run": "per draw, per run (phase): buckets of L1's resilient group towards L4 whose member changed between consecutive 0.5 s samples (`ip -j nexthop bucket`), a lower bound; null where no group of lq's forwards (FRR's UCMP route with --bgp)",
+            "buckets_moved_per_run": "per draw, per run (a cut or restore inside it included): buckets of L1's resilient group towards L4 whose member changed between consecutive 0.5 s samples (`ip -j nexthop bucket`), a lower bound; null where no group of lq's forwards (FRR's UCMP route with --bgp)",
             "remote_fault_detection_ms": "S3->L4 shaped to 1 Mbit/s with a 2 000-octet bucket and a 1 ms queue (nearly every packet offered dropped at once) while its link, BGP session and capacity stay, under 24 flows paced at 2 Mbit/s: from just before the qdisc change to the first 1 ms poll of L1's group without S3",
             "remote_fault_traffic_after_detection_ms": "the same fault: from lq's prune of S3 (its earliest) to the end of the last poll interval in which L1 still sent > 1 000 octets towards S3 (over the whole fault: S3 readmitted while it lasts, as an idle broken link reads healthy, counts against lq)",
             "weight_swing_job_whole": "weight_swing over the whole lq job (its start to its last flow's end, or the time limit)",
@@ -1495,7 +1495,7 @@ fn draw_report(
     // forwards: FRR's UCMP route with --bgp).
     let buckets_moved_per_run = {
         let mine: Vec<&Sample> = samples.iter().filter(|s| s.draw == d).collect();
-        let mut phases: Vec<&str> = mine.iter().map(|s| s.phase.as_str()).collect();
+        let mut phases: Vec<&str> = mine.iter().map(|s| run_of(&s.phase)).collect();
         phases.dedup();
         let mut o = serde_json::Map::new();
         for p in phases.into_iter().filter(|p| scenario_of(p).is_some()) {
@@ -1979,15 +1979,22 @@ fn group_buckets(ns: &str, group: u64) -> Option<Vec<u32>> {
     (!table.is_empty()).then(|| table.into_iter().map(|(_, nh)| nh).collect())
 }
 
+/// The run a phase belongs to: its name without a parenthesised stage (`dynamic static (S2->L4
+/// cut)` is the run `dynamic static`).
+fn run_of(phase: &str) -> &str {
+    phase.split(" (").next().unwrap_or(phase)
+}
+
 /// Buckets that changed member between consecutive samples of `samples` (one draw's, in
-/// time order) whose phase is `phase`: a lower bound of the group's bucket moves in that
-/// run (a bucket moved and moved back between two samples is not seen); `None` when no two
-/// consecutive samples of the phase both saw the group.
-fn buckets_moved(samples: &[&Sample], phase: &str) -> Option<u64> {
+/// time order) of run `run` ([`run_of`]; a cut or restore inside the run included): a lower
+/// bound of the group's bucket moves in that run (a bucket moved and moved back between two
+/// samples is not seen); `None` when no two consecutive samples of the run both saw the
+/// group.
+fn buckets_moved(samples: &[&Sample], run: &str) -> Option<u64> {
     let mut seen = false;
     let mut moved = 0u64;
     for w in samples.windows(2) {
-        if w[1].phase != phase || w[0].phase != phase {
+        if run_of(&w[1].phase) != run || run_of(&w[0].phase) != run {
             continue;
         }
         if let (Some(a), Some(b)) = (&w[0].buckets, &w[1].buckets)
@@ -2222,9 +2229,13 @@ mod tests {
             sample("job lq", Some(vec![1, 2, 3, 3])),
             sample("job ecmp", None),
             sample("job ecmp", None),
+            sample("dynamic static", Some(vec![1, 2, 3, 4])),
+            sample("dynamic static (S2->L4 cut)", Some(vec![1, 1, 3, 4])),
         ];
         let refs: Vec<&Sample> = s.iter().collect();
         assert_eq!(buckets_moved(&refs, "job lq"), Some(3));
+        // The cut inside a run is part of it.
+        assert_eq!(buckets_moved(&refs, "dynamic static"), Some(1));
         assert_eq!(buckets_moved(&refs, "job static"), None);
         assert_eq!(buckets_moved(&refs, "job ecmp"), None);
         assert_eq!(scenario_of("cross job lq"), Some("cross traffic"));
