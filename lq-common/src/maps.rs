@@ -50,6 +50,17 @@ pub const ECN_PROGRAM: &str = "lq_ecn_egress";
 /// How many interfaces the ECN counter tracks.
 pub const ECN_IF_CAPACITY: u32 = 256;
 
+/// One `u32` at index 0: the layout version ([`COUNTER_PIN_LAYOUT`]) of the tc counters'
+/// maps pinned beside it (the PFC counter's, the ECN counter's). `lqd` writes it when it
+/// creates the pins and checks it before it adopts pins a previous run left, with their
+/// links still counting: maps of another layout are never read or written as this one.
+pub const COUNTER_META_MAP: &str = "LQ_COUNTER_META";
+/// The layout of the pinned tc counter maps. 1: the pins of lqd before the counters
+/// outlived it (no [`COUNTER_META_MAP`], a 16-octet `PfcIfConfig`); 2: links pinned beside
+/// the maps, a 20-octet `PfcIfConfig` with the interface's counter epoch. Raise it with any
+/// change of a pinned counter map's key, value or meaning.
+pub const COUNTER_PIN_LAYOUT: u32 = 2;
+
 /// Rows of the path table: two per entry of a 64-spine x 512-leaf fabric (32 768 entries,
 /// one link each). Rows are claimed in arrival order and never freed (a key keeps its row),
 /// so the table holds at most this many distinct keys (fewer by the rows reserved by CPUs

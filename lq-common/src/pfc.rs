@@ -136,8 +136,13 @@ pub struct PfcIfConfig {
     pub speed_mbps: u32,
     /// `PFC_IF_*` flags.
     pub flags: u32,
+    /// The counter epoch of this interface's eight counters (seed 000 section 6): set when
+    /// `lqd` attaches a new counting program to the interface (the counters start at zero
+    /// then), kept while a pinned link counts on across restarts of `lqd`. Read only by
+    /// `lqd`; the program ignores it.
+    pub epoch: u32,
 }
-const _: () = assert!(core::mem::size_of::<PfcIfConfig>() == 16);
+const _: () = assert!(core::mem::size_of::<PfcIfConfig>() == 20);
 
 /// Why a frame was not counted (index of [`PFC_REJECT_MAP`]). Frames of other EtherTypes
 /// are not MAC Control frames and are not tallied.

@@ -19,6 +19,12 @@ mod hash_clear;
 mod pfc;
 mod receiver;
 
+/// The layout version of the tc counters' pinned maps (`lq_common::maps::COUNTER_META_MAP`),
+/// written and checked by `lqd` only: no program reads it. One instance is pinned beside
+/// each counter's maps (the PFC counter's folder, the ECN counter's).
+#[aya_ebpf::macros::btf_map]
+static LQ_COUNTER_META: aya_ebpf::btf_maps::Array<u32, 1> = aya_ebpf::btf_maps::Array::new();
+
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {

@@ -70,6 +70,50 @@ pub enum Command {
     /// Check a configuration file and print the effective settings; exit 1 on an error,
     /// which names the file, the line and the allowed range.
     CheckConfig(CheckConfigArgs),
+    /// Detach the counters a stopped instance left counting (PFC, ECN-eligible) and remove
+    /// its pinned maps; refused while the instance runs.
+    #[command(long_about = CLEANUP_LONG_ABOUT)]
+    Cleanup(CleanupArgs),
+}
+
+const CLEANUP_LONG_ABOUT: &str = "\
+Detach the counters a stopped instance left counting and remove its pins.
+
+lqd's tc counters outlive it on purpose: the PFC counter and the ECN-eligible counter are
+attached through tcx links pinned beside their maps, so they go on counting while lqd is
+stopped, restarted or upgraded, and the next start adopts them (the PFC totals it exports
+then include the frames of the gap, in the same counter epoch). The path table's maps are
+pinned too (a restart keeps the table). `lqd cleanup` ends all that for one instance:
+it removes every pin under /sys/fs/bpf/lq/INSTANCE (path table, ECN counters) and
+/sys/fs/bpf/lq/INSTANCE-pfc (or the folders the configuration names), which detaches the
+counters. The next start counts from zero in a new epoch. Use it to uninstall lq, to stop
+counting for good, or when a new lqd refuses pins of another map layout. Forwarding state
+(nexthop groups, routes) is not touched: `[nexthop-group] flush-on-exit = true` removes it.
+
+Examples:
+  $ lqd cleanup --instance leaf1 --dry-run
+  $ lqd cleanup --instance leaf1 --config /etc/lq/leaf1.toml
+  $ lqd cleanup --pin-dir /sys/fs/bpf/lq/leaf1-pfc";
+
+/// Arguments of `lqd cleanup`.
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    /// Instance name: its pins under /sys/fs/bpf/lq/NAME and /sys/fs/bpf/lq/NAME-pfc.
+    #[arg(long, default_value = "default", value_parser = parse_instance)]
+    pub instance: String,
+    /// The instance's configuration, for the pin folders it sets (`[receiver] pin-dir`,
+    /// `[pfc] pin-dir`) instead of the defaults.
+    #[arg(long, short, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Clean only this folder (and its subfolders), e.g. the one a refused start names.
+    #[arg(long, value_name = "DIR", conflicts_with = "config")]
+    pub pin_dir: Option<PathBuf>,
+    /// List what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 const RUN_LONG_ABOUT: &str = "\

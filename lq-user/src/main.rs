@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         Command::Run(args) => top(run(args)),
         Command::Show(args) => top(show(&args)),
         Command::CheckConfig(args) => top(check_config(&args.file)),
+        Command::Cleanup(args) => top(cleanup(&args)),
         Command::Monitor(args) => top(monitor(&args)),
         Command::Ipfix(cli::IpfixCommand::Collect(args)) => top(collect(&args)),
         Command::Sim(args) => top(sim(&args)),
@@ -109,6 +110,36 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
         writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
     } else {
         write!(out, "{}", table(&value))?;
+    }
+    Ok(())
+}
+
+fn cleanup(args: &cli::CleanupArgs) -> anyhow::Result<()> {
+    use lq_user::{daemon, sys::bpf::path_table::DEFAULT_PIN_ROOT};
+    let (receiver_dir, pfc_dir) = match &args.config {
+        Some(path) => {
+            let cfg = lq_user::config::Config::load(path)?;
+            (cfg.receiver.pin_dir.clone(), cfg.pfc.pin_dir.clone())
+        }
+        None => (None, None),
+    };
+    let instance = daemon::Instance::new(&args.instance, receiver_dir.as_deref());
+    let dirs = match &args.pin_dir {
+        Some(d) => vec![d.clone()],
+        None => vec![
+            instance.pin_dir.clone(),
+            pfc_dir.unwrap_or_else(|| {
+                std::path::Path::new(DEFAULT_PIN_ROOT).join(format!("{}-pfc", args.instance))
+            }),
+        ],
+    };
+    let v =
+        lq_user::tools::cleanup::cleanup(&args.instance, &instance.socket, &dirs, args.dry_run)?;
+    let mut out = io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    } else {
+        write!(out, "{}", lq_user::tools::cleanup::cleanup_text(&v))?;
     }
     Ok(())
 }

@@ -88,8 +88,13 @@ impl TestPfc {
         Ok(r?)
     }
 
-    /// Drops the counter (detaching it) and loads it again at the same pins (new maps at
-    /// zero): what a daemon restart does.
+    /// Drops the counter as a stopping daemon does: its pinned links go on counting.
+    pub fn stop(&mut self) {
+        self.counter = None;
+    }
+
+    /// Loads the counter again at the same pins, adopting what they hold: what a daemon
+    /// restart does (attach the interfaces again to adopt their links).
     pub fn restart(&mut self) -> Result<()> {
         self.counter = None;
         self.counter = Some(PfcCounter::load(&self.pin_dir)?);

@@ -126,7 +126,7 @@ fn fixtures(own: [u8; 6]) -> Vec<(&'static str, Vec<u8>, u8)> {
 }
 
 #[test]
-fn counts_exactly_per_priority_and_starts_a_new_epoch_at_zero_on_a_restart() {
+fn counts_exactly_per_priority_and_counts_on_across_a_restart_until_cleanup() {
     let t = topo();
     let own = mac_of(&t.b, "pb");
     let mut pfc = TestPfc::load().unwrap();
@@ -169,33 +169,66 @@ fn counts_exactly_per_priority_and_starts_a_new_epoch_at_zero_on_a_restart() {
     assert_eq!(rejects[&PfcReject::BadDestination], 6);
     assert_eq!(rejects[&PfcReject::Short], 6);
 
-    // Frames sent while no program is attached (the daemon stopped) are not counted, so
-    // a restart starts every counter again at zero, in new maps (a new instance: a new
-    // counter epoch for the exporter), pinned where the old ones were.
-    pfc.restart().unwrap();
+    // The link is pinned: frames sent while lqd is stopped are counted, and a restart
+    // adopts maps, link and epoch, so its totals include them (issue 42).
+    let epoch = reader.epoch(ifindex).unwrap().expect("an epoch");
+    pfc.stop();
     send_frames(
         &t.a,
         "pa",
         vec![build_frame(PFC_MULTICAST, SRC, 0x00ff, [0; 8]).to_vec()],
     )
     .unwrap();
-    pfc.attach(&t.b, "pb", None).unwrap();
+    pfc.restart().unwrap();
+    let again = pfc.attach(&t.b, "pb", None).unwrap();
+    assert_eq!(
+        again.how,
+        lq_user::sys::bpf::tc_pinned::Attachment::Adopted,
+        "the pinned link counted on"
+    );
+    assert_eq!(again.epoch, epoch, "the same epoch");
     let reader_after = pfc.reader().unwrap();
-    assert_eq!(reader_after.rx_priorities(ifindex).unwrap(), [Some(0); 8]);
+    assert_eq!(reader_after.instance(), reader.instance(), "the same maps");
+    let gap = expected.map(|e| e.map(|e| e + 1));
+    assert_eq!(
+        reader_after.rx_priorities(ifindex).unwrap(),
+        gap,
+        "the frame of the gap counted on every priority"
+    );
+    // Only one program counts: a frame sent now is counted once.
     send_frames(
         &t.a,
         "pa",
         vec![build_frame(PFC_MULTICAST, SRC, 0x0001, [0; 8]).to_vec()],
     )
     .unwrap();
-    let after = reader_after.rx_priorities(ifindex).unwrap();
-    assert_eq!(after[0], Some(1));
-    assert_eq!(after[1..], [Some(0); 7]);
-    assert_ne!(
-        reader_after.instance(),
-        reader.instance(),
-        "new map instance"
+    assert_eq!(
+        reader_after.rx_count(ifindex, 0).unwrap(),
+        gap[0].map(|e| e + 1)
     );
+
+    // `lqd cleanup` (removing the pins) stops counting for good: frames of that gap are
+    // not counted, and the next start begins at zero, in new maps and a new epoch.
+    pfc.stop();
+    lq_user::sys::bpf::tc_pinned::release(&pfc.pin_dir).unwrap();
+    send_frames(
+        &t.a,
+        "pa",
+        vec![build_frame(PFC_MULTICAST, SRC, 0x00ff, [0; 8]).to_vec()],
+    )
+    .unwrap();
+    pfc.restart().unwrap();
+    let fresh = pfc.attach(&t.b, "pb", None).unwrap();
+    assert_eq!(
+        fresh.how,
+        lq_user::sys::bpf::tc_pinned::Attachment::Attached(
+            lq_user::sys::bpf::tc_pinned::Fresh::NoPin
+        )
+    );
+    assert_ne!(fresh.epoch, epoch, "a new epoch");
+    let reader_new = pfc.reader().unwrap();
+    assert_eq!(reader_new.rx_priorities(ifindex).unwrap(), [Some(0); 8]);
+    assert_ne!(reader_new.instance(), reader.instance(), "new map instance");
 }
 
 /// scapy's PFC frame (contrib.mac_control), sent `count` times out of `iface` in `ns`.

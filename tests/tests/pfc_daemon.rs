@@ -221,11 +221,10 @@ print(json.dumps(out))
     );
     assert_eq!(m["lq_up"][0][1].as_f64(), Some(1.0));
 
-    // A restart of the same instance at once: the counters start anew at zero, in an
-    // epoch no earlier record carried (a collector that keys counter instances across
-    // Transport Sessions must not take the two runs for one counter; seed 000 section 6).
-    // A restart here takes over a second, so epochs in whole seconds would pass too: the
-    // sub-second case is `first_epoch_at`'s unit test.
+    // kill -9 and a restart under a steady stream of PFC frames (issue 42): the tc
+    // program's link is pinned, so it counts on while no lqd runs, and the restarted lqd
+    // adopts it: the collector's final total is every frame sent, in the same epoch, and a
+    // record of the new exporter (another Transport Session) carries it.
     let received = || -> Vec<serde_json::Value> {
         collected(&out)
             .into_iter()
@@ -233,30 +232,117 @@ print(json.dumps(out))
             .collect()
     };
     let before = received();
-    let first_run_epochs: std::collections::BTreeSet<String> = before
-        .iter()
-        .map(|v| v["counter-epoch"].to_string())
-        .collect();
+    let epoch = before.last().unwrap()["counter-epoch"].clone();
     let first_exporter = before.last().unwrap()["exporter"].clone();
+    let stream = 300u64;
+    std::thread::scope(|scope| {
+        let sender = scope.spawn(|| {
+            for _ in 0..stream {
+                send_frames(
+                    &b,
+                    "b0",
+                    vec![build_frame(PFC_MULTICAST, SRC, 1 << 3, [100; 8]).to_vec()],
+                )
+                .unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        lqd.kill9();
+        std::thread::sleep(Duration::from_millis(500));
+        lqd.restart().unwrap();
+        sender.join().unwrap();
+    });
+    let want_total = 8 + stream;
+    let last = poll_until(
+        "the restarted daemon's collector total to reach every frame sent",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {
+            let r = received();
+            match r.last() {
+                Some(v)
+                    if v["exporter"] != first_exporter
+                        && v["pfc-control-frame-total-count"] == want_total =>
+                {
+                    Ok(v.clone())
+                }
+                _ => Err(std::fs::read_to_string(&out).unwrap_or_default()),
+            }
+        },
+        |text| format!("want {want_total}\n{text}\n{}", lqd.log_text()),
+    )
+    .unwrap();
+    assert_eq!(last["counter-epoch"], epoch, "the same epoch: {last}");
+    // Every record of the new exporter is in that epoch, and its totals never go back.
+    let mut previous = 0;
+    for v in received()
+        .iter()
+        .filter(|v| v["exporter"] != first_exporter)
+    {
+        assert_eq!(v["counter-epoch"], epoch, "{v}");
+        let total = v["pfc-control-frame-total-count"].as_u64().unwrap();
+        assert!(total >= previous && total >= 8, "{v}");
+        previous = total;
+    }
+    assert!(
+        lqd.log_text().contains("PFC counter adopted"),
+        "{}",
+        lqd.log_text()
+    );
+    // `lqd cleanup` refuses while the instance runs, and once it is stopped detaches the
+    // counter: the next start begins at zero in a new epoch.
+    let instance = lqd.instance.clone();
+    let cleanup = |extra: &[&str]| {
+        Command::new(lqd_bin().unwrap())
+            .args(["cleanup", "--instance", &instance, "--json"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let refused = cleanup(&[]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("is running"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    lqd.terminate();
+    let done = cleanup(&[]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    let removed: Vec<&str> = v["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    assert!(
+        removed.iter().any(|p| p.ends_with("-pfc/tcx-ingress-a0")),
+        "the link pin: {v}"
+    );
+    assert!(!std::path::Path::new(&pin).exists(), "{v}");
+    let n = received().len();
     lqd.restart().unwrap();
-    let restarted = poll_until(
-        "a priority-3 record from the restarted daemon",
+    let fresh = poll_until(
+        "a record after cleanup and a start",
         Duration::from_secs(10),
         Duration::from_millis(100),
         || {
             received()
-                .into_iter()
-                .find(|v| v["exporter"] != first_exporter)
+                .get(n..)
+                .and_then(|r| r.last().cloned())
                 .ok_or_else(|| std::fs::read_to_string(&out).unwrap_or_default())
         },
         |text| format!("{text}\n{}", lqd.log_text()),
     )
     .unwrap();
-    assert_eq!(restarted["pfc-control-frame-total-count"], 0, "{restarted}");
-    assert!(
-        !first_run_epochs.contains(&restarted["counter-epoch"].to_string()),
-        "the restarted daemon reused an epoch of the run before: {restarted}, earlier {first_run_epochs:?}"
-    );
+    assert_eq!(fresh["pfc-control-frame-total-count"], 0, "{fresh}");
+    assert_ne!(fresh["counter-epoch"], epoch, "{fresh}");
     let _ = collector.kill();
     let _ = collector.wait();
     let _ = std::fs::remove_file(&out);

@@ -47,7 +47,24 @@ pub struct Instance {
     pub socket: PathBuf,
 }
 
+/// Which of an instance's two ECN-eligible counters (each with its own pins).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EcnCounter {
+    /// The helper's `[[link]]`s.
+    Links,
+    /// The load-balancer's `[[uplink]]`s, with `[local-quality] source = "measured"`.
+    Uplinks,
+}
+
 impl Instance {
+    /// The pin folder of one of the instance's ECN-eligible counters, inside its own.
+    pub fn ecn_pin_dir(&self, which: EcnCounter) -> PathBuf {
+        self.pin_dir.join(match which {
+            EcnCounter::Links => "ecn-links",
+            EcnCounter::Uplinks => "ecn-uplinks",
+        })
+    }
+
     /// The default locations of instance `name`, with the config's pin-dir if it has one.
     pub fn new(name: &str, cfg_pin_dir: Option<&Path>) -> Self {
         Self {
@@ -432,12 +449,19 @@ impl Roles {
         if let Some(lb) = lb.as_mut()
             && cfg.local_quality.source == crate::config::LocalQualitySource::Measured
         {
-            lb.measure_local_quality(pfc_dir.as_deref())
-                .context("[local-quality] source = \"measured\"")?;
+            lb.measure_local_quality(
+                pfc_dir.as_deref(),
+                Some(&instance.ecn_pin_dir(EcnCounter::Uplinks)),
+            )
+            .context("[local-quality] source = \"measured\"")?;
         }
         let helper = if role.advertises() {
-            let source = crate::roles::helper::kernel_source(cfg, pfc_dir.as_deref())
-                .context("link counters of the helper role")?;
+            let source = crate::roles::helper::kernel_source(
+                cfg,
+                pfc_dir.as_deref(),
+                Some(&instance.ecn_pin_dir(EcnCounter::Links)),
+            )
+            .context("link counters of the helper role")?;
             Some(HelperRole::start(cfg, source).context("starting the helper role")?)
         } else {
             None

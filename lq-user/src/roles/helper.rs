@@ -611,6 +611,7 @@ pub fn spawn_sampler_thread(
 pub fn kernel_source(
     cfg: &Config,
     pfc_pin_dir: Option<&std::path::Path>,
+    ecn_pin_dir: Option<&std::path::Path>,
 ) -> Result<Box<dyn SampleSource + Send>, HelperRoleError> {
     let links: Vec<SampledLink> = cfg
         .link
@@ -621,7 +622,7 @@ pub fn kernel_source(
             pfc_priorities: &l.pfc_priorities,
         })
         .collect();
-    kernel_source_for(cfg, &links, pfc_pin_dir)
+    kernel_source_for(cfg, &links, pfc_pin_dir, ecn_pin_dir)
 }
 
 /// One link [`kernel_source_for`] reads: a `[[link]]` of the helper, or an `[[uplink]]`
@@ -636,10 +637,13 @@ pub struct SampledLink<'a> {
 }
 
 /// [`kernel_source`] for any list of links, in that order (`cfg` for `[pfc] interfaces`).
+/// With `ecn_pin_dir`, the ECN-eligible counter's map and links are pinned there and
+/// outlive lqd (adopted by the next start).
 pub fn kernel_source_for(
     cfg: &Config,
     links: &[SampledLink<'_>],
     pfc_pin_dir: Option<&std::path::Path>,
+    ecn_pin_dir: Option<&std::path::Path>,
 ) -> Result<Box<dyn SampleSource + Send>, HelperRoleError> {
     use crate::sys::sampler::{LinkConfig, Sampler};
     let other = |what: &str, e: String| HelperRoleError::Socket {
@@ -662,8 +666,9 @@ pub fn kernel_source_for(
 
     // ECN-eligible counter (A.1): the tc egress program on every link, read in one
     // batched lookup per sample.
-    let ecn = crate::sys::bpf::ecn::EcnEligible::attach(links.iter().map(|l| l.interface))
-        .map_err(|e| {
+    let ecn =
+        crate::sys::bpf::ecn::EcnEligible::attach(ecn_pin_dir, links.iter().map(|l| l.interface))
+            .map_err(|e| {
             other(
                 "ECN-eligible counter",
                 crate::core::report::Chain(&e).to_string(),

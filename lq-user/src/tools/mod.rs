@@ -1,7 +1,9 @@
 //! Commands beside the daemon: `lqd sim` scenario files ([`scenario`]), `lqd decode` of datagrams and capture files ([`decode`],
 //! [`pcap`]), `lqd ipfix collect` ([`collect`]), `lqd show` from the pins
-//! ([`pins`], [`pfc_show`]).
+//! ([`pins`], [`pfc_show`]), `lqd cleanup` of the counters and pins an instance leaves
+//! ([`cleanup`]).
 
+pub mod cleanup;
 pub mod collect;
 pub mod decode;
 pub mod pcap;

@@ -165,6 +165,7 @@ fn measure(names: &[String], way: Way) -> Result<Measured> {
         Way::Helper => Box::new(lq_user::roles::helper::kernel_source(
             &helper_config(names)?,
             None,
+            None,
         )?),
         Way::Notifications => {
             let mut s = Sampler::new(cfg)?;

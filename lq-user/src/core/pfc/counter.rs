@@ -212,9 +212,29 @@ pub fn first_epoch_at(unix_ms: u64) -> u32 {
     unix_ms as u32
 }
 
+/// The epoch of a counter that starts anew (at zero) at `unix_ms`: [`first_epoch_at`],
+/// one more where that is the epoch the counter had before (two starts in one
+/// millisecond), so a collector never takes the new counter for the old one.
+pub fn new_epoch(unix_ms: u64, previous: Option<u32>) -> u32 {
+    let e = first_epoch_at(unix_ms);
+    if previous == Some(e) {
+        e.wrapping_add(1)
+    } else {
+        e
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_counter_started_anew_never_keeps_its_epoch() {
+        let t = 1_764_669_600_123;
+        assert_eq!(new_epoch(t, None), first_epoch_at(t));
+        assert_eq!(new_epoch(t, Some(7)), first_epoch_at(t));
+        assert_eq!(new_epoch(t, Some(first_epoch_at(t))), first_epoch_at(t) + 1);
+    }
 
     /// Two starts differ even within one second, and a run's epochs (one more per reset,
     /// at most one per 1 ms reading) never reach the next start's.

@@ -33,11 +33,13 @@ pub(super) struct MeasuredLocal {
 
 impl LoadBalancer {
     /// Measures the uplinks' local quality from now on (`pfc_pin_dir`: the PFC counters'
-    /// pins, for the pause time of uplinks in `[pfc] interfaces`). Samples come once
+    /// pins, for the pause time of uplinks in `[pfc] interfaces`; `ecn_pin_dir`: where the
+    /// ECN-eligible counter pins its map and links). Samples come once
     /// [`LoadBalancer::spawn_local_sampler`] has started their thread.
     pub fn measure_local_quality(
         &mut self,
         pfc_pin_dir: Option<&std::path::Path>,
+        ecn_pin_dir: Option<&std::path::Path>,
     ) -> Result<(), LoadBalancerError> {
         let links: Vec<SampledLink> = self
             .cfg
@@ -53,7 +55,7 @@ impl LoadBalancer {
         for u in &self.cfg.uplink {
             ids.push((UplinkId::from(u.id), ifindex(&u.interface)?));
         }
-        let source = kernel_source_for(&self.cfg, &links, pfc_pin_dir)
+        let source = kernel_source_for(&self.cfg, &links, pfc_pin_dir, ecn_pin_dir)
             .map_err(LoadBalancerError::LocalQuality)?;
         let params = self.cfg.helper_params();
         info!(

@@ -88,7 +88,7 @@ pub struct PfcService {
     reader: PfcReader,
     exporter: Option<Exporter>,
     interval: Duration,
-    trackers: BTreeMap<(u32, u8, Direction), CounterTracker>,
+    trackers: BTreeMap<(u32, u8, Direction), Tracked>,
     /// NIC sources, each keeping its socket, statistic layout and link speed between
     /// exports (one statistics ioctl per source per export).
     ethtool: Vec<(Direction, crate::sys::ethtool::StatsReader)>,
@@ -104,6 +104,36 @@ pub struct PfcService {
     pub withheld_readings: u64,
     /// The counters whose last reading was withheld (to log each change once).
     withholding: std::collections::BTreeSet<(u32, u8, Direction)>,
+}
+
+/// One exported counter's tracker, with the epoch its source keeps (the tc counter keeps
+/// one per interface, across restarts of lqd; NIC counters have none).
+struct Tracked {
+    source_epoch: Option<u32>,
+    tracker: CounterTracker,
+}
+
+/// The tracker of `key`: a new one, in the source's epoch when it keeps one (else `first`),
+/// when there is none yet or the source's epoch changed (its counters started anew).
+fn tracker(
+    trackers: &mut BTreeMap<(u32, u8, Direction), Tracked>,
+    key: (u32, u8, Direction),
+    width_bits: u32,
+    speed_mbps: u32,
+    source_epoch: Option<u32>,
+    first: u32,
+) -> &mut CounterTracker {
+    let t = trackers.entry(key).or_insert_with(|| Tracked {
+        source_epoch,
+        tracker: CounterTracker::new(width_bits, speed_mbps, source_epoch.unwrap_or(first)),
+    });
+    if t.source_epoch != source_epoch {
+        *t = Tracked {
+            source_epoch,
+            tracker: CounterTracker::new(width_bits, speed_mbps, source_epoch.unwrap_or(first)),
+        };
+    }
+    &mut t.tracker
 }
 
 /// A veth whose transmitted counts are its peer's received counts.
@@ -124,8 +154,9 @@ pub fn pin_dir(cfg: &Config, instance: &str) -> PathBuf {
 }
 
 impl PfcService {
-    /// Loads the counter (new maps at zero: a new counter epoch at every start), attaches it
-    /// to the configured interfaces, and connects the exporter.
+    /// Loads the counter (adopting the pinned maps and links of a previous run that still
+    /// count: see [`crate::sys::bpf::pfc`]), attaches it to the configured interfaces,
+    /// and connects the exporter.
     pub fn start(cfg: &Config, instance: &str) -> Result<Self, PfcServiceError> {
         // Seed 000: a record identifies a LAG's member interface, never the aggregate. Checked
         // before anything is loaded or attached, with the members named.
@@ -179,8 +210,27 @@ impl PfcService {
         counter.set_tc_on_hardware(cfg.pfc.tc_on_hardware);
         for iface in &cfg.pfc.interfaces {
             let a = counter.attach(iface, cfg.pfc.speed_mbps)?;
-            info!(%iface, ifindex = a.info.ifindex, mode = ?a.mode, "PFC counter attached");
+            use crate::sys::bpf::tc_pinned::Attachment;
+            match a.how {
+                Attachment::Adopted => {
+                    info!(%iface, ifindex = a.info.ifindex, epoch = a.epoch, "PFC counter adopted: it counted on while lqd was stopped; totals go on in the same epoch")
+                }
+                Attachment::Upgraded { previous_program } => {
+                    info!(%iface, ifindex = a.info.ifindex, epoch = a.epoch, previous_program, "PFC counter adopted and switched to this build's program without a gap; totals go on in the same epoch")
+                }
+                Attachment::Attached(why) => {
+                    info!(%iface, ifindex = a.info.ifindex, epoch = a.epoch, reason = why.as_str(), "PFC counter attached: counting starts at zero in a new epoch")
+                }
+                Attachment::Clsact => {
+                    info!(%iface, ifindex = a.info.ifindex, epoch = a.epoch, "PFC counter attached with a clsact filter (no tcx), which detaches when lqd exits: counting starts at zero in a new epoch at every start")
+                }
+            }
         }
+        let keep: Vec<&str> = cfg.pfc.interfaces.iter().map(String::as_str).collect();
+        for iface in counter.release_others(&keep) {
+            info!(%iface, "PFC counter detached from an interface no longer in [pfc] interfaces");
+        }
+        counter.forget_others()?;
         let reader = counter.reader()?;
         let (exporter, interval) = match &cfg.ipfix {
             Some(x) => {
@@ -303,7 +353,9 @@ impl PfcService {
     fn records(&mut self) -> Result<Vec<PfcRecord>, crate::sys::bpf::pfc::PfcError> {
         let instance = u64::from(self.reader.instance());
         let mut out = Vec::new();
-        // The maps hold only this run's interfaces: each start creates them anew.
+        // The maps hold this run's interfaces (`start` forgets the others): their
+        // counters, adopted from the run before or started here, in the epoch the
+        // interface's configuration keeps.
         for (ifindex, cfg) in self.reader.interfaces()? {
             let counts = self.reader.rx_priorities(ifindex)?;
             // Seed 000: observationTimeMilliseconds is the closest available time to the
@@ -312,11 +364,14 @@ impl PfcService {
             for (prio, c) in counts.iter().enumerate() {
                 // A missing reading is never exported as zero.
                 let Some(value) = *c else { continue };
-                let first_epoch = self.first_epoch;
-                let t = self
-                    .trackers
-                    .entry((ifindex, prio as u8, Direction::Received))
-                    .or_insert_with(|| CounterTracker::new(64, cfg.speed_mbps, first_epoch));
+                let t = tracker(
+                    &mut self.trackers,
+                    (ifindex, prio as u8, Direction::Received),
+                    64,
+                    cfg.speed_mbps,
+                    Some(cfg.epoch),
+                    self.first_epoch,
+                );
                 let (total, _) = t.update(RawReading {
                     value,
                     instance: SourceInstance {
@@ -357,18 +412,22 @@ impl PfcService {
                     ifindex: s.ifindex,
                     id: s.device_id,
                 },
+                epoch: None,
             };
             // The link speed bounds how many frames can have passed: what tells a wrap of
             // a narrow counter from a reset (read once per source, cached by the reader).
             let speed = s.speed_mbps;
             for (prio, c) in r.counts.iter().enumerate() {
                 let Some(value) = *c else { continue };
-                let first_epoch = self.first_epoch;
                 let key = (r.instance.ifindex, prio as u8, *dir);
-                let t = self
-                    .trackers
-                    .entry(key)
-                    .or_insert_with(|| CounterTracker::new(r.width_bits, speed, first_epoch));
+                let t = tracker(
+                    &mut self.trackers,
+                    key,
+                    r.width_bits,
+                    speed,
+                    r.epoch,
+                    self.first_epoch,
+                );
                 let (total, how) = t.update(RawReading {
                     value,
                     instance: r.instance,
@@ -405,8 +464,9 @@ impl PfcService {
                 });
             }
         }
-        // Veth peers: 64-bit counters that start at zero with the peer's counter, whose
-        // instance changes when it is loaded anew (a reset: a new epoch). The peer may
+        // Veth peers: 64-bit counters that start at zero with the peer's counter, in the
+        // epoch the peer's counter keeps for that interface (a new one when it starts
+        // anew; its map instance changes when its pins are removed: a reset too). The peer may
         // start after this daemon or stop: nothing is exported while its pins cannot be
         // read, and each change is logged once.
         for peer in &mut self.veth_peers {
@@ -427,11 +487,14 @@ impl PfcService {
             let (mono, unix) = (monotonic_ns(), unix_ms_now());
             for (prio, c) in r.counts.iter().enumerate() {
                 let Some(value) = *c else { continue };
-                let first_epoch = self.first_epoch;
-                let t = self
-                    .trackers
-                    .entry((peer.ifindex, prio as u8, Direction::Transmitted))
-                    .or_insert_with(|| CounterTracker::new(r.width_bits, 0, first_epoch));
+                let t = tracker(
+                    &mut self.trackers,
+                    (peer.ifindex, prio as u8, Direction::Transmitted),
+                    r.width_bits,
+                    0,
+                    r.epoch,
+                    self.first_epoch,
+                );
                 let (total, _) = t.update(RawReading {
                     value,
                     instance: r.instance,

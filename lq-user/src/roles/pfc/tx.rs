@@ -41,6 +41,9 @@ pub struct TxReading {
     pub width_bits: u32,
     /// The source instance (a change means a reset).
     pub instance: SourceInstance,
+    /// The epoch the source keeps for these counters (lq's tc counter on a veth peer);
+    /// `None` for a NIC's, whose epochs lqd assigns.
+    pub epoch: Option<u32>,
 }
 
 impl TxSource {
@@ -61,6 +64,7 @@ impl TxSource {
                         ifindex: s.ifindex,
                         id: s.device_id,
                     },
+                    epoch: None,
                 })
             }
             TxSource::VethPeer {
@@ -75,6 +79,7 @@ impl TxSource {
                         ifindex: *peer_ifindex,
                         id: u64::from(reader.instance()),
                     },
+                    epoch: reader.epoch(*peer_ifindex)?,
                 })
             }
         }

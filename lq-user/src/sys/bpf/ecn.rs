@@ -3,6 +3,10 @@
 //! egress program `lq_ecn_egress` counts ECN-capable packets per ifindex in a per-CPU hash
 //! map, and the sampler reads all of them in one batched lookup per sample (a lookup per
 //! link was 64 system calls and 64 allocations every 2 ms at 64 links, issue 15).
+//!
+//! With a pin folder, the map and the program's tcx links are pinned there
+//! ([`super::tc_pinned`]): the counts go on while lqd is stopped, and the next start adopts
+//! them (`show` reports totals that include the gap).
 
 use std::os::fd::AsFd as _;
 
@@ -11,7 +15,7 @@ use aya::{
     maps::{Map, MapData},
     programs::{SchedClassifier, TcAttachType},
 };
-use lq_common::maps::{ECN_ELIGIBLE_MAP, ECN_IF_CAPACITY, ECN_PROGRAM};
+use lq_common::maps::{COUNTER_META_MAP, ECN_ELIGIBLE_MAP, ECN_IF_CAPACITY, ECN_PROGRAM};
 use tracing::warn;
 
 use crate::sys::sampler::CounterSource;
@@ -28,6 +32,12 @@ pub enum EcnError {
     /// Loading or attaching the program failed.
     #[error(transparent)]
     Program(#[from] super::ProgramOpError),
+    /// The pins of a previous run could not be adopted, or new ones made.
+    #[error(transparent)]
+    Pins(#[from] super::tc_pinned::TcPinError),
+    /// The pin folder could not be set up.
+    #[error(transparent)]
+    Pinned(#[from] super::path_table::LoadPinnedError),
     /// The number of possible CPUs (a per-CPU value's size) is unknown.
     #[error("reading the possible CPUs ({0})")]
     Cpus(&'static str, #[source] std::io::Error),
@@ -51,12 +61,29 @@ pub struct EcnEligible {
 }
 
 impl EcnEligible {
-    /// Loads a fresh instance of the embedded object and attaches the counter to the
-    /// egress of every interface in `ifaces` (tcx; a clsact qdisc where tcx is refused).
-    pub fn attach<'a>(ifaces: impl IntoIterator<Item = &'a str>) -> Result<Self, EcnError> {
-        let mut ebpf = EbpfLoader::new()
-            .load(super::path_table::EBPF_OBJECT)
-            .map_err(EcnError::Load)?;
+    /// Attaches the counter to the egress of every interface in `ifaces` (tcx; a clsact
+    /// qdisc where tcx is refused). With `pin_dir`, the map and the links are pinned there
+    /// and those a previous run left are adopted; without, a fresh instance counts while
+    /// this one lives.
+    pub fn attach<'a>(
+        pin_dir: Option<&std::path::Path>,
+        ifaces: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Self, EcnError> {
+        use super::tc_pinned::{Layout, attach_or_adopt, check_layout, link_pin, write_layout};
+        let mut ebpf = match pin_dir {
+            Some(dir) => {
+                if check_layout(dir, &[ECN_ELIGIBLE_MAP])? == Layout::RemovedStopped {
+                    tracing::info!(pin_dir = %dir.display(), "ECN-eligible counts of an earlier lqd removed: they start again at zero");
+                }
+                let mut ebpf =
+                    super::path_table::load_pinned(dir, &[ECN_ELIGIBLE_MAP, COUNTER_META_MAP])?;
+                write_layout(&mut ebpf)?;
+                ebpf
+            }
+            None => EbpfLoader::new()
+                .load(super::path_table::EBPF_OBJECT)
+                .map_err(EcnError::Load)?,
+        };
         let prog: &mut SchedClassifier = ebpf
             .program_mut(ECN_PROGRAM)
             .ok_or(EcnError::Missing(ECN_PROGRAM))?
@@ -64,13 +91,30 @@ impl EcnEligible {
             .map_err(super::program_err::<EcnError>("tc", ECN_PROGRAM))?;
         prog.load()
             .map_err(super::program_err::<EcnError>("tc", "load the ECN counter"))?;
+        let mut names = Vec::new();
         for iface in ifaces {
-            super::attach_tc(prog, iface, TcAttachType::Egress).map_err(super::program_err::<
-                EcnError,
-            >(
-                "tc",
-                format!("attach the ECN counter to {iface}"),
-            ))?;
+            names.push(iface);
+            let Some(dir) = pin_dir else {
+                super::attach_tc(prog, iface, TcAttachType::Egress).map_err(
+                    super::program_err::<EcnError>(
+                        "tc",
+                        format!("attach the ECN counter to {iface}"),
+                    ),
+                )?;
+                continue;
+            };
+            let how = attach_or_adopt(
+                prog,
+                iface,
+                TcAttachType::Egress,
+                &link_pin(dir, TcAttachType::Egress, iface),
+            )?;
+            tracing::debug!(%iface, how = ?how, "ECN-eligible counter");
+        }
+        if let Some(dir) = pin_dir {
+            for iface in super::tc_pinned::release_others(dir, TcAttachType::Egress, &names) {
+                tracing::info!(%iface, "ECN-eligible counter detached from an interface no longer sampled");
+            }
         }
         let Some(Map::PerCpuHashMap(map)) = ebpf.take_map(ECN_ELIGIBLE_MAP) else {
             return Err(EcnError::Missing(ECN_ELIGIBLE_MAP));

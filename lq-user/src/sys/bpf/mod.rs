@@ -6,6 +6,7 @@
 pub mod ecn;
 pub mod path_table;
 pub mod pfc;
+pub mod tc_pinned;
 
 use aya::{
     maps::MapError,

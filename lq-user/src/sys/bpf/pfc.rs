@@ -5,10 +5,15 @@
 //!
 //! Received counts come from `lq_pfc_ingress` (tc ingress, tcx; clsact on kernels before
 //! 6.6), whose maps are pinned under the instance folder so that other readers (`lqd show
-//! pfc`, the helper's pause time, a veth peer's transmit side) find them. Each start
-//! creates them anew, at zero: the program detaches when lqd exits, so counts carried over
-//! a restart would miss the frames of the gap (seed 000 section 6: the source counts every
-//! qualifying frame, and a reset starts a new epoch at zero).
+//! pfc`, the helper's pause time, a veth peer's transmit side) find them. The program's
+//! tcx links are pinned there too ([`super::tc_pinned`]), so counting goes on while lqd is
+//! stopped or restarted, and a start adopts program, links and maps: the totals then
+//! include the frames of the gap, in the same counter epoch. An interface's counters
+//! start again at zero in a new epoch only when counting really stopped there (seed 000
+//! section 6: the source counts every qualifying frame, and a reset starts a new epoch at
+//! zero): no link counted on it (first start, the interface was recreated, the link was
+//! detached, `lqd cleanup`), or the clsact fallback (no tcx), which detaches at exit. The
+//! epoch is kept per interface in its [`PfcIfConfig`].
 //! Transmitted counts come only from sources that confirm the frame left on the link:
 //! NIC ethtool counters mapped by configuration, or, for a veth, the peer's receive count.
 
@@ -22,6 +27,7 @@ use aya::{
     maps::{HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues},
     programs::{SchedClassifier, TcAttachType},
 };
+use lq_common::maps::COUNTER_META_MAP;
 use lq_common::pfc::{
     PFC_IF_CONFIG_MAP, PFC_IF_CONFIGURED, PFC_PAUSE_MAP, PFC_PRIORITIES, PFC_PROGRAM,
     PFC_REJECT_COUNT, PFC_REJECT_MAP, PFC_RX_COUNTER_MAP, PfcIfConfig, PfcKey, PfcPause, PfcReject,
@@ -30,12 +36,22 @@ use lq_common::pfc::{
 use crate::sys::lag;
 pub use crate::sys::netdev::{InterfaceInfo, driver_name, interface_info};
 
-/// Maps the PFC counter pins under its instance folder, for readers in other processes.
-pub const PINNED_MAPS: [&str; 4] = [
+/// The counter's own maps, pinned under its instance folder for readers in other
+/// processes and for the next start of lqd.
+pub const COUNTER_MAPS: [&str; 4] = [
     PFC_RX_COUNTER_MAP,
     PFC_PAUSE_MAP,
     PFC_IF_CONFIG_MAP,
     PFC_REJECT_MAP,
+];
+
+/// Every map pinned in the folder: the counter's and its layout version.
+pub const PINNED_MAPS: [&str; 5] = [
+    PFC_RX_COUNTER_MAP,
+    PFC_PAUSE_MAP,
+    PFC_IF_CONFIG_MAP,
+    PFC_REJECT_MAP,
+    COUNTER_META_MAP,
 ];
 
 /// Default bpffs folder of the PFC counter of one `lqd` instance.
@@ -78,14 +94,9 @@ pub enum PfcError {
     /// A bond or team device: its counter mixes the member links (seed 000).
     #[error(transparent)]
     Aggregate(#[from] lag::Aggregate),
-    /// A previous run's pinned map could not be removed.
-    #[error("removing the previous run's pinned PFC map {}", path.display())]
-    Unpin {
-        /// The pin.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
+    /// The pinned links or maps of a previous run could not be adopted.
+    #[error(transparent)]
+    Pins(#[from] super::tc_pinned::TcPinError),
     /// A hardware interface: its NIC consumes PFC frames before any tc hook, so the tc
     /// counter would not see every qualifying frame (seed 000 section 6: the source MUST
     /// count every one).
@@ -106,6 +117,10 @@ pub struct Attached {
     pub info: InterfaceInfo,
     /// How the program is attached.
     pub mode: TcMode,
+    /// Whether counting went on from a previous run, or started here.
+    pub how: super::tc_pinned::Attachment,
+    /// The interface's counter epoch.
+    pub epoch: u32,
 }
 
 /// The loaded tc PFC counter with its maps pinned under `pin_dir`.
@@ -118,23 +133,22 @@ pub struct PfcCounter {
 }
 
 impl PfcCounter {
-    /// Loads the counter with new maps at zero, pinned under `pin_dir` in place of any a
-    /// previous run left (see the module: nothing counted while no program was attached).
-    /// Does not attach.
+    /// Loads the counter with the maps pinned under `pin_dir`: those a previous run left
+    /// when they have this build's layout (adopted, their counts go on), new ones at zero
+    /// otherwise (see the module). Does not attach.
     pub fn load(pin_dir: &Path) -> Result<Self, PfcError> {
-        let mut left = Vec::new();
-        for name in PINNED_MAPS {
-            let path = pin_dir.join(name);
-            match std::fs::remove_file(&path) {
-                Ok(()) => left.push(name),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(PfcError::Unpin { path, source }),
+        use super::tc_pinned::{Layout, check_layout, write_layout};
+        match check_layout(pin_dir, &COUNTER_MAPS)? {
+            Layout::RemovedStopped => {
+                tracing::info!(pin_dir = %pin_dir.display(), "PFC counters of an earlier lqd, which stopped counting when it exited, removed: counting starts again at zero in a new counter epoch")
             }
+            Layout::Same => {
+                tracing::info!(pin_dir = %pin_dir.display(), "PFC counters of a previous run adopted")
+            }
+            Layout::Empty => {}
         }
-        if !left.is_empty() {
-            tracing::info!(pin_dir = %pin_dir.display(), maps = ?left, "PFC counters of a previous run removed: counting starts again at zero (a new counter epoch), since no program counted while lqd was stopped");
-        }
-        let ebpf = crate::sys::bpf::path_table::load_pinned(pin_dir, &PINNED_MAPS)?;
+        let mut ebpf = crate::sys::bpf::path_table::load_pinned(pin_dir, &PINNED_MAPS)?;
+        write_layout(&mut ebpf)?;
         let mut this = Self {
             ebpf,
             pin_dir: pin_dir.into(),
@@ -161,10 +175,11 @@ impl PfcCounter {
             .map_err(super::program_err::<PfcError>("tc", "type"))
     }
 
-    /// Writes the configuration of `iface` (its ifindex, MAC and link speed, in the calling
-    /// thread's network namespace; `speed_mbps` overrides the speed the driver reports),
-    /// creates its eight counters at zero if they do not exist yet, and attaches at
-    /// ingress: tcx first, a clsact filter where tcx is unavailable.
+    /// Attaches at ingress of `iface` (in the calling thread's network namespace), or
+    /// adopts the pinned link of a previous run that still counts there, and writes the
+    /// interface's configuration (ifindex, MAC, link speed; `speed_mbps` overrides the
+    /// speed the driver reports). Where counting did not go on without a gap, the
+    /// interface's eight counters start at zero in a new epoch.
     pub fn attach(&mut self, iface: &str, speed_mbps: Option<u32>) -> Result<Attached, PfcError> {
         // Seed 000: never an aggregate LAG counter; the members are what to attach to.
         lag::refuse_aggregate(iface)?;
@@ -181,32 +196,70 @@ impl PfcCounter {
         if let Some(s) = speed_mbps {
             info.speed_mbps = s;
         }
-        self.configure(&info)?;
-        let prog = self.program()?;
-        let mode =
-            super::attach_tc(prog, iface, TcAttachType::Ingress).map_err(super::program_err::<
-                PfcError,
-            >(
-                "tc",
-                format!("attach to {iface}"),
-            ))?;
+        let previous = self.if_config(info.ifindex)?;
+        let pin = super::tc_pinned::link_pin(&self.pin_dir, TcAttachType::Ingress, iface);
+        let how =
+            super::tc_pinned::attach_or_adopt(self.program()?, iface, TcAttachType::Ingress, &pin)?;
+        let epoch = match previous {
+            Some(p) if how.continued() => p.epoch,
+            _ => {
+                let epoch = crate::core::pfc::counter::new_epoch(
+                    crate::sys::clock::unix_ms_now(),
+                    previous.map(|p| p.epoch),
+                );
+                self.zero_counters(info.ifindex)?;
+                epoch
+            }
+        };
+        self.configure_with_epoch(&info, epoch)?;
+        let mode = match how {
+            super::tc_pinned::Attachment::Clsact => TcMode::Clsact,
+            _ => TcMode::Tcx,
+        };
         let a = Attached {
             iface: iface.into(),
             info,
             mode,
+            how,
+            epoch,
         };
         self.attached.push(a.clone());
         Ok(a)
     }
 
-    /// Writes one interface's configuration and creates its counters at zero (keeping
-    /// existing ones: attaching an interface twice must not reset them).
-    pub fn configure(&mut self, info: &InterfaceInfo) -> Result<(), PfcError> {
-        let cpus = aya::util::nr_cpus().map_err(|(_, e)| PfcError::Interface {
-            iface: "possible cpus".into(),
-            source: e,
-        })?;
-        {
+    /// Detaches the counter from the interfaces pinned in the folder that are not in
+    /// `keep` (no longer configured), and returns them.
+    pub fn release_others(&self, keep: &[&str]) -> Vec<String> {
+        super::tc_pinned::release_others(&self.pin_dir, TcAttachType::Ingress, keep)
+    }
+
+    /// Removes the configuration and counters of every interface this instance has not
+    /// attached (one a previous run counted on and this one no longer does), so that
+    /// nothing exports them.
+    pub fn forget_others(&mut self) -> Result<(), PfcError> {
+        let ours: Vec<u32> = self.attached.iter().map(|a| a.info.ifindex).collect();
+        let stale: Vec<u32> = {
+            let map = self
+                .ebpf
+                .map(PFC_IF_CONFIG_MAP)
+                .ok_or(PfcError::Missing(PFC_IF_CONFIG_MAP))?;
+            let cfg: HashMap<&MapData, u32, PfcIfConfig> =
+                HashMap::try_from(map).map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))?;
+            cfg.keys()
+                .filter_map(Result::ok)
+                .filter(|i| !ours.contains(i))
+                .collect()
+        };
+        for ifindex in stale {
+            {
+                let map = self
+                    .ebpf
+                    .map_mut(PFC_IF_CONFIG_MAP)
+                    .ok_or(PfcError::Missing(PFC_IF_CONFIG_MAP))?;
+                let mut cfg: HashMap<&mut MapData, u32, PfcIfConfig> = HashMap::try_from(map)
+                    .map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))?;
+                let _ = cfg.remove(&ifindex);
+            }
             let map = self
                 .ebpf
                 .map_mut(PFC_RX_COUNTER_MAP)
@@ -215,23 +268,74 @@ impl PfcCounter {
                 PerCpuHashMap::try_from(map)
                     .map_err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP))?;
             for priority in 0..PFC_PRIORITIES {
-                let key = PfcKey {
-                    ifindex: info.ifindex,
-                    priority,
-                };
-                let zeros =
-                    PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| PfcError::Interface {
-                        iface: "per-cpu values".into(),
-                        source: e,
-                    })?;
-                match counters.insert(key, zeros, u64::from(aya_noexist())) {
-                    Ok(()) => {}
-                    Err(aya::maps::MapError::SyscallError(e))
-                        if e.io_error.raw_os_error() == Some(libc::EEXIST) => {}
-                    Err(e) => return Err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP)(e)),
-                }
+                let _ = counters.remove(&PfcKey { ifindex, priority });
             }
         }
+        Ok(())
+    }
+
+    fn if_config(&self, ifindex: u32) -> Result<Option<PfcIfConfig>, PfcError> {
+        let map = self
+            .ebpf
+            .map(PFC_IF_CONFIG_MAP)
+            .ok_or(PfcError::Missing(PFC_IF_CONFIG_MAP))?;
+        let cfg: HashMap<&MapData, u32, PfcIfConfig> =
+            HashMap::try_from(map).map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))?;
+        match cfg.get(&ifindex, 0) {
+            Ok(c) if c.flags & PFC_IF_CONFIGURED != 0 => Ok(Some(c)),
+            Ok(_) | Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP)(e)),
+        }
+    }
+
+    /// Sets the eight counters of `ifindex` to zero.
+    fn zero_counters(&mut self, ifindex: u32) -> Result<(), PfcError> {
+        self.write_counters(ifindex, 0)
+    }
+
+    /// Writes the eight counters of `ifindex` with `flags` (0: overwrite, BPF_NOEXIST:
+    /// create only where missing), at zero.
+    fn write_counters(&mut self, ifindex: u32, flags: u64) -> Result<(), PfcError> {
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| PfcError::Interface {
+            iface: "possible cpus".into(),
+            source: e,
+        })?;
+        let map = self
+            .ebpf
+            .map_mut(PFC_RX_COUNTER_MAP)
+            .ok_or(PfcError::Missing(PFC_RX_COUNTER_MAP))?;
+        let mut counters: PerCpuHashMap<&mut MapData, PfcKey, u64> =
+            PerCpuHashMap::try_from(map).map_err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP))?;
+        for priority in 0..PFC_PRIORITIES {
+            let key = PfcKey { ifindex, priority };
+            let zeros =
+                PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| PfcError::Interface {
+                    iface: "per-cpu values".into(),
+                    source: e,
+                })?;
+            match counters.insert(key, zeros, flags) {
+                Ok(()) => {}
+                Err(aya::maps::MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(e) => return Err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP)(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one interface's configuration and creates its counters at zero (keeping
+    /// existing ones: configuring an interface twice must not reset them), in the epoch the
+    /// interface has (a new one if it has none).
+    pub fn configure(&mut self, info: &InterfaceInfo) -> Result<(), PfcError> {
+        let epoch = match self.if_config(info.ifindex)? {
+            Some(c) => c.epoch,
+            None => crate::core::pfc::counter::new_epoch(crate::sys::clock::unix_ms_now(), None),
+        };
+        self.configure_with_epoch(info, epoch)
+    }
+
+    fn configure_with_epoch(&mut self, info: &InterfaceInfo, epoch: u32) -> Result<(), PfcError> {
+        self.write_counters(info.ifindex, u64::from(aya_noexist()))?;
         let map = self
             .ebpf
             .map_mut(PFC_IF_CONFIG_MAP)
@@ -245,6 +349,7 @@ impl PfcCounter {
                 _pad: [0; 2],
                 speed_mbps: info.speed_mbps,
                 flags: PFC_IF_CONFIGURED,
+                epoch,
             },
             0,
         )
@@ -381,6 +486,15 @@ impl PfcReader {
         Ok(self
             .pause(ifindex, priority)?
             .map_or(0, |p| p.paused_until(now)))
+    }
+
+    /// The counter epoch of `ifindex`'s counters; `None` when it is not configured.
+    pub fn epoch(&self, ifindex: u32) -> Result<Option<u32>, PfcError> {
+        match self.config.get(&ifindex, 0) {
+            Ok(c) if c.flags & PFC_IF_CONFIGURED != 0 => Ok(Some(c.epoch)),
+            Ok(_) | Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP)(e)),
+        }
     }
 
     /// The configuration of every interface.
