@@ -265,7 +265,7 @@ fn pfc_pause_raises_the_congestion_level_and_ecn_capable_packets_are_counted() {
         format!("{SPINE}pfc-priorities = [3]\n[pfc]\ninterfaces = [\"s1\"]\nspeed-mbps = 100\n")
             .replace("role = \"helper\"", "role = \"helper\"\npfc-fabric = true");
     let leaf = Lqd::start(&l, LEAF).unwrap();
-    let spine = Lqd::start(&s, &spine_cfg).unwrap();
+    let mut spine = Lqd::start(&s, &spine_cfg).unwrap();
     wait_until("idle link", &leaf, &spine, |(q, c)| q >= 240 && c == 0);
 
     // ECN-capable (ECT(0)) packets leaving s1 are counted by the tc egress program.
@@ -324,6 +324,36 @@ fn pfc_pause_raises_the_congestion_level_and_ecn_capable_packets_are_counted() {
     );
     // The last pause runs out after 335 ms; then F decays and the CL falls after the hold-down.
     wait_until("pause over", &leaf, &spine, |(q, c)| q >= 200 && c <= 1);
+
+    // The ECN-eligible counter outlives lqd (issue 42): its tcx link is pinned, so the
+    // packets that leave s1 while the spine's lqd is killed are counted, and the restarted
+    // lqd adopts the counter with them.
+    let eligible = |local: &serde_json::Value| {
+        local["links"][0]["source"]["ecn-eligible-packets"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = eligible(&spine.show("local").unwrap());
+    spine.kill9();
+    s.run_in(|| {
+        let sock = UdpSocket::bind("10.9.0.1:0").unwrap();
+        sock2_tos(&sock, 0x02);
+        for _ in 0..50 {
+            sock.send_to(&[0u8; 100], "10.9.0.2:9").unwrap();
+        }
+    })
+    .unwrap();
+    spine.restart().unwrap();
+    assert!(
+        spine.log_text().contains("PFC counter adopted"),
+        "{}",
+        spine.log_text()
+    );
+    local_when(
+        &spine,
+        "the restarted spine to count the 50 packets sent while it was down",
+        |local| eligible(local) >= before + 50,
+    );
 }
 
 fn sock2_tos(sock: &UdpSocket, tos: i32) {
