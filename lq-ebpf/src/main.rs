@@ -9,7 +9,7 @@
 #![no_std]
 #![no_main]
 // Inline assembly on BPF (the atomic row claims of `atomic`): lq-ebpf is built with the
-// nightly toolchain (aya-build, -Z build-std) in any case.
+// nightly toolchain (lq-user/build.rs, -Z build-std) in any case.
 #![feature(asm_experimental_arch)]
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 

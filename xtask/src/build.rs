@@ -1,5 +1,5 @@
 //! `cargo xtask build [--release] [--target TRIPLE]`: builds `lq-user`; its build script
-//! builds the eBPF object with aya-build (nightly + bpf-linker from PATH) and `lqd` embeds
+//! builds the eBPF object (`--locked`; nightly + bpf-linker from PATH) and `lqd` embeds
 //! it.
 
 use std::{path::PathBuf, process::Command};
@@ -22,7 +22,7 @@ pub struct BuildArgs {
 /// Builds lq-user and returns the directory holding `lqd`.
 pub fn build(args: &BuildArgs) -> Result<PathBuf> {
     let mut cmd = util::cargo_cmd(None);
-    cmd.args(["build", "-p", "lq-user"]);
+    cmd.args(["build", "--locked", "-p", "lq-user"]);
     if args.release {
         cmd.arg("--release");
     }
@@ -35,7 +35,7 @@ pub fn build(args: &BuildArgs) -> Result<PathBuf> {
             cmd.env(linker_env(triple), linker);
         }
     }
-    step("build", "cargo build -p lq-user", || {
+    step("build", "cargo build --locked -p lq-user", || {
         util::run(&mut cmd).context("building lq-user failed (see the compiler output above)")?;
         Ok(((), "built".into()))
     })?;

@@ -77,7 +77,15 @@ pub fn demo(args: &DemoArgs) -> Result<i32> {
         "building the demo program (lq-tests, release)",
         || {
             let mut c = util::cargo_cmd(None);
-            c.args(["build", "--release", "-p", "lq-tests", "--bin", "demo"]);
+            c.args([
+                "build",
+                "--locked",
+                "--release",
+                "-p",
+                "lq-tests",
+                "--bin",
+                "demo",
+            ]);
             util::run(&mut c)?;
             Ok(((), "built".into()))
         },

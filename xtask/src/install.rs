@@ -41,7 +41,15 @@ pub fn run(args: &InstallArgs) -> Result<()> {
     let root = util::workspace_root();
     util::step("install", "build lqd (release)", || {
         let mut c = util::cargo_cmd(None);
-        c.args(["build", "--release", "-p", "lq-user", "--bin", "lqd"]);
+        c.args([
+            "build",
+            "--locked",
+            "--release",
+            "-p",
+            "lq-user",
+            "--bin",
+            "lqd",
+        ]);
         util::run(&mut c).map(|()| ((), "built".to_string()))
     })?;
     let dest = args.destdir.clone().unwrap_or_else(|| PathBuf::from("/"));

@@ -7,6 +7,10 @@
 //!   `${XDG_CACHE_HOME:-$HOME/.cache}/lq/bpf-linker-llvm<major>` and put first on PATH of
 //!   every child process;
 //! * the Debian packages the tests use;
+//! * every crate the build compiles, fetched into cargo's registry cache at the versions
+//!   Cargo.lock names (the workspace's crates for every platform, and `-Z build-std`'s for
+//!   the BPF target), so that after setup the whole build, eBPF object included, runs with
+//!   the network off (`CARGO_NET_OFFLINE=true`);
 //! * bpffs mounted on /sys/fs/bpf.
 
 use std::{
@@ -55,9 +59,67 @@ pub fn setup() -> Result<()> {
     })?;
     util::prepend_to_child_path(vec![dir.join("bin")]);
     step("setup", "Debian packages", ensure_debian_packages)?;
+    step(
+        "setup",
+        "crates of Cargo.lock (offline builds)",
+        prefetch_crates,
+    )?;
     step("setup", "bpffs on /sys/fs/bpf", ensure_bpffs)?;
     println!("==> setup: done in {}", util::secs(start.elapsed()));
     Ok(())
+}
+
+/// `cargo fetch --locked` for the host toolchain's build and the nightly's eBPF build
+/// (`-Z build-std=core` for bpfel-unknown-none): downloads what the registry cache lacks,
+/// never changes Cargo.lock. Offline (`CARGO_NET_OFFLINE=true`) it only checks that the
+/// cache has everything, with cargo's own error otherwise.
+fn prefetch_crates() -> Result<((), String)> {
+    let root = util::workspace_root();
+    let offline = std::env::var("CARGO_NET_OFFLINE").is_ok_and(|v| v == "true" || v == "1");
+    let mut host = util::cargo_cmd(None);
+    // The platforms lq is built for (the host, and aarch64 for SmartNIC Arm cores); all
+    // of Cargo.lock's would pull crates of platforms nobody builds (Android, Windows).
+    host.current_dir(root)
+        .args(["fetch", "--locked", "--quiet"]);
+    for t in [host_triple().as_str(), "aarch64-unknown-linux-gnu"] {
+        host.args(["--target", t]);
+    }
+    util::run(&mut host).context(
+        "`cargo fetch --locked` failed: Cargo.lock must match the manifests (commit the lockfile `cargo build` writes), and crates.io must be reachable unless every crate is cached",
+    )?;
+    let mut ebpf = Command::new("rustup");
+    ebpf.current_dir(root).args([
+        "run",
+        "nightly",
+        "cargo",
+        "fetch",
+        "--locked",
+        "--quiet",
+        "-Z",
+        "build-std=core",
+        "--target",
+        "bpfel-unknown-none",
+    ]);
+    util::run(&mut ebpf)
+        .context("fetching the eBPF build's crates (nightly, -Z build-std) failed")?;
+    Ok((
+        (),
+        if offline {
+            "offline: the registry cache has every crate".into()
+        } else {
+            "cached at the locked versions".into()
+        },
+    ))
+}
+
+/// The host's target triple (`rustc -vV`), x86_64 Linux when it cannot be read.
+fn host_triple() -> String {
+    util::output(Command::new("rustc").arg("-vV"))
+        .and_then(|o| {
+            o.lines()
+                .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        })
+        .unwrap_or_else(|| "x86_64-unknown-linux-gnu".into())
 }
 
 fn ensure_nightly() -> Result<((), String)> {

@@ -1,7 +1,8 @@
 //! `cargo xtask test [--host-only] [-- ARGS]`: every check CI runs, in order.
 //!
 //! Stages: `cargo fmt --check`, clippy on the user crates, `cargo doc` of the user crates
-//! (warnings as errors), clippy on the eBPF crate, host unit tests, privileged tests (root:
+//! (warnings as errors), clippy on the eBPF crate, host unit tests, an offline build of
+//! `lqd` from the lockfiles, the aarch64 build under qemu-user, privileged tests (root:
 //! real kernel, network namespaces). A failing stage does not stop the next ones, so the
 //! summary is complete; the exit code is non-zero if any stage failed. The last line of output is always `N passed, N failed`.
 //!
@@ -167,6 +168,13 @@ fn stages(args: &TestArgs) -> Vec<Stage> {
             prepare: None,
         },
         Stage {
+            name: "offline build from the lockfiles (no network)",
+            layer: Layer::HostUnit,
+            cmd: Some(offline_build()),
+            skip: None,
+            prepare: None,
+        },
+        Stage {
             name: "aarch64 lqd under qemu-user",
             layer: Layer::HostUnit,
             cmd: None,
@@ -193,6 +201,38 @@ fn rustdoc() -> Command {
     ]);
     c.env("RUSTDOCFLAGS", "-D warnings");
     c
+}
+
+/// `lqd` built with the network off (issue 42): `--locked` and `CARGO_NET_OFFLINE=true`,
+/// as root inside a new network namespace with no interface at all (`unshare --net`), into
+/// its own target folder (fresh on a clean clone: every crate, the eBPF object's
+/// included, compiled from the registry cache `cargo xtask setup` filled, at the versions
+/// the lockfiles name, which lq-user/build.rs checks crate by crate).
+fn offline_build() -> Command {
+    let target = util::workspace_root().join("target").join("offline-check");
+    let cargo_args = |c: &mut Command| {
+        c.args([
+            "build",
+            "--locked",
+            "-p",
+            "lq-user",
+            "--bin",
+            "lqd",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .env("CARGO_NET_OFFLINE", "true");
+    };
+    if util::is_root() {
+        let mut c = util::command("unshare");
+        c.args(["--net", "cargo"]);
+        cargo_args(&mut c);
+        c
+    } else {
+        let mut c = util::cargo_cmd(None);
+        cargo_args(&mut c);
+        c
+    }
 }
 
 /// The Arm build (SmartNIC cores) is run, not only built: `lqd` for aarch64 under qemu-user
@@ -222,7 +262,7 @@ fn cross_arch_test() -> Result<Command> {
 
 /// clippy for `lq-ebpf` on the BPF target. aya-ebpf's build script derives
 /// `bpf_target_arch` from the host unless `AYA_BPF_TARGET_ARCH` is set; we set it to the
-/// host's architecture explicitly, like aya-build does for the real build.
+/// host's architecture explicitly, like lq-user/build.rs does for the real build.
 fn ebpf_clippy() -> Command {
     let mut c = util::cargo_cmd(Some("nightly"));
     c.args([
