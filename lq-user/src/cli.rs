@@ -70,10 +70,60 @@ pub enum Command {
     /// Check a configuration file and print the effective settings; exit 1 on an error,
     /// which names the file, the line and the allowed range.
     CheckConfig(CheckConfigArgs),
+    /// Reload a running instance's configuration file (as SIGHUP does) and report whether
+    /// it was applied; exit 1 when it was refused, with the reason.
+    #[command(long_about = RELOAD_LONG_ABOUT)]
+    Reload(ReloadArgs),
+    /// Print a shell completion script for lqd (bash, zsh, fish, elvish, powershell), e.g.
+    /// `lqd completions bash > /etc/bash_completion.d/lqd`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write lqd's man pages (section 8: lqd.8 and one per subcommand, lqd-run.8, ...)
+    /// into a folder, e.g. `lqd man --out /usr/local/share/man/man8`.
+    Man {
+        /// The folder (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
     /// Detach the counters a stopped instance left counting (PFC, ECN-eligible) and remove
     /// its pinned maps; refused while the instance runs.
     #[command(long_about = CLEANUP_LONG_ABOUT)]
     Cleanup(CleanupArgs),
+}
+
+const RELOAD_LONG_ABOUT: &str = "\
+Reload a running instance's configuration file and report the outcome.
+
+The daemon reads the file again and applies it as a whole, or refuses it as a whole and
+keeps the running configuration (the answer and the log say why). Applied at run time: the
+load-balancer's uplinks, destinations, mapping, capacities, damping and weight function,
+the receiver's checks (as-plan, pass-through, miss-count), the slow plane, and the
+helper's notify-interval-ms, change-threshold, diagnostics-enabled and Appendix A
+smoothing and hold-down. Changed only by a restart (a reload with any of them is refused,
+naming them): the role, a helper's identity (router-id, local-as, as-qualified,
+pfc-fabric), [udp], [[link]], [helper] t-sample-ms, mtu, send-to and ipv6, [receiver]
+interfaces and pin-dir, [nexthop-group] type, buckets, timers, weight-max, id-base and
+program-kernel, [local-quality], [pfc], [ipfix] and [metrics]. SIGHUP does the same;
+`lqd show status` shows the last outcome.
+
+Exit status: 0 applied, 1 refused or no answer.
+
+Example:
+  $ lqd reload --instance leaf1
+  $ systemctl reload lqd@leaf1       # the unit's ExecReload runs `lqd reload`";
+
+/// Arguments of `lqd reload`.
+#[derive(Debug, Args)]
+pub struct ReloadArgs {
+    /// Instance name.
+    #[arg(long, default_value = "default", value_parser = parse_instance)]
+    pub instance: String,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 const CLEANUP_LONG_ABOUT: &str = "\
@@ -198,6 +248,9 @@ pub enum ShowWhat {
     Uplinks,
     /// PFC frames received per interface and priority, paused time, rejected frames.
     Pfc,
+    /// The daemon: version, pid, role, configuration file, uptime, reloads and how the
+    /// last one went.
+    Status,
 }
 
 /// Arguments of `lqd show`.

@@ -24,6 +24,9 @@
 // PEM files through `rustls::pki_types`), not by a path in the library.
 use rustls_pki_types as _;
 use tracing_subscriber as _;
+// The `lqd` binary's `completions` and `man` subcommands.
+use clap_complete as _;
+use clap_mangen as _;
 
 pub mod config;
 pub mod core;

@@ -31,6 +31,15 @@ fn main() -> ExitCode {
         Command::Show(args) => top(show(&args)),
         Command::CheckConfig(args) => top(check_config(&args.file)),
         Command::Cleanup(args) => top(cleanup(&args)),
+        Command::Reload(args) => top(reload(&args)),
+        Command::Completions { shell } => top((|| {
+            use clap::CommandFactory as _;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "lqd", &mut script);
+            io::stdout().lock().write_all(&script)?;
+            Ok(())
+        })()),
+        Command::Man { out } => top(man_pages(&out)),
         Command::Monitor(args) => top(monitor(&args)),
         Command::Ipfix(cli::IpfixCommand::Collect(args)) => top(collect(&args)),
         Command::Sim(args) => top(sim(&args)),
@@ -104,12 +113,71 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
             daemon::query(&instance.socket, "weights")?,
             show::weights_table,
         ),
+        ShowWhat::Status => (
+            daemon::query(&instance.socket, "status")?,
+            show::status_table,
+        ),
     };
     let mut out = io::stdout().lock();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
     } else {
         write!(out, "{}", table(&value))?;
+    }
+    Ok(())
+}
+
+/// lqd.8 and one page per subcommand (lqd-run.8, lqd-show.8, ...), section 8.
+fn man_pages(out: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use clap::CommandFactory as _;
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    let top = Cli::command().name("lqd");
+    let mut pages = vec![("lqd".to_owned(), top.clone())];
+    for sub in top.get_subcommands().filter(|c| !c.is_hide_set()) {
+        // clap names are `&'static str`: one small leak per page of a one-off command.
+        let name: &'static str = Box::leak(format!("lqd-{}", sub.get_name()).into_boxed_str());
+        pages.push((name.to_owned(), sub.clone().name(name)));
+    }
+    for (name, cmd) in pages {
+        let path = out.join(format!("{name}.8"));
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(cmd.version(env!("CARGO_PKG_VERSION")))
+            .section("8")
+            .render(&mut buf)
+            .with_context(|| format!("render {name}"))?;
+        std::fs::write(&path, buf).with_context(|| format!("write {}", path.display()))?;
+        writeln!(io::stdout().lock(), "{}", path.display())?;
+    }
+    Ok(())
+}
+
+fn reload(args: &cli::ReloadArgs) -> anyhow::Result<()> {
+    use lq_user::views::snapshot::ReloadOutcome;
+    let instance = lq_user::daemon::Instance::new(&args.instance, None);
+    let v = lq_user::daemon::query_within(
+        &instance.socket,
+        "reload",
+        lq_user::daemon::RELOAD_DEADLINE + std::time::Duration::from_secs(2),
+    )?;
+    let outcome: ReloadOutcome = serde_json::from_value(v.clone())
+        .map_err(|e| anyhow::anyhow!("unexpected answer {v}: {e}"))?;
+    let mut out = io::stdout().lock();
+    if args.json {
+        writeln!(out, "{v}")?;
+    } else if outcome.applied {
+        write!(
+            out,
+            "{}",
+            lq_user::views::snapshot::reload_line(&outcome)
+                .replace("last reload: applied", "reloaded: applied")
+        )?;
+    }
+    if !outcome.applied {
+        anyhow::bail!(
+            "reload refused, the running configuration stays: {}",
+            outcome.reason.as_deref().unwrap_or("no reason given")
+        );
     }
     Ok(())
 }

@@ -555,3 +555,147 @@ fn advertisements_are_split_for_the_smallest_real_link_mtu() {
     }
     let _ = std::fs::remove_file(&pcap);
 }
+
+/// A reload that reloads (issue 43): SIGHUP with a new notify-interval-ms changes the
+/// spine's measured advertisement period within one period; `lqd reload` reports the
+/// outcome and exits non-zero when the file changes what needs a restart, naming it, and
+/// then nothing of the file is applied (`show state` and `show status` show the
+/// configuration in force).
+#[test]
+fn a_reload_changes_the_helpers_period_or_is_refused_as_a_whole() {
+    require_root();
+    let s = NetNs::new("lqt-rh").unwrap();
+    let l = NetNs::new("lqt-rl").unwrap();
+    veth_pair(&s, "s1", "10.9.0.1/24", &l, "l1", "10.9.0.2/24").unwrap();
+    let leaf_cfg = LEAF.replace(
+        "role = \"load-balancer\"\n",
+        "role = \"load-balancer\"\nmiss-count = 5\n",
+    );
+    let leaf = Lqd::start(&l, &leaf_cfg).unwrap();
+    let spine = Lqd::start(&s, SPINE).unwrap();
+    let observed =
+        || -> Option<f64> { leaf.show("neighbors").ok()?[0]["observed-interval-ms"].as_f64() };
+    let period_near = |ms: f64| {
+        poll_until(
+            &format!("the leaf to observe a {ms} ms advertisement period"),
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            || match observed() {
+                Some(p) if (p - ms).abs() < ms * 0.25 => Ok(p),
+                p => Err(p),
+            },
+            |p| format!("observed {p:?}\n{}", spine.log_text()),
+        )
+        .unwrap()
+    };
+    period_near(20.0);
+    // SIGHUP with T_notify 40 ms (the leaf's dead interval, 5 x 20 ms, covers it). The
+    // spine's datagrams are captured at the leaf with the kernel's receive timestamps:
+    // every period that starts one old period (20 ms, + 10 % jitter, + slack) after the
+    // SIGHUP is the new one, [0.9, 1.1] x 40 ms.
+    let socket = l
+        .run_in(|| UdpSocket::bind(("0.0.0.0", lq_common::wire::DEFAULT_PORT)))
+        .unwrap()
+        .unwrap();
+    lq_tests::daemon::enable_receive_timestamps(&socket).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let capture = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut stamps = Vec::new();
+            let mut buf = [0u8; 2048];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some((_, ts)) = lq_tests::daemon::recv_stamped(&socket, &mut buf) {
+                    stamps.push(ts);
+                }
+            }
+            stamps
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let slower = SPINE.replace("router-id", "notify-interval-ms = 40\nrouter-id");
+    std::fs::write(spine.config_path(), &slower).unwrap();
+    let hup_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    spine.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(1200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let stamps = capture.join().unwrap();
+    let gaps: Vec<(u64, f64)> = stamps
+        .windows(2)
+        .map(|w| (w[0], (w[1] - w[0]) as f64 / 1e6))
+        .collect();
+    let before: Vec<f64> = gaps
+        .iter()
+        .filter(|(t, g)| *t + (*g * 1e6) as u64 <= hup_ns)
+        .map(|g| g.1)
+        .collect();
+    let after: Vec<f64> = gaps
+        .iter()
+        .filter(|(t, _)| *t >= hup_ns + 25_000_000)
+        .map(|g| g.1)
+        .collect();
+    eprintln!("periods before SIGHUP {before:?}\nafter {after:?}");
+    assert!(before.len() >= 30 && after.len() >= 20, "{stamps:?}");
+    assert!(
+        before.iter().all(|g| (15.0..=27.0).contains(g)),
+        "{before:?}"
+    );
+    assert!(
+        after.iter().all(|g| (33.0..=48.0).contains(g)),
+        "a period after the first one past the SIGHUP is not the new T_notify: {after:?}"
+    );
+    assert!(spine.log_text().contains("helper parameters reloaded"));
+    period_near(40.0);
+    let status = spine.show("status").unwrap();
+    assert_eq!(status["reloads"], 1, "{status}");
+    assert_eq!(status["last-reload"]["applied"], true, "{status}");
+    assert_eq!(
+        spine.show("state").unwrap()["ietf-lq-telemetry:lq-telemetry"]["notify-interval-ms"],
+        40,
+        "show state shows the configuration in force"
+    );
+
+    // `lqd reload`: a new UDP port needs new sockets: refused as a whole, the period kept.
+    let reload = |text: &str| {
+        std::fs::write(spine.config_path(), text).unwrap();
+        Command::new(lqd_bin().unwrap())
+            .args(["reload", "--instance", &spine.instance])
+            .output()
+            .unwrap()
+    };
+    let refused = reload(&format!(
+        "{}\n[udp]\nport = 6800\n",
+        slower.replace("notify-interval-ms = 40", "notify-interval-ms = 20")
+    ));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(err.contains("[udp]") && err.contains("restart"), "{err}");
+    let status = spine.show("status").unwrap();
+    assert_eq!(status["reloads"], 2, "{status}");
+    assert_eq!(status["last-reload"]["applied"], false, "{status}");
+    assert_eq!(
+        status["last-reload"]["restart-needed"],
+        serde_json::json!(["[udp]"]),
+        "{status}"
+    );
+    assert_eq!(
+        spine.show("state").unwrap()["ietf-lq-telemetry:lq-telemetry"]["notify-interval-ms"],
+        40
+    );
+    period_near(40.0);
+    // Back to 20 ms through `lqd reload`: applied, exit 0.
+    let applied = reload(SPINE);
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert!(String::from_utf8_lossy(&applied.stdout).contains("applied"));
+    period_near(20.0);
+}

@@ -1,7 +1,8 @@
 //! `cargo xtask`: developer tasks for `lq` (alias in `.cargo/config.toml`).
 //!
-//! Every subcommand but `setup` runs `setup` first, so a fresh Debian machine needs only
-//! rustup and a C toolchain: `cargo xtask test` installs the rest.
+//! Every subcommand but `setup` runs what it needs of `setup` first, so a fresh Debian
+//! machine needs only rustup and a C toolchain: `cargo xtask test` installs the rest, and
+//! `build`, `install` and `run` install no Debian package (`setup::Needs`).
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 mod bench;
@@ -64,8 +65,17 @@ fn main() {
 
 /// Runs a subcommand; returns the process exit code.
 fn dispatch(cmd: Cmd) -> Result<i32> {
-    if !matches!(cmd, Cmd::Setup) {
-        setup::setup()?;
+    let needs = match &cmd {
+        Cmd::Setup => None,
+        // A cross build installs its linker (the error says so otherwise), nothing else.
+        Cmd::Build(_) | Cmd::Install(_) => Some(setup::Needs::Build),
+        Cmd::Run(_) => Some(setup::Needs::Run),
+        Cmd::Test(_) | Cmd::Fuzz(_) | Cmd::Bench(_) | Cmd::Demo(_) => {
+            Some(setup::Needs::Everything)
+        }
+    };
+    if let Some(needs) = needs {
+        setup::setup_for(needs)?;
     }
     match cmd {
         Cmd::Setup => setup::setup().map(|()| 0),

@@ -1,5 +1,8 @@
 //! `cargo xtask setup`: everything a fresh Debian machine needs to build and test `lq`.
-//! Idempotent; every other subcommand runs it first.
+//! Idempotent; every other subcommand runs what it needs of it first: `build`, `install`
+//! and `run` only the build's part ([`Needs::Build`]: no Debian package, so that a router
+//! that runs its own FRR gets nothing installed beside lqd), `test`, `demo`, `bench` and
+//! `fuzz` all of it ([`Needs::Everything`]).
 //!
 //! * the nightly toolchain with `rust-src` and `clippy` (the eBPF build), and `clippy` and
 //!   `rustfmt` for the default toolchain;
@@ -47,8 +50,24 @@ const DEBIAN_PACKAGES: &[&str] = &[
 /// tshark's debconf question about non-root capture, answered before installing.
 const WIRESHARK_PRESEED: &str = "wireshark-common wireshark-common/install-setuid boolean false\n";
 
+/// What a subcommand needs set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// Building lqd: the toolchains, bpf-linker and the locked crates. No Debian package.
+    Build,
+    /// Running lqd: the build's needs and bpffs.
+    Run,
+    /// Tests, demo, benchmarks, fuzzing: everything, the Debian packages included.
+    Everything,
+}
+
 /// Runs every setup step and prints the total time.
 pub fn setup() -> Result<()> {
+    setup_for(Needs::Everything)
+}
+
+/// Runs the setup steps `needs` asks for.
+pub fn setup_for(needs: Needs) -> Result<()> {
     let start = Instant::now();
     step("setup", "nightly toolchain", ensure_nightly)?;
     step("setup", "toolchain components", ensure_components)?;
@@ -58,13 +77,17 @@ pub fn setup() -> Result<()> {
         ensure_bpf_linker(&dir, major)
     })?;
     util::prepend_to_child_path(vec![dir.join("bin")]);
-    step("setup", "Debian packages", ensure_debian_packages)?;
+    if needs == Needs::Everything {
+        step("setup", "Debian packages", ensure_debian_packages)?;
+    }
     step(
         "setup",
         "crates of Cargo.lock (offline builds)",
         prefetch_crates,
     )?;
-    step("setup", "bpffs on /sys/fs/bpf", ensure_bpffs)?;
+    if needs != Needs::Build {
+        step("setup", "bpffs on /sys/fs/bpf", ensure_bpffs)?;
+    }
     println!("==> setup: done in {}", util::secs(start.elapsed()));
     Ok(())
 }

@@ -175,6 +175,13 @@ fn stages(args: &TestArgs) -> Vec<Stage> {
             prepare: None,
         },
         Stage {
+            name: "install stages lqd and installs no Debian package",
+            layer: Layer::HostUnit,
+            cmd: None,
+            skip: None,
+            prepare: Some(install_without_packages),
+        },
+        Stage {
             name: "aarch64 lqd under qemu-user",
             layer: Layer::HostUnit,
             cmd: None,
@@ -233,6 +240,62 @@ fn offline_build() -> Command {
         cargo_args(&mut c);
         c
     }
+}
+
+/// `cargo xtask install --destdir D --prefix /usr` with `apt-get`, `apt` and `dpkg-query`
+/// shadowed by stubs that fail and leave a mark (issue 43): the install (its setup, its
+/// release build) must succeed without them, and the staged unit must point at the staged
+/// binary. The returned command checks the staged files.
+fn install_without_packages() -> Result<Command> {
+    use anyhow::Context as _;
+    let scratch = util::workspace_root().join("target").join("install-check");
+    let _ = std::fs::remove_dir_all(&scratch);
+    let stubs = scratch.join("stubs");
+    let dest = scratch.join("dest");
+    let mark = scratch.join("package-manager-called");
+    std::fs::create_dir_all(&stubs)?;
+    for tool in ["apt-get", "apt", "dpkg-query"] {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = stubs.join(tool);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\necho \"{tool} $*\" >> '{}'\nexit 1\n",
+                mark.display()
+            ),
+        )?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let path = std::env::join_paths(std::iter::once(stubs.clone()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))?;
+    let mut install = util::cargo_cmd(None);
+    install
+        .args(["xtask", "install", "--prefix", "/usr", "--destdir"])
+        .arg(&dest)
+        .env("PATH", path);
+    util::run(&mut install).context("cargo xtask install with the package manager stubbed")?;
+    if let Ok(calls) = std::fs::read_to_string(&mark) {
+        anyhow::bail!("the install ran the package manager: {calls}");
+    }
+    let mut check = util::command("sh");
+    check.arg("-c").arg(format!(
+        "set -e; d='{}'; \
+         test -x \"$d/usr/sbin/lqd\"; \
+         grep -qx 'ExecStart=/usr/sbin/lqd --log-format json run --config /etc/lq/%i.toml --instance %i' \"$d/etc/systemd/system/lqd@.service\"; \
+         grep -qx 'ExecReload=/usr/sbin/lqd reload --instance %i' \"$d/etc/systemd/system/lqd@.service\"; \
+         ! grep -q /usr/local \"$d/etc/systemd/system/lqd@.service\"; \
+         grep -q '^net.ipv4.fib_multipath_hash_policy = 1' \"$d/etc/sysctl.d/90-lq.conf\"; \
+         for p in lqd lqd-run lqd-show lqd-reload lqd-cleanup lqd-check-config; do test -s \"$d/usr/share/man/man8/$p.8\"; done; \
+         grep -q '^.TH lqd-reload 8' \"$d/usr/share/man/man8/lqd-reload.8\"; \
+         bash -n \"$d/usr/share/bash-completion/completions/lqd\"; \
+         grep -q cleanup \"$d/usr/share/bash-completion/completions/lqd\"; \
+         test -s \"$d/usr/share/zsh/site-functions/_lqd\"; \
+         test -s \"$d/usr/share/fish/vendor_completions.d/lqd.fish\"; \
+         echo 'staged install: unit, sysctl.d, man pages and completions as expected'",
+        dest.display()
+    ));
+    Ok(check)
 }
 
 /// The Arm build (SmartNIC cores) is run, not only built: `lqd` for aarch64 under qemu-user

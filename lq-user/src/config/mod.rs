@@ -270,7 +270,7 @@ pub fn parse_prefix(s: &str) -> Result<Prefix, String> {
 }
 
 /// `[lq-telemetry]`: the YANG container's leaves.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LqTelemetry {
     /// `enabled` (default false, as in the model: lqd refuses to run disabled).
@@ -315,7 +315,7 @@ fn default_transports() -> Vec<String> {
 }
 
 /// `[udp]`: the UDP binding.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Udp {
     /// UDP port of advertisements.
@@ -334,7 +334,7 @@ fn default_port() -> u16 {
 }
 
 /// `[receiver]`: the XDP receiver of the load-balancer role.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Receiver {
     /// Interfaces the XDP receiver attaches to (the leaf's uplinks).
@@ -352,7 +352,7 @@ pub struct Receiver {
 }
 
 /// `[damping]`: receiver damping (section 6.4).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Damping {
     /// g, 0.25..=1.0, default 0.5.
@@ -465,7 +465,7 @@ pub enum ParallelLinks {
 }
 
 /// `[nexthop-group]`: how weights reach the kernel.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct NexthopGroup {
     /// `resilient` (default) or `hash-threshold`.
@@ -545,7 +545,7 @@ fn default_true() -> bool {
 }
 
 /// `[[uplink]]`: one next-hop member (a local uplink towards a spine).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct UplinkSpec {
     /// Stable id (1..=65535), unique.
@@ -583,7 +583,7 @@ impl UplinkSpec {
 /// fabrics whose BGP does not carry the Link Bandwidth community, or without BGP. It wins
 /// over a Link Bandwidth learned over BMP for the same path, as covering rules win over a
 /// learned mapping.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PathCapacitySpec {
     /// The spine's Router-ID (every `[[uplink]]` to it).
@@ -601,7 +601,7 @@ pub struct PathCapacitySpec {
 }
 
 /// `[[destination]]`: one destination prefix and its NNH (section 6.1).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct DestinationSpec {
     /// The prefix routed through the group.
@@ -615,7 +615,7 @@ pub struct DestinationSpec {
 }
 
 /// `[helper]`: the congestion pipeline (seed 003 Appendix A) and the advertiser (7.2).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct HelperSection {
     /// T_sample in ms (A.1: 1..=5, default 2).
@@ -681,7 +681,7 @@ pub enum SendTo {
 }
 
 /// `[[link]]`: one monitored egress link of the helper role.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LinkSpec {
     /// The egress interface; its ifIndex is the advertised link-id.
@@ -704,7 +704,7 @@ pub struct LinkSpec {
 }
 
 /// `[pfc]`: PFC frame counting (seed 000) on interfaces.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PfcSection {
     /// Interfaces whose received PFC frames are counted (a bond's members, never the bond).
@@ -735,7 +735,7 @@ pub struct PfcSection {
 /// synchronous delivery to the peer's receive path, where the peer's PFC counter (another
 /// lqd's `[pfc] interfaces`, or any counter pinned in lqd's layout) counts every frame by
 /// the receive rules; a frame the veth dropped never reaches it.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct VethPeerSource {
     /// The veth whose transmitted frames are exported (its peer is found by the
@@ -747,7 +747,7 @@ pub struct VethPeerSource {
 
 /// `[[pfc.ethtool]]`: one interface's eight per-priority PFC counters from ethtool
 /// statistics (never per-queue, per-traffic-class or 802.1p counters).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct EthtoolSource {
     /// The interface (a bond's member, never the bond).
@@ -807,7 +807,7 @@ impl EthtoolSource {
 }
 
 /// `[ipfix]`: export of PFC counters as IPFIX Options Template records (seed 000 section 6).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct IpfixSection {
     /// The collector, `ADDR:PORT` (UDP).
@@ -923,7 +923,7 @@ impl IpfixSection {
 }
 
 /// The whole file.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Config {
     /// The YANG leaves.
@@ -974,7 +974,7 @@ pub struct Config {
 
 /// `[local-quality]`: `local_quality(S)` of seed 003 section 6.3, "the quality of the
 /// leaf's uplink to spine S from the local DLB mechanism" (`core::controller::local_quality`).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LocalQualitySection {
     /// `link-state` (default): 255 while the uplink is up, 0 when it is down. `measured`:
@@ -999,7 +999,7 @@ pub enum LocalQualitySource {
 /// `[slow-plane]`: lqd steers the multipath routes a routing daemon (FRR) installs instead
 /// of `[[destination]]` entries (seed 003 section 4.1: a path is eligible only if the slow
 /// plane permits it).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SlowPlaneSection {
     /// Route protocols followed (`bgp`, `ospf`, `isis`, `static`, ... or a number).
@@ -1024,7 +1024,7 @@ pub struct SlowPlaneSection {
 /// `bmp targets`, `bmp connect`); the origin AS of each prefix's AS_PATH names its remote
 /// leaf in an RFC 7938 fabric (one AS per leaf), matched against the AS-qualified LQ
 /// entries (seed 003 sections 6.1, 6.2).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct BmpSection {
     /// TCP address to listen on (e.g. "127.0.0.1:11019"; keep it local or filtered: BMP
@@ -1103,7 +1103,7 @@ impl SlowPlaneSection {
 }
 
 /// `[metrics]`: an opt-in Prometheus text endpoint.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct MetricsSection {
     /// Address to serve `GET /metrics` on (e.g. "127.0.0.1:9464").
@@ -1111,6 +1111,96 @@ pub struct MetricsSection {
 }
 
 impl Config {
+    /// The settings that differ between `self` (in force) and `new` and that a running lqd
+    /// cannot apply: a reload with any of them is refused as a whole, naming them (lqd
+    /// must be restarted for them). What a reload applies: the load-balancer's mapping,
+    /// uplinks, destinations, capacities, damping and weight function, the receiver's
+    /// checks (`[receiver] as-plan`, `pass-through`, miss-count, port), the slow plane, and
+    /// the helper's T_notify, CHANGE_THRESHOLD, diagnostics and Appendix A smoothing and
+    /// hold-down.
+    pub fn restart_only_changes(&self, new: &Config) -> Vec<&'static str> {
+        let (a, b) = (self, new);
+        let mut out = Vec::new();
+        let mut check = |changed: bool, key: &'static str| {
+            if changed {
+                out.push(key);
+            }
+        };
+        let (ta, tb) = (&a.lq_telemetry, &b.lq_telemetry);
+        check(ta.role != tb.role, "[lq-telemetry] role");
+        check(ta.enabled != tb.enabled, "[lq-telemetry] enabled");
+        if ta.role.advertises() {
+            // The helper's identity goes into every datagram's header.
+            check(ta.router_id != tb.router_id, "[lq-telemetry] router-id");
+            check(ta.local_as != tb.local_as, "[lq-telemetry] local-as");
+            check(
+                ta.as_qualified != tb.as_qualified,
+                "[lq-telemetry] as-qualified",
+            );
+            check(ta.pfc_fabric != tb.pfc_fabric, "[lq-telemetry] pfc-fabric");
+            // The advertisement sockets and their destinations.
+            check(a.udp != b.udp, "[udp]");
+            check(a.link != b.link, "[[link]]");
+            check(
+                a.helper.t_sample_ms != b.helper.t_sample_ms,
+                "[helper] t-sample-ms",
+            );
+            check(a.helper.mtu != b.helper.mtu, "[helper] mtu");
+            check(a.helper.send_to != b.helper.send_to, "[helper] send-to");
+            check(a.helper.ipv6 != b.helper.ipv6, "[helper] ipv6");
+        }
+        if ta.role.receives() {
+            check(
+                a.receiver.interfaces != b.receiver.interfaces,
+                "[receiver] interfaces",
+            );
+            check(
+                a.receiver.pin_dir != b.receiver.pin_dir,
+                "[receiver] pin-dir",
+            );
+            let (na, nb) = (&a.nexthop_group, &b.nexthop_group);
+            check(na.group_type != nb.group_type, "[nexthop-group] type");
+            check(na.buckets != nb.buckets, "[nexthop-group] buckets");
+            check(
+                na.idle_timer_ms != nb.idle_timer_ms,
+                "[nexthop-group] idle-timer-ms",
+            );
+            check(
+                na.unbalanced_timer_ms != nb.unbalanced_timer_ms,
+                "[nexthop-group] unbalanced-timer-ms",
+            );
+            check(na.weight_max != nb.weight_max, "[nexthop-group] weight-max");
+            check(na.id_base != nb.id_base, "[nexthop-group] id-base");
+            check(
+                na.program_kernel != nb.program_kernel,
+                "[nexthop-group] program-kernel",
+            );
+            check(a.local_quality != b.local_quality, "[local-quality]");
+            if a.local_quality.source == LocalQualitySource::Measured {
+                // The uplinks' sampler thread and pipelines are set up at start.
+                let ifaces = |c: &Config| {
+                    c.uplink
+                        .iter()
+                        .map(|u| u.interface.clone())
+                        .collect::<Vec<_>>()
+                };
+                check(
+                    ifaces(a) != ifaces(b),
+                    "[[uplink]] interface (measured local quality)",
+                );
+                check(
+                    a.helper.t_sample_ms != b.helper.t_sample_ms,
+                    "[helper] t-sample-ms",
+                );
+            }
+        }
+        check(a.pfc != b.pfc, "[pfc]");
+        check(a.ipfix != b.ipfix, "[ipfix]");
+        check(a.metrics != b.metrics, "[metrics]");
+        out.dedup();
+        out
+    }
+
     /// Reads and validates a file.
     pub fn load(path: &Path) -> Result<Self, ConfigFileError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {

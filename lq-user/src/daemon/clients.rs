@@ -80,7 +80,12 @@ struct Clients {
     snapshots: Published,
     notify: broadcast::Sender<String>,
     stats: Arc<ClientStats>,
+    /// `lqd reload`: wakes the loop, which reloads as on SIGHUP.
+    reload: Arc<Notify>,
 }
+
+/// How long `lqd reload` waits for the loop's outcome.
+pub const RELOAD_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The latest snapshot, shared by the loop and the client thread, and built on request.
 ///
@@ -202,6 +207,7 @@ pub(super) fn spawn_client_thread(
     snapshots: Published,
     notify: broadcast::Sender<String>,
     stats: Arc<ClientStats>,
+    reload: Arc<Notify>,
 ) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -211,6 +217,7 @@ pub(super) fn spawn_client_thread(
         snapshots,
         notify,
         stats,
+        reload,
     });
     std::thread::Builder::new()
         .name("lqd-clients".into())
@@ -421,10 +428,38 @@ async fn serve_control(stream: UnixStream, ctx: &Clients) {
         follow_notifications(w, ctx).await;
         return;
     }
+    if request == "reload" {
+        let mut text = reload(ctx).await;
+        text.push('\n');
+        let _ = write_within(&mut w, text.as_bytes(), stats).await;
+        return;
+    }
     let snap = ctx.snapshots.fresh().await;
     let mut text = answer(request, &snap);
     text.push('\n');
     let _ = write_within(&mut w, text.as_bytes(), stats).await;
+}
+
+/// `lqd reload`: asks the loop to reload (as SIGHUP does) and answers with the outcome
+/// (`last-reload` of the status), or an error when the loop has not reloaded within
+/// [`RELOAD_DEADLINE`]. The loop reloads between two of its steps; this client waits on
+/// its own task.
+async fn reload(ctx: &Clients) -> String {
+    let before = ctx.snapshots.fresh().await.status.reloads;
+    ctx.reload.notify_one();
+    let until = tokio::time::Instant::now() + RELOAD_DEADLINE;
+    loop {
+        let snap = ctx.snapshots.fresh().await;
+        if snap.status.reloads > before {
+            return serde_json::to_string(&snap.status.last_reload).unwrap_or_else(|e| {
+                json!({"error": format!("rendering the reply: {e}")}).to_string()
+            });
+        }
+        if tokio::time::Instant::now() > until {
+            return json!({"error": "the daemon did not reload within 10 s"}).to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// `lqd monitor`: one JSON line per notification. A client that falls more than the
@@ -479,6 +514,13 @@ fn answer(request: &str, snap: &Snapshot) -> String {
             || no("load-balancer"),
             |lb| text(serde_json::to_string(&lb.uplinks)),
         ),
+        "status" => {
+            let mut status = snap.status.clone();
+            status.uptime_s = crate::sys::clock::unix_ms_now()
+                .saturating_sub(status.started_unix_ms) as f64
+                / 1000.0;
+            text(serde_json::to_string(&status))
+        }
         "state" => {
             let neighbors = lb.map(|lb| lb.neighbors_yang(now, crate::sys::clock::unix_ns()));
             let local = helper.map(crate::views::snapshot::HelperSnapshot::local_yang);
@@ -486,7 +528,7 @@ fn answer(request: &str, snap: &Snapshot) -> String {
             crate::views::yang_state::state_document(&snap.config, local, neighbors, weighted_ecmp)
                 .to_string()
         }
-        other => json!({"error": format!("unknown request {other:?}: weights, neighbors, local, uplinks, state, monitor")})
+        other => json!({"error": format!("unknown request {other:?}: weights, neighbors, local, uplinks, state, status, reload, monitor")})
             .to_string(),
     }
 }
@@ -512,6 +554,11 @@ pub fn monitor(socket: &Path, mut each: impl FnMut(&str) -> bool) -> Result<()> 
 
 /// Sends one request to a running instance and returns its JSON answer.
 pub fn query(socket: &Path, request: &str) -> Result<Value> {
+    query_within(socket, request, Duration::from_secs(5))
+}
+
+/// [`query`] with the answer awaited for at most `deadline`.
+pub fn query_within(socket: &Path, request: &str, deadline: Duration) -> Result<Value> {
     use std::io::{BufRead as _, Write as _};
     let mut s = std::os::unix::net::UnixStream::connect(socket).with_context(|| {
         format!(
@@ -519,7 +566,7 @@ pub fn query(socket: &Path, request: &str) -> Result<Value> {
             socket.display()
         )
     })?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_read_timeout(Some(deadline))?;
     s.write_all(format!("{request}\n").as_bytes())?;
     let mut line = String::new();
     std::io::BufReader::new(s).read_line(&mut line)?;
@@ -543,14 +590,14 @@ mod tests {
         )
         .expect("a minimal configuration");
         let cfg = Arc::new(cfg);
-        let tx = Published::new(Snapshot::empty(cfg.clone()));
+        let tx = Published::new(Snapshot::empty(cfg.clone(), Default::default()));
         // The loop's part: a snapshot when a client asks.
         let publisher = tx.clone();
         tokio::spawn(async move {
             loop {
                 publisher.asked().await;
                 if publisher.take_wanted() {
-                    let mut s = Snapshot::empty(cfg.clone());
+                    let mut s = Snapshot::empty(cfg.clone(), Default::default());
                     s.taken_mono_ns = monotonic_ns();
                     assert!(publisher.try_publish(s));
                 }
@@ -561,6 +608,7 @@ mod tests {
             snapshots: tx.clone(),
             notify,
             stats: Arc::new(ClientStats::default()),
+            reload: Arc::new(Notify::new()),
         });
         (ctx, tx)
     }
@@ -607,7 +655,7 @@ mod tests {
         );
         assert!(!tx.is_wanted(), "the request was served");
         let cfg = snap.config.clone();
-        let lonely = Published::new(Snapshot::empty(cfg));
+        let lonely = Published::new(Snapshot::empty(cfg, Default::default()));
         let started = std::time::Instant::now();
         let snap = lonely.fresh().await;
         assert_eq!(

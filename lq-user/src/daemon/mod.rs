@@ -16,7 +16,7 @@ use tokio::{
 use tracing::{info, warn};
 
 use crate::{
-    config::{Config, Role},
+    config::Config,
     roles::{helper::HelperRole, load_balancer::LoadBalancer},
     sys::{
         bpf::path_table::DEFAULT_PIN_ROOT,
@@ -29,8 +29,8 @@ mod clients;
 
 use clients::Published;
 pub use clients::{
-    MAX_CLIENTS, MAX_CONTROL_REQUEST, MAX_HTTP_REQUEST, REQUEST_DEADLINE, WRITE_DEADLINE, monitor,
-    query,
+    MAX_CLIENTS, MAX_CONTROL_REQUEST, MAX_HTTP_REQUEST, RELOAD_DEADLINE, REQUEST_DEADLINE,
+    WRITE_DEADLINE, monitor, query, query_within,
 };
 
 /// Default folder of control sockets.
@@ -184,8 +184,18 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         }
         None => None,
     };
+    let mut status = crate::views::snapshot::StatusView {
+        instance: instance.name.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+        role: role.as_str().into(),
+        config_file: config_path.display().to_string(),
+        started_unix_ms: crate::sys::clock::unix_ms_now(),
+        ..Default::default()
+    };
     let mut config_now = Arc::new(cfg);
-    let snapshots = Published::new(Snapshot::empty(config_now.clone()));
+    let snapshots = Published::new(Snapshot::empty(config_now.clone(), status.clone()));
+    let reload_asked = Arc::new(tokio::sync::Notify::new());
 
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -247,6 +257,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         snapshots.clone(),
         notify_tx.clone(),
         clients.clone(),
+        reload_asked.clone(),
     )?;
     info!("lqd running");
     let mut publish = PublishPacing::default();
@@ -257,6 +268,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             build_snapshot(
                 taken,
                 &config_now,
+                &status,
                 lb.as_ref(),
                 helper.as_ref(),
                 pfc.as_ref(),
@@ -380,8 +392,19 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             _ = snapshots.asked() => { step_lb = false; }
             _ = term.recv() => { info!("SIGTERM"); break; }
             _ = int.recv() => { info!("SIGINT"); break; }
-            _ = hup.recv() => {
-                if let Some(new) = reload(&config_path, role, lb.as_mut()) {
+            // SIGHUP, or `lqd reload` over the control socket (which waits for the outcome
+            // in the next snapshot).
+            _ = async {
+                tokio::select! {
+                    _ = hup.recv() => {}
+                    () = reload_asked.notified() => {}
+                }
+            } => {
+                step_lb = false;
+                let (new, outcome) = reload(&config_path, &config_now, lb.as_mut(), helper.as_mut());
+                status.reloads += 1;
+                status.last_reload = Some(outcome);
+                if let Some(new) = new {
                     // The next snapshot a client asks for carries it.
                     config_now = Arc::new(new);
                 }
@@ -479,36 +502,77 @@ async fn when_some<F: std::future::Future>(f: Option<F>) -> F::Output {
     }
 }
 
-/// SIGHUP: the configuration read again and, if it is valid and the role unchanged,
-/// applied (`LoadBalancer::reload`). Returns it when applied; otherwise the running one
-/// stays and the log says why.
-fn reload(config_path: &Path, role: Role, lb: Option<&mut LoadBalancer>) -> Option<Config> {
-    match Config::load(config_path) {
-        Ok(new) if new.lq_telemetry.role != role => {
-            warn!("reload refused: the role cannot change at run time; restart lqd");
-            None
-        }
-        Ok(new) => {
-            let result = match lb {
-                Some(lb) => lb.reload(new.clone()).map_err(anyhow::Error::from),
-                None => Ok(()),
-            };
-            match result {
-                Ok(()) => {
-                    info!("configuration reloaded");
-                    Some(new)
-                }
-                Err(e) => {
-                    warn!(error = %crate::core::report::Chain(e.as_ref()), "reload failed; the running configuration stays");
-                    None
-                }
-            }
-        }
-        Err(e) => {
-            warn!(error = %crate::core::report::Chain(&e), "reload refused; the running configuration stays");
-            None
-        }
+/// A reload (SIGHUP, `lqd reload`): the configuration file read again and applied as a
+/// whole, or refused as a whole with the reason (the file's error; the settings that change
+/// only at a restart, [`Config::restart_only_changes`]; a role's refusal). Everything that
+/// can refuse is checked before anything changes. Returns the new configuration when
+/// applied, and the outcome for `show status` and `lqd reload`.
+fn reload(
+    config_path: &Path,
+    current: &Config,
+    lb: Option<&mut LoadBalancer>,
+    helper: Option<&mut HelperRole>,
+) -> (Option<Config>, crate::views::snapshot::ReloadOutcome) {
+    use crate::views::snapshot::ReloadOutcome;
+    let at_unix_ms = crate::sys::clock::unix_ms_now();
+    let refuse = |reason: String, restart_needed: Vec<String>| {
+        warn!(%reason, "reload refused; the running configuration stays");
+        (
+            None,
+            ReloadOutcome {
+                at_unix_ms,
+                applied: false,
+                reason: Some(reason),
+                restart_needed,
+            },
+        )
+    };
+    let new = match Config::load(config_path) {
+        Ok(new) => new,
+        Err(e) => return refuse(crate::core::report::Chain(&e).to_string(), Vec::new()),
+    };
+    let restart = current.restart_only_changes(&new);
+    if !restart.is_empty() {
+        return refuse(
+            format!(
+                "{} changed, which takes a restart of lqd (nothing else was applied either)",
+                restart.join(", ")
+            ),
+            restart.iter().map(ToString::to_string).collect(),
+        );
     }
+    if let Some(h) = helper.as_deref()
+        && let Err(e) = h.check_reload(&new)
+    {
+        return refuse(
+            format!("helper: {}", crate::core::report::Chain(&e)),
+            Vec::new(),
+        );
+    }
+    if let Some(lb) = lb
+        && let Err(e) = lb.reload(new.clone())
+    {
+        return refuse(
+            format!("load-balancer: {}", crate::core::report::Chain(&e)),
+            Vec::new(),
+        );
+    }
+    if let Some(h) = helper
+        && let Err(e) = h.reload(&new)
+    {
+        // check_reload accepted the same parameters: not expected.
+        warn!(error = %crate::core::report::Chain(&e), "helper parameters not reloaded");
+    }
+    info!("configuration reloaded");
+    (
+        Some(new),
+        ReloadOutcome {
+            at_unix_ms,
+            applied: true,
+            reason: None,
+            restart_needed: Vec::new(),
+        },
+    )
 }
 
 /// When the loop builds a snapshot for its clients: when one asks ([`Published::fresh`]),
@@ -616,6 +680,7 @@ fn forward_notifications(h: &mut HelperRole, notify: &broadcast::Sender<String>)
 fn build_snapshot(
     now_ns: u64,
     config: &Arc<Config>,
+    status: &crate::views::snapshot::StatusView,
     lb: Option<&LoadBalancer>,
     helper: Option<&HelperRole>,
     pfc: Option<&crate::roles::pfc::PfcService>,
@@ -630,6 +695,7 @@ fn build_snapshot(
             messages: p.messages,
             export_errors: p.export_errors,
         }),
+        status: status.clone(),
     }
 }
 
@@ -665,12 +731,12 @@ mod tests {
         )
         .expect("a minimal configuration");
         let cfg = Arc::new(cfg);
-        let to = Published::new(Snapshot::empty(cfg.clone()));
+        let to = Published::new(Snapshot::empty(cfg.clone(), Default::default()));
         let mut p = PublishPacing::default();
         let mut builds = 0;
         let mut build = |taken| {
             builds += 1;
-            let mut s = Snapshot::empty(cfg.clone());
+            let mut s = Snapshot::empty(cfg.clone(), Default::default());
             s.taken_mono_ns = taken;
             s
         };

@@ -270,6 +270,33 @@ impl HelperRole {
         })
     }
 
+    /// Whether [`HelperRole::reload`] would accept `cfg` (changing nothing).
+    pub fn check_reload(&self, cfg: &Config) -> Result<(), HelperRoleError> {
+        self.advertiser.check_params(&cfg.helper_params())?;
+        Ok(())
+    }
+
+    /// Applies a reloaded configuration's helper parameters (T_notify, CHANGE_THRESHOLD,
+    /// diagnostics, the Appendix A smoothing, weights, thresholds and hold-down) to the
+    /// advertiser and every link's pipeline, or changes nothing and says why. What needs
+    /// the sockets or the sampler thread anew is refused before this is called
+    /// ([`Config::restart_only_changes`]).
+    pub fn reload(&mut self, cfg: &Config) -> Result<(), HelperRoleError> {
+        self.check_reload(cfg)?;
+        let params = cfg.helper_params();
+        self.advertiser.set_params(params)?;
+        for l in &mut self.links {
+            l.pipeline.set_params(&params);
+        }
+        info!(
+            t_notify_ms = params.t_notify.as_millis() as u64,
+            change_threshold = params.change_threshold,
+            diagnostics = params.diagnostics,
+            "helper parameters reloaded"
+        );
+        Ok(())
+    }
+
     /// One sample at `now_ns` (CLOCK_BOOTTIME), read on the calling thread: returns the
     /// datagrams sent. Does nothing once the source runs on its own thread.
     pub fn sample(&mut self, now_ns: u64) -> usize {

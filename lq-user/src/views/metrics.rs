@@ -316,7 +316,7 @@ mod tests {
         let cfg: crate::config::Config =
             toml::from_str("[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n")
                 .expect("minimal config");
-        let snap = Snapshot::empty(std::sync::Arc::new(cfg));
+        let snap = Snapshot::empty(std::sync::Arc::new(cfg), Default::default());
         let body = render(&snap, Some(&ClientStats::default()));
         assert!(body.contains("# TYPE lq_up gauge\nlq_up 1\n"), "{body}");
         assert!(

@@ -279,6 +279,14 @@ pub fn pretty_json(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
 }
 
+/// `lqd show status` as text.
+pub fn status_table(v: &Value) -> String {
+    match crate::views::snapshot::StatusView::deserialize(v) {
+        Ok(s) => crate::views::snapshot::status_table(&s),
+        Err(e) => format!("unexpected status answer: {e}\n"),
+    }
+}
+
 /// The load-balancer role's uplinks as a table.
 pub fn uplinks_table(v: &Value) -> String {
     match UplinksView::deserialize(v) {

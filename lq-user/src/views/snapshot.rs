@@ -38,18 +38,84 @@ pub struct Snapshot {
     pub helper: Option<HelperSnapshot>,
     /// PFC counting and export, when configured.
     pub pfc: Option<PfcSnapshot>,
+    /// The daemon itself: instance, configuration file, start, reloads.
+    pub status: StatusView,
 }
 
 impl Snapshot {
     /// A snapshot with no role state yet (before the loop's first publish).
-    pub fn empty(config: Arc<Config>) -> Self {
+    pub fn empty(config: Arc<Config>, status: StatusView) -> Self {
         Self {
             taken_mono_ns: 0,
             config,
             load_balancer: None,
             helper: None,
             pfc: None,
+            status,
         }
+    }
+}
+
+/// `lqd show status`: what runs, from which file, since when, and how the last reload
+/// went.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct StatusView {
+    /// The instance name.
+    pub instance: String,
+    /// lqd's version.
+    pub version: String,
+    /// The process id.
+    pub pid: u32,
+    /// The role (`load-balancer`, `helper`, `dual`).
+    pub role: String,
+    /// The configuration file.
+    pub config_file: String,
+    /// When lqd started (ms since the UNIX epoch).
+    pub started_unix_ms: u64,
+    /// Seconds since the start, as of the snapshot (filled in when answered).
+    pub uptime_s: f64,
+    /// Reloads asked (SIGHUP or `lqd reload`), applied or refused.
+    pub reloads: u64,
+    /// The last of them.
+    pub last_reload: Option<ReloadOutcome>,
+}
+
+/// How one reload went: applied as a whole, or refused as a whole with the reason.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ReloadOutcome {
+    /// When (ms since the UNIX epoch).
+    pub at_unix_ms: u64,
+    /// Whether the new configuration is in force.
+    pub applied: bool,
+    /// Why it was refused (the configuration error, or what needs a restart).
+    pub reason: Option<String>,
+    /// Settings that differ and change only at a restart (the refusal's list).
+    pub restart_needed: Vec<String>,
+}
+
+/// The text of `lqd show status`.
+pub fn status_table(v: &StatusView) -> String {
+    let mut out = format!(
+        "instance {}  lqd {}  pid {}  role {}\nconfig   {}\nuptime   {:.1} s\nreloads  {}\n",
+        v.instance, v.version, v.pid, v.role, v.config_file, v.uptime_s, v.reloads
+    );
+    if let Some(r) = &v.last_reload {
+        out.push_str(&reload_line(r));
+    }
+    out
+}
+
+/// One line on a reload's outcome (`lqd reload`, `show status`).
+pub fn reload_line(r: &ReloadOutcome) -> String {
+    if r.applied {
+        "last reload: applied\n".into()
+    } else {
+        format!(
+            "last reload: REFUSED, the running configuration stays: {}\n",
+            r.reason.as_deref().unwrap_or("?")
+        )
     }
 }
 

@@ -413,6 +413,37 @@ impl<R: RngCore> Advertiser<R> {
         out
     }
 
+    /// New parameters (a reload): T_notify takes effect from the next periodic
+    /// advertisement (the one already scheduled keeps its time, at most 1.1 x the old
+    /// T_notify away), CHANGE_THRESHOLD from the next report, the diagnostics flag from the
+    /// next datagram. Refused, changing nothing, when the parameters are out of range or
+    /// no entry would fit the path MTU.
+    pub fn set_params(&mut self, params: HelperParams) -> Result<(), AdvertiserError> {
+        self.per_datagram = self.check_params(&params)?;
+        self.params = params;
+        Ok(())
+    }
+
+    /// Whether [`Advertiser::set_params`] would accept `params`: the entries per datagram
+    /// they give.
+    pub fn check_params(&self, params: &HelperParams) -> Result<usize, AdvertiserError> {
+        params.validate()?;
+        let q = self.identity.node_as.is_some();
+        let per_datagram = self.path.entries_per_datagram(q, params.diagnostics);
+        if per_datagram == 0 {
+            return Err(AdvertiserError::MtuTooSmall {
+                mtu: self.path.mtu,
+                entry_len: wire::entry_len(q, params.diagnostics),
+            });
+        }
+        Ok(per_datagram)
+    }
+
+    /// The parameters in force.
+    pub fn params(&self) -> &HelperParams {
+        &self.params
+    }
+
     /// One period drawn uniformly from [0.9, 1.1] x T_notify (7.2), in whole nanoseconds.
     fn jittered_period(&mut self) -> u64 {
         let t = self.params.t_notify_ns();

@@ -408,6 +408,13 @@ impl LinkPipeline {
         }
     }
 
+    /// New parameters (a reload), effective from the next sample: the smoothed metrics,
+    /// the advertised CL and its hold-down carry on (A.3, A.6 state is not reset).
+    /// `params` should have passed [`HelperParams::validate`].
+    pub fn set_params(&mut self, params: &HelperParams) {
+        self.params = *params;
+    }
+
     /// The link's ifIndex.
     pub fn link_id(&self) -> u32 {
         self.link_id
