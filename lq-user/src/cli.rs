@@ -69,6 +69,7 @@ pub enum Command {
     Ipfix(IpfixCommand),
     /// Check a configuration file and print the effective settings; exit 1 on an error,
     /// which names the file, the line and the allowed range.
+    #[command(long_about = CHECK_CONFIG_LONG_ABOUT)]
     CheckConfig(CheckConfigArgs),
     /// Reload a running instance's configuration file (as SIGHUP does) and report whether
     /// it was applied; exit 1 when it was refused, with the reason.
@@ -190,22 +191,31 @@ Example:
   $ ip -j nexthop show protocol 76";
 
 const SHOW_LONG_ABOUT: &str = "\
-Show what an instance knows. `paths` and `counters` read the pinned BPF maps directly, so
-they work while lqd runs, after it stopped and after a crash; `neighbors` and `weights` ask
-the running daemon over its control socket /run/lq/INSTANCE.sock (root only).
+Show what an instance knows. `paths`, `counters` and `pfc` read the pinned BPF maps
+directly, so they work while lqd runs, after it stopped and after a crash; `neighbors` asks
+the daemon and falls back to the pins; `weights`, `uplinks`, `local`, `state` and `status`
+ask the running daemon over its control socket /run/lq/INSTANCE.sock (root only).
 
   paths      the path quality table (seed 003 section 6.2): one line per
              (spine, remote node, link) with LQS, CL, available bandwidth, sequence, age
   counters   the XDP receiver's counters: accepted and each discard reason of the spec
   neighbors  each advertising neighbor: state (active, stale, failed), last sequence
   weights    per group (remote node) and its destinations: each member's local and
-             remote quality, the target, applied (damped) and kernel weights
+             remote quality, capacity and its source, the target, applied (damped) and
+             kernel weights
+  uplinks    (load-balancer) each uplink: link state, the local quality in use and, with
+             [local-quality] source = \"measured\", the metrics and LQS it comes from
   local      (helper role) each monitored link: raw and smoothed U, E, F, D, X, the LQS,
              the computed and advertised CL, the hysteresis state, available bandwidth
   pfc        received PFC frames per interface and priority (IEEE 802.1Qbb receive rules),
              paused time, and frames rejected by reason; read from the pins
-  state      the YANG state /ietf-lq-telemetry:lq-telemetry (configuration leaves,
-             neighbors with their link-quality entries) as RFC 7951 JSON; always JSON";
+  state      the YANG state /ietf-lq-telemetry:lq-telemetry (configuration leaves in
+             force, neighbors with their link-quality entries, lq's weighted-ECMP augment)
+             as RFC 7951 JSON; always JSON
+  status     the daemon: version, pid, role, configuration file, uptime, reloads and how
+             the last one went
+
+Add --json for the JSON form of any view.";
 
 /// Arguments of `lqd run`.
 #[derive(Debug, Args)]
@@ -303,9 +313,9 @@ pub enum IpfixCommand {
     /// malformed records (fields longer than their type, PFC fields outside their scope
     /// role). Templates and readings are kept per exporter (UDP: source address and port;
     /// TCP/TLS: the connection): exporters never mix. A template with a zero-length field
-    /// is refused ("template-refused" with a "reason"). UDP only (SCTP, which RFC 7011 makes mandatory, is not in this
-    /// kernel). `--tcp` accepts TCP, `--tls-cert/--tls-key/--tls-client-ca` TLS 1.3 with
-    /// mutual authentication.
+    /// is refused ("template-refused" with a "reason"). UDP by default, `--tcp` for TCP,
+    /// `--tls-cert/--tls-key/--tls-client-ca` for TLS 1.3 with mutual authentication (SCTP,
+    /// which RFC 7011 makes mandatory, is not in this kernel).
     Collect(CollectArgs),
 }
 
@@ -349,11 +359,39 @@ pub struct MonitorArgs {
     pub instance: String,
 }
 
+const CHECK_CONFIG_LONG_ABOUT: &str = "\
+Check a configuration file: the checks `lqd run` makes before it touches anything, and
+warnings about what is legal but will probably misbehave.
+
+Errors (exit 1) name the file, the line and column, the key and its allowed range:
+a value out of range or of the wrong type, an unknown key, rules that span keys (AS fields
+that do not follow as-qualified, a spine-as outside [receiver] as-plan, duplicate uplink
+ids, [[link]] interfaces or prefixes, interface names longer than 15 characters, [udp]
+port 0, an [helper] mtu no entry fits in, ...).
+
+Warnings (exit 0, or 1 with --strict): an [[uplink]] interface the XDP receiver does not
+listen on, [[link]] in a load-balancer or [[uplink]] in a helper (ignored), a
+load-balancer that steers nothing, resilient buckets too few for the members.
+
+The output lists the effective settings, defaults included: the summary as text, or with
+--json the whole configuration as lqd reads it (every section and key, kebab-case) with
+the warnings and the derived timers.
+
+Example:
+  $ lqd check-config /etc/lq/leaf1.toml
+  $ lqd check-config --strict --json /etc/lq/leaf1.toml | jq '.effective.damping'";
+
 /// Arguments of `lqd check-config`.
 #[derive(Debug, Args)]
 pub struct CheckConfigArgs {
     /// The configuration file.
     pub file: PathBuf,
+    /// Treat warnings as errors (exit 1).
+    #[arg(long)]
+    pub strict: bool,
+    /// Print the effective configuration, the warnings and the derived timers as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn parse_instance(s: &str) -> Result<String, String> {

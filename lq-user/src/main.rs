@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode(&args),
         Command::Run(args) => top(run(args)),
         Command::Show(args) => top(show(&args)),
-        Command::CheckConfig(args) => top(check_config(&args.file)),
+        Command::CheckConfig(args) => top(check_config(&args)),
         Command::Cleanup(args) => top(cleanup(&args)),
         Command::Reload(args) => top(reload(&args)),
         Command::Completions { shell } => top((|| {
@@ -279,21 +279,111 @@ fn monitor(args: &cli::MonitorArgs) -> anyhow::Result<()> {
     })
 }
 
-fn check_config(path: &Path) -> anyhow::Result<()> {
+fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
+    let path = args.file.as_path();
     let cfg = lq_user::config::Config::load(path)?;
+    let text = std::fs::read_to_string(path)?;
+    let warnings = cfg.warnings(&text);
     let c = cfg.controller();
-    println!(
-        "{}: ok: role {}, T_notify {:?}, miss-count {}, dead interval {:?}, T_reweight {:?}, gain {}, {} uplinks, {} destinations",
-        path.display(),
-        cfg.lq_telemetry.role.as_str(),
-        c.t_notify,
-        c.miss_count,
-        std::time::Duration::from_nanos(c.dead_interval_ns()),
-        c.t_reweight,
-        c.gain,
-        cfg.uplink.len(),
-        cfg.destination.len()
-    );
+    let t = &cfg.lq_telemetry;
+    let mut out = io::stdout().lock();
+    if args.json {
+        let v = serde_json::json!({
+            "file": path.display().to_string(),
+            "ok": !args.strict || warnings.is_empty(),
+            "warnings": warnings,
+            "derived": {
+                "dead-interval-ms": c.dead_interval_ns() as f64 / 1e6,
+                "reweight-interval-ms": c.t_reweight.as_secs_f64() * 1e3,
+            },
+            "effective": cfg,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    } else {
+        for w in &warnings {
+            writeln!(
+                out,
+                "{}:{}:{}: warning: {}",
+                path.display(),
+                w.line,
+                w.column,
+                w.message
+            )?;
+        }
+        writeln!(
+            out,
+            "{}: ok: role {}, T_notify {:?}, change-threshold {}, miss-count {}, dead interval {:?}",
+            path.display(),
+            t.role.as_str(),
+            c.t_notify,
+            t.change_threshold.0,
+            c.miss_count,
+            std::time::Duration::from_nanos(c.dead_interval_ns()),
+        )?;
+        if t.role.receives() {
+            writeln!(
+                out,
+                "  load-balancer: receiver on {:?}, {} uplinks, {} destinations, {} path capacities; T_reweight {:?}, gain {}, weight function {:?}; {:?} groups{}",
+                cfg.receiver.interfaces,
+                cfg.uplink.len(),
+                cfg.destination.len(),
+                cfg.path_capacity.len(),
+                c.t_reweight,
+                c.gain,
+                cfg.damping.weight_function,
+                cfg.nexthop_group.group_type,
+                match cfg.nexthop_group.group_type {
+                    lq_user::config::GroupType::Resilient =>
+                        format!(" of {} buckets", cfg.nexthop_group.buckets.0),
+                    lq_user::config::GroupType::HashThreshold => String::new(),
+                }
+            )?;
+            if let Some(sp) = &cfg.slow_plane {
+                writeln!(
+                    out,
+                    "  slow plane: protocols {:?}, table {}, rule priority {}, BMP {}",
+                    sp.protocols,
+                    sp.table,
+                    sp.rule_priority,
+                    sp.bmp
+                        .as_ref()
+                        .map_or_else(|| "off".to_owned(), |b| format!("on {}", b.listen))
+                )?;
+            }
+        }
+        if t.role.advertises() {
+            let links: Vec<&str> = cfg.link.iter().map(|l| l.interface.as_str()).collect();
+            writeln!(
+                out,
+                "  helper: router-id {}, links {links:?}, T_sample {} ms, alpha-rise {}, alpha-fall {}, hold-down {} ms, diagnostics {}",
+                t.router_id
+                    .map_or_else(|| "-".to_owned(), |r| r.to_string()),
+                cfg.helper.t_sample_ms,
+                cfg.helper.alpha_rise,
+                cfg.helper.alpha_fall,
+                cfg.helper.hold_down_ms,
+                t.diagnostics_enabled
+            )?;
+        }
+        if !cfg.pfc.interfaces.is_empty() || cfg.ipfix.is_some() {
+            writeln!(
+                out,
+                "  pfc: interfaces {:?}, IPFIX {}",
+                cfg.pfc.interfaces,
+                cfg.ipfix.as_ref().map_or_else(
+                    || "off".to_owned(),
+                    |x| format!("to {} every {} ms", x.collector, x.interval_ms)
+                )
+            )?;
+        }
+    }
+    if args.strict && !warnings.is_empty() {
+        anyhow::bail!(
+            "{}: {} warning(s) and --strict",
+            path.display(),
+            warnings.len()
+        );
+    }
     Ok(())
 }
 

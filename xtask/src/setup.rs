@@ -39,6 +39,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "python3-scapy",
     "iperf3",
     "iproute2",
+    // An independent JSON parser for the tests of every `--json` output.
+    "jq",
     "ethtool",
     "python3-prometheus-client",
     // Runs the aarch64 build of lqd in the tests (SmartNIC Arm cores).

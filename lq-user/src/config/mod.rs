@@ -80,7 +80,21 @@ macro_rules! ranged {
         }
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let v = i64::deserialize(d)?;
+                // A wrong type names the range too ("expected an integer in 10..=100").
+                struct Integer;
+                impl de::Visitor<'_> for Integer {
+                    type Value = i64;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        write!(f, "an integer in {}..={}", $lo, $hi)
+                    }
+                    fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
+                        Ok(v)
+                    }
+                    fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
+                        Ok(i64::try_from(v).unwrap_or(i64::MAX))
+                    }
+                }
+                let v = d.deserialize_i64(Integer)?;
                 if v < i64::from($lo) || v > i64::from($hi) {
                     return Err(de::Error::custom(format!(
                         "{v} is out of range: allowed {}..={}",
@@ -169,6 +183,11 @@ impl Role {
     }
 }
 
+/// Fewer resilient buckets per member than this and a member's share moves in steps large
+/// enough that most damped reweights move no bucket at all (`lqd run` and `lqd
+/// check-config` warn).
+pub const BUCKETS_PER_MEMBER_HINT: usize = 8;
+
 /// A dotted-quad Router-ID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RouterId(pub u32);
@@ -186,6 +205,29 @@ impl<'de> Deserialize<'de> for RouterId {
     }
 }
 
+impl serde::Serialize for RouterId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl serde::Serialize for AsRangeSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let AsRange { first, last } = self.0;
+        if first == last {
+            s.collect_str(&first)
+        } else {
+            s.collect_str(&format_args!("{first}-{last}"))
+        }
+    }
+}
+
+impl serde::Serialize for PrefixSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{}/{}", self.0.addr, self.0.len))
+    }
+}
+
 impl fmt::Display for RouterId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         Ipv4Addr::from(self.0).fmt(f)
@@ -198,7 +240,7 @@ pub struct AsRangeSpec(pub AsRange);
 
 impl<'de> Deserialize<'de> for AsRangeSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
+        #[derive(Deserialize, serde::Serialize)]
         #[serde(untagged)]
         enum Raw {
             Int(u32),
@@ -270,7 +312,7 @@ pub fn parse_prefix(s: &str) -> Result<Prefix, String> {
 }
 
 /// `[lq-telemetry]`: the YANG container's leaves.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LqTelemetry {
     /// `enabled` (default false, as in the model: lqd refuses to run disabled).
@@ -315,7 +357,7 @@ fn default_transports() -> Vec<String> {
 }
 
 /// `[udp]`: the UDP binding.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Udp {
     /// UDP port of advertisements.
@@ -334,7 +376,7 @@ fn default_port() -> u16 {
 }
 
 /// `[receiver]`: the XDP receiver of the load-balancer role.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Receiver {
     /// Interfaces the XDP receiver attaches to (the leaf's uplinks).
@@ -352,7 +394,7 @@ pub struct Receiver {
 }
 
 /// `[damping]`: receiver damping (section 6.4).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Damping {
     /// g, 0.25..=1.0, default 0.5.
@@ -419,7 +461,7 @@ impl Default for Damping {
 }
 
 /// `[damping] weight-function`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WeightFunctionName {
     /// Seed 003 sections 6.3/6.4.
@@ -454,7 +496,7 @@ impl Damping {
 }
 
 /// Parallel-link aggregation rule.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ParallelLinks {
     /// The minimum LQS of the parallel links.
@@ -465,7 +507,7 @@ pub enum ParallelLinks {
 }
 
 /// `[nexthop-group]`: how weights reach the kernel.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct NexthopGroup {
     /// `resilient` (default) or `hash-threshold`.
@@ -519,7 +561,7 @@ impl Default for NexthopGroup {
 }
 
 /// Group type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GroupType {
     /// Resilient hashing: a weight change moves only the buckets it must.
@@ -545,7 +587,7 @@ fn default_true() -> bool {
 }
 
 /// `[[uplink]]`: one next-hop member (a local uplink towards a spine).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct UplinkSpec {
     /// Stable id (1..=65535), unique.
@@ -583,7 +625,7 @@ impl UplinkSpec {
 /// fabrics whose BGP does not carry the Link Bandwidth community, or without BGP. It wins
 /// over a Link Bandwidth learned over BMP for the same path, as covering rules win over a
 /// learned mapping.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PathCapacitySpec {
     /// The spine's Router-ID (every `[[uplink]]` to it).
@@ -601,7 +643,7 @@ pub struct PathCapacitySpec {
 }
 
 /// `[[destination]]`: one destination prefix and its NNH (section 6.1).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct DestinationSpec {
     /// The prefix routed through the group.
@@ -615,7 +657,7 @@ pub struct DestinationSpec {
 }
 
 /// `[helper]`: the congestion pipeline (seed 003 Appendix A) and the advertiser (7.2).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct HelperSection {
     /// T_sample in ms (A.1: 1..=5, default 2).
@@ -670,7 +712,7 @@ fn default_hold_down() -> u16 {
 }
 
 /// Where advertisements go.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SendTo {
     /// The link-local all-nodes group.
@@ -681,7 +723,7 @@ pub enum SendTo {
 }
 
 /// `[[link]]`: one monitored egress link of the helper role.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LinkSpec {
     /// The egress interface; its ifIndex is the advertised link-id.
@@ -704,7 +746,7 @@ pub struct LinkSpec {
 }
 
 /// `[pfc]`: PFC frame counting (seed 000) on interfaces.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PfcSection {
     /// Interfaces whose received PFC frames are counted (a bond's members, never the bond).
@@ -735,7 +777,7 @@ pub struct PfcSection {
 /// synchronous delivery to the peer's receive path, where the peer's PFC counter (another
 /// lqd's `[pfc] interfaces`, or any counter pinned in lqd's layout) counts every frame by
 /// the receive rules; a frame the veth dropped never reaches it.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct VethPeerSource {
     /// The veth whose transmitted frames are exported (its peer is found by the
@@ -747,7 +789,7 @@ pub struct VethPeerSource {
 
 /// `[[pfc.ethtool]]`: one interface's eight per-priority PFC counters from ethtool
 /// statistics (never per-queue, per-traffic-class or 802.1p counters).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct EthtoolSource {
     /// The interface (a bond's member, never the bond).
@@ -771,7 +813,7 @@ fn default_width() -> u32 {
 }
 
 /// Direction of PFC frames.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PfcDirection {
     /// Frames received on the interface.
@@ -807,7 +849,7 @@ impl EthtoolSource {
 }
 
 /// `[ipfix]`: export of PFC counters as IPFIX Options Template records (seed 000 section 6).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct IpfixSection {
     /// The collector, `ADDR:PORT` (UDP).
@@ -865,7 +907,7 @@ pub struct IpfixSection {
 
 /// IPFIX transport (RFC 7011 section 10; SCTP, which it makes mandatory, is not in this
 /// kernel).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum IpfixTransport {
     /// UDP.
@@ -923,7 +965,7 @@ impl IpfixSection {
 }
 
 /// The whole file.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Config {
     /// The YANG leaves.
@@ -974,7 +1016,7 @@ pub struct Config {
 
 /// `[local-quality]`: `local_quality(S)` of seed 003 section 6.3, "the quality of the
 /// leaf's uplink to spine S from the local DLB mechanism" (`core::controller::local_quality`).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LocalQualitySection {
     /// `link-state` (default): 255 while the uplink is up, 0 when it is down. `measured`:
@@ -986,7 +1028,7 @@ pub struct LocalQualitySection {
 }
 
 /// `[local-quality] source`.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum LocalQualitySource {
     /// 255 up, 0 down.
@@ -999,7 +1041,7 @@ pub enum LocalQualitySource {
 /// `[slow-plane]`: lqd steers the multipath routes a routing daemon (FRR) installs instead
 /// of `[[destination]]` entries (seed 003 section 4.1: a path is eligible only if the slow
 /// plane permits it).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SlowPlaneSection {
     /// Route protocols followed (`bgp`, `ospf`, `isis`, `static`, ... or a number).
@@ -1024,7 +1066,7 @@ pub struct SlowPlaneSection {
 /// `bmp targets`, `bmp connect`); the origin AS of each prefix's AS_PATH names its remote
 /// leaf in an RFC 7938 fabric (one AS per leaf), matched against the AS-qualified LQ
 /// entries (seed 003 sections 6.1, 6.2).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct BmpSection {
     /// TCP address to listen on (e.g. "127.0.0.1:11019"; keep it local or filtered: BMP
@@ -1103,7 +1145,7 @@ impl SlowPlaneSection {
 }
 
 /// `[metrics]`: an opt-in Prometheus text endpoint.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct MetricsSection {
     /// Address to serve `GET /metrics` on (e.g. "127.0.0.1:9464").
@@ -1221,29 +1263,22 @@ impl Config {
                 message: e.message().to_string(),
             }
         })?;
-        cfg.validate().map_err(|message| ConfigFileError::Invalid {
-            path: path.into(),
-            message,
-        })?;
-        cfg.validate_located().map_err(|(at, message)| {
-            // The first of the candidate keys that is written in the file.
-            match at
-                .iter()
-                .find_map(|a| a.span(text))
-                .map(|s| line_col(text, s.start))
-            {
-                Some((line, column)) => ConfigFileError::Parse {
-                    path: path.into(),
-                    line,
-                    column,
-                    message,
+        cfg.validate()
+            .and_then(|()| cfg.validate_located())
+            .map_err(
+                |(candidates, message)| match Locator::locate(&candidates, text) {
+                    Some((line, column)) => ConfigFileError::Parse {
+                        path: path.into(),
+                        line,
+                        column,
+                        message,
+                    },
+                    None => ConfigFileError::Invalid {
+                        path: path.into(),
+                        message,
+                    },
                 },
-                None => ConfigFileError::Invalid {
-                    path: path.into(),
-                    message,
-                },
-            }
-        })?;
+            )?;
         Ok(cfg)
     }
 
@@ -1258,7 +1293,7 @@ impl Config {
     ///   every member unconfirmed.
     /// * Nexthop object ids `id-base + uplink id` and `id-base + 0x10000 + n` must fit in
     ///   the kernel's 32-bit id: an overflow would wrap onto other objects.
-    fn validate_located(&self) -> Result<(), (Vec<Locator>, String)> {
+    fn validate_located(&self) -> Result<(), Located> {
         let q = self.lq_telemetry.as_qualified;
         let as_rule = |asn: u32, what: &str| -> Option<String> {
             match (q, asn) {
@@ -1274,7 +1309,7 @@ impl Config {
         for (i, u) in self.uplink.iter().enumerate() {
             if let Some(m) = as_rule(u.spine_as, "spine-as") {
                 return Err((
-                    vec![Locator::Uplink(i, "spine-as")],
+                    vec![item("uplink", i, "spine-as")],
                     format!("[[uplink]] id = {}: {m}", u.id),
                 ));
             }
@@ -1282,7 +1317,7 @@ impl Config {
         for (i, l) in self.link.iter().enumerate() {
             if let Some(m) = as_rule(l.remote_as, "remote-as") {
                 return Err((
-                    vec![Locator::Link(i, "remote-as")],
+                    vec![item("link", i, "remote-as")],
                     format!("[[link]] {}: {m}", l.interface),
                 ));
             }
@@ -1293,7 +1328,7 @@ impl Config {
             }
             if let Some(m) = as_rule(d.remote_as, "remote-as") {
                 return Err((
-                    vec![Locator::Destination(i, "remote-as")],
+                    vec![item("destination", i, "remote-as")],
                     format!(
                         "[[destination]] {}/{}: {m}",
                         d.prefix.0.addr, d.prefix.0.len
@@ -1313,7 +1348,7 @@ impl Config {
         {
             return Err((
                 // The id-base when it is written (the usual culprit), else the id.
-                vec![Locator::NexthopGroup("id-base"), Locator::Uplink(i, "id")],
+                vec![key("nexthop-group", "id-base"), item("uplink", i, "id")],
                 format!(
                     "id-base = {base} + [[uplink]] id = {} overflows the 32-bit nexthop id: id-base is at most {}",
                     u.id,
@@ -1339,7 +1374,7 @@ impl Config {
         };
         if (groups > 0 || self.slow_plane.is_some()) && top(last) {
             return Err((
-                vec![Locator::NexthopGroup("id-base")],
+                vec![key("nexthop-group", "id-base")],
                 format!(
                     "id-base = {base}: group ids {what} overflow the 32-bit nexthop id: id-base is at most {}",
                     u64::from(u32::MAX) - last
@@ -1349,150 +1384,217 @@ impl Config {
         Ok(())
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), Located> {
         let t = &self.lq_telemetry;
         if !t.enabled {
-            return Err("[lq-telemetry] enabled = false: lqd runs only with enabled = true".into());
+            return Err(at(
+                [key("lq-telemetry", "enabled")],
+                "[lq-telemetry] enabled = false: lqd runs only with enabled = true",
+            ));
         }
         if t.active_transports.iter().any(|x| x != TRANSPORT_UDP) || t.active_transports.is_empty()
         {
-            return Err(format!(
-                "[lq-telemetry] active-transports: only \"{TRANSPORT_UDP}\" is implemented"
+            return Err(at(
+                [key("lq-telemetry", "active-transports")],
+                format!(
+                    "[lq-telemetry] active-transports: only \"{TRANSPORT_UDP}\" is implemented"
+                ),
             ));
         }
         if t.as_qualified && t.local_as.is_none_or(|a| a == 0) {
-            return Err("[lq-telemetry] as-qualified = true needs a non-zero local-as (there is no BGP to take it from)".into());
+            return Err(at(
+                [
+                    key("lq-telemetry", "local-as"),
+                    key("lq-telemetry", "as-qualified"),
+                ],
+                "[lq-telemetry] as-qualified = true needs a non-zero local-as (there is no BGP to take it from)",
+            ));
         }
         if t.role.advertises() && t.router_id.is_none() {
-            return Err(format!(
-                "[lq-telemetry] role = \"{}\" needs router-id",
-                t.role.as_str()
+            return Err(at(
+                [key("lq-telemetry", "role")],
+                format!(
+                    "[lq-telemetry] role = \"{}\" needs router-id (the dotted-quad Router-ID it advertises)",
+                    t.role.as_str()
+                ),
             ));
         }
         if self.receiver.as_plan.len() > lq_common::maps::AS_PLAN_MAX {
-            return Err(format!(
-                "[receiver] as-plan has {} ranges; at most {}",
-                self.receiver.as_plan.len(),
-                lq_common::maps::AS_PLAN_MAX
+            return Err(at(
+                [key("receiver", "as-plan")],
+                format!(
+                    "[receiver] as-plan has {} ranges; at most {}",
+                    self.receiver.as_plan.len(),
+                    lq_common::maps::AS_PLAN_MAX
+                ),
             ));
         }
         if t.role.receives() && self.receiver.interfaces.is_empty() {
-            return Err(format!(
-                "role = \"{}\" needs [receiver] interfaces",
-                t.role.as_str()
+            return Err(at(
+                [key("receiver", "interfaces"), key("lq-telemetry", "role")],
+                format!(
+                    "role = \"{}\" needs [receiver] interfaces (the uplinks the spines advertise on)",
+                    t.role.as_str()
+                ),
             ));
         }
         if self.local_quality.source == LocalQualitySource::Measured && !t.role.receives() {
-            return Err(format!(
-                "[local-quality] source = \"measured\" is the load balancer's local quality (seed 003 section 6.3): role = \"{}\" has none; use role = \"load-balancer\" or \"dual\"",
-                t.role.as_str()
+            return Err(at(
+                [key("local-quality", "source")],
+                format!(
+                    "[local-quality] source = \"measured\" is the load balancer's local quality (seed 003 section 6.3): role = \"{}\" has none; use role = \"load-balancer\" or \"dual\"",
+                    t.role.as_str()
+                ),
             ));
         }
         if let Some(ms) = self.damping.reweight_interval_ms
             && ms < u32::from(t.notify_interval_ms.0)
         {
-            return Err(format!(
-                "[damping] reweight-interval-ms = {ms} is below notify-interval-ms = {} (seed 003 section 10: T_reweight >= T_notify)",
-                t.notify_interval_ms.0
+            return Err(at(
+                [key("damping", "reweight-interval-ms")],
+                format!(
+                    "[damping] reweight-interval-ms = {ms} is below notify-interval-ms = {} (seed 003 section 10: T_reweight >= T_notify)",
+                    t.notify_interval_ms.0
+                ),
             ));
         }
         if let WeightFunction::Integral(p) = self.damping.weight_function() {
-            p.validate().map_err(|e| format!("[damping] {e}"))?;
+            p.validate()
+                .map_err(|e| at([section("damping")], format!("[damping] {e}")))?;
         }
         let max = self.nexthop_group.weight_max;
         if max != 255 && max != 65535 {
-            return Err(format!(
-                "[nexthop-group] weight-max = {max}: allowed 255 or 65535"
+            return Err(at(
+                [key("nexthop-group", "weight-max")],
+                format!(
+                    "[nexthop-group] weight-max = {max}: allowed 255 or 65535 (65535 needs kernel 6.12)"
+                ),
             ));
         }
         if self.nexthop_group.skip_bucket_neutral
             && self.nexthop_group.group_type != GroupType::Resilient
         {
-            return Err(
-                "[nexthop-group] skip-bucket-neutral = true needs type = \"resilient\": a hash-threshold group has no buckets, and every weight change moves flows".into(),
-            );
+            return Err(at(
+                [key("nexthop-group", "skip-bucket-neutral")],
+                "[nexthop-group] skip-bucket-neutral = true needs type = \"resilient\": a hash-threshold group has no buckets, and every weight change moves flows",
+            ));
         }
         let mut ids = std::collections::BTreeSet::new();
-        for u in &self.uplink {
+        for (i, u) in self.uplink.iter().enumerate() {
             if u.id == 0 || !ids.insert(u.id) {
-                return Err(format!(
-                    "[[uplink]] id = {}: ids must be unique and non-zero",
-                    u.id
+                return Err(at(
+                    [item("uplink", i, "id")],
+                    format!("[[uplink]] id = {}: ids must be unique and non-zero", u.id),
                 ));
             }
             if u.capacity_gbps.is_some_and(|c| !c.is_finite() || c <= 0.0) {
-                return Err(format!(
-                    "[[uplink]] id = {}: capacity-gbps must be > 0",
-                    u.id
+                return Err(at(
+                    [item("uplink", i, "capacity-gbps")],
+                    format!("[[uplink]] id = {}: capacity-gbps must be > 0", u.id),
                 ));
             }
         }
         let mut paths = std::collections::BTreeSet::new();
-        for c in &self.path_capacity {
+        for (i, c) in self.path_capacity.iter().enumerate() {
             let name = format!(
                 "[[path-capacity]] spine = \"{}\", remote-node = \"{}\"",
                 std::net::Ipv4Addr::from(c.spine.0),
                 std::net::Ipv4Addr::from(c.remote_node.0)
             );
             if !c.capacity_gbps.is_finite() || c.capacity_gbps <= 0.0 {
-                return Err(format!(
-                    "{name}: capacity-gbps = {} must be > 0 (Gbit/s; 0.025 is 25 Mbit/s)",
-                    c.capacity_gbps
+                return Err(at(
+                    [item("path-capacity", i, "capacity-gbps")],
+                    format!(
+                        "{name}: capacity-gbps = {} must be > 0 (Gbit/s; 0.025 is 25 Mbit/s)",
+                        c.capacity_gbps
+                    ),
                 ));
             }
             if !paths.insert((c.spine_as, c.spine.0, c.remote_as, c.remote_node.0)) {
-                return Err(format!("{name} appears twice"));
+                return Err(at(
+                    [item("path-capacity", i, "spine")],
+                    format!("{name} appears twice"),
+                ));
             }
             if !self
                 .uplink
                 .iter()
                 .any(|u| u.spine.0 == c.spine.0 && u.spine_as == c.spine_as)
             {
-                return Err(format!(
-                    "{name}: no [[uplink]] leads to spine {} (AS {}), so the capacity would apply to nothing",
-                    std::net::Ipv4Addr::from(c.spine.0),
-                    c.spine_as
+                return Err(at(
+                    [item("path-capacity", i, "spine")],
+                    format!(
+                        "{name}: no [[uplink]] leads to spine {} (AS {}), so the capacity would apply to nothing",
+                        std::net::Ipv4Addr::from(c.spine.0),
+                        c.spine_as
+                    ),
                 ));
             }
         }
         let mut prefixes = std::collections::BTreeSet::new();
-        for d in &self.destination {
+        for (i, d) in self.destination.iter().enumerate() {
             if !prefixes.insert(d.prefix.0) {
-                return Err(format!(
-                    "[[destination]] prefix {}/{} appears twice",
-                    d.prefix.0.addr, d.prefix.0.len
+                return Err(at(
+                    [item("destination", i, "prefix")],
+                    format!(
+                        "[[destination]] prefix {}/{} appears twice",
+                        d.prefix.0.addr, d.prefix.0.len
+                    ),
                 ));
             }
         }
         if !self.destination.is_empty() && self.uplink.is_empty() {
-            return Err("[[destination]] entries need at least one [[uplink]]".into());
+            return Err(at(
+                [item("destination", 0, "prefix")],
+                "[[destination]] entries need at least one [[uplink]]",
+            ));
         }
         if let Some(sp) = &self.slow_plane {
-            sp.validate()?;
+            sp.validate().map_err(|m| at([section("slow-plane")], m))?;
             if self.uplink.is_empty() {
-                return Err("[slow-plane] needs at least one [[uplink]]".into());
+                return Err(at(
+                    [section("slow-plane")],
+                    "[slow-plane] needs at least one [[uplink]]",
+                ));
             }
             if sp.bmp.is_some() && !self.lq_telemetry.as_qualified {
                 // The origin AS names the remote leaf only through the entries' remote-as
                 // (seed 003 section 6.2), which is 0 unqualified.
-                return Err(
-                    "[slow-plane.bmp] needs [lq-telemetry] as-qualified = true: the origin AS matches the LQ entries' remote-as".into(),
-                );
+                return Err(at(
+                    [section("slow-plane.bmp")],
+                    "[slow-plane.bmp] needs [lq-telemetry] as-qualified = true: the origin AS matches the LQ entries' remote-as",
+                ));
             }
         }
-        self.controller().validate().map_err(|e| e.to_string())?;
-        for e in &self.pfc.ethtool {
-            e.stat_map()?;
+        self.controller().validate().map_err(|e| {
+            at(
+                [section("damping"), section("nexthop-group")],
+                e.to_string(),
+            )
+        })?;
+        for (i, e) in self.pfc.ethtool.iter().enumerate() {
+            e.stat_map().map_err(|m| {
+                at(
+                    [
+                        item("pfc.ethtool", i, "template"),
+                        item("pfc.ethtool", i, "preset"),
+                    ],
+                    m,
+                )
+            })?;
             if !(8..=64).contains(&e.width_bits) {
-                return Err(format!(
-                    "[[pfc.ethtool]] {}: width-bits is 8..=64",
-                    e.interface
+                return Err(at(
+                    [item("pfc.ethtool", i, "width-bits")],
+                    format!("[[pfc.ethtool]] {}: width-bits is 8..=64", e.interface),
                 ));
             }
             if e.direction == PfcDirection::Received && self.pfc.interfaces.contains(&e.interface) {
-                return Err(format!(
-                    "[[pfc.ethtool]] {}: received frames are already counted by the tc program ([pfc] interfaces): one source per counter",
-                    e.interface
+                return Err(at(
+                    [item("pfc.ethtool", i, "interface")],
+                    format!(
+                        "[[pfc.ethtool]] {}: received frames are already counted by the tc program ([pfc] interfaces): one source per counter",
+                        e.interface
+                    ),
                 ));
             }
         }
@@ -1504,66 +1606,306 @@ impl Config {
                     e.direction == PfcDirection::Transmitted && e.interface == v.interface
                 });
             if twice {
-                return Err(format!(
-                    "[[pfc.veth-peer]] {}: its transmitted frames have another source ([[pfc.ethtool]] or [[pfc.veth-peer]]): one source per counter",
-                    v.interface
+                return Err(at(
+                    [item("pfc.veth-peer", i, "interface")],
+                    format!(
+                        "[[pfc.veth-peer]] {}: its transmitted frames have another source ([[pfc.ethtool]] or [[pfc.veth-peer]]): one source per counter",
+                        v.interface
+                    ),
                 ));
             }
         }
         if let Some(ipfix) = &self.ipfix {
-            ipfix.elements().map_err(|e| format!("[ipfix] {e}"))?;
+            ipfix
+                .elements()
+                .map_err(|e| at([section("ipfix")], format!("[ipfix] {e}")))?;
             if self.pfc.interfaces.is_empty()
                 && self.pfc.ethtool.is_empty()
                 && self.pfc.veth_peer.is_empty()
             {
-                return Err(
-                    "[ipfix] needs [pfc] interfaces, [[pfc.ethtool]] or [[pfc.veth-peer]] sources to export".into(),
-                );
+                return Err(at(
+                    [section("ipfix")],
+                    "[ipfix] needs [pfc] interfaces, [[pfc.ethtool]] or [[pfc.veth-peer]] sources to export",
+                ));
             }
             if ipfix.interval_ms == 0 || ipfix.template_refresh_s == 0 {
-                return Err("[ipfix] interval-ms and template-refresh-s must be > 0".into());
+                return Err(at(
+                    [
+                        key("ipfix", "interval-ms"),
+                        key("ipfix", "template-refresh-s"),
+                    ],
+                    "[ipfix] interval-ms and template-refresh-s must be > 0",
+                ));
             }
             if ipfix.dscp.is_some_and(|d| d > 63) {
-                return Err("[ipfix] dscp is 0..=63".into());
+                return Err(at([key("ipfix", "dscp")], "[ipfix] dscp is 0..=63"));
             }
             if ipfix.transport == IpfixTransport::Tls
                 && (ipfix.tls_ca.is_none() || ipfix.tls_cert.is_none() || ipfix.tls_key.is_none())
             {
-                return Err("[ipfix] transport = \"tls\" needs tls-ca, tls-cert and tls-key (mutual authentication)".into());
+                return Err(at(
+                    [key("ipfix", "transport")],
+                    "[ipfix] transport = \"tls\" needs tls-ca, tls-cert and tls-key (mutual authentication)",
+                ));
             }
         }
         if t.role.advertises() {
             if self.link.is_empty() {
-                return Err(format!(
-                    "role = \"{}\" needs at least one [[link]] to monitor",
-                    t.role.as_str()
+                return Err(at(
+                    [key("lq-telemetry", "role")],
+                    format!(
+                        "role = \"{}\" needs at least one [[link]] to monitor",
+                        t.role.as_str()
+                    ),
                 ));
             }
-            for l in &self.link {
+            for (i, l) in self.link.iter().enumerate() {
                 if l.remote_node.is_empty() {
-                    return Err(format!(
-                        "[[link]] {}: remote-node lists no node",
-                        l.interface
+                    return Err(at(
+                        [item("link", i, "remote-node")],
+                        format!("[[link]] {}: remote-node lists no node", l.interface),
                     ));
                 }
                 if self.helper.send_to == SendTo::Unicast && l.peer.is_none() {
-                    return Err(format!(
-                        "[[link]] {}: send-to = \"unicast\" needs peer",
-                        l.interface
+                    return Err(at(
+                        [item("link", i, "interface")],
+                        format!("[[link]] {}: send-to = \"unicast\" needs peer", l.interface),
                     ));
                 }
                 if l.pfc_priorities.iter().any(|p| *p > 7) {
-                    return Err(format!(
-                        "[[link]] {}: pfc-priorities are 0..=7",
-                        l.interface
+                    return Err(at(
+                        [item("link", i, "pfc-priorities")],
+                        format!("[[link]] {}: pfc-priorities are 0..=7", l.interface),
                     ));
                 }
             }
-            self.helper_params()
-                .validate()
-                .map_err(|e| format!("[helper] {e}"))?;
+            self.validate_helper_keys()?;
+        }
+        self.validate_names_and_ports()?;
+        Ok(())
+    }
+
+    /// Interface names, the UDP port, a helper's links and MTU, and the AS rules that do
+    /// not fit one key's check: each would make lqd fail at start, or run and never hear
+    /// or match anything.
+    fn validate_names_and_ports(&self) -> Result<(), Located> {
+        // IFNAMSIZ is 16 octets with the terminating NUL.
+        let name = |n: &str, loc: Locator, what: &str| -> Result<(), Located> {
+            if n.is_empty() || n.len() > 15 || n.contains(['/', ' ', ':']) {
+                return Err(at(
+                    [loc],
+                    format!(
+                        "{what} {n:?} is not a Linux interface name (1 to 15 characters, no '/', ':' or space)"
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        for n in &self.receiver.interfaces {
+            name(n, key("receiver", "interfaces"), "[receiver] interfaces:")?;
+        }
+        for (i, u) in self.uplink.iter().enumerate() {
+            name(
+                &u.interface,
+                item("uplink", i, "interface"),
+                "[[uplink]] interface",
+            )?;
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, l) in self.link.iter().enumerate() {
+            name(
+                &l.interface,
+                item("link", i, "interface"),
+                "[[link]] interface",
+            )?;
+            if !seen.insert(&l.interface) {
+                return Err(at(
+                    [item("link", i, "interface")],
+                    format!(
+                        "[[link]] interface {:?} appears twice: one [[link]] per egress link (list several remote-node in one for a shared medium)",
+                        l.interface
+                    ),
+                ));
+            }
+        }
+        for n in &self.pfc.interfaces {
+            name(n, key("pfc", "interfaces"), "[pfc] interfaces:")?;
+        }
+        if self.udp.port == 0 {
+            return Err(at(
+                [key("udp", "port")],
+                format!(
+                    "[udp] port = 0 is no port: every node of the fabric must use the same one (the default is {})",
+                    lq_common::wire::DEFAULT_PORT
+                ),
+            ));
+        }
+        let t = &self.lq_telemetry;
+        if !t.as_qualified && t.local_as.is_some() {
+            return Err(at(
+                [key("lq-telemetry", "local-as")],
+                "[lq-telemetry] local-as is set but as-qualified = false: unqualified, every AS component is 0 and local-as is never used (set as-qualified = true on every node, or remove local-as)",
+            ));
+        }
+        if t.as_qualified && !self.receiver.as_plan.is_empty() {
+            let in_plan = |asn: u32| self.receiver.as_plan.iter().any(|r| r.0.contains(asn));
+            if let Some((i, u)) = self
+                .uplink
+                .iter()
+                .enumerate()
+                .find(|(_, u)| !in_plan(u.spine_as))
+            {
+                return Err(at(
+                    [item("uplink", i, "spine-as")],
+                    format!(
+                        "[[uplink]] id = {}: spine-as = {} is outside [receiver] as-plan: the receiver discards every advertisement from that AS (as_mismatch), so this uplink never gets a quality",
+                        u.id, u.spine_as
+                    ),
+                ));
+            }
+        }
+        if t.role.advertises()
+            && let Some(mtu) = self.helper.mtu
+        {
+            let path =
+                crate::core::helper::advertiser::PathMtu::smallest([], Some(mtu), self.helper.ipv6);
+            if path.entries_per_datagram(t.as_qualified, t.diagnostics_enabled) == 0 {
+                return Err(at(
+                    [key("helper", "mtu")],
+                    format!(
+                        "[helper] mtu = {mtu}: not even one entry fits in a datagram (IP and UDP headers, the LQ header and one entry{})",
+                        if t.diagnostics_enabled {
+                            " with its diagnostics block"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// The `[helper]` keys against Appendix A's ranges, by their names in the file.
+    fn validate_helper_keys(&self) -> Result<(), Located> {
+        let h = &self.helper;
+        if !(1..=5).contains(&h.t_sample_ms) {
+            return Err(at(
+                [key("helper", "t-sample-ms")],
+                format!(
+                    "[helper] t-sample-ms = {} is out of range: allowed 1..=5 (seed 003 Appendix A.1)",
+                    h.t_sample_ms
+                ),
+            ));
+        }
+        if !(0.3..=0.8).contains(&h.alpha_rise) {
+            return Err(at(
+                [key("helper", "alpha-rise")],
+                format!(
+                    "[helper] alpha-rise = {} is out of range: allowed 0.3..=0.8 (seed 003 Appendix A.3)",
+                    h.alpha_rise
+                ),
+            ));
+        }
+        if !(0.05..=0.2).contains(&h.alpha_fall) {
+            return Err(at(
+                [key("helper", "alpha-fall")],
+                format!(
+                    "[helper] alpha-fall = {} is out of range: allowed 0.05..=0.2 (seed 003 Appendix A.3)",
+                    h.alpha_fall
+                ),
+            ));
+        }
+        if !(50..=200).contains(&h.hold_down_ms) {
+            return Err(at(
+                [key("helper", "hold-down-ms")],
+                format!(
+                    "[helper] hold-down-ms = {} is out of range: allowed 50..=200 (seed 003 Appendix A.6)",
+                    h.hold_down_ms
+                ),
+            ));
+        }
+        self.helper_params()
+            .validate()
+            .map_err(|e| at([section("helper")], format!("[helper] {e}")))
+    }
+
+    /// What is legal but will probably not do what was meant, located in `text` (the
+    /// file this configuration was parsed from).
+    pub fn warnings(&self, text: &str) -> Vec<ConfigWarning> {
+        let mut out: Vec<Located> = Vec::new();
+        let t = &self.lq_telemetry;
+        if t.role.receives() {
+            for (i, u) in self.uplink.iter().enumerate() {
+                if !self.receiver.interfaces.contains(&u.interface) {
+                    out.push(at(
+                        [item("uplink", i, "interface")],
+                        format!(
+                            "[[uplink]] id = {}: interface {:?} is not in [receiver] interfaces, so the XDP receiver never hears spine {} there and the uplink stays unconfirmed (no weight)",
+                            u.id, u.interface, u.spine
+                        ),
+                    ));
+                }
+            }
+            if self.uplink.is_empty() && self.destination.is_empty() && self.slow_plane.is_none() {
+                out.push(at(
+                    [key("lq-telemetry", "role")],
+                    "a load-balancer with no [[uplink]], no [[destination]] and no [slow-plane]: it receives advertisements (show paths) but steers nothing",
+                ));
+            }
+            if self.nexthop_group.group_type == GroupType::Resilient {
+                let members = self.uplink.len();
+                let buckets = usize::from(self.nexthop_group.buckets.0);
+                if members > 0 && buckets < BUCKETS_PER_MEMBER_HINT * members {
+                    out.push(at(
+                        [key("nexthop-group", "buckets"), section("nexthop-group")],
+                        format!(
+                            "[nexthop-group] buckets = {buckets} for {members} uplinks: a member's share moves in steps of {:.2} % of the traffic, and finer weight changes move no flow; consider buckets >= {}",
+                            100.0 / buckets as f64,
+                            BUCKETS_PER_MEMBER_HINT * members
+                        ),
+                    ));
+                }
+            }
+        } else {
+            if !self.uplink.is_empty() {
+                out.push(at(
+                    [item("uplink", 0, "id")],
+                    format!(
+                        "[[uplink]] in a node with role = \"{}\": only a load-balancer uses uplinks; these are ignored",
+                        t.role.as_str()
+                    ),
+                ));
+            }
+            if !self.destination.is_empty() {
+                out.push(at(
+                    [item("destination", 0, "prefix")],
+                    format!(
+                        "[[destination]] in a node with role = \"{}\": only a load-balancer steers destinations; these are ignored",
+                        t.role.as_str()
+                    ),
+                ));
+            }
+        }
+        if !t.role.advertises() && !self.link.is_empty() {
+            out.push(at(
+                [item("link", 0, "interface")],
+                format!(
+                    "[[link]] in a node with role = \"{}\": only a helper advertises its links; these are ignored",
+                    t.role.as_str()
+                ),
+            ));
+        }
+        out.into_iter()
+            .map(|(candidates, message)| {
+                let (line, column) = Locator::locate(&candidates, text).unwrap_or((0, 0));
+                ConfigWarning {
+                    line,
+                    column,
+                    message,
+                }
+            })
+            .collect()
     }
 
     /// The local AS used for the node's own AS components (0 when unqualified).
@@ -1673,46 +2015,96 @@ impl Config {
     }
 }
 
-/// Where a rule of [`Config::validate_located`] points: a key of `[nexthop-group]` or of
-/// the n-th table of an array of tables.
-#[derive(Clone, Copy, Debug)]
-enum Locator {
-    Uplink(usize, &'static str),
-    Link(usize, &'static str),
-    Destination(usize, &'static str),
-    NexthopGroup(&'static str),
+/// Where a rule of [`Config::validate`] or [`Config::warnings`] points: a key of a table
+/// (`section` may be dotted, `slow-plane.bmp`), of the n-th table of an array of tables
+/// (`[[uplink]]`, `[[pfc.ethtool]]`), or the table itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Locator {
+    section: &'static str,
+    index: Option<usize>,
+    key: Option<&'static str>,
 }
 
-/// Byte spans of the values of one table.
-type ValueSpans = std::collections::BTreeMap<String, toml::Spanned<toml::Value>>;
+/// A rule's message and where in the file it points, best candidate first.
+type Located = (Vec<Locator>, String);
 
-/// A second, lenient reading of the file that keeps only positions: no need to thread
-/// spans through the typed sections, and it runs only when there is an error to report.
-#[derive(Default, Deserialize)]
-struct Positions {
-    #[serde(default)]
-    uplink: Vec<ValueSpans>,
-    #[serde(default)]
-    link: Vec<ValueSpans>,
-    #[serde(default)]
-    destination: Vec<ValueSpans>,
-    #[serde(default, rename = "nexthop-group")]
-    nexthop_group: ValueSpans,
+fn at<M: Into<String>>(locators: impl IntoIterator<Item = Locator>, message: M) -> Located {
+    (locators.into_iter().collect(), message.into())
+}
+
+/// `key` of the table `[section]`.
+const fn key(section: &'static str, key: &'static str) -> Locator {
+    Locator {
+        section,
+        index: None,
+        key: Some(key),
+    }
+}
+
+/// `key` of the `index`-th `[[section]]`.
+const fn item(section: &'static str, index: usize, key: &'static str) -> Locator {
+    Locator {
+        section,
+        index: Some(index),
+        key: Some(key),
+    }
+}
+
+/// The table `[section]` itself (its header).
+const fn section(section: &'static str) -> Locator {
+    Locator {
+        section,
+        index: None,
+        key: None,
+    }
 }
 
 impl Locator {
-    /// The byte span of the key's value in `text`; `None` when the key is not written
-    /// there (it took its default).
-    fn span(&self, text: &str) -> Option<std::ops::Range<usize>> {
-        let p: Positions = toml::from_str(text).ok()?;
-        let (table, key) = match *self {
-            Self::Uplink(i, k) => (p.uplink.get(i)?, k),
-            Self::Link(i, k) => (p.link.get(i)?, k),
-            Self::Destination(i, k) => (p.destination.get(i)?, k),
-            Self::NexthopGroup(k) => (&p.nexthop_group, k),
+    /// The byte span in `text` of the key's value, or of the table's header for a table
+    /// locator; `None` when it is not written there (a default).
+    fn span(&self, doc: &toml_edit::ImDocument<&str>) -> Option<std::ops::Range<usize>> {
+        let mut item: &toml_edit::Item = doc.as_item();
+        for part in self.section.split('.') {
+            item = item.get(part)?;
+        }
+        let table = match self.index {
+            Some(i) => item.as_array_of_tables()?.get(i)?,
+            None => item.as_table()?,
         };
-        table.get(key).map(toml::Spanned::span)
+        match self.key {
+            Some(k) => table.get(k)?.span(),
+            None => table.span(),
+        }
     }
+
+    /// The (line, column) of the first candidate written in `text`, else of the first
+    /// candidate's table.
+    fn locate(candidates: &[Locator], text: &str) -> Option<(usize, usize)> {
+        let doc = toml_edit::ImDocument::parse(text).ok()?;
+        candidates
+            .iter()
+            .find_map(|l| l.span(&doc))
+            .or_else(|| {
+                candidates
+                    .iter()
+                    .find_map(|l| Locator { key: None, ..*l }.span(&doc))
+            })
+            .map(|s| line_col(text, s.start))
+    }
+}
+
+/// A configuration that is legal but will probably not do what its author meant
+/// ([`Config::warnings`]): `lqd check-config` prints it (`--strict` makes it an error) and
+/// `lqd run` logs it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ConfigWarning {
+    /// 1-based line, 0 when the rule points at nothing written in the file.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// What is surprising, and what to do.
+    pub message: String,
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -1757,6 +2149,183 @@ remote-node = "10.0.1.4"
 
     fn err(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    const HELPER: &str = r#"
+[lq-telemetry]
+enabled = true
+role = "helper"
+router-id = "10.0.0.2"
+
+[[link]]
+interface = "eth1"
+remote-node = ["10.0.1.1"]
+"#;
+
+    /// Issue 43's configurations that misbehaved with `check-config` saying ok: each is now
+    /// refused at its line (file:line:col, the key's name and what is allowed).
+    #[test]
+    fn configurations_that_would_misbehave_are_refused_at_their_line() {
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                LEAF.replace("[receiver]", "[receiver]\nas-plan = [\"65000-65010\"]")
+                    .replace(
+                        "role = \"load-balancer\"",
+                        "role = \"load-balancer\"\nas-qualified = true\nlocal-as = 65001",
+                    )
+                    .replace(
+                        "interface = \"eth1\"",
+                        "interface = \"eth1\"\nspine-as = 65100",
+                    )
+                    .replace(
+                        "interface = \"eth2\"",
+                        "interface = \"eth2\"\nspine-as = 65002",
+                    )
+                    .replace(
+                        "remote-node = \"10.0.1.4\"",
+                        "remote-node = \"10.0.1.4\"\nremote-as = 65003",
+                    ),
+                "leaf.toml:16:12: [[uplink]] id = 1: spine-as = 65100 is outside [receiver] as-plan",
+                "spine-as outside as-plan",
+            ),
+            (
+                format!("{HELPER}\n[[link]]\ninterface = \"eth1\"\nremote-node = [\"10.0.1.2\"]\n"),
+                "leaf.toml:12:13: [[link]] interface \"eth1\" appears twice",
+                "the same [[link]] interface twice",
+            ),
+            (
+                LEAF.replace(
+                    "role = \"load-balancer\"",
+                    "role = \"load-balancer\"\nlocal-as = 65001",
+                ),
+                "leaf.toml:5:12: [lq-telemetry] local-as is set but as-qualified = false",
+                "local-as unqualified",
+            ),
+            (
+                format!("{LEAF}\n[udp]\nport = 0\n"),
+                "leaf.toml:26:8: [udp] port = 0 is no port",
+                "port 0",
+            ),
+            (
+                format!("{HELPER}\n[helper]\nmtu = 40\n"),
+                "leaf.toml:12:7: [helper] mtu = 40: not even one entry fits",
+                "an mtu no entry fits in",
+            ),
+            (
+                LEAF.replace(
+                    "\"eth1\", \"eth2\"",
+                    "\"eth1\", \"an-interface-name-of-35-characters\"",
+                ),
+                "leaf.toml:7:14: [receiver] interfaces: \"an-interface-name-of-35-characters\" is not a Linux interface name",
+                "a 35-character interface name",
+            ),
+            (
+                LEAF.replace("id = 2", "id = 1"),
+                "leaf.toml:16:6: [[uplink]] id = 1: ids must be unique and non-zero",
+                "a duplicate uplink id",
+            ),
+            (
+                LEAF.replace(
+                    "role = \"load-balancer\"",
+                    "role = \"load-balancer\"\nas-qualified = true",
+                ),
+                "leaf.toml:5:16: [lq-telemetry] as-qualified = true needs a non-zero local-as",
+                "as-qualified without local-as",
+            ),
+            (
+                HELPER.replace("router-id = \"10.0.0.2\"\n", ""),
+                "leaf.toml:4:8: [lq-telemetry] role = \"helper\" needs router-id",
+                "a helper without router-id",
+            ),
+            (
+                format!("{LEAF}\n[damping]\nreweight-interval-ms = 5\n"),
+                "leaf.toml:26:24: [damping] reweight-interval-ms = 5 is below notify-interval-ms",
+                "reweight-interval-ms below notify-interval-ms",
+            ),
+            (
+                format!("{LEAF}\n[[destination]]\nprefix = \"10.4.0.0/24\"\n"),
+                "leaf.toml:26:10: [[destination]] prefix 10.4.0.0/24 appears twice",
+                "a duplicate prefix",
+            ),
+            (
+                format!("{LEAF}\n[nexthop-group]\nweight-max = 300\n"),
+                "leaf.toml:26:14: [nexthop-group] weight-max = 300: allowed 255 or 65535",
+                "weight-max",
+            ),
+            (
+                format!("{HELPER}\n[helper]\nt-sample-ms = 0\n"),
+                "leaf.toml:12:15: [helper] t-sample-ms = 0 is out of range: allowed 1..=5",
+                "t-sample-ms by its key",
+            ),
+            (
+                format!("{HELPER}\n[helper]\nalpha-rise = 0.9\n"),
+                "leaf.toml:12:14: [helper] alpha-rise = 0.9 is out of range: allowed 0.3..=0.8",
+                "alpha-rise by its key",
+            ),
+            (
+                format!("{HELPER}\n[helper]\nhold-down-ms = 10\n"),
+                "leaf.toml:12:16: [helper] hold-down-ms = 10 is out of range: allowed 50..=200",
+                "hold-down-ms by its key",
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (text, want, what) in cases {
+            let got = parse(&text).map_or_else(|e| e.to_string(), |_| "accepted".into());
+            if !got.starts_with(want) {
+                wrong.push(format!("{what}:\n got  {got}\n want {want}..."));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// What is legal but surprising is warned about, at its line.
+    #[test]
+    fn surprising_configurations_are_warned_about_at_their_line() {
+        // (line, message) of each warning.
+        let warned = |text: &str| -> Vec<(usize, String)> {
+            parse(text)
+                .unwrap()
+                .warnings(text)
+                .into_iter()
+                .map(|w| (w.line, w.message))
+                .collect()
+        };
+        let has = |w: &[(usize, String)], line: usize, start: &str| {
+            w.iter().any(|(l, m)| *l == line && m.starts_with(start))
+        };
+        let w = warned(&LEAF.replace("\"eth1\", \"eth2\"", "\"eth1\""));
+        assert!(
+            has(
+                &w,
+                18,
+                "[[uplink]] id = 2: interface \"eth2\" is not in [receiver] interfaces"
+            ),
+            "{w:?}"
+        );
+        let w = warned(&format!(
+            "{HELPER}\n[[uplink]]\nid = 1\nspine = \"10.0.0.1\"\ninterface = \"eth1\"\ngateway = \"10.1.1.1\"\n"
+        ));
+        assert!(
+            has(&w, 12, "[[uplink]] in a node with role = \"helper\""),
+            "{w:?}"
+        );
+        let w = warned(&format!(
+            "{LEAF}\n[[link]]\ninterface = \"eth9\"\nremote-node = [\"10.0.1.1\"]\n"
+        ));
+        assert!(
+            has(&w, 26, "[[link]] in a node with role = \"load-balancer\""),
+            "{w:?}"
+        );
+        let w = warned(&format!("{LEAF}\n[nexthop-group]\nbuckets = 8\n"));
+        assert!(
+            has(&w, 26, "[nexthop-group] buckets = 8 for 2 uplinks"),
+            "{w:?}"
+        );
+        let w = warned(
+            "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n[receiver]\ninterfaces = [\"eth1\"]\n",
+        );
+        assert!(has(&w, 3, "a load-balancer with no [[uplink]]"), "{w:?}");
+        assert!(warned(LEAF).is_empty(), "{:?}", warned(LEAF));
     }
 
     #[test]
@@ -1948,14 +2517,16 @@ remote-node = "10.0.1.4"
             "{e}"
         );
 
-        // Qualified: AS 0 never matches. Unwritten keys have no position to name.
+        // Qualified: AS 0 never matches. An unwritten key is pointed at by its table.
         let q = LEAF.replace(
             "enabled = true",
             "enabled = true\nas-qualified = true\nlocal-as = 65000",
         );
         let e = err(&q);
         assert!(
-            e.starts_with("leaf.toml: [[uplink]] id = 1: spine-as = 0 with as-qualified = true"),
+            e.starts_with(
+                "leaf.toml:11:1: [[uplink]] id = 1: spine-as = 0 with as-qualified = true"
+            ),
             "{e}"
         );
         let q = q

@@ -120,6 +120,12 @@ pub enum Scheduling {
 /// both (dual, seed 003 section 9), in one event loop.
 pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Scheduling) -> Result<()> {
     let cfg = Config::load(&config_path)?;
+    // What `lqd check-config` warns about: legal, but probably not what was meant.
+    if let Ok(text) = std::fs::read_to_string(&config_path) {
+        for w in cfg.warnings(&text) {
+            warn!(config = %config_path.display(), line = w.line, column = w.column, "{}", w.message);
+        }
+    }
     let role = cfg.lq_telemetry.role;
     info!(role = role.as_str(), instance = %instance.name, config = %config_path.display(), "lqd starting");
     let Roles {

@@ -1633,9 +1633,7 @@ pub fn format_prefix(p: &Prefix) -> String {
     format!("{}/{}", p.addr, p.len)
 }
 
-/// Fewer buckets per member than this and a member's share moves in steps large enough
-/// that most damped reweights move no bucket at all.
-const BUCKETS_PER_MEMBER_HINT: usize = 8;
+use crate::config::BUCKETS_PER_MEMBER_HINT;
 
 /// Says at start when a resilient group's buckets are few for its members: a member's
 /// traffic share then moves in steps of a whole bucket (1/buckets), finer weights change
