@@ -4,6 +4,7 @@
 mod cli;
 
 use std::{
+    io::IsTerminal as _,
     io::{self, Read as _, Write},
     path::Path,
     process::ExitCode,
@@ -46,12 +47,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// The log format chosen on the command line: fatal errors follow it.
+static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// Writes a fatal error to stderr: `lqd: MESSAGE: CAUSE: ...` as text, or with
+/// `--log-format json` one JSON log line (level ERROR, the message and the whole chain in
+/// `error`), so that a journal or collector reading JSON lines parses it too.
+fn report_fatal(prefix: &str, message: &dyn std::fmt::Display) {
+    match LOG_FORMAT.get() {
+        Some(LogFormat::Json) => {
+            tracing::error!(error = %message, "{prefix} failed");
+        }
+        _ => eprintln!("{prefix}: {message}"),
+    }
+}
+
 /// Reports a top-level error with its causes and exits 1.
 fn top(r: anyhow::Result<()>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lqd: {e:#}");
+            report_fatal("lqd", &format_args!("{e:#}"));
             ExitCode::from(1)
         }
     }
@@ -393,7 +409,10 @@ fn init_tracing(filter: &str, format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(io::stderr);
+        .with_writer(io::stderr)
+        // Colour only for a person at a terminal: a journal or a file gets plain text.
+        .with_ansi(io::stderr().is_terminal());
+    let _ = LOG_FORMAT.set(format);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -402,7 +421,7 @@ fn init_tracing(filter: &str, format: LogFormat) {
 
 /// Prints `lqd decode: MESSAGE` and returns exit status 2.
 fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("lqd decode: {message}");
+    report_fatal("lqd decode", &message);
     ExitCode::from(EXIT_ERROR)
 }
 

@@ -157,3 +157,28 @@ fn reload_and_cleanup_without_a_daemon_say_what_is_wrong() {
     let v: serde_json::Value = serde_json::from_str(&jq(&cleanup.stdout)).unwrap();
     assert_eq!(v["removed"], serde_json::json!([]));
 }
+
+#[test]
+fn fatal_errors_follow_the_log_format_and_logs_carry_no_colour_off_a_terminal() {
+    let json = lqd(&[
+        "--log-format",
+        "json",
+        "check-config",
+        "/nonexistent/lq.toml",
+    ]);
+    assert_eq!(json.status.code(), Some(1));
+    let line: serde_json::Value = serde_json::from_str(&jq(&json.stderr)).unwrap();
+    assert_eq!(line["level"], "ERROR", "{line}");
+    assert!(
+        line["fields"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/lq.toml"),
+        "{line}"
+    );
+    // An info log line (no daemon answers) and the error, to a pipe: no escape codes.
+    let text = lqd(&["show", "neighbors", "--instance", "no-such-instance-here"]);
+    let err = String::from_utf8_lossy(&text.stderr);
+    assert!(err.contains("no daemon answer"), "{err}");
+    assert!(!err.contains('\u{1b}'), "colour codes in {err:?}");
+}
