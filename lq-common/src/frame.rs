@@ -42,6 +42,35 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
+/// The IP source address of a frame (Ethernet II, at most one VLAN tag, IPv4 or IPv6), for
+/// tools that say where a datagram came from; `None` for anything else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpSource {
+    /// An IPv4 source address.
+    V4([u8; 4]),
+    /// An IPv6 source address.
+    V6([u8; 16]),
+}
+
+/// [`IpSource`] of `frame`, read by the same layer rules as [`classify`].
+pub fn ip_source(frame: &[u8]) -> Option<IpSource> {
+    let mut ethertype = be16(frame, 12)?;
+    let mut l3 = ETH_HLEN;
+    if ethertype == ETH_P_8021Q || ethertype == ETH_P_8021AD {
+        ethertype = be16(frame, 16)?;
+        l3 += VLAN_HLEN;
+    }
+    match ethertype {
+        ETH_P_IP if frame.get(l3)? >> 4 == 4 => {
+            Some(IpSource::V4(frame.get(l3 + 12..l3 + 16)?.try_into().ok()?))
+        }
+        ETH_P_IPV6 if frame.get(l3)? >> 4 == 6 => {
+            Some(IpSource::V6(frame.get(l3 + 8..l3 + 24)?.try_into().ok()?))
+        }
+        _ => None,
+    }
+}
+
 /// Applies checks 1-4 (and the UDP-length part of check 5) to a whole Ethernet frame
 /// without FCS.
 pub fn classify(frame: &[u8], port: u16) -> FrameClass<'_> {

@@ -462,9 +462,12 @@ Example, the spec's first test vector (Q 0, D 1, two entries):
   }
 
 A discarded payload prints `discarded: REASON`. With --pcap, each accepted frame prints one
-JSON document (one line each with --json-lines), each discarded frame prints
-`frame N: discarded: REASON` (N counts from 1 as in Wireshark), and a summary
-`N frames: A accepted, D discarded, P not LQ` goes to stderr:
+JSON document, each discarded frame prints `frame N: discarded: REASON` (N counts from 1
+as in Wireshark), and a summary `N frames: A accepted, D discarded, P not LQ` goes to
+stderr. With --pcap --json-lines stdout is JSON only, one object per LQ frame: `frame`,
+`time` (capture time, RFC 3339 UTC, when the file records one), `source` (IP source
+address), and the advertisement's `ietf-lq-telemetry:lq-advertisement` member or
+`discarded` with the reason:
   $ tcpdump -i eth0 -w lq.pcap 'udp port 52525 or (vlan and udp port 52525)'
   $ lqd decode --pcap lq.pcap --as-qualified true --as-plan 65000-65100,4200000001
 

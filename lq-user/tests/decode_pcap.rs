@@ -232,13 +232,103 @@ fn json_lines_and_exit_0_when_every_lq_datagram_is_accepted() {
         "5 frames: 3 accepted, 0 discarded, 2 not LQ\n"
     );
     let out = text(&o.stdout);
-    let docs: Vec<serde_json::Value> = out
+    let records: Vec<serde_json::Value> = out
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Each record: the frame number, the source address and the RFC 7951 document.
+    let member = "ietf-lq-telemetry:lq-advertisement";
+    let docs: Vec<serde_json::Value> = records
+        .iter()
+        .map(|r| serde_json::json!({ member: r[member] }))
         .collect();
     let g1: serde_json::Value = serde_json::from_str(GOLDEN_1).unwrap();
     let g2: serde_json::Value = serde_json::from_str(GOLDEN_2).unwrap();
     assert_eq!(docs, [g1.clone(), g2, g1]);
+    let frames: Vec<u64> = records
+        .iter()
+        .map(|r| r["frame"].as_u64().unwrap())
+        .collect();
+    assert_eq!(frames, [1, 2, 3]);
+    assert!(records.iter().all(|r| r["source"].is_string()), "{out}");
+}
+
+/// `--json-lines` records carry the capture time and the source address as tshark reads
+/// them from the same files (classic pcap in microseconds and nanoseconds, pcapng), and
+/// every line is JSON (the summary goes to stderr).
+#[test]
+fn json_lines_records_carry_the_time_and_source_tshark_reads() {
+    let corpus =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/pcap_decode");
+    for name in [
+        "spec-vectors.pcapng",
+        "spec-vectors-le-micros.pcap",
+        "spec-vectors-be-nanos.pcap",
+    ] {
+        let path = corpus.join(name);
+        let p = path.to_str().unwrap();
+        let o = lqd(&["decode", "--json-lines", "--pcap", p]);
+        let records: Vec<serde_json::Value> = text(&o.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: {e}: {l}")))
+            .collect();
+        let shark = std::process::Command::new("tshark")
+            .args(["-r", p, "-T", "fields", "-E", "separator=;"])
+            .args([
+                "-e",
+                "frame.number",
+                "-e",
+                "frame.time_epoch",
+                "-e",
+                "ip.src",
+                "-e",
+                "ipv6.src",
+            ])
+            .output()
+            .expect("tshark (cargo xtask setup installs it)");
+        let rows: Vec<Vec<String>> = String::from_utf8_lossy(&shark.stdout)
+            .lines()
+            .map(|l| l.split(';').map(str::to_owned).collect())
+            .collect();
+        assert_eq!(records.len(), rows.len(), "{name}");
+        for (r, row) in records.iter().zip(&rows) {
+            assert_eq!(r["frame"].to_string(), row[0], "{name}");
+            let source = if row[2].is_empty() { &row[3] } else { &row[2] };
+            assert_eq!(r["source"].as_str(), Some(source.as_str()), "{name}: {r}");
+            // tshark prints seconds since the epoch with nine decimals; a block without a
+            // time (pcapng's Simple Packet Block) has none in either.
+            match r["time"].as_str() {
+                Some(t) => {
+                    let ours = parse_rfc3339_ns(t);
+                    let theirs: f64 = row[1].parse().unwrap();
+                    assert!(
+                        (ours as f64 / 1e9 - theirs).abs() < 1e-6,
+                        "{name}: {t} vs {}",
+                        row[1]
+                    );
+                }
+                None => assert!(
+                    row[1].is_empty() || row[1] == "0.000000000",
+                    "{name}: {row:?}"
+                ),
+            }
+        }
+    }
+}
+
+/// ns since the epoch of `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` (days from civil, H. Hinnant).
+fn parse_rfc3339_ns(t: &str) -> u64 {
+    let n = |a: usize, b: usize| t[a..b].parse::<i64>().unwrap();
+    let (y, m, d) = (n(0, 4), n(5, 7), n(8, 10));
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + n(11, 13) * 3600 + n(14, 16) * 60 + n(17, 19);
+    secs as u64 * 1_000_000_000 + t[20..29].parse::<u64>().unwrap()
 }
 
 #[test]

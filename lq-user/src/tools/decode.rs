@@ -217,7 +217,16 @@ fn print_accepted(
         serde_json::to_writer_pretty(&mut *out, &doc)?;
     }
     writeln!(out)?;
-    // Check 11: entries a receiver with this AS plan would not store.
+    as_plan_notes(adv, label, opts, err)
+}
+
+/// Check 11, on `err`: entries a receiver with this AS plan would not store.
+fn as_plan_notes(
+    adv: &lq_common::wire::Advertisement<'_>,
+    label: &str,
+    opts: &DecodeOptions,
+    err: &mut dyn Write,
+) -> std::io::Result<()> {
     if opts.as_qualified == Some(true)
         && !opts.as_plan.is_empty()
         && adv.header.effectively_qualified()
@@ -259,7 +268,11 @@ pub fn run_payload(
 
 /// Decodes every frame (checks 1-9): prints a JSON document per accepted frame and
 /// `frame N: discarded: REASON` per discarded one on `out`, skips frames that are not LQ
-/// datagrams, and prints the summary on `err`.
+/// datagrams, and prints the summary on `err`. With `json_lines`, every LQ frame is one
+/// JSON object on `out` and nothing else is: `frame` (Wireshark's number), `time` (the
+/// capture time, RFC 3339 UTC, when the file has one), `source` (the IP source address)
+/// and either the advertisement's RFC 7951 document member
+/// (`ietf-lq-telemetry:lq-advertisement`) or `discarded` with the reason.
 pub fn run_frames(
     frames: &[Frame<'_>],
     opts: &DecodeOptions,
@@ -271,18 +284,56 @@ pub fn run_frames(
         ..Summary::default()
     };
     for f in frames {
-        match decode_frame(f.data, opts) {
-            FrameOutcome::NotLq => {
-                s.not_lq += 1;
-                tracing::debug!(frame = f.number, "not an LQ datagram");
+        let outcome = decode_frame(f.data, opts);
+        if matches!(outcome, FrameOutcome::NotLq) {
+            s.not_lq += 1;
+            tracing::debug!(frame = f.number, "not an LQ datagram");
+            continue;
+        }
+        let label = format!("frame {}: ", f.number);
+        if opts.json_lines {
+            let mut record = serde_json::Map::new();
+            record.insert("frame".into(), serde_json::Value::from(f.number));
+            if let Some(t) = f.time_ns {
+                record.insert(
+                    "time".into(),
+                    crate::views::yang_state::rfc3339_ns(t).into(),
+                );
             }
+            if let Some(src) = lq_common::frame::ip_source(f.data) {
+                let ip: std::net::IpAddr = match src {
+                    lq_common::frame::IpSource::V4(a) => a.into(),
+                    lq_common::frame::IpSource::V6(a) => a.into(),
+                };
+                record.insert("source".into(), ip.to_string().into());
+            }
+            match &outcome {
+                FrameOutcome::Discarded(d) => {
+                    s.discarded += 1;
+                    record.insert("discarded".into(), d.name().into());
+                }
+                FrameOutcome::Accepted(adv) => {
+                    s.accepted += 1;
+                    if let serde_json::Value::Object(doc) = advertisement_document(adv) {
+                        record.extend(doc);
+                    }
+                    as_plan_notes(adv, &label, opts, err)?;
+                }
+                FrameOutcome::NotLq => {}
+            }
+            serde_json::to_writer(&mut *out, &record)?;
+            writeln!(out)?;
+            continue;
+        }
+        match outcome {
+            FrameOutcome::NotLq => {}
             FrameOutcome::Discarded(d) => {
                 s.discarded += 1;
                 writeln!(out, "frame {}: discarded: {}", f.number, d.name())?;
             }
             FrameOutcome::Accepted(adv) => {
                 s.accepted += 1;
-                print_accepted(&adv, &format!("frame {}: ", f.number), opts, out, err)?;
+                print_accepted(&adv, &label, opts, out, err)?;
             }
         }
     }

@@ -47,6 +47,10 @@ pub struct Frame<'a> {
     pub data: &'a [u8],
     /// The frame's length on the wire.
     pub orig_len: u32,
+    /// When it was captured, ns since the UNIX epoch (classic pcap's record time; pcapng's
+    /// Enhanced Packet Block time in its interface's `if_tsresol`); `None` for a Simple
+    /// Packet Block, which has none.
+    pub time_ns: Option<u64>,
 }
 
 /// A parsed capture file.
@@ -232,11 +236,19 @@ fn read_pcap(bytes: &[u8], e: Endian, nanos: bool) -> Result<Capture<'_>, PcapEr
             .and_then(|n| start.checked_add(n))
             .and_then(|end| bytes.get(start..end))
             .ok_or(truncated)?;
+        // ts_sec, then microseconds or (nanosecond magic) nanoseconds.
+        let time_ns = match (e.u32(bytes, at), e.u32(bytes, at + 4)) {
+            (Some(sec), Some(frac)) => u64::from(sec)
+                .checked_mul(1_000_000_000)
+                .and_then(|t| t.checked_add(u64::from(frac) * if nanos { 1 } else { 1000 })),
+            _ => None,
+        };
         frames.push(Frame {
             number: frames.len() + 1,
             linktype,
             data,
             orig_len: orig,
+            time_ns,
         });
         at = start + data.len();
     }
@@ -253,6 +265,41 @@ fn read_pcap(bytes: &[u8], e: Endian, nanos: bool) -> Result<Capture<'_>, PcapEr
 struct Interface {
     linktype: u16,
     snaplen: u32,
+    /// `if_tsresol` (option 9): the timestamp unit, 10^-n s (high bit clear) or 2^-n s
+    /// (high bit set); 6 (microseconds) when absent.
+    tsresol: u8,
+}
+
+impl Interface {
+    /// A timestamp of this interface in ns; `None` when it does not fit 64 bits.
+    fn ns(&self, ts: u64) -> Option<u64> {
+        let n = u32::from(self.tsresol & 0x7f);
+        if self.tsresol & 0x80 != 0 {
+            // 2^-n s.
+            let ns = u128::from(ts) * 1_000_000_000 >> n.min(127);
+            u64::try_from(ns).ok()
+        } else if n <= 9 {
+            ts.checked_mul(10u64.checked_pow(9 - n)?)
+        } else {
+            Some(ts / 10u64.checked_pow(n - 9)?)
+        }
+    }
+}
+
+/// The `if_tsresol` option of an Interface Description Block's options (after its 8 octets
+/// of fixed fields); 6 when absent or malformed.
+fn if_tsresol(e: Endian, options: &[u8]) -> u8 {
+    let mut at = 0;
+    while let (Some(code), Some(len)) = (e.u16(options, at), e.u16(options, at + 2)) {
+        let len = usize::from(len);
+        match code {
+            0 => break,
+            9 if len == 1 => return options.get(at + 4).copied().unwrap_or(6),
+            _ => {}
+        }
+        at += 4 + len.div_ceil(4) * 4;
+    }
+    6
 }
 
 fn read_pcapng(bytes: &[u8]) -> Result<Capture<'_>, PcapError> {
@@ -342,7 +389,11 @@ fn read_pcapng(bytes: &[u8]) -> Result<Capture<'_>, PcapError> {
                 let (Some(linktype), Some(snaplen)) = (e.u16(body, 0), e.u32(body, 4)) else {
                     return Err(short);
                 };
-                interfaces.push(Interface { linktype, snaplen });
+                interfaces.push(Interface {
+                    linktype,
+                    snaplen,
+                    tsresol: if_tsresol(e, body.get(8..).unwrap_or_default()),
+                });
             }
             PCAPNG_EPB => {
                 let (Some(interface), Some(caplen), Some(orig)) =
@@ -366,11 +417,16 @@ fn read_pcapng(bytes: &[u8]) -> Result<Capture<'_>, PcapError> {
                         offset: at,
                         reason: "captured length exceeds the block",
                     })?;
+                let time_ns = match (e.u32(body, 4), e.u32(body, 8)) {
+                    (Some(high), Some(low)) => iface.ns(u64::from(high) << 32 | u64::from(low)),
+                    _ => None,
+                };
                 frames.push(Frame {
                     number: frames.len() + 1,
                     linktype: iface.linktype,
                     data,
                     orig_len: orig,
+                    time_ns,
                 });
             }
             PCAPNG_SPB => {
@@ -394,6 +450,7 @@ fn read_pcapng(bytes: &[u8]) -> Result<Capture<'_>, PcapError> {
                     linktype: iface.linktype,
                     data: &body[4..4 + caplen],
                     orig_len: orig,
+                    time_ns: None,
                 });
             }
             _ => {}

@@ -184,6 +184,14 @@ pub fn state_document(
     json!({ "ietf-lq-telemetry:lq-telemetry": Value::Object(o) })
 }
 
+/// `2026-07-20T10:15:30.123456789Z` (yang:date-and-time, UTC, nanoseconds) from ns since
+/// the epoch: a capture's frame time.
+pub fn rfc3339_ns(ns: u64) -> String {
+    let ms = rfc3339_ms(ns);
+    let whole = ms.split('.').next().unwrap_or_default();
+    format!("{whole}.{:09}Z", ns % 1_000_000_000)
+}
+
 /// `2026-07-20T10:15:30.123Z` (yang:date-and-time, UTC) from ns since the epoch.
 pub fn rfc3339_ms(ns: u64) -> String {
     let secs = ns / 1_000_000_000;
