@@ -283,7 +283,8 @@ pub struct ShowArgs {
 /// Arguments of `lqd sim`.
 #[derive(Debug, Args)]
 pub struct SimArgs {
-    /// The scenario (TOML), e.g. scenarios/appendix-b.toml.
+    /// The scenario (TOML): a file, e.g. scenarios/appendix-b.toml, or a bare name
+    /// (`appendix-b`) found in ./scenarios or the installed PREFIX/share/lq/scenarios.
     pub scenario: PathBuf,
     /// Stop at this virtual time (ms) instead of the scenario's duration.
     #[arg(long, value_name = "MS")]

@@ -228,8 +228,44 @@ fn cleanup(args: &cli::CleanupArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A scenario named on the command line: a file, or a bare name (`appendix-b`) looked up
+/// in ./scenarios, beside the installed binary (PREFIX/share/lq/scenarios, where `cargo
+/// xtask install` puts them) and in /usr/share/lq/scenarios.
+fn scenario_path(arg: &Path) -> anyhow::Result<std::path::PathBuf> {
+    if arg.exists() || arg.components().count() > 1 {
+        return Ok(arg.to_path_buf());
+    }
+    let file = if arg.extension().is_some() {
+        arg.to_path_buf()
+    } else {
+        arg.with_extension("toml")
+    };
+    let mut dirs = vec![std::path::PathBuf::from("scenarios")];
+    if let Some(prefix) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent()?.parent().map(Path::to_path_buf))
+    {
+        dirs.push(prefix.join("share/lq/scenarios"));
+    }
+    dirs.push("/usr/share/lq/scenarios".into());
+    for d in &dirs {
+        let p = d.join(&file);
+        if p.exists() {
+            return Ok(p);
+        }
+    }
+    anyhow::bail!(
+        "no scenario {}: not a file, and not in {}",
+        arg.display(),
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
 fn sim(args: &cli::SimArgs) -> anyhow::Result<()> {
-    let mut s = lq_user::tools::scenario::load(&args.scenario)?;
+    let mut s = lq_user::tools::scenario::load(scenario_path(&args.scenario)?)?;
     if let Some(v) = &args.variant {
         s = s.with_variant(v)?;
     }

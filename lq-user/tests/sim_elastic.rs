@@ -172,8 +172,8 @@ fn sim_elastic_sample_jitter_spreads_a_saturated_links_raw_u() {
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|v| v["node"] == "S1" && v["link"] == "L4")
-            .filter(|v| (1300.0..2000.0).contains(&v["t_ms"].as_f64().unwrap()))
-            .map(|v| v["raw_u"].as_f64().unwrap())
+            .filter(|v| (1300.0..2000.0).contains(&v["t-ms"].as_f64().unwrap()))
+            .map(|v| v["raw-u"].as_f64().unwrap())
             .collect();
         (u.iter().sum::<f64>() / u.len() as f64, u.len())
     };

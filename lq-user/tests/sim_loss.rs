@@ -52,7 +52,7 @@ fn run_with_loss(loss: f64) -> (Vec<f64>, u64, u64) {
         .filter(|v| {
             v["node"] == "L1"
                 && v["destination"] == "L4"
-                && v["t_ms"].as_f64().unwrap_or(0.0) >= 1000.0
+                && v["t-ms"].as_f64().unwrap_or(0.0) >= 1000.0
         })
         .filter_map(|v| v["weights"]["S2"].as_f64())
         .collect();

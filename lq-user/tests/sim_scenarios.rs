@@ -41,7 +41,7 @@ fn helper(lines: &[Value], node: &str, link: &str) -> Vec<(f64, u64, u64)> {
         .filter(|l| l["node"] == node && l["link"] == link)
         .map(|l| {
             (
-                l["t_ms"].as_f64().unwrap(),
+                l["t-ms"].as_f64().unwrap(),
                 l["lqs"].as_u64().unwrap(),
                 l["cl"].as_u64().unwrap(),
             )
@@ -69,7 +69,7 @@ fn sim_appendix_b() {
     assert_eq!(s2[2], (104.0, 72, 3));
     // B.3: L1's targets and damped weights for L4.
     let l1 = lb(&lines, "L1", "L4");
-    assert_eq!(l1[0]["t_ms"], 2.0);
+    assert_eq!(l1[0]["t-ms"], 2.0);
     assert_eq!(pct(&l1[0]["weights"]["S2"]), "25.00");
     let want = [
         (104.0, "17.10"),
@@ -79,7 +79,7 @@ fn sim_appendix_b() {
         (184.0, "9.69"),
     ];
     for (line, (t, w)) in l1[1..].iter().zip(want) {
-        assert_eq!(line["t_ms"].as_f64().unwrap(), t);
+        assert_eq!(line["t-ms"].as_f64().unwrap(), t);
         assert_eq!(pct(&line["weights"]["S2"]), w, "at {t}");
         for s in ["S1", "S3", "S4"] {
             assert_eq!(pct(&line["targets"][s]), "30.27");
@@ -87,7 +87,7 @@ fn sim_appendix_b() {
         assert_eq!(pct(&line["targets"]["S2"]), "9.20");
     }
     // The line before 104 is the steady state: nothing reached L1 in between.
-    assert!(l1[1]["t_ms"].as_f64().unwrap() == 104.0);
+    assert!(l1[1]["t-ms"].as_f64().unwrap() == 104.0);
     // B.4: recovery from 500 ms to LQS 228 and CL 0 after the hold-down, weights ~equal.
     let last = s2.last().unwrap();
     assert_eq!((last.1, last.2), (228, 0));
@@ -95,7 +95,7 @@ fn sim_appendix_b() {
     let fin = l1.last().unwrap();
     assert_eq!(pct(&fin["weights"]["S2"]), "24.28");
     assert_eq!(pct(&fin["weights"]["S1"]), "25.24");
-    assert!(fin["t_ms"].as_f64().unwrap() < 700.0);
+    assert!(fin["t-ms"].as_f64().unwrap() < 700.0);
     let w = &summary.watches[0];
     assert_eq!(w.reversals, 1, "down at 104, back up at 504: {w:?}");
     // The other leaves' weights for L4 moved the same way; for L1..L3 nothing moved.
@@ -136,7 +136,7 @@ fn sim_five_stage_independence() {
     let at = |v: &[&Value], t: f64| -> Value {
         v.iter()
             .rev()
-            .find(|l| l["t_ms"].as_f64().unwrap() <= t)
+            .find(|l| l["t-ms"].as_f64().unwrap() <= t)
             .map(|l| l["weights"].clone())
             .unwrap()
     };
@@ -157,8 +157,8 @@ fn sim_five_stage_independence() {
             pct(&at(&v, 499.0)["P1S1".replace('1', &n[1..2]).as_str()]),
             "50.00"
         );
-        assert!(v.iter().all(|l| l["t_ms"].as_f64().unwrap() == 2.0
-            || l["t_ms"].as_f64().unwrap() >= 500.0));
+        assert!(v.iter().all(|l| l["t-ms"].as_f64().unwrap() == 2.0
+            || l["t-ms"].as_f64().unwrap() >= 500.0));
     }
     for (s, l) in [("P1S1", "P1L1"), ("P1S2", "P1L2"), ("P2S1", "P2L1")] {
         assert_eq!(helper(&lines, s, l), [(2.0, 237, 0)], "{s}->{l}");

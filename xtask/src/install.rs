@@ -120,6 +120,23 @@ pub fn run(args: &InstallArgs) -> Result<()> {
         let name = Path::new(f).file_name().context("file name")?;
         copy(&root.join(f), &place(&dest, &doc.join(name)), 0o644)?;
     }
+    // Every example configuration with the docs, and the simulator's scenarios where
+    // `lqd sim NAME` finds them.
+    for (from, to) in [
+        ("examples", args.prefix.join("share/doc/lq/examples")),
+        ("scenarios", args.prefix.join("share/lq/scenarios")),
+    ] {
+        let mut files: Vec<_> = fs::read_dir(root.join(from))
+            .with_context(|| format!("read {from}/"))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        for f in files {
+            let name = f.file_name().context("file name")?;
+            copy(&f, &place(&dest, &to.join(name)), 0o644)?;
+        }
+    }
     let example = place(&dest, Path::new("/etc/lq/example-leaf.toml"));
     if !example.exists() {
         copy(&root.join("examples/leaf.toml"), &example, 0o600)?;

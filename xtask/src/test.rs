@@ -292,6 +292,8 @@ fn install_without_packages() -> Result<Command> {
          grep -q cleanup \"$d/usr/share/bash-completion/completions/lqd\"; \
          test -s \"$d/usr/share/zsh/site-functions/_lqd\"; \
          test -s \"$d/usr/share/fish/vendor_completions.d/lqd.fish\"; \
+         test -s \"$d/usr/share/doc/lq/examples/spine.toml\"; \
+         cd /; \"$d/usr/sbin/lqd\" sim appendix-b --until-ms 50 | head -1 | grep -q t-ms; \
          echo 'staged install: unit, sysctl.d, man pages and completions as expected'",
         dest.display()
     ));

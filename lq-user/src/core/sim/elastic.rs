@@ -209,6 +209,7 @@ struct Stale {
 
 /// Result of one job.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct JobStats {
     /// Its name.
     pub name: String,
@@ -230,6 +231,7 @@ pub struct JobStats {
 
 /// Result of one Poisson load.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct PoissonStats {
     /// Its name.
     pub name: String,
@@ -255,6 +257,7 @@ pub struct PoissonStats {
 
 /// What the elastic model measured.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct ElasticStats {
     /// `lq`, `ecmp` or `static`.
     pub balancing: String,

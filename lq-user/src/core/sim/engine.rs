@@ -930,7 +930,7 @@ impl<'a> Engine<'a> {
     ) -> Result<(), SimError> {
         let four = |x: f64| (x * 1e4).round() / 1e4;
         let mut m = Map::new();
-        m.insert("t_ms".into(), Value::from(t as f64 / 1e6));
+        m.insert("t-ms".into(), Value::from(t as f64 / 1e6));
         m.insert("node".into(), Value::from(self.sc.nodes[i].name.as_str()));
         m.insert(
             "link".into(),
@@ -942,7 +942,7 @@ impl<'a> Engine<'a> {
         // against the netns demo compares, docs/sim.md).
         m.insert("u".into(), Value::from(four(r.smooth.u)));
         m.insert("d".into(), Value::from(four(r.smooth.d)));
-        m.insert("raw_u".into(), Value::from(four(r.raw.m.u)));
+        m.insert("raw-u".into(), Value::from(four(r.raw.m.u)));
         m.insert("x".into(), Value::from(r.raw.x));
         serde_json::to_writer(&mut *w, &Value::Object(m)).map_err(std::io::Error::from)?;
         w.write_all(b"\n")?;
@@ -986,7 +986,7 @@ impl<'a> Engine<'a> {
             wm.insert(name(*id).into(), Value::from(round4(*x)));
         }
         let mut m = Map::new();
-        m.insert("t_ms".into(), Value::from(t as f64 / 1e6));
+        m.insert("t-ms".into(), Value::from(t as f64 / 1e6));
         m.insert("node".into(), Value::from(self.sc.nodes[i].name.as_str()));
         m.insert(
             "destination".into(),

@@ -67,6 +67,7 @@ pub enum SimError {
 
 /// Statistics of one watched weight series (`[[watch]]`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct WatchStats {
     /// The load-balancer.
     pub node: String,
@@ -89,6 +90,7 @@ pub struct WatchStats {
 
 /// What a run did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Summary {
     /// The scenario.
     pub scenario: String,
@@ -129,9 +131,9 @@ pub struct Summary {
 
 /// Runs `scenario` to its end, writing JSON lines to `out`:
 ///
-/// * helper lines `{"t_ms", "node", "link", "lqs", "cl", "u", "d", "raw_u", "x"}` whenever a link's LQS or
+/// * helper lines `{"t-ms", "node", "link", "lqs", "cl", "u", "d", "raw-u", "x"}` whenever a link's LQS or
 ///   (advertised) CL changes, `link` being the remote node's name;
-/// * load-balancer lines `{"t_ms", "node", "destination", "targets", "weights"}` whenever
+/// * load-balancer lines `{"t-ms", "node", "destination", "targets", "weights"}` whenever
 ///   the target or applied weights of a destination change at 4 decimals, each a map of
 ///   next-hop node name to a fraction of 1 rounded to 4 decimals;
 /// * with `every_ms`, every line every N ms as well.
