@@ -276,7 +276,7 @@ impl Interface {
         let n = u32::from(self.tsresol & 0x7f);
         if self.tsresol & 0x80 != 0 {
             // 2^-n s.
-            let ns = u128::from(ts) * 1_000_000_000 >> n.min(127);
+            let ns = (u128::from(ts) * 1_000_000_000) >> n.min(127);
             u64::try_from(ns).ok()
         } else if n <= 9 {
             ts.checked_mul(10u64.checked_pow(9 - n)?)
