@@ -238,3 +238,33 @@ fn help_teaches_the_checks_the_example_and_the_exit_codes() {
         );
     }
 }
+
+/// docs/wire.md's test vectors are the spec's (spec/lq-udp-wire.md, in the repository) and
+/// decode to the JSON the page shows.
+#[test]
+fn the_wire_page_shows_the_spec_vectors_as_lqd_decodes_them() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let page = std::fs::read_to_string(root.join("docs/wire.md")).unwrap();
+    let spec = std::fs::read_to_string(root.join("spec/lq-udp-wire.md")).unwrap();
+    let blocks = |fence: &str| -> Vec<String> {
+        page.split(&format!("```{fence}\n"))
+            .skip(1)
+            .map(|b| b.split("```").next().unwrap().to_owned())
+            .collect()
+    };
+    let hex = blocks("hex");
+    let json = blocks("json");
+    assert_eq!(hex.len(), 2, "two vectors in docs/wire.md");
+    assert_eq!(json.len(), 2);
+    for (h, want) in [VECTOR_1, VECTOR_2].iter().zip(&hex) {
+        assert_eq!(want.trim(), *h, "docs/wire.md");
+        assert!(spec.contains(h), "spec/lq-udp-wire.md lacks {h}");
+    }
+    for (h, doc) in hex.iter().zip(&json) {
+        let o = lqd(&["decode", h.trim()]);
+        assert_eq!(o.status.code(), Some(0));
+        let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let want: serde_json::Value = serde_json::from_str(doc).unwrap();
+        assert_eq!(got, want);
+    }
+}
