@@ -383,19 +383,14 @@ fn lqd_steers_bgp_routes_and_follows_withdrawals() {
 }
 
 /// Leaf 1 with no `[[slow-plane.map]]`: AS-qualified advertisements and a BMP station.
+/// It is the operator's example examples/leaf-frr-bmp.toml, as it is (this test is what
+/// keeps the example working).
 fn bmp_leaf_config() -> String {
-    let mut c = String::from(
-        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\nas-qualified = true\nlocal-as = 65101\n\n[receiver]\ninterfaces = [\"up1\", \"up2\"]\n",
+    let c = include_str!("../../examples/leaf-frr-bmp.toml").to_owned();
+    assert!(
+        c.contains(&format!("listen = \"127.0.0.1:{BMP_PORT}\"")),
+        "the example's BMP station is the one FRR is pointed at here"
     );
-    for k in 1..=2 {
-        c.push_str(&format!(
-            "\n[[uplink]]\nid = {k}\nspine = \"10.0.0.{k}\"\nspine-as = {}\ninterface = \"up{k}\"\ngateway = \"10.1.{k}.1\"\n",
-            65000 + k
-        ));
-    }
-    c.push_str(&format!(
-        "\n[slow-plane]\n\n[slow-plane.bmp]\nlisten = \"127.0.0.1:{BMP_PORT}\"\n"
-    ));
     c
 }
 

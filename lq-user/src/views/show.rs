@@ -76,11 +76,12 @@ pub fn paths_table(v: &Value) -> String {
             "{:<16} {:<16} {:>6} {:>4} {:>3} {:>12} {:>6} {:>9.1}  {}",
             node("spine-node-id", "spine-as"),
             node("remote-node-id", "remote-as"),
-            e["link-id"],
-            e["lqs"],
-            e["cl"],
+            // serde_json's Display ignores width: padded as strings.
+            e["link-id"].to_string(),
+            e["lqs"].to_string(),
+            e["cl"].to_string(),
             e["available-bandwidth"].as_str().unwrap_or("?"),
-            e["sequence-number"],
+            e["sequence-number"].to_string(),
             e["age-ms"].as_f64().unwrap_or(0.0),
             flags.join(",")
         );
