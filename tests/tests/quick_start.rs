@@ -66,7 +66,7 @@ fn the_quick_start_runs_as_written() {
     let s = NetNs::new("lqt-qss").unwrap();
     let l = NetNs::new("lqt-qsl").unwrap();
     veth_pair(&s, "s1", "10.9.0.1/24", &l, "l1", "10.9.0.2/24").unwrap();
-    let _spine = Lqd::start(&s, spine_cfg).unwrap();
+    let spine = Lqd::start(&s, spine_cfg).unwrap();
     let leaf = Lqd::start(&l, leaf_cfg).unwrap();
     poll_until(
         "the leaf to hear the spine",
@@ -109,5 +109,61 @@ fn the_quick_start_runs_as_written() {
     }
     let counters = leaf.show("counters").unwrap();
     assert!(counters["accepted"].as_u64() > Some(0), "{counters}");
+    // Every JSON output parses with jq, an independent parser, line by line (`jq -e`
+    // fails on a line that is not JSON, and on false or null).
+    let jq = |what: &str, json: &[u8]| {
+        use std::io::Write as _;
+        let mut child = Command::new("jq")
+            .args(["-e", "."])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("jq (cargo xtask setup installs it)");
+        child.stdin.take().unwrap().write_all(json).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && !json.is_empty(),
+            "{what}: jq refused {}:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(json)
+        );
+    };
+    for (instance, views) in [
+        (
+            &leaf.instance,
+            &[
+                "paths",
+                "counters",
+                "neighbors",
+                "weights",
+                "uplinks",
+                "state",
+                "status",
+            ][..],
+        ),
+        (&spine.instance, &["local", "state", "status"][..]),
+    ] {
+        for view in views {
+            let o = Command::new(lqd_bin().unwrap())
+                .args(["show", view, "--json", "--instance", instance])
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "show {view}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            jq(&format!("show {view} --json"), &o.stdout);
+        }
+    }
+    let sim = Command::new(lqd_bin().unwrap())
+        .args(["sim", "appendix-b", "--until-ms", "100", "--summary"])
+        .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .unwrap();
+    assert!(sim.status.success());
+    jq("sim lines", &sim.stdout);
+    jq("sim summary", &sim.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
