@@ -215,7 +215,13 @@ ask the running daemon over its control socket /run/lq/INSTANCE.sock (root only)
   status     the daemon: version, pid, role, configuration file, uptime, reloads and how
              the last one went
 
-Add --json for the JSON form of any view.";
+Add --json for the JSON form of any view. Filters: --spine ID (paths, neighbors, weights'
+members), --remote ID (paths, weights' groups), --prefix P (weights' groups holding P).
+`show weights --explain P` says, per member of P's group, why it has its weight.
+
+Examples:
+  $ lqd show paths --instance leaf1 --spine 10.0.0.2 --remote 10.0.1.4
+  $ lqd show weights --instance leaf1 --explain 10.4.0.9";
 
 /// Arguments of `lqd run`.
 #[derive(Debug, Args)]
@@ -278,6 +284,20 @@ pub struct ShowArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Only this spine (Router-ID): paths, neighbors, and the members of weights.
+    #[arg(long, value_name = "ROUTER-ID")]
+    pub spine: Option<String>,
+    /// Only this remote node (Router-ID): paths, and the groups of weights.
+    #[arg(long, value_name = "ROUTER-ID")]
+    pub remote: Option<String>,
+    /// Only the group(s) of weights whose prefixes hold this prefix or address.
+    #[arg(long, value_name = "PREFIX|ADDRESS")]
+    pub prefix: Option<String>,
+    /// With `weights`: why each member of the destination's group has its weight (neighbor
+    /// state, the path entry and its state, local and path quality, capacity and its
+    /// source, target, damped and kernel weight).
+    #[arg(long, value_name = "PREFIX|ADDRESS")]
+    pub explain: Option<String>,
 }
 
 /// Arguments of `lqd sim`.

@@ -90,6 +90,34 @@ fn run(args: cli::RunArgs) -> anyhow::Result<()> {
 fn show(args: &ShowArgs) -> anyhow::Result<()> {
     use lq_user::{daemon, views::show};
     let instance = daemon::Instance::new(&args.instance, args.pin_dir.as_deref());
+    let filter = show::ShowFilter {
+        spine: args.spine.clone(),
+        remote: args.remote.clone(),
+        prefix: args.prefix.clone(),
+    };
+    let filters_apply = matches!(
+        args.what,
+        ShowWhat::Paths | ShowWhat::Neighbors | ShowWhat::Weights
+    );
+    if !filter.is_empty() && !filters_apply {
+        anyhow::bail!("--spine, --remote and --prefix apply to paths, neighbors and weights");
+    }
+    if let Some(dest) = &args.explain {
+        if args.what != ShowWhat::Weights {
+            anyhow::bail!("--explain applies to `show weights`");
+        }
+        let weights = daemon::query(&instance.socket, "weights")?;
+        let neighbors = daemon::query(&instance.socket, "neighbors")?;
+        let paths = lq_user::tools::pins::paths(&instance.pin_dir)?;
+        let v = show::explain(&weights, &neighbors, &paths, dest);
+        let mut out = io::stdout().lock();
+        if args.json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        } else {
+            write!(out, "{}", show::explain_text(&v))?;
+        }
+        return Ok(());
+    }
     let (value, table): (serde_json::Value, fn(&serde_json::Value) -> String) = match args.what {
         ShowWhat::Paths => (
             lq_user::tools::pins::paths(&instance.pin_dir)?,
@@ -133,6 +161,13 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
             daemon::query(&instance.socket, "status")?,
             show::status_table,
         ),
+    };
+    let value = match args.what {
+        _ if filter.is_empty() => value,
+        ShowWhat::Paths => filter.paths(&value),
+        ShowWhat::Neighbors => filter.neighbors(&value),
+        ShowWhat::Weights => filter.weights(&value),
+        _ => value,
     };
     let mut out = io::stdout().lock();
     if args.json {

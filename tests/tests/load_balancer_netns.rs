@@ -253,6 +253,73 @@ fn weights_follow_remote_congestion_and_spine_failure() {
     }
     let (failed, n) = s2_state();
     assert!(failed, "S2 failed in the view within 1 s: {n}");
+    // The operator's questions about it (issue 43): the filters keep S2 alone, and the
+    // explanation of 10.4.0.9's weights names S2 failed and the healthy ones' inputs.
+    let text = |args: &[&str]| {
+        let o = std::process::Command::new(lq_tests::daemon::lqd_bin().unwrap())
+            .args(args)
+            .args(["--instance", &lqd.instance])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let only_s2: serde_json::Value =
+        serde_json::from_str(&text(&["show", "paths", "--json", "--spine", "10.0.0.2"])).unwrap();
+    assert!(
+        !only_s2.as_array().unwrap().is_empty()
+            && only_s2
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|e| e["spine-node-id"] == "10.0.0.2"),
+        "{only_s2}"
+    );
+    let group: serde_json::Value = serde_json::from_str(&text(&[
+        "show", "weights", "--json", "--prefix", "10.4.0.9", "--spine", "10.0.0.3",
+    ]))
+    .unwrap();
+    assert_eq!(group["groups"].as_array().unwrap().len(), 1, "{group}");
+    assert_eq!(
+        group["groups"][0]["members"].as_array().unwrap().len(),
+        1,
+        "{group}"
+    );
+    let explained: serde_json::Value = serde_json::from_str(&text(&[
+        "show",
+        "weights",
+        "--json",
+        "--explain",
+        "10.4.0.9",
+    ]))
+    .unwrap();
+    let members = explained["members"].as_array().unwrap();
+    let s2 = members
+        .iter()
+        .find(|m| m["spine"] == "10.0.0.2")
+        .expect("S2 explained");
+    assert_eq!(s2["neighbor-state"], "failed", "{explained}");
+    assert_eq!(s2["entry"]["state"], "neighbor-failed", "{explained}");
+    assert_eq!(s2["kernel-weight"], 0, "{explained}");
+    let s3 = members
+        .iter()
+        .find(|m| m["spine"] == "10.0.0.3")
+        .expect("S3 explained");
+    assert_eq!(s3["neighbor-state"], "active", "{explained}");
+    assert_eq!(s3["entry"]["lqs"], 237, "{explained}");
+    assert!(
+        s3["why"].as_array().unwrap().iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with("path quality 237 = min(local quality 255, remote LQS 237)")),
+        "{explained}"
+    );
+    let prose = text(&["show", "weights", "--explain", "10.4.0.9"]);
+    assert!(prose.contains("via spine 10.0.0.3"), "{prose}");
     // It left by the deletion of its member nexthop: one kernel operation for every group
     // (issue 15), not one replace per group.
     let w = lqd.show("weights").unwrap();

@@ -437,6 +437,62 @@ pub fn local_view_table(v: &LocalView) -> String {
 }
 
 #[cfg(test)]
+mod filter_tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_holds_its_addresses_and_longer_prefixes_only() {
+        assert!(covers("10.4.0.0/24", "10.4.0.0/24"));
+        assert!(covers("10.4.0.0/24", "10.4.0.9"));
+        assert!(covers("10.4.0.0/24", "10.4.0.128/25"));
+        assert!(!covers("10.4.0.0/24", "10.4.0.0/16"));
+        assert!(!covers("10.4.0.0/24", "10.5.0.1"));
+        assert!(covers("2001:db8::/32", "2001:db8:1::1"));
+        assert!(!covers("2001:db8::/32", "10.4.0.9"));
+        assert!(covers("0.0.0.0/0", "192.0.2.1"));
+        assert!(!covers("10.4.0.0/24", "not an address"));
+    }
+
+    #[test]
+    fn filters_keep_the_spine_remote_and_destination_asked_for() {
+        let paths = json!([
+            {"spine-node-id": "10.0.0.1", "remote-node-id": "10.0.1.4"},
+            {"spine-node-id": "10.0.0.2", "remote-node-id": "10.0.1.4"},
+            {"spine-node-id": "10.0.0.2", "remote-node-id": "10.0.1.5"},
+        ]);
+        let f = ShowFilter {
+            spine: Some("10.0.0.2".into()),
+            remote: Some("10.0.1.4".into()),
+            prefix: None,
+        };
+        assert_eq!(f.paths(&paths), json!([paths[1].clone()]));
+        let weights = json!({"groups": [
+            {"remote": "0/10.0.1.4", "prefixes": ["10.4.0.0/24"], "members": [{"spine": "10.0.0.1"}, {"spine": "10.0.0.2"}]},
+            {"remote": "0/10.0.1.5", "prefixes": ["10.5.0.0/24"], "members": [{"spine": "10.0.0.2"}]},
+        ], "group-replaces": 3});
+        let f = ShowFilter {
+            spine: Some("10.0.0.2".into()),
+            remote: None,
+            prefix: Some("10.4.0.9".into()),
+        };
+        let w = f.weights(&weights);
+        assert_eq!(w["group-replaces"], 3);
+        assert_eq!(
+            w["groups"],
+            json!([{"remote": "0/10.0.1.4", "prefixes": ["10.4.0.0/24"], "members": [{"spine": "10.0.0.2"}]}])
+        );
+        let by_remote = ShowFilter {
+            remote: Some("10.0.1.5".into()),
+            ..ShowFilter::default()
+        };
+        assert_eq!(
+            by_remote.weights(&weights)["groups"][0]["remote"],
+            "0/10.0.1.5"
+        );
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::views::snapshot::{GroupWeights, MemberWeights};
@@ -661,4 +717,266 @@ mod tests {
             "{t}"
         );
     }
+}
+
+/// `lqd show paths|weights|neighbors --spine X --remote R --prefix P`: what to keep. A
+/// 64 x 512 leaf has 32 768 path rows; an operator asks about one spine, one remote leaf
+/// or one destination.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShowFilter {
+    /// A spine's Router-ID (dotted quad).
+    pub spine: Option<String>,
+    /// A remote node's Router-ID.
+    pub remote: Option<String>,
+    /// A destination: a prefix (`10.4.0.0/24`) or an address (`10.4.0.9`) inside one.
+    pub prefix: Option<String>,
+}
+
+impl ShowFilter {
+    /// Whether no filter is set.
+    pub fn is_empty(&self) -> bool {
+        self.spine.is_none() && self.remote.is_none() && self.prefix.is_none()
+    }
+
+    /// `show paths --json` rows that match.
+    pub fn paths(&self, v: &Value) -> Value {
+        let keep = |e: &Value| {
+            self.spine
+                .as_deref()
+                .is_none_or(|s| e["spine-node-id"] == s)
+                && self
+                    .remote
+                    .as_deref()
+                    .is_none_or(|r| e["remote-node-id"] == r)
+        };
+        Value::Array(
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| keep(e))
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// `show neighbors --json` rows that match (`--spine`).
+    pub fn neighbors(&self, v: &Value) -> Value {
+        Value::Array(
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter(|n| self.spine.as_deref().is_none_or(|s| n["node-id"] == s))
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// `show weights --json` with the matching groups, and in them the matching members.
+    pub fn weights(&self, v: &Value) -> Value {
+        let mut out = v.clone();
+        let remote_ok = |g: &Value| {
+            self.remote.as_deref().is_none_or(|r| {
+                g["remote"]
+                    .as_str()
+                    .is_some_and(|x| x == r || x.rsplit('/').next() == Some(r))
+            })
+        };
+        let prefix_ok = |g: &Value| {
+            self.prefix.as_deref().is_none_or(|p| {
+                g["prefixes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .any(|q| covers(q, p))
+            })
+        };
+        let groups: Vec<Value> = v["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|g| remote_ok(g) && prefix_ok(g))
+            .map(|g| {
+                let mut g = g.clone();
+                if let (Some(s), Some(members)) = (self.spine.as_deref(), g["members"].as_array()) {
+                    let kept: Vec<Value> = members
+                        .iter()
+                        .filter(|m| m["spine"] == s)
+                        .cloned()
+                        .collect();
+                    g["members"] = Value::Array(kept);
+                }
+                g
+            })
+            .collect();
+        out["groups"] = Value::Array(groups);
+        out
+    }
+}
+
+/// Whether prefix `q` (`10.4.0.0/24`) equals `p` or holds the address or prefix `p`.
+fn covers(q: &str, p: &str) -> bool {
+    if q == p {
+        return true;
+    }
+    let (Ok(outer), Ok(inner)) = (
+        crate::config::parse_prefix(q),
+        crate::config::parse_prefix(p).or_else(|_| {
+            p.parse::<std::net::IpAddr>()
+                .map(|a| crate::core::controller::path_quality::Prefix {
+                    addr: a,
+                    len: if a.is_ipv4() { 32 } else { 128 },
+                })
+        }),
+    ) else {
+        return false;
+    };
+    inner.len >= outer.len
+        && match (outer.addr, inner.addr) {
+            (std::net::IpAddr::V4(o), std::net::IpAddr::V4(i)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(outer.len)).unwrap_or(0);
+                u32::from(o) & mask == u32::from(i) & mask
+            }
+            (std::net::IpAddr::V6(o), std::net::IpAddr::V6(i)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(outer.len))
+                    .unwrap_or(0);
+                u128::from(o) & mask == u128::from(i) & mask
+            }
+            _ => false,
+        }
+}
+
+/// `lqd show weights --explain DESTINATION`: for the group that carries the destination,
+/// every input and rule behind each member's weight, from the daemon's weights and
+/// neighbors and the pinned path table (seed 003 sections 4.1, 6.2-6.5):
+/// neighbor state (6.5), the path entry and its state, local quality (6.3), path quality =
+/// min(local, remote), capacity and its source (4.1), the target share, the damped
+/// (applied) share (6.4) and the kernel's weight.
+pub fn explain(weights: &Value, neighbors: &Value, paths: &Value, destination: &str) -> Value {
+    let filter = ShowFilter {
+        prefix: Some(destination.to_owned()),
+        ..ShowFilter::default()
+    };
+    let groups = filter.weights(weights)["groups"].clone();
+    let Some(g) = groups.as_array().and_then(|g| g.first()).cloned() else {
+        return json!({
+            "destination": destination,
+            "error": "no group of lqd's carries this destination (show weights lists them)",
+        });
+    };
+    let remote = g["remote"]
+        .as_str()
+        .map(|r| r.rsplit('/').next().unwrap_or(r).to_owned());
+    let members: Vec<Value> = g["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let spine = m["spine"].as_str().unwrap_or_default();
+            let neighbor = neighbors
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|n| n["node-id"] == spine);
+            let entry = paths.as_array().into_iter().flatten().find(|e| {
+                e["spine-node-id"] == spine
+                    && remote.as_deref().is_some_and(|r| e["remote-node-id"] == r)
+            });
+            let mut why = Vec::new();
+            match neighbor.and_then(|n| n["state"].as_str()) {
+                Some("failed") => why.push("the spine is failed (silent for miss-count x T_notify, 6.5): its entries count as LQS 0, CL 7".to_owned()),
+                Some(s) => why.push(format!("the spine is {s}")),
+                None => why.push("the spine has never been heard: no entry confirms this path (4.1), so it gets no weight".to_owned()),
+            }
+            match (&remote, entry) {
+                (None, _) => why.push("no remote node for this destination: local quality only (6.3)".into()),
+                (Some(r), None) => why.push(format!("no entry from this spine for remote node {r}: the path is unconfirmed (4.1)")),
+                (Some(_), Some(e)) => {
+                    let state = e["entry-state"].as_str().unwrap_or("fresh");
+                    why.push(format!(
+                        "entry LQS {} CL {} ({state}{})",
+                        e["lqs"], e["cl"],
+                        if state == "fresh" { "" } else { ": counted as LQS 0, CL 7 (6.5)" }
+                    ));
+                }
+            }
+            why.push(format!(
+                "path quality {} = min(local quality {}, remote LQS {}) (6.3)",
+                m["path-quality"],
+                m["local-quality"],
+                m["remote-lqs"].as_u64().map_or_else(|| "-".into(), |v| v.to_string())
+            ));
+            why.push(format!(
+                "capacity {} Gbit/s from {} (4.1)",
+                m["capacity-gbps"], m["capacity-source"].as_str().unwrap_or("?")
+            ));
+            why.push(format!(
+                "target share {:.2} %, applied (damped, 6.4) {:.2} %, kernel weight {}",
+                m["target"].as_f64().unwrap_or(0.0) * 100.0,
+                m["applied"].as_f64().unwrap_or(0.0) * 100.0,
+                m["kernel-weight"]
+            ));
+            json!({
+                "uplink": m["uplink"],
+                "spine": spine,
+                "neighbor-state": neighbor.map(|n| n["state"].clone()),
+                "entry": entry.map(|e| json!({
+                    "lqs": e["lqs"], "cl": e["cl"],
+                    "state": e["entry-state"].as_str().unwrap_or("fresh"),
+                    "age-ms": e["age-ms"],
+                })),
+                "local-quality": m["local-quality"],
+                "remote-lqs": m["remote-lqs"],
+                "path-quality": m["path-quality"],
+                "capacity-gbps": m["capacity-gbps"],
+                "capacity-source": m["capacity-source"],
+                "target": m["target"],
+                "applied": m["applied"],
+                "kernel-weight": m["kernel-weight"],
+                "why": why,
+            })
+        })
+        .collect();
+    json!({
+        "destination": destination,
+        "group": g["label"],
+        "remote": g["remote"],
+        "prefixes": g["prefixes"],
+        "quality-source": g["quality-source"],
+        "members": members,
+    })
+}
+
+/// The text of [`explain`].
+pub fn explain_text(v: &Value) -> String {
+    if let Some(e) = v["error"].as_str() {
+        return format!("{}: {e}\n", v["destination"].as_str().unwrap_or("?"));
+    }
+    let mut s = format!(
+        "{} is in group {} (remote {}, quality {}), prefixes {}\n",
+        v["destination"].as_str().unwrap_or("?"),
+        v["group"].as_str().unwrap_or("?"),
+        v["remote"].as_str().unwrap_or("-"),
+        v["quality-source"].as_str().unwrap_or("?"),
+        v["prefixes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    for m in v["members"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "  uplink {} via spine {}:",
+            m["uplink"],
+            m["spine"].as_str().unwrap_or("?")
+        );
+        for w in m["why"].as_array().into_iter().flatten() {
+            let _ = writeln!(s, "    - {}", w.as_str().unwrap_or("?"));
+        }
+    }
+    s
 }
