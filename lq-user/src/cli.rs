@@ -71,6 +71,13 @@ pub enum Command {
     /// which names the file, the line and the allowed range.
     #[command(long_about = CHECK_CONFIG_LONG_ABOUT)]
     CheckConfig(CheckConfigArgs),
+    /// List the instances on this host (control sockets in /run/lq, pins in
+    /// /sys/fs/bpf/lq): whether each runs, its pid, role, uptime and configuration file.
+    Instances {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Reload a running instance's configuration file (as SIGHUP does) and report whether
     /// it was applied; exit 1 when it was refused, with the reason.
     #[command(long_about = RELOAD_LONG_ABOUT)]

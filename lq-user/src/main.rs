@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => top(check_config(&args)),
         Command::Cleanup(args) => top(cleanup(&args)),
         Command::Reload(args) => top(reload(&args)),
+        Command::Instances { json } => top(instances(json)),
         Command::Completions { shell } => top((|| {
             use clap::CommandFactory as _;
             let mut script = Vec::new();
@@ -199,6 +200,29 @@ fn man_pages(out: &std::path::Path) -> anyhow::Result<()> {
             .with_context(|| format!("render {name}"))?;
         std::fs::write(&path, buf).with_context(|| format!("write {}", path.display()))?;
         writeln!(io::stdout().lock(), "{}", path.display())?;
+    }
+    Ok(())
+}
+
+fn instances(json: bool) -> anyhow::Result<()> {
+    use lq_user::tools::instances;
+    let found = instances::find(
+        Path::new(lq_user::daemon::RUN_DIR),
+        Path::new(lq_user::sys::bpf::path_table::DEFAULT_PIN_ROOT),
+    );
+    let v = instances::list(&found, |f| {
+        lq_user::daemon::query_within(
+            &Path::new(lq_user::daemon::RUN_DIR).join(format!("{}.sock", f.name)),
+            "status",
+            std::time::Duration::from_secs(1),
+        )
+        .ok()
+    });
+    let mut out = io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    } else {
+        write!(out, "{}", instances::table(&v))?;
     }
     Ok(())
 }

@@ -113,6 +113,7 @@ fn every_subcommand_teaches_its_use() {
         &["cleanup"],
         &["completions"],
         &["man"],
+        &["instances"],
     ] {
         let mut args = sub.to_vec();
         args.push("--help");

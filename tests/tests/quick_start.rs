@@ -157,6 +157,26 @@ fn the_quick_start_runs_as_written() {
             jq(&format!("show {view} --json"), &o.stdout);
         }
     }
+    // `lqd instances` lists both, running, with their roles.
+    let o = Command::new(lqd_bin().unwrap())
+        .args(["instances", "--json"])
+        .output()
+        .unwrap();
+    jq("instances --json", &o.stdout);
+    let all: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for (instance, role) in [
+        (&leaf.instance, "load-balancer"),
+        (&spine.instance, "helper"),
+    ] {
+        let me = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["instance"] == instance.as_str())
+            .unwrap_or_else(|| panic!("{instance} not listed: {all}"));
+        assert_eq!(me["running"], true, "{me}");
+        assert_eq!(me["status"]["role"], role, "{me}");
+    }
     let sim = Command::new(lqd_bin().unwrap())
         .args(["sim", "appendix-b", "--until-ms", "100", "--summary"])
         .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
