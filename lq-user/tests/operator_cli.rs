@@ -183,3 +183,18 @@ fn fatal_errors_follow_the_log_format_and_logs_carry_no_colour_off_a_terminal() 
     assert!(err.contains("no daemon answer"), "{err}");
     assert!(!err.contains('\u{1b}'), "colour codes in {err:?}");
 }
+
+#[test]
+fn decode_outputs_parse_with_jq_line_by_line() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/pcap_decode");
+    for name in ["spec-vectors.pcapng", "spec-vectors-le-micros.pcap"] {
+        let p = corpus.join(name);
+        let o = lqd(&["decode", "--json-lines", "--pcap", p.to_str().unwrap()]);
+        assert!(o.status.success(), "{name}");
+        let lines = jq(&o.stdout);
+        assert!(lines.contains("\"frame\""), "{name}: {lines}");
+    }
+    let vector = "18000001c0000201fffffff000011400fa56ea01c0000209000000010000000000e000000000fde9";
+    jq(&lqd(&["decode", vector]).stdout);
+    jq(&lqd(&["decode", "--json-lines", vector]).stdout);
+}
