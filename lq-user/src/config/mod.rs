@@ -2019,7 +2019,7 @@ impl Config {
 /// (`section` may be dotted, `slow-plane.bmp`), of the n-th table of an array of tables
 /// (`[[uplink]]`, `[[pfc.ethtool]]`), or the table itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Locator {
+struct Locator {
     section: &'static str,
     index: Option<usize>,
     key: Option<&'static str>,
