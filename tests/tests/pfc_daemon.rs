@@ -274,6 +274,13 @@ print(json.dumps(out))
     )
     .unwrap();
     assert_eq!(last["counter-epoch"], epoch, "the same epoch: {last}");
+    // `show pfc` reads the same epoch from the pins.
+    let o = Command::new(lqd_bin().unwrap())
+        .args(["show", "pfc", "--json", "--instance", &lqd.instance])
+        .output()
+        .unwrap();
+    let pfc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(pfc["interfaces"][0]["counter-epoch"], epoch, "{pfc}");
     // Every record of the new exporter is in that epoch, and its totals never go back.
     let mut previous = 0;
     for v in received()

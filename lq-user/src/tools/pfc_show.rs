@@ -25,6 +25,9 @@ pub fn show_json(pin_dir: &std::path::Path) -> Result<Value, PfcError> {
             "ifindex": ifindex,
             "mac": c.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
             "speed-mbps": c.speed_mbps,
+            // The epoch the exporter puts on these counters: it stays across restarts of
+            // lqd while the pinned link counts on, and changes when counting starts anew.
+            "counter-epoch": c.epoch,
             "priorities": prios,
         }));
     }
@@ -43,10 +46,11 @@ pub fn show_table(v: &Value) -> String {
     for i in v["interfaces"].as_array().into_iter().flatten() {
         let _ = writeln!(
             s,
-            "ifindex {}  mac {}  speed {} Mbit/s",
+            "ifindex {}  mac {}  speed {} Mbit/s  counter epoch {}",
             i["ifindex"],
             i["mac"].as_str().unwrap_or("?"),
-            i["speed-mbps"]
+            i["speed-mbps"],
+            i["counter-epoch"]
         );
         let _ = writeln!(
             s,
