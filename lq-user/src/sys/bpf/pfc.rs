@@ -238,35 +238,15 @@ impl PfcCounter {
     /// nothing exports them.
     pub fn forget_others(&mut self) -> Result<(), PfcError> {
         let ours: Vec<u32> = self.attached.iter().map(|a| a.info.ifindex).collect();
-        let stale: Vec<u32> = {
-            let map = self
-                .ebpf
-                .map(PFC_IF_CONFIG_MAP)
-                .ok_or(PfcError::Missing(PFC_IF_CONFIG_MAP))?;
-            let cfg: HashMap<&MapData, u32, PfcIfConfig> =
-                HashMap::try_from(map).map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))?;
-            cfg.keys()
-                .filter_map(Result::ok)
-                .filter(|i| !ours.contains(i))
-                .collect()
-        };
+        let stale: Vec<u32> = self
+            .if_configs()?
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|i| !ours.contains(i))
+            .collect();
         for ifindex in stale {
-            {
-                let map = self
-                    .ebpf
-                    .map_mut(PFC_IF_CONFIG_MAP)
-                    .ok_or(PfcError::Missing(PFC_IF_CONFIG_MAP))?;
-                let mut cfg: HashMap<&mut MapData, u32, PfcIfConfig> = HashMap::try_from(map)
-                    .map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))?;
-                let _ = cfg.remove(&ifindex);
-            }
-            let map = self
-                .ebpf
-                .map_mut(PFC_RX_COUNTER_MAP)
-                .ok_or(PfcError::Missing(PFC_RX_COUNTER_MAP))?;
-            let mut counters: PerCpuHashMap<&mut MapData, PfcKey, u64> =
-                PerCpuHashMap::try_from(map)
-                    .map_err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP))?;
+            let _ = self.if_configs()?.remove(&ifindex);
+            let mut counters = self.rx_counters()?;
             for priority in 0..PFC_PRIORITIES {
                 let _ = counters.remove(&PfcKey { ifindex, priority });
             }
@@ -274,14 +254,26 @@ impl PfcCounter {
         Ok(())
     }
 
-    fn if_config(&self, ifindex: u32) -> Result<Option<PfcIfConfig>, PfcError> {
+    /// The per-interface configuration map of the loaded object.
+    fn if_configs(&mut self) -> Result<HashMap<&mut MapData, u32, PfcIfConfig>, PfcError> {
         let map = self
             .ebpf
-            .map(PFC_IF_CONFIG_MAP)
+            .map_mut(PFC_IF_CONFIG_MAP)
             .ok_or(PfcError::Missing(PFC_IF_CONFIG_MAP))?;
-        let cfg: HashMap<&MapData, u32, PfcIfConfig> =
-            HashMap::try_from(map).map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))?;
-        match cfg.get(&ifindex, 0) {
+        HashMap::try_from(map).map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))
+    }
+
+    /// The received-frame counters of the loaded object.
+    fn rx_counters(&mut self) -> Result<PerCpuHashMap<&mut MapData, PfcKey, u64>, PfcError> {
+        let map = self
+            .ebpf
+            .map_mut(PFC_RX_COUNTER_MAP)
+            .ok_or(PfcError::Missing(PFC_RX_COUNTER_MAP))?;
+        PerCpuHashMap::try_from(map).map_err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP))
+    }
+
+    fn if_config(&mut self, ifindex: u32) -> Result<Option<PfcIfConfig>, PfcError> {
+        match self.if_configs()?.get(&ifindex, 0) {
             Ok(c) if c.flags & PFC_IF_CONFIGURED != 0 => Ok(Some(c)),
             Ok(_) | Err(aya::maps::MapError::KeyNotFound) => Ok(None),
             Err(e) => Err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP)(e)),
@@ -300,12 +292,7 @@ impl PfcCounter {
             iface: "possible cpus".into(),
             source: e,
         })?;
-        let map = self
-            .ebpf
-            .map_mut(PFC_RX_COUNTER_MAP)
-            .ok_or(PfcError::Missing(PFC_RX_COUNTER_MAP))?;
-        let mut counters: PerCpuHashMap<&mut MapData, PfcKey, u64> =
-            PerCpuHashMap::try_from(map).map_err(super::map_err::<PfcError>(PFC_RX_COUNTER_MAP))?;
+        let mut counters = self.rx_counters()?;
         for priority in 0..PFC_PRIORITIES {
             let key = PfcKey { ifindex, priority };
             let zeros =
@@ -336,24 +323,19 @@ impl PfcCounter {
 
     fn configure_with_epoch(&mut self, info: &InterfaceInfo, epoch: u32) -> Result<(), PfcError> {
         self.write_counters(info.ifindex, u64::from(aya_noexist()))?;
-        let map = self
-            .ebpf
-            .map_mut(PFC_IF_CONFIG_MAP)
-            .ok_or(PfcError::Missing(PFC_IF_CONFIG_MAP))?;
-        let mut cfg: HashMap<&mut MapData, u32, PfcIfConfig> =
-            HashMap::try_from(map).map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))?;
-        cfg.insert(
-            info.ifindex,
-            PfcIfConfig {
-                mac: info.mac,
-                _pad: [0; 2],
-                speed_mbps: info.speed_mbps,
-                flags: PFC_IF_CONFIGURED,
-                epoch,
-            },
-            0,
-        )
-        .map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))
+        self.if_configs()?
+            .insert(
+                info.ifindex,
+                PfcIfConfig {
+                    mac: info.mac,
+                    _pad: [0; 2],
+                    speed_mbps: info.speed_mbps,
+                    flags: PFC_IF_CONFIGURED,
+                    epoch,
+                },
+                0,
+            )
+            .map_err(super::map_err::<PfcError>(PFC_IF_CONFIG_MAP))
     }
 
     /// The interfaces attached by this instance.
