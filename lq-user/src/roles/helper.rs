@@ -282,8 +282,8 @@ impl HelperRole {
     /// the sockets or the sampler thread anew is refused before this is called
     /// ([`Config::restart_only_changes`]).
     pub fn reload(&mut self, cfg: &Config) -> Result<(), HelperRoleError> {
-        self.check_reload(cfg)?;
         let params = cfg.helper_params();
+        // Checks the parameters before it changes anything; the pipelines only after.
         self.advertiser.set_params(params)?;
         for l in &mut self.links {
             l.pipeline.set_params(&params);
