@@ -108,7 +108,8 @@ Reload a running instance's configuration file and report the outcome.
 The daemon reads the file again and applies it as a whole, or refuses it as a whole and
 keeps the running configuration (the answer and the log say why). Applied at run time: the
 load-balancer's uplinks, destinations, mapping, capacities, damping and weight function,
-the receiver's checks (as-plan, pass-through, miss-count), the slow plane, and the
+which weight changes are written ([nexthop-group] replace, hysteresis-buckets,
+replace-hold-ms), the receiver's checks (as-plan, pass-through, miss-count), the slow plane, and the
 helper's notify-interval-ms, change-threshold, diagnostics-enabled and Appendix A
 smoothing and hold-down. Changed only by a restart (a reload with any of them is refused,
 naming them): the role, a helper's identity (router-id, local-as, as-qualified,

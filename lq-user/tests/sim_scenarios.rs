@@ -176,7 +176,8 @@ fn sim_five_stage_independence() {
 
 /// 64 spines x 512 leaves runs (shortened here; docs/sim.md has the full-length timing).
 /// A debug build needs minutes for it, so it is left to `cargo xtask bench sim` (release,
-/// full length: `sim_large_64x512_wall_s`) and to `cargo test -- --ignored`.
+/// full length: `sim_large_64x512_wall_s`, which checks the same at full length) and to
+/// `cargo test -- --ignored`.
 #[test]
 #[ignore = "minutes in a debug build: run by `cargo xtask bench sim` in release"]
 fn sim_large_completes() {

@@ -563,6 +563,61 @@ pub fn group_members(ns: &NetNs, group: u64) -> Option<Vec<(u64, u64)>> {
     Some(w)
 }
 
+/// The buckets each member of a resilient group of `buckets` buckets wants for `weights`
+/// ((member, weight) sorted by member), computed as the kernel does
+/// (`nh_res_group_rebalance`: cumulative bounds `DIV_ROUND_CLOSEST(buckets x cumulative
+/// weight, total)`). The tests' own oracle, so that a test compares forwarding rather than
+/// integer weights: lqd writes a weight change only when it moves a bucket (issue 41).
+pub fn wanted_buckets(buckets: u64, weights: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let total: u64 = weights.iter().map(|w| w.1).sum::<u64>().max(1);
+    let (mut cum, mut prev) = (0, 0);
+    weights
+        .iter()
+        .map(|&(m, w)| {
+            cum += w;
+            let upper = (buckets * cum + total / 2) / total;
+            let share = upper - prev;
+            prev = upper;
+            (m, share)
+        })
+        .collect()
+}
+
+/// How a resilient group forwards: the buckets each member wants, from the kernel's own
+/// weights and bucket count (`ip -j nexthop show`); see [`wanted_buckets`].
+pub fn group_forwarding(ns: &NetNs, group: u64) -> Option<Vec<(u64, u64)>> {
+    let out = ns
+        .ip(&["-j", "nexthop", "show", "id", &group.to_string()])
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+    let buckets = v.as_array()?.first()?["resilient_args"]["buckets"].as_u64()?;
+    Some(wanted_buckets(buckets, &group_members(ns, group)?))
+}
+
+/// Whether the resilient group forwards as `weights` would (the same buckets per member).
+pub fn forwards_as(ns: &NetNs, group: u64, weights: &[(u64, u64)]) -> bool {
+    let Some(got) = group_forwarding(ns, group) else {
+        return false;
+    };
+    let buckets = got.iter().map(|m| m.1).sum();
+    got == wanted_buckets(buckets, weights)
+}
+
+/// The buckets each member holds in the kernel's resilient group now
+/// (`ip -j nexthop bucket show id`), sorted by member.
+pub fn group_buckets(ns: &NetNs, group: u64) -> Option<Vec<(u64, u64)>> {
+    let out = ns
+        .ip(&["-j", "nexthop", "bucket", "show", "id", &group.to_string()])
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+    let mut per = std::collections::BTreeMap::new();
+    for b in v.as_array()? {
+        let id = b["bucket"]["nhid"].as_u64()?.saturating_sub(ID_BASE);
+        *per.entry(id).or_insert(0u64) += 1;
+    }
+    Some(per.into_iter().collect())
+}
+
 /// The nexthop group id a route points at (`nhid`).
 pub fn route_group(ns: &NetNs, prefix: &str) -> Option<u64> {
     route_group_in(ns, prefix, None)

@@ -238,7 +238,12 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
         group,
         Duration::from_secs(20),
         "S2->L2 recovered",
-        |g| g == equal,
+        // Forwarding as equal weights would: lqd writes a change only when it moves a
+        // bucket (issue 41), so the last damped steps back may stay unwritten.
+        |g| {
+            let b = lq_tests::fabric::wanted_buckets;
+            b(128, g) == b(128, &equal)
+        },
         || {
             format!(
                 "S2->L2 LQS {:?}\n{}",

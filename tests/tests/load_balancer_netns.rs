@@ -135,7 +135,15 @@ fn group_weights(leaf: &NetNs) -> Option<Vec<(u64, u64)>> {
     lq_tests::fabric::group_members(leaf, GROUP_ID)
 }
 
-/// Waits until the group's weights are `want`; returns how long that took, to 10 ms.
+/// Whether the group forwards as `want` would: the same members, each wanting the same
+/// buckets. lqd writes a computed change only when it moves a bucket (issue 41), so the
+/// kernel's integer weights may differ from `want` within a bucket's share.
+fn forwards_as(leaf: &NetNs, want: &[(u64, u64)]) -> bool {
+    lq_tests::fabric::forwards_as(leaf, GROUP_ID, want)
+}
+
+/// Waits until the group forwards as weights `want` would ([`forwards_as`]); returns how
+/// long that took, to 10 ms.
 fn wait_for(what: &str, lqd: &Lqd, leaf: &NetNs, want: &[(u64, u64)]) -> Duration {
     let start = Instant::now();
     poll_until(
@@ -143,7 +151,7 @@ fn wait_for(what: &str, lqd: &Lqd, leaf: &NetNs, want: &[(u64, u64)]) -> Duratio
         Duration::from_secs(10),
         Duration::from_millis(10),
         || match group_weights(leaf) {
-            Some(got) if got == want => Ok(()),
+            Some(_) if forwards_as(leaf, want) => Ok(()),
             got => Err(got),
         },
         |got| {
@@ -191,15 +199,41 @@ fn weights_follow_remote_congestion_and_spine_failure() {
     assert!(route.contains(&format!("\"nhid\":{GROUP_ID}")), "{route}");
 
     // Appendix B: S2's link to L4 congested, LQS 72: targets 30.27 % / 9.20 %, reached over
-    // damped steps; integer weights 255/77/255/255.
+    // damped steps; integer weights 255/77/255/255. The reproduction reads lqd's computed
+    // weights (`computed-weight`); the kernel forwards as they do: the same buckets per
+    // member, written as the steps moved buckets (issue 41), and the kernel's own buckets
+    // (`ip nexthop bucket`) end there.
     spines.set(1, Some(72));
-    let t = wait_for(
-        "S2 congested",
-        &lqd,
-        &f.leaf,
-        &[(1, 255), (2, 77), (3, 255), (4, 255)],
-    );
+    let appendix_b = [(1, 255), (2, 77), (3, 255), (4, 255)];
+    let t = wait_for("S2 congested", &lqd, &f.leaf, &appendix_b);
     eprintln!("S2 congested -> target weights in {t:?}");
+    weights_when(&lqd, "the computed weights of Appendix B", |w| {
+        w["groups"][0]["members"].as_array().is_some_and(|m| {
+            m.iter()
+                .map(|m| {
+                    (
+                        m["uplink"].as_u64().unwrap_or(0),
+                        m["computed-weight"].as_u64().unwrap_or(0),
+                    )
+                })
+                .eq(appendix_b)
+        })
+    });
+    poll_until(
+        "the kernel's buckets as Appendix B's weights want them",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            let b = lq_tests::fabric::group_buckets(&f.leaf, GROUP_ID);
+            if b.as_deref() == Some(&lq_tests::fabric::wanted_buckets(128, &appendix_b)[..]) {
+                Ok(())
+            } else {
+                Err(b)
+            }
+        },
+        |b| format!("buckets {b:?}"),
+    )
+    .unwrap();
     // Clients read the snapshot the loop last published (at most every 5 ms, longer when
     // building it is slow, as in a debug build): wait for one taken after these steps.
     let published = Instant::now();
@@ -428,11 +462,14 @@ fn a_crash_leaves_forwarding_in_place_and_a_restart_adopts_it() {
     let congested = [(1, 255), (2, 77), (3, 255), (4, 255)];
     spines.set(1, Some(72));
     wait_for("S2 congested", &lqd, &f.leaf, &congested);
+    // What the kernel holds: the congested forwarding (its integer weights within a
+    // bucket's share of `congested`, issue 41).
+    let installed = group_weights(&f.leaf).unwrap();
 
     lqd.kill9();
     assert_eq!(
-        group_weights(&f.leaf).as_deref(),
-        Some(&congested[..]),
+        group_weights(&f.leaf),
+        Some(installed.clone()),
         "forwarding after the crash"
     );
     let route = f.leaf.ip(&["-j", "route", "show", "10.4.0.0/24"]).unwrap();
@@ -449,10 +486,10 @@ fn a_crash_leaves_forwarding_in_place_and_a_restart_adopts_it() {
     // From the restart on, every observation of the group is the congested weighting.
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(500) {
-        assert_eq!(
-            group_weights(&f.leaf).as_deref(),
-            Some(&congested[..]),
-            "weight jump after restart\n{}",
+        assert!(
+            forwards_as(&f.leaf, &congested),
+            "forwarding jump after restart: {:?}\n{}",
+            group_weights(&f.leaf),
             lqd.log_text()
         );
         std::thread::sleep(Duration::from_millis(5));
@@ -472,7 +509,11 @@ fn a_crash_leaves_forwarding_in_place_and_a_restart_adopts_it() {
     // SIGHUP: a reloaded configuration with another gain keeps forwarding as it is.
     let text = std::fs::read_to_string(lqd.config_path()).unwrap() + "\n[damping]\ngain = 1.0\n";
     lqd.reload(&text, "configuration reloaded").unwrap();
-    assert_eq!(group_weights(&f.leaf).as_deref(), Some(&congested[..]));
+    assert!(
+        forwards_as(&f.leaf, &congested),
+        "{:?}",
+        group_weights(&f.leaf)
+    );
     // A broken file is refused with the reason in the log, and lqd keeps running.
     lqd.reload(
         "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\nmiss-count = 99\n",
@@ -624,16 +665,17 @@ fn link_flaps_and_per_entry_ageing() {
     // the snapshot read).
     assert_eq!(group("10.4.1.0/24"), Some(GROUP_ID));
     let all_four = [(1, 255), (2, 255), (3, 255), (4, 255)];
-    assert_eq!(
-        lq_tests::fabric::group_members(&f.leaf, GROUP_ID + 1).as_deref(),
-        Some(&all_four[..])
+    assert!(
+        lq_tests::fabric::forwards_as(&f.leaf, GROUP_ID + 1, &all_four),
+        "{:?}",
+        lq_tests::fabric::group_members(&f.leaf, GROUP_ID + 1)
     );
     let t = Instant::now();
     let l3_whole = |w: &serde_json::Value| {
         lq_tests::daemon::weights_group(w, "10.3.1.0/24").is_some_and(|l3| {
             l3["members"]
                 .as_array()
-                .is_some_and(|m| m.len() == 4 && m.iter().all(|m| m["kernel-weight"] == 255))
+                .is_some_and(|m| m.len() == 4 && m.iter().all(|m| m["computed-weight"] == 255))
         })
     };
     show_when(
@@ -880,12 +922,14 @@ fn weights_when(
 }
 
 /// A resilient group of 8 buckets, 2 per member: S2's LQS from 237 to 220 changes its
-/// weight but no member's bucket count. lqd programs it and counts it as moving no bucket;
-/// with `skip-bucket-neutral` (reloaded) the way back is not sent at all (the kernel keeps
-/// S2's lower weight, and its buckets are the same), while a change that moves buckets
-/// still is.
+/// computed weight but no member's bucket count. By default (`replace =
+/// "forwarding-change"`, issue 41) lqd does not write it: the kernel keeps equal weights,
+/// to the same buckets, and the change is counted as not written. With `replace =
+/// "every-step"` (reloaded) the same kind of change is written and counted as moving no
+/// bucket; a change that moves buckets is written either way, and the buckets it moved are
+/// counted.
 #[test]
-fn replaces_that_move_no_bucket_are_counted_and_skipped_on_request() {
+fn a_change_that_moves_no_bucket_is_not_written_by_default() {
     require_root();
     let f = fabric();
     let spines = Spines::start(&f.spines);
@@ -899,10 +943,31 @@ fn replaces_that_move_no_bucket_are_counted_and_skipped_on_request() {
         "{}",
         lqd.log_text()
     );
+    let per_member = || lq_tests::fabric::group_buckets(&f.leaf, GROUP_ID);
+    let two_each = [(1, 2), (2, 2), (3, 2), (4, 2)];
 
     spines.set(1, Some(220));
+    let w = weights_when(&lqd, "S2's lower weight computed and not written", |w| {
+        w["bucket-neutral-skipped"].as_u64() >= Some(1)
+            && w["groups"][0]["members"][1]["computed-weight"].as_u64() < Some(255)
+    });
+    let s2 = &w["groups"][0]["members"][1];
+    assert_eq!(s2["kernel-weight"], 255, "{w}");
+    assert_eq!(w["bucket-neutral-replaces"], 0, "{w}");
+    assert_eq!(group_weights(&f.leaf).as_deref(), Some(&equal[..]));
+    // The kernel's buckets (the forwarding itself): two per member, as both weightings give.
+    assert_eq!(per_member().as_deref(), Some(&two_each[..]));
+
+    // Every step written: the way back (to 237, equal weights) is replaced, moving nothing.
+    spines.set(1, Some(237));
+    weights_when(&lqd, "back to equal", |w| {
+        w["groups"][0]["members"][1]["computed-weight"] == 255
+    });
+    let text = std::fs::read_to_string(lqd.config_path()).unwrap() + "replace = \"every-step\"\n";
+    lqd.reload(&text, "configuration reloaded").unwrap();
+    spines.set(1, Some(220));
     let lowered = poll_until(
-        "S2's weight below 255 in a 4-member group",
+        "S2's weight below 255 written",
         Duration::from_secs(5),
         Duration::from_millis(10),
         || {
@@ -918,50 +983,18 @@ fn replaces_that_move_no_bucket_are_counted_and_skipped_on_request() {
     .unwrap();
     assert_eq!(
         [lowered[0], lowered[2], lowered[3]],
-        [(1, 255), (3, 255), (4, 255)],
-        "{lowered:?}"
+        [(1, 255), (3, 255), (4, 255)]
     );
     weights_when(&lqd, "a replace counted as moving no bucket", |w| {
         w["bucket-neutral-replaces"].as_u64() >= Some(1)
     });
+    assert_eq!(per_member().as_deref(), Some(&two_each[..]));
 
-    let text = std::fs::read_to_string(lqd.config_path()).unwrap() + "skip-bucket-neutral = true\n";
+    // S2 at LQS 30 moves buckets: written, and its buckets counted as moved.
+    let text = std::fs::read_to_string(lqd.config_path())
+        .unwrap()
+        .replace("replace = \"every-step\"\n", "");
     lqd.reload(&text, "configuration reloaded").unwrap();
-    spines.set(1, Some(237));
-    let w = weights_when(&lqd, "the way back skipped", |w| {
-        w["bucket-neutral-skipped"].as_u64() >= Some(1)
-    });
-    // lqd applies equal weights; the kernel keeps S2's lower one, to the same buckets.
-    let s2 = &w["groups"][0]["members"][1];
-    assert_eq!(s2["applied"].as_f64(), Some(0.25), "{w}");
-    assert_eq!(group_weights(&f.leaf).as_deref(), Some(&lowered[..]));
-    // The kernel's buckets (the forwarding itself): two per member, as equal weights give.
-    let buckets: serde_json::Value = serde_json::from_str(
-        &f.leaf
-            .ip(&[
-                "-j",
-                "nexthop",
-                "bucket",
-                "show",
-                "id",
-                &GROUP_ID.to_string(),
-            ])
-            .unwrap(),
-    )
-    .unwrap();
-    let mut per_member = std::collections::BTreeMap::new();
-    for b in buckets.as_array().unwrap() {
-        *per_member
-            .entry(b["bucket"]["nhid"].as_u64().unwrap() - (GROUP_ID - 0x1_0000))
-            .or_insert(0) += 1;
-    }
-    assert_eq!(
-        per_member.into_iter().collect::<Vec<_>>(),
-        [(1, 2), (2, 2), (3, 2), (4, 2)],
-        "{buckets}"
-    );
-
-    // S2 at LQS 30 moves buckets: replaced as before.
     spines.set(1, Some(30));
     wait_for(
         "congested",
@@ -969,6 +1002,9 @@ fn replaces_that_move_no_bucket_are_counted_and_skipped_on_request() {
         &f.leaf,
         &[(1, 255), (2, 32), (3, 255), (4, 255)],
     );
+    weights_when(&lqd, "the moved buckets counted", |w| {
+        w["buckets-moved"].as_u64() >= Some(1)
+    });
 }
 
 /// `[local-quality] source = "measured"` (seed 003 section 6.3: local_quality(S) from the

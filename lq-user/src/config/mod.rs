@@ -124,6 +124,10 @@ ranged!(
     Buckets, u16, 2u16, 32768u16, 128
 );
 ranged!(
+    /// `[nexthop-group] replace-hold-ms`: the longest a bucket move is held, 0..=10000 ms.
+    ReplaceHoldMs, u32, 0u32, 10_000u32, 200
+);
+ranged!(
     /// `rate-mbit`: a link's line rate in Mbit/s, 1 ..= 100 000 000 (100 Tbit/s). Zero
     /// would make every utilisation infinite (Appendix A.1's U = rate / capacity).
     RateMbit, u32, 1u32, 100_000_000u32, 1
@@ -535,13 +539,62 @@ pub struct NexthopGroup {
     /// Delete lqd's nexthop objects and routes on exit (default: leave forwarding in place).
     #[serde(default)]
     pub flush_on_exit: bool,
-    /// Resilient groups: do not replace a group when the new weights would move no bucket
-    /// (`weights::moves_no_bucket`: the forwarding stays exactly the same). Saves the
-    /// kernel's grace period per such replace; the kernel then keeps the last weights that
-    /// moved a bucket, so `ip nexthop` can differ from `lqd show weights` within a
-    /// bucket's share. Default false: every weight change is programmed.
+    /// Which computed weight changes are written to the kernel (issue 41,
+    /// `core::controller::replace`): `forwarding-change` (default) writes those that move a
+    /// resilient bucket bound past the hysteresis or a hash-threshold slice, and a held
+    /// bound once its hold ends; `every-step` writes every change of the integer weights,
+    /// as lqd did before.
     #[serde(default)]
-    pub skip_bucket_neutral: bool,
+    pub replace: ReplaceModeName,
+    /// Resilient groups, `replace = "forwarding-change"`: how far (in buckets) past the
+    /// kernel's rounding a cumulative bucket bound may drift before the move is written at
+    /// once. 0..=4, default 0.25.
+    #[serde(default)]
+    pub hysteresis_buckets: HysteresisBuckets,
+    /// The hold of a bucket move within the hysteresis, in ms (0..=10000, default 200,
+    /// ten T_reweight at the seed's defaults): a bound moves once its accumulated excess
+    /// past the kernel's rounding reaches `hysteresis-buckets` x this, or once it has
+    /// stayed past it for 5 x this.
+    #[serde(default)]
+    pub replace_hold_ms: ReplaceHoldMs,
+    /// Before issue 41: skip replaces that would move no bucket. That is now the default
+    /// (`replace = "forwarding-change"`); the key is accepted, ignored, and warned about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_bucket_neutral: Option<bool>,
+}
+
+/// `[nexthop-group] replace`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplaceModeName {
+    /// Only changes of forwarding, with hysteresis and a bounded hold.
+    #[default]
+    ForwardingChange,
+    /// Every change of the integer weights.
+    EveryStep,
+}
+
+/// `[nexthop-group] hysteresis-buckets`: 0..=4 buckets, default 0.25.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[serde(transparent)]
+pub struct HysteresisBuckets(pub f64);
+
+impl Default for HysteresisBuckets {
+    fn default() -> Self {
+        Self(crate::core::controller::replace::DEFAULT_HYSTERESIS_BUCKETS)
+    }
+}
+
+impl<'de> Deserialize<'de> for HysteresisBuckets {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if !(0.0..=4.0).contains(&v) {
+            return Err(de::Error::custom(format!(
+                "{v} is out of range: allowed 0..=4 buckets"
+            )));
+        }
+        Ok(Self(v))
+    }
 }
 
 impl Default for NexthopGroup {
@@ -555,7 +608,10 @@ impl Default for NexthopGroup {
             id_base: default_id_base(),
             program_kernel: true,
             flush_on_exit: false,
-            skip_bucket_neutral: false,
+            replace: ReplaceModeName::ForwardingChange,
+            hysteresis_buckets: HysteresisBuckets::default(),
+            replace_hold_ms: ReplaceHoldMs::default(),
+            skip_bucket_neutral: None,
         }
     }
 }
@@ -1471,14 +1527,6 @@ impl Config {
                 ),
             ));
         }
-        if self.nexthop_group.skip_bucket_neutral
-            && self.nexthop_group.group_type != GroupType::Resilient
-        {
-            return Err(at(
-                [key("nexthop-group", "skip-bucket-neutral")],
-                "[nexthop-group] skip-bucket-neutral = true needs type = \"resilient\": a hash-threshold group has no buckets, and every weight change moves flows",
-            ));
-        }
         let mut ids = std::collections::BTreeSet::new();
         for (i, u) in self.uplink.iter().enumerate() {
             if u.id == 0 || !ids.insert(u.id) {
@@ -1853,6 +1901,14 @@ impl Config {
                     "a load-balancer with no [[uplink]], no [[destination]] and no [slow-plane]: it receives advertisements (show paths) but steers nothing",
                 ));
             }
+            if let Some(skip) = self.nexthop_group.skip_bucket_neutral {
+                out.push(at(
+                    [key("nexthop-group", "skip-bucket-neutral")],
+                    format!(
+                        "[nexthop-group] skip-bucket-neutral = {skip} is ignored: replaces that move no bucket are never sent since replace = \"forwarding-change\" became the default; remove the key (replace = \"every-step\" sends every change)"
+                    ),
+                ));
+            }
             if self.nexthop_group.group_type == GroupType::Resilient {
                 let members = self.uplink.len();
                 let buckets = usize::from(self.nexthop_group.buckets.0);
@@ -1914,6 +1970,21 @@ impl Config {
             self.lq_telemetry.local_as.unwrap_or(0)
         } else {
             0
+        }
+    }
+
+    /// Which computed weight changes lqd writes to the kernel (`[nexthop-group] replace`,
+    /// `hysteresis-buckets`, `replace-hold-ms`; issue 41).
+    pub fn replace_policy(&self) -> crate::core::controller::replace::ReplacePolicy {
+        use crate::core::controller::replace::{ReplaceMode, ReplacePolicy};
+        let ng = &self.nexthop_group;
+        ReplacePolicy {
+            mode: match ng.replace {
+                ReplaceModeName::ForwardingChange => ReplaceMode::ForwardingChange,
+                ReplaceModeName::EveryStep => ReplaceMode::EveryStep,
+            },
+            hysteresis_buckets: ng.hysteresis_buckets.0,
+            hold_ns: u64::from(ng.replace_hold_ms.0) * 1_000_000,
         }
     }
 
@@ -2568,17 +2639,41 @@ remote-node = ["10.0.1.1"]
         assert!(parse(&format!("{qspine}{link}remote-as = 65101\n")).is_ok());
     }
 
-    /// Only resilient groups have buckets for a replace to leave unmoved.
+    /// `replace`, `hysteresis-buckets` and `replace-hold-ms` reach the policy, out-of-range
+    /// values are refused, and the retired `skip-bucket-neutral` is warned about.
     #[test]
-    fn skip_bucket_neutral_needs_resilient_groups() {
-        let ng = |t: &str| {
-            format!("{LEAF}[nexthop-group]\ntype = \"{t}\"\nskip-bucket-neutral = true\n")
-        };
-        assert!(parse(&ng("resilient")).is_ok());
-        let e = err(&ng("hash-threshold"));
+    fn replace_policy_keys_have_ranges_and_the_old_key_is_warned_about() {
+        let ng = |body: &str| format!("{LEAF}[nexthop-group]\n{body}\n");
+        let c = parse(&ng(
+            "replace = \"every-step\"\nhysteresis-buckets = 0.5\nreplace-hold-ms = 100",
+        ))
+        .unwrap();
+        let p = c.replace_policy();
+        assert_eq!(
+            p.mode,
+            crate::core::controller::replace::ReplaceMode::EveryStep
+        );
+        assert_eq!((p.hysteresis_buckets, p.hold_ns), (0.5, 100_000_000));
+        assert_eq!(
+            parse(LEAF).unwrap().replace_policy(),
+            crate::core::controller::replace::ReplacePolicy::default()
+        );
+        for (body, want) in [
+            ("hysteresis-buckets = 5.0", "allowed 0..=4 buckets"),
+            ("hysteresis-buckets = -1.0", "allowed 0..=4 buckets"),
+            ("replace-hold-ms = 20000", "allowed 0..=10000"),
+            ("replace = \"sometimes\"", "unknown variant `sometimes`"),
+        ] {
+            let e = err(&ng(body));
+            assert!(e.contains(want), "{body}: {e}");
+        }
+        let text = ng("skip-bucket-neutral = true");
+        let w = parse(&text).unwrap().warnings(&text);
         assert!(
-            e.contains("[nexthop-group] skip-bucket-neutral = true needs type = \"resilient\""),
-            "{e}"
+            w.iter().any(|w| w
+                .message
+                .starts_with("[nexthop-group] skip-bucket-neutral = true is ignored")),
+            "{w:?}"
         );
     }
 

@@ -171,9 +171,44 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
         );
         o.counter(
             "lq_group_replaces_skipped_total",
-            "Nexthop group replaces not sent because they would have moved no bucket (skip-bucket-neutral).",
+            "Computed weight changes not written because the kernel already forwards as they would (replace = forwarding-change).",
             w.bucket_neutral_skipped,
         );
+        o.counter(
+            "lq_group_buckets_moved_total",
+            "Resilient nexthop group buckets the replaces moved.",
+            w.buckets_moved,
+        );
+        o.counter(
+            "lq_group_holds_total",
+            "Bucket moves held within the hysteresis ([nexthop-group] hysteresis-buckets), counted when each hold starts.",
+            w.holds_started,
+        );
+        o.family(
+            "lq_group_replaces_by_cause_total",
+            "counter",
+            "Nexthop group replaces written, by why: install, members (a path to or from 0), moves (a bucket bound past the hysteresis), hold-expired (a held bound's budget reached), every-step.",
+        );
+        let c = &w.replace_causes;
+        for (cause, v) in [
+            ("install", c.install),
+            ("members", c.members),
+            ("moves", c.moves),
+            ("hold-expired", c.hold_expired),
+            ("every-step", c.every_step),
+        ] {
+            o.sample(
+                "lq_group_replaces_by_cause_total",
+                &[("cause", cause.into())],
+                v as f64,
+            );
+        }
+        o.family(
+            "lq_groups_held",
+            "gauge",
+            "Groups whose bucket move is held now.",
+        );
+        o.sample("lq_groups_held", &[], w.groups_held as f64);
         o.counter(
             "lq_nexthop_foreign_writes_total",
             "Nexthop objects in lq's id range written by another program (zebra sending lq's groups back down; seen with [slow-plane]).",

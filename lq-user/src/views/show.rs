@@ -243,14 +243,20 @@ pub fn weights_view_table(w: &WeightsView) -> String {
         "group replaces: {} (moving no bucket: {})  refused: {}  member deletes on spine failure: {}",
         w.group_replaces, w.bucket_neutral_replaces, w.group_errors, w.member_deletes
     );
-    if w.bucket_neutral_skipped > 0 {
-        let _ = write!(
-            s,
-            "  skipped as moving no bucket: {}",
-            w.bucket_neutral_skipped
-        );
-    }
     s.push('\n');
+    let _ = writeln!(
+        s,
+        "buckets moved: {}  not written (same forwarding): {}  holds: {} started, {} now  replaces by cause: install {}, members {}, moves {}, hold expired {}, every step {}",
+        w.buckets_moved,
+        w.bucket_neutral_skipped,
+        w.holds_started,
+        w.groups_held,
+        w.replace_causes.install,
+        w.replace_causes.members,
+        w.replace_causes.moves,
+        w.replace_causes.hold_expired,
+        w.replace_causes.every_step,
+    );
     if w.foreign_nexthop_writes > 0 {
         let _ = writeln!(
             s,
@@ -521,6 +527,7 @@ mod tests {
                     capacity_source: "bgp".into(),
                     target: 0.25,
                     applied: 0.5,
+                    computed_weight: 128,
                     kernel_weight: 128,
                     nexthop_id: 9,
                 }],
@@ -546,7 +553,7 @@ mod tests {
         );
         assert!(
             t.ends_with(
-                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0\n"
+                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0\nbuckets moved: 0  not written (same forwarding): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\n"
             ),
             "{t}"
         );

@@ -201,9 +201,22 @@ pub struct WeightsView {
     /// Replaces done that moved no resilient bucket (the forwarding stayed the same).
     #[serde(default)]
     pub bucket_neutral_replaces: u64,
-    /// Replaces not sent because they would have moved no bucket (`skip-bucket-neutral`).
+    /// Computed weight changes not written because the kernel already forwards as they
+    /// would (`[nexthop-group] replace = "forwarding-change"`).
     #[serde(default)]
     pub bucket_neutral_skipped: u64,
+    /// Resilient buckets the replaces moved.
+    #[serde(default)]
+    pub buckets_moved: u64,
+    /// Bucket moves held within the hysteresis (counted when each hold starts).
+    #[serde(default)]
+    pub holds_started: u64,
+    /// Replaces written, by why (`[nexthop-group] replace`).
+    #[serde(default)]
+    pub replace_causes: ReplaceCauses,
+    /// Groups whose bucket move is held now.
+    #[serde(default)]
+    pub groups_held: u64,
     /// Nexthop objects in lq's id range written by another program (zebra sending lq's
     /// groups back down; seen with `[slow-plane]`).
     #[serde(default)]
@@ -284,6 +297,36 @@ pub struct GroupWeights {
     pub members: Vec<MemberWeights>,
 }
 
+/// Group replaces written, by why (`core::controller::replace::ReplaceCause`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ReplaceCauses {
+    /// A group's first weights.
+    pub install: u64,
+    /// A member joined or left (a path to or from 0, 6.4).
+    pub members: u64,
+    /// A bucket bound moved past the hysteresis (or a hash slice moved).
+    pub moves: u64,
+    /// A held bound's accumulated excess reached the hold's budget.
+    pub hold_expired: u64,
+    /// `replace = "every-step"`.
+    pub every_step: u64,
+}
+
+impl ReplaceCauses {
+    /// Counts one replace of `cause`.
+    pub fn count(&mut self, cause: crate::core::controller::replace::ReplaceCause) {
+        use crate::core::controller::replace::ReplaceCause as C;
+        *match cause {
+            C::Install => &mut self.install,
+            C::Members => &mut self.members,
+            C::Moves => &mut self.moves,
+            C::HoldExpired => &mut self.hold_expired,
+            C::EveryStep => &mut self.every_step,
+        } += 1;
+    }
+}
+
 /// One member of a group.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -314,7 +357,11 @@ pub struct MemberWeights {
     pub target: f64,
     /// Applied (damped) fraction.
     pub applied: f64,
-    /// Integer weight in the kernel's group.
+    /// The integer weight the applied fraction gives (what lqd would write now).
+    #[serde(default)]
+    pub computed_weight: u32,
+    /// Integer weight in the kernel's group (written when it changes forwarding,
+    /// `[nexthop-group] replace`).
     pub kernel_weight: u32,
     /// The member's nexthop object id.
     pub nexthop_id: u32,
@@ -736,6 +783,7 @@ remote-node = "10.0.1.4"
             capacity_source: capacity_source.into(),
             target: 0.25,
             applied: 1.0 / 3.0,
+            computed_weight: 128,
             kernel_weight: 128,
             nexthop_id: 9 + uplink,
         }

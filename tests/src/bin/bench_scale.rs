@@ -1,32 +1,43 @@
-//! `cargo xtask bench scale`: one leaf of a 64-spine x 512-leaf fabric (issue 15 item 6).
+//! `cargo xtask bench scale`: one leaf of a 64-spine x 512-leaf fabric (issues 15 and 41).
 //!
-//! A leaf namespace with 64 uplinks (veth) runs `lqd` (load-balancer, info logs, pinned to
-//! CPU 0) with 512 `[[destination]]`s, one per remote leaf: 512 resilient groups of 64
-//! members. A sender thread of ours (pinned to CPU 1, in a spines namespace) plays the 64
-//! spines: every 20 ms (T_notify) each spine advertises all 512 remote leaves (6 datagrams
-//! of up to 91 entries): 19 200 datagrams a second, all 32 768 entries every 20 ms (1.6 M
-//! a second), 16 random entries changing LQS per period (the fabric is never quite still).
+//! A leaf namespace with 64 uplinks (veth) runs `lqd` (load-balancer, lqd's defaults, info
+//! logs, pinned to CPU 0) with 512 `[[destination]]`s, one per remote leaf: 512 resilient
+//! groups of 64 members. A sender thread of ours (pinned to CPU 1, in a spines namespace)
+//! plays the 64 spines: every 20 ms (T_notify) each spine advertises all 512 remote leaves
+//! (6 datagrams of up to 91 entries): 19 200 datagrams a second, all 32 768 entries every
+//! 20 ms (1.6 M a second). What changes between periods (`senders`):
+//! - fabric churn (the main windows): every entry's LQS with noise of +-5 around its level
+//!   every period (below the seed's CHANGE_THRESHOLD of 25, yet every entry changes), real
+//!   events on 1 % of the entries a second (half a CL change, half an LQS move 200 <-> 150),
+//!   and one spine failing (silent 500 ms) and returning every 10 s;
+//! - the synthetic toggle: 16 random entries a period between LQS 200 and 180;
+//! - a still fabric: every entry re-advertised unchanged.
 //!
-//! Measured over three 10 s windows after the 512 groups are programmed, each figure the
-//! median of the windows with their spread shown:
+//! The sender counts the events (toggles) that move a bucket of their group once the
+//! weights reach their targets (lqd's quantisation, the kernel's bucket shares): the
+//! baseline of the replaces a second.
+//!
+//! Measured over three 10 s windows of fabric churn after the 512 groups are programmed
+//! (medians, spread printed), then one window each of the toggle and the still fabric, then
+//! one window of fabric churn after a restart with `replace = "every-step"` (lqd before
+//! issue 41):
 //! - `leaf_cpu_pct_64x512`: the leaf's CPU as a share of one core: the XDP receiver's run
-//!   time (the kernel's BPF statistics, `BPF_ENABLE_STATS` held for the run) plus lqd's
-//!   CPU time (every thread's `schedstat`). The veth driver's own cost is the virtual
-//!   link's, not the leaf's, and is not counted; the whole machine's busy share is printed
-//!   beside it.
-//! - `leaf_replace_kernel_pct_64x512`: the kernel's share of that: lqd's group replaces a
-//!   second (printed per window) times the kernel's system time of one replace of the same
-//!   kind (lqd's members and buckets, one member's weight moving by 10 %), measured after
-//!   the windows with `ip -batch` on 64 copies (512 replaces, the child's system time):
-//!   a floor no user-space change moves at this churn.
-//! - `leaf_replaces_per_s_64x512` and `leaf_bucket_neutral_replace_fraction_64x512`: the
-//!   replaces a second and the share of them that moved no bucket (128 buckets for 64
-//!   members: 2 each); then one more window after a restart with `skip-bucket-neutral`
-//!   (`leaf_cpu_pct_64x512_skip_bucket_neutral`, `leaf_replaces_per_s_64x512_skip_bucket_neutral`).
-//! - `leaf_cpu_pct_64x512_still` (and its lqd and XDP parts): one more window of the same
-//!   lqd with no entry changing (the spines still advertise every entry every period): the
-//!   cost of receiving the fabric alone, with no replace and so no kernel floor under it.
-//!   Printed beside it: the receiver's share were each datagram at `xdp_lq_90_ns`'s goal.
+//!   time (the kernel's BPF statistics, `BPF_ENABLE_STATS` held for the run) plus lqd's CPU
+//!   time (every thread's `schedstat`, the replaces' kernel time included). The veth
+//!   driver's own cost is the virtual link's, not the leaf's, and is not counted; the whole
+//!   machine's busy share is printed beside it. Its parts: `leaf_lqd_cpu_pct_64x512`,
+//!   `leaf_xdp_cpu_pct_64x512` and `leaf_xdp_ns_per_entry_64x512` (run time per entry sent).
+//! - `leaf_replace_kernel_pct_64x512`: the kernel's share: lqd's group replaces a second
+//!   times the kernel's system time of one replace of the same kind (lqd's members, buckets
+//!   and timers, one member's weight moving by 10 %), measured after the windows with
+//!   `ip -batch` on 64 copies (512 replaces, the child's system time).
+//! - `leaf_replaces_per_s_64x512` (baseline: the real events a second that move a bucket),
+//!   `leaf_buckets_moved_per_s_64x512`, `leaf_bucket_neutral_replace_fraction_64x512`; the
+//!   toggle's `leaf_replaces_per_s_64x512_toggle` (baseline: toggles that move a bucket) and
+//!   `leaf_cpu_pct_64x512_toggle`; `..._every_step` beside them.
+//! - `leaf_cpu_pct_64x512_still` (and its lqd and XDP parts): the cost of receiving the
+//!   fabric alone, with no replace. Printed beside it: the receiver's share were each
+//!   datagram at `xdp_lq_90_ns`'s goal.
 //! - `lqd_rss_mib_64x512`: lqd's resident set (VmRSS, the mapped path table included).
 //! - `bpf_map_bytes_64x512`: the memory the kernel charges for the maps of lqd's receiver
 //!   program (`bytes_memlock` of each, read with bpftool, the independent judge).
@@ -58,8 +69,6 @@ use serde_json::Value;
 const SPINES: usize = 64;
 const REMOTES: usize = 512;
 const PERIOD: Duration = Duration::from_millis(20);
-/// Entries that change LQS per period.
-const CHURN: usize = 16;
 /// The receiver's goal per datagram of 90 entries (`xdp_lq_90_ns`, bench_xdp).
 const XDP_LQ_90_GOAL_NS: f64 = 3_000.0;
 const WINDOWS: usize = 3;
@@ -79,36 +88,74 @@ fn remote_id(r: usize) -> u32 {
     ip4(10, 1, (r / 256) as u8, (r % 256) as u8)
 }
 
-/// The leaf's configuration (defaults, but `skip-bucket-neutral` as given).
-fn leaf_config(skip_bucket_neutral: bool) -> String {
-    let ifaces: Vec<String> = (1..=SPINES).map(|k| format!("\"up{k}\"")).collect();
-    let mut c = format!(
-        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [{}]\n\n[nexthop-group]\nskip-bucket-neutral = {skip_bucket_neutral}\n",
-        ifaces.join(", ")
-    );
-    for k in 1..=SPINES {
-        c.push_str(&format!(
-            "\n[[uplink]]\nid = {k}\nspine = \"10.0.0.{k}\"\ninterface = \"up{k}\"\ngateway = \"{}\"\n",
-            spine_addr(k)
-        ));
-    }
-    for r in 0..REMOTES {
-        let (hi, lo) = (r / 256, r % 256);
-        c.push_str(&format!(
-            "\n[[destination]]\nprefix = \"172.{}.{lo}.0/24\"\nremote-node = \"10.1.{hi}.{lo}\"\n",
-            16 + hi
-        ));
-    }
-    c
+/// What the spines' advertisements do between periods (`senders`).
+pub mod churn {
+    /// Every entry re-advertised unchanged.
+    pub const STILL: usize = 0;
+    /// The synthetic toggle: `TOGGLES` random entries per period between LQS 200 and 180.
+    pub const TOGGLE: usize = 1;
+    /// Churn like a fabric's: see `senders`.
+    pub const FABRIC: usize = 2;
 }
 
-/// The 64 spines' advertisements, every PERIOD, until `stop`, `churn` entries changing
-/// per period; `sent` counts datagrams.
+/// Entries toggled per period in `churn::TOGGLE`.
+const TOGGLES: usize = 16;
+/// `churn::FABRIC`: the sub-threshold noise on every entry every period (LQS +-).
+const NOISE: i16 = 5;
+/// `churn::FABRIC`: real events (a CL change, or an LQS move of 50, beyond the seed's
+/// CHANGE_THRESHOLD of 25) a second, as a share of the entries: 1 %.
+const EVENT_SHARE_PER_S: f64 = 0.01;
+/// `churn::FABRIC`: one spine fails (falls silent) and returns every this often...
+const SPINE_FAILURE_EVERY: Duration = Duration::from_secs(10);
+/// ... silent for this long (past miss_count x T_notify = 60 ms: declared failed).
+const SPINE_SILENT: Duration = Duration::from_millis(500);
+
+/// What the senders count.
+#[derive(Default)]
+struct Sent {
+    datagrams: AtomicU64,
+    entries: AtomicU64,
+    /// Real events (fabric churn) or toggles sent.
+    events: AtomicU64,
+    /// Of those, the ones that move a bucket of the destination's group once lqd's weights
+    /// reach their target (`moves_bucket`).
+    moving_events: AtomicU64,
+}
+
+/// Whether changing spine `s`'s quality for one remote node from `before` to `after`
+/// (the other spines' qualities `q`) moves a bucket of the group once the weights reach
+/// their targets: lqd's own quantisation (6.3's targets, equal capacities) and the kernel's
+/// bucket shares (128 buckets), before and after.
+fn moves_bucket(q: &mut [u8], s: usize, before: u8, after: u8) -> bool {
+    use lq_user::core::controller::weights::{bucket_shares, quantize};
+    let shares = |q: &[u8]| {
+        let total: f64 = q.iter().map(|x| f64::from(*x)).sum();
+        let f: Vec<(u32, f64)> = (q.iter().enumerate())
+            .map(|(k, x)| (k as u32 + 1, f64::from(*x) / total))
+            .collect();
+        bucket_shares(128, &quantize(&f, 255))
+    };
+    q[s] = before;
+    let a = shares(q);
+    q[s] = after;
+    let b = shares(q);
+    a != b
+}
+
+/// The 64 spines' advertisements, every PERIOD, until `stop`, changing as `mode` says
+/// (`churn`):
+/// - `TOGGLE`: `TOGGLES` random entries per period toggle between LQS 200 and 180 (a
+///   change below CHANGE_THRESHOLD; the fabric is never quite still);
+/// - `FABRIC`: every entry re-advertised every period with sub-threshold noise (its LQS
+///   +-`NOISE` around its level, all 32 768 entries changing every period); real events on
+///   `EVENT_SHARE_PER_S` of the entries a second, half of them a CL change (0 <-> 1) and
+///   half an LQS level move between 200 and 150; and one spine failing (silent for
+///   `SPINE_SILENT`) and returning every `SPINE_FAILURE_EVERY`.
 fn senders(
     ns: &NetNs,
     stop: Arc<AtomicBool>,
-    churn: Arc<AtomicUsize>,
-    sent: Arc<AtomicU64>,
+    mode: Arc<AtomicUsize>,
+    sent: Arc<Sent>,
 ) -> Result<std::thread::JoinHandle<Result<()>>> {
     ns.run_in(move || {
         std::thread::spawn(move || -> Result<()> {
@@ -116,27 +163,78 @@ fn senders(
             let mut socks = (1..=SPINES)
                 .map(|k| Sender::bind(SocketAddr::new(IpAddr::V4(spine_addr(k)), 0), 255))
                 .collect::<Result<Vec<_>>>()?;
-            let mut lqs = [[200u8; REMOTES]; SPINES];
+            // Levels, indexed [remote][spine] (a group's members side by side).
+            let mut level = vec![[200u8; SPINES]; REMOTES];
+            let mut cl = vec![[0u8; SPINES]; REMOTES];
             let mut seq = [1u16; SPINES];
             let mut rng = SmallRng::seed_from_u64(64);
-            let mut next = Instant::now();
+            let started = Instant::now();
+            let mut next = started;
+            let mut event_debt = 0.0f64;
+            let per_period = (SPINES * REMOTES) as f64 * EVENT_SHARE_PER_S * PERIOD.as_secs_f64();
             while !stop.load(Ordering::Relaxed) {
-                for _ in 0..churn.load(Ordering::Relaxed) {
-                    let (s, r) = (rng.random_range(0..SPINES), rng.random_range(0..REMOTES));
-                    lqs[s][r] = if lqs[s][r] == 200 { 180 } else { 200 };
+                let m = mode.load(Ordering::Relaxed);
+                let mut silent = None;
+                if m == churn::TOGGLE {
+                    for _ in 0..TOGGLES {
+                        let (s, r) = (rng.random_range(0..SPINES), rng.random_range(0..REMOTES));
+                        let before = level[r][s];
+                        let after = if before == 200 { 180 } else { 200 };
+                        if moves_bucket(&mut level[r], s, before, after) {
+                            sent.moving_events.fetch_add(1, Ordering::Relaxed);
+                        }
+                        level[r][s] = after;
+                        sent.events.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else if m == churn::FABRIC {
+                    event_debt += per_period;
+                    while event_debt >= 1.0 {
+                        event_debt -= 1.0;
+                        let (s, r) = (rng.random_range(0..SPINES), rng.random_range(0..REMOTES));
+                        if rng.random_bool(0.5) {
+                            // A CL change moves no weight with the seed's function.
+                            cl[r][s] ^= 1;
+                        } else {
+                            let before = level[r][s];
+                            let after = if before == 200 { 150 } else { 200 };
+                            if moves_bucket(&mut level[r], s, before, after) {
+                                sent.moving_events.fetch_add(1, Ordering::Relaxed);
+                            }
+                            level[r][s] = after;
+                        }
+                        sent.events.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let t = started.elapsed();
+                    let cycle = SPINE_FAILURE_EVERY.as_nanos();
+                    if t.as_nanos() % cycle < SPINE_SILENT.as_nanos() && t > SPINE_SILENT {
+                        silent = Some((t.as_nanos() / cycle) as usize % SPINES);
+                    }
                 }
                 for (s, sock) in socks.iter_mut().enumerate() {
+                    if silent == Some(s) {
+                        continue;
+                    }
                     let to =
                         SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 64, (s + 1) as u8, 2)), PORT);
                     for chunk in (0..REMOTES).collect::<Vec<_>>().chunks(MAX_ENTRIES) {
                         let entries: Vec<_> = chunk
                             .iter()
-                            .map(|&r| entry(remote_id(r), 1, lqs[s][r], 0))
+                            .map(|&r| {
+                                let lqs = if m == churn::FABRIC {
+                                    let n = rng.random_range(-NOISE..=NOISE);
+                                    (i16::from(level[r][s]) + n).clamp(1, 255) as u8
+                                } else {
+                                    level[r][s]
+                                };
+                                entry(remote_id(r), 1, lqs, cl[r][s])
+                            })
                             .collect();
                         let h = header(ip4(10, 0, 0, (s + 1) as u8), seq[s]);
                         seq[s] = seq[s].wrapping_add(1);
                         sock.send(to, &h, &entries)?;
-                        sent.fetch_add(1, Ordering::Relaxed);
+                        sent.datagrams.fetch_add(1, Ordering::Relaxed);
+                        sent.entries
+                            .fetch_add(entries.len() as u64, Ordering::Relaxed);
                     }
                 }
                 next += PERIOD;
@@ -239,7 +337,7 @@ fn replace_kernel_ms(ns: &NetNs) -> Result<f64> {
         .collect();
     let buckets = all
         .iter()
-        .find_map(|n| n["resilient"]["buckets"].as_u64())
+        .find_map(|n| n["resilient_args"]["buckets"].as_u64())
         .unwrap_or(128);
     ensure!(
         members.len() == SPINES,
@@ -260,7 +358,8 @@ fn replace_kernel_ms(ns: &NetNs) -> Result<f64> {
             .collect();
         m.join("/")
     };
-    let res = format!("type resilient buckets {buckets} idle_timer 120 unbalanced_timer 0");
+    // lqd's own group parameters (its defaults: idle timer 1 s, no unbalanced timer).
+    let res = format!("type resilient buckets {buckets} idle_timer 1 unbalanced_timer 0");
     let dir = std::env::temp_dir().join(lq_tests::unique_name("bench-scale-floor"));
     std::fs::create_dir_all(&dir)?;
     let run_batch = |name: &str, text: String| -> Result<f64> {
@@ -312,37 +411,65 @@ fn children_sys_ms() -> f64 {
     u.ru_stime.tv_sec as f64 * 1e3 + u.ru_stime.tv_usec as f64 / 1e3
 }
 
-/// lqd's group replaces done, those of them that moved no bucket, and those skipped as
-/// moving none (0s when it does not answer).
-fn replace_counts(lqd: &Lqd) -> (u64, u64, u64) {
-    let w = lqd.show("weights").unwrap_or_default();
-    let n = |k: &str| w[k].as_u64().unwrap_or(0);
-    (
-        n("group-replaces"),
-        n("bucket-neutral-replaces"),
-        n("bucket-neutral-skipped"),
-    )
+/// lqd's counters a window reads: group replaces, those that moved no bucket, the
+/// computed changes not written, and the buckets moved (0s when it does not answer).
+#[derive(Clone, Copy, Default)]
+struct Replaces {
+    done: u64,
+    neutral: u64,
+    not_written: u64,
+    buckets_moved: u64,
+    /// Replaces by cause: members, moves, hold expired.
+    causes: [u64; 3],
 }
 
-/// One measurement window's figures.
+fn replace_counts(lqd: &Lqd) -> Replaces {
+    let w = lqd.show("weights").unwrap_or_default();
+    let n = |k: &str| w[k].as_u64().unwrap_or(0);
+    Replaces {
+        done: n("group-replaces"),
+        neutral: n("bucket-neutral-replaces"),
+        not_written: n("bucket-neutral-skipped"),
+        buckets_moved: n("buckets-moved"),
+        causes: ["members", "moves", "hold-expired"]
+            .map(|c| w["replace-causes"][c].as_u64().unwrap_or(0)),
+    }
+}
+
+/// One measurement window's figures (rates a second).
 struct Window {
     /// lqd's CPU (every thread), % of a core.
     lqd_pct: f64,
     /// The XDP receiver's run time, % of a core.
     xdp_pct: f64,
     sent_rate: f64,
+    entry_rate: f64,
+    /// The XDP receiver's run time per entry sent, ns.
+    xdp_ns_per_entry: f64,
     replace_rate: f64,
+    buckets_moved_rate: f64,
+    /// Real events (or toggles) sent, and those of them that move a bucket.
+    event_rate: f64,
+    moving_event_rate: f64,
     /// Of the replaces done, those that moved no resilient bucket.
     neutral_fraction: f64,
 }
 
 /// Measures one WINDOW of lqd `pid` and receiver program `prog`, printed under `label`.
-fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &AtomicU64, label: &str) -> Result<Window> {
+fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Window> {
+    let counts = |s: &Sent| {
+        (
+            s.datagrams.load(Ordering::Relaxed),
+            s.entries.load(Ordering::Relaxed),
+            s.events.load(Ordering::Relaxed),
+            s.moving_events.load(Ordering::Relaxed),
+        )
+    };
     let (cpu0, (rt0, _), m0, s0, g0, wall0) = (
         process_cpu_ns(pid)?,
         program_stats(prog)?,
         ProcStat::read()?.machine,
-        sent.load(Ordering::Relaxed),
+        counts(sent),
         replace_counts(lqd),
         Instant::now(),
     );
@@ -351,33 +478,45 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &AtomicU64, label: &str) -> Resu
         process_cpu_ns(pid)?,
         program_stats(prog)?,
         ProcStat::read()?.machine,
-        sent.load(Ordering::Relaxed),
+        counts(sent),
         replace_counts(lqd),
     );
     let wall = wall0.elapsed().as_nanos() as f64;
     let secs = wall / 1e9;
     let lqd_pct = (cpu1 - cpu0) as f64 / wall * 100.0;
-    let xdp_pct = (rt1 - rt0).as_nanos() as f64 / wall * 100.0;
-    let sent_rate = (s1 - s0) as f64 / secs;
-    let replaces = g1.0.saturating_sub(g0.0);
-    let neutral = g1.1.saturating_sub(g0.1);
-    let skipped = g1.2.saturating_sub(g0.2);
+    let xdp_ns = (rt1 - rt0).as_nanos() as f64;
+    let xdp_pct = xdp_ns / wall * 100.0;
+    let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+    let (sent_rate, entry_rate) = (rate(s0.0, s1.0), rate(s0.1, s1.1));
+    let (event_rate, moving_event_rate) = (rate(s0.2, s1.2), rate(s0.3, s1.3));
+    let replaces = g1.done.saturating_sub(g0.done);
+    let w = Window {
+        lqd_pct,
+        xdp_pct,
+        sent_rate,
+        entry_rate,
+        xdp_ns_per_entry: xdp_ns / (s1.1.saturating_sub(s0.1)).max(1) as f64,
+        replace_rate: replaces as f64 / secs,
+        buckets_moved_rate: rate(g0.buckets_moved, g1.buckets_moved),
+        event_rate,
+        moving_event_rate,
+        neutral_fraction: g1.neutral.saturating_sub(g0.neutral) as f64 / replaces.max(1) as f64,
+    };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let machine =
         (m1.busy() - m0.busy()) as f64 / (m1.total() - m0.total()).max(1) as f64 * cpus * 100.0;
     eprintln!(
-        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core ({sent_rate:.0} datagrams/s sent; {:.0} group replaces/s, {:.0} of them moving no bucket, {:.0} skipped as moving none); machine busy {machine:.0} % of one core",
-        replaces as f64 / secs,
-        neutral as f64 / secs,
-        skipped as f64 / secs,
+        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computed changes/s not written, replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; machine busy {machine:.0} % of one core",
+        w.xdp_ns_per_entry,
+        w.replace_rate,
+        g1.neutral.saturating_sub(g0.neutral) as f64 / secs,
+        w.buckets_moved_rate,
+        rate(g0.not_written, g1.not_written),
+        rate(g0.causes[0], g1.causes[0]),
+        rate(g0.causes[1], g1.causes[1]),
+        rate(g0.causes[2], g1.causes[2]),
     );
-    Ok(Window {
-        lqd_pct,
-        xdp_pct,
-        sent_rate,
-        replace_rate: replaces as f64 / secs,
-        neutral_fraction: neutral as f64 / replaces.max(1) as f64,
-    })
+    Ok(w)
 }
 
 /// Groups lqd has programmed with all 64 members.
@@ -389,6 +528,29 @@ fn full_groups(lqd: &Lqd) -> usize {
                 .count()
         })
     })
+}
+
+/// The leaf's configuration: lqd's defaults, with `replace` as given.
+fn leaf_config(replace: &str) -> String {
+    let ifaces: Vec<String> = (1..=SPINES).map(|k| format!("\"up{k}\"")).collect();
+    let mut c = format!(
+        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [{}]\n\n[nexthop-group]\nreplace = \"{replace}\"\n",
+        ifaces.join(", ")
+    );
+    for k in 1..=SPINES {
+        c.push_str(&format!(
+            "\n[[uplink]]\nid = {k}\nspine = \"10.0.0.{k}\"\ninterface = \"up{k}\"\ngateway = \"{}\"\n",
+            spine_addr(k)
+        ));
+    }
+    for r in 0..REMOTES {
+        let (hi, lo) = (r / 256, r % 256);
+        c.push_str(&format!(
+            "\n[[destination]]\nprefix = \"172.{}.{lo}.0/24\"\nremote-node = \"10.1.{hi}.{lo}\"\n",
+            16 + hi
+        ));
+    }
+    c
 }
 
 fn run() -> Result<()> {
@@ -411,14 +573,18 @@ fn run() -> Result<()> {
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("BPF_ENABLE_STATS (kernel 5.8)")?;
     let before = receiver_programs()?;
-    let lqd = Lqd::start_logging(&leaf, &leaf_config(false), "info")?;
+    // `LQ_BENCH_SCALE_LOG`: lqd's log filter (info by default); with one, the run ends by
+    // printing the log's last lines about written weights.
+    let filter: &'static str =
+        std::env::var("LQ_BENCH_SCALE_LOG").map_or("info", |f| Box::leak(f.into_boxed_str()));
+    let lqd = Lqd::start_logging(&leaf, &leaf_config("forwarding-change"), filter)?;
     let pid = lqd.pid().context("lqd has no pid")?;
     pin_process(pid, 0)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let sent = Arc::new(AtomicU64::new(0));
-    let churn = Arc::new(AtomicUsize::new(CHURN));
-    let sender = senders(&spines, stop.clone(), churn.clone(), sent.clone())?;
-    let result = measure(&leaf, &lqd, pid, &before, &sent, &churn);
+    let sent = Arc::new(Sent::default());
+    let mode = Arc::new(AtomicUsize::new(churn::FABRIC));
+    let sender = senders(&spines, stop.clone(), mode.clone(), sent.clone())?;
+    let result = measure(&leaf, &lqd, pid, &before, &sent, &mode);
     let counters = lqd.show("counters").ok();
     eprintln!(
         "lqd counters: {}",
@@ -426,10 +592,21 @@ fn run() -> Result<()> {
             .as_ref()
             .map_or_else(|| "?".into(), |c| c.to_string())
     );
+    if std::env::var("LQ_BENCH_SCALE_LOG").is_ok() {
+        let log = lqd.log_text();
+        let written: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("weights written"))
+            .collect();
+        for l in written.iter().rev().take(40) {
+            eprintln!("{l}");
+        }
+    }
     drop(lqd);
-    // The same fabric under `skip-bucket-neutral` (a restart that adopts the groups).
-    let skipping = match result {
-        Ok(()) => measure_skipping(&leaf, &sent),
+    // The same fabric with every computed change written (lqd before issue 41; a restart
+    // that adopts the groups).
+    let every_step = match result {
+        Ok(()) => measure_every_step(&leaf, &sent, &mode),
         Err(_) => Ok(()),
     };
     stop.store(true, Ordering::Relaxed);
@@ -437,7 +614,7 @@ fn run() -> Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("the sender thread panicked"))?;
     result?;
-    skipping?;
+    every_step?;
     // A figure from a receiver that refused entries would be of a smaller fabric.
     let refused = counters
         .as_ref()
@@ -491,31 +668,73 @@ fn ready(lqd: &Lqd, before: &BTreeSet<u32>) -> Result<u32> {
     Ok(prog)
 }
 
-/// One window of a leaf whose lqd skips the replaces that would move no bucket
-/// (`[nexthop-group] skip-bucket-neutral`), beside the default's windows.
-fn measure_skipping(ns: &NetNs, sent: &AtomicU64) -> Result<()> {
+/// One window of a leaf whose lqd writes every computed change (`[nexthop-group] replace =
+/// "every-step"`, lqd before issue 41), under the fabric churn, beside the default's
+/// windows.
+fn measure_every_step(ns: &NetNs, sent: &Sent, mode: &AtomicUsize) -> Result<()> {
+    mode.store(churn::FABRIC, Ordering::Relaxed);
     let before = receiver_programs()?;
-    let lqd = Lqd::start_logging(ns, &leaf_config(true), "info")?;
+    let lqd = Lqd::start_logging(ns, &leaf_config("every-step"), "info")?;
     let pid = lqd.pid().context("lqd has no pid")?;
     pin_process(pid, 0)?;
     let prog = ready(&lqd, &before)?;
     std::thread::sleep(Duration::from_secs(2));
-    let m = window(&lqd, pid, prog, sent, "skip-bucket-neutral")?;
+    let m = window(&lqd, pid, prog, sent, "fabric churn, replace = every-step")?;
     emit(
-        "leaf_cpu_pct_64x512_skip_bucket_neutral",
+        "leaf_cpu_pct_64x512_every_step",
         m.lqd_pct + m.xdp_pct,
         "% of a core",
         None,
         None,
     );
     emit(
-        "leaf_replaces_per_s_64x512_skip_bucket_neutral",
+        "leaf_replaces_per_s_64x512_every_step",
         m.replace_rate,
         "replaces/s",
         None,
         None,
     );
+    emit(
+        "leaf_buckets_moved_per_s_64x512_every_step",
+        m.buckets_moved_rate,
+        "buckets/s",
+        None,
+        None,
+    );
     Ok(())
+}
+
+/// Windows of `mode`'s churn; their figures, and the medians printed under `label`.
+fn windows(
+    lqd: &Lqd,
+    pid: u32,
+    prog: u32,
+    sent: &Sent,
+    n: usize,
+    label: &str,
+) -> Result<Vec<Window>> {
+    let mut out = Vec::new();
+    for w in 0..n {
+        out.push(window(
+            lqd,
+            pid,
+            prog,
+            sent,
+            &format!("{label}, window {}", w + 1),
+        )?);
+    }
+    let col = |f: fn(&Window) -> f64| out.iter().map(f).collect::<Vec<_>>();
+    eprintln!(
+        "{label}: leaf CPU % of a core {}; lqd {}; XDP {}",
+        spread(&col(|w| w.lqd_pct + w.xdp_pct)),
+        spread(&col(|w| w.lqd_pct)),
+        spread(&col(|w| w.xdp_pct))
+    );
+    Ok(out)
+}
+
+fn med(w: &[Window], f: fn(&Window) -> f64) -> f64 {
+    median(&w.iter().map(f).collect::<Vec<_>>())
 }
 
 fn measure(
@@ -523,31 +742,25 @@ fn measure(
     lqd: &Lqd,
     pid: u32,
     before: &BTreeSet<u32>,
-    sent: &AtomicU64,
-    churn: &AtomicUsize,
+    sent: &Sent,
+    mode: &AtomicUsize,
 ) -> Result<()> {
     let prog = ready(lqd, before)?;
     std::thread::sleep(Duration::from_secs(2));
-    let (mut leaf, mut lqd_pct, mut xdp_pct, mut rate, mut rss) =
-        (vec![], vec![], vec![], vec![], vec![]);
-    let (mut replace_rate, mut neutral) = (vec![], vec![]);
-    for w in 0..WINDOWS {
-        let m = window(lqd, pid, prog, sent, &format!("window {}", w + 1))?;
-        leaf.push(m.lqd_pct + m.xdp_pct);
-        lqd_pct.push(m.lqd_pct);
-        xdp_pct.push(m.xdp_pct);
-        rate.push(m.sent_rate);
-        replace_rate.push(m.replace_rate);
-        neutral.push(m.neutral_fraction);
-        rss.push(status_kib(pid, "VmRSS:")? / 1024.0);
-    }
-    eprintln!(
-        "leaf CPU % of a core: {}; lqd {}; XDP {}",
-        spread(&leaf),
-        spread(&lqd_pct),
-        spread(&xdp_pct)
-    );
-    let still = still_window(lqd, pid, prog, sent, churn)?;
+    let fabric = windows(lqd, pid, prog, sent, WINDOWS, "fabric churn")?;
+    let rss: f64 = status_kib(pid, "VmRSS:")? / 1024.0;
+    // The synthetic toggle (today's second window), then a still fabric.
+    mode.store(churn::TOGGLE, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(2));
+    let toggle = windows(
+        lqd,
+        pid,
+        prog,
+        sent,
+        1,
+        "synthetic toggle (16 entries a period, LQS 200 <-> 180)",
+    )?;
+    let still = still_window(lqd, pid, prog, sent, mode)?;
     // The maps the receiver program uses, as the kernel charges them.
     let info = bpftool(&["prog", "show", "id", &prog.to_string()])?;
     let mut map_bytes = 0u64;
@@ -582,41 +795,65 @@ fn measure(
         std::fs::read_dir(format!("/proc/{pid}/task"))?.count()
     );
     // The kernel's share: lqd's group replaces a second times the kernel's system time of
-    // one replace of the same kind of group, measured here on copies.
+    // one replace of the same kind of group (lqd's members, buckets and timers), measured
+    // here on copies with iproute2.
     let per_replace_ms = replace_kernel_ms(ns)?;
-    let floor = median(&replace_rate) * per_replace_ms / 1e3 * 100.0;
+    let replace_rate = med(&fabric, |w| w.replace_rate);
+    let floor = replace_rate * per_replace_ms / 1e3 * 100.0;
     eprintln!(
-        "kernel floor of the group replaces: {:.0} replaces/s x {:.1} us of kernel time each = {floor:.2} % of a core",
-        median(&replace_rate),
+        "kernel time of the group replaces: {replace_rate:.0} replaces/s x {:.1} us of kernel time each = {floor:.2} % of a core",
         per_replace_ms * 1e3
     );
-    // Its baseline is that floor: what the kernel alone spends on the replaces lqd's
-    // damped weights call for at this churn, below any change in lqd.
+    eprintln!(
+        "fabric churn: every entry re-advertised every {} ms with LQS noise +-{NOISE}; real events on {:.0} % of the entries a second ({:.0}/s sent, {:.0}/s moving a bucket), half CL changes and half LQS moves 200 <-> 150; spine k silent for {} ms every {} s",
+        PERIOD.as_millis(),
+        EVENT_SHARE_PER_S * 100.0,
+        med(&fabric, |w| w.event_rate),
+        med(&fabric, |w| w.moving_event_rate),
+        SPINE_SILENT.as_millis(),
+        SPINE_FAILURE_EVERY.as_secs()
+    );
+    // The leaf's CPU under churn like a fabric's, beside the kernel's time for the
+    // replaces it made (its part that no user-space change removes).
     emit(
         "leaf_cpu_pct_64x512",
-        median(&leaf),
+        med(&fabric, |w| w.lqd_pct + w.xdp_pct),
         "% of a core",
-        Some("<= 5"),
+        Some("<= 8"),
         Some(floor),
     );
     emit(
         "leaf_lqd_cpu_pct_64x512",
-        median(&lqd_pct),
+        med(&fabric, |w| w.lqd_pct),
         "% of a core",
         None,
         None,
     );
     emit(
         "leaf_xdp_cpu_pct_64x512",
-        median(&xdp_pct),
+        med(&fabric, |w| w.xdp_pct),
         "% of a core",
+        Some("<= 4"),
         None,
+    );
+    emit(
+        "leaf_xdp_ns_per_entry_64x512",
+        med(&fabric, |w| w.xdp_ns_per_entry),
+        "ns",
+        Some("<= 25"),
         None,
     );
     emit(
         "leaf_datagrams_per_s_64x512",
-        median(&rate),
+        med(&fabric, |w| w.sent_rate),
         "datagrams/s",
+        None,
+        None,
+    );
+    emit(
+        "leaf_entries_per_s_64x512",
+        med(&fabric, |w| w.entry_rate),
+        "entries/s",
         None,
         None,
     );
@@ -627,28 +864,44 @@ fn measure(
         None,
         None,
     );
+    // Goal: no more replaces than the real events that move a bucket (the baseline).
     emit(
         "leaf_replaces_per_s_64x512",
-        median(&replace_rate),
+        replace_rate,
         "replaces/s",
+        Some("<= 400"),
+        Some(med(&fabric, |w| w.moving_event_rate)),
+    );
+    emit(
+        "leaf_buckets_moved_per_s_64x512",
+        med(&fabric, |w| w.buckets_moved_rate),
+        "buckets/s",
         None,
         None,
     );
-    // With the default 128 buckets a member of 64 has 2: most reweights move none.
     emit(
         "leaf_bucket_neutral_replace_fraction_64x512",
-        median(&neutral),
+        med(&fabric, |w| w.neutral_fraction),
         "ratio",
         None,
         None,
     );
+    // The synthetic toggle: replaces against the toggles that move a bucket (baseline).
     emit(
-        "lqd_rss_mib_64x512",
-        median(&rss),
-        "MiB",
-        Some("<= 64"),
-        Some(peak),
+        "leaf_cpu_pct_64x512_toggle",
+        med(&toggle, |w| w.lqd_pct + w.xdp_pct),
+        "% of a core",
+        None,
+        None,
     );
+    emit(
+        "leaf_replaces_per_s_64x512_toggle",
+        med(&toggle, |w| w.replace_rate),
+        "replaces/s",
+        None,
+        Some(med(&toggle, |w| w.moving_event_rate)),
+    );
+    emit("lqd_rss_mib_64x512", rss, "MiB", Some("<= 64"), Some(peak));
     emit(
         "bpf_map_bytes_64x512",
         map_bytes as f64 / (1024.0 * 1024.0),
@@ -657,7 +910,7 @@ fn measure(
         None,
     );
     // The same leaf with nothing changing: what receiving the fabric's advertisements costs
-    // before any weight moves (no replaces, so no kernel floor under it).
+    // before any weight moves (no replaces, so no kernel time under it).
     emit(
         "leaf_cpu_pct_64x512_still",
         still.lqd_pct + still.xdp_pct,
@@ -679,23 +932,24 @@ fn measure(
         None,
         None,
     );
+    emit(
+        "leaf_xdp_ns_per_entry_64x512_still",
+        still.xdp_ns_per_entry,
+        "ns",
+        None,
+        None,
+    );
     Ok(())
 }
 
 /// One window of the same leaf while no entry changes (the spines still advertise every
-/// entry every period): the receiving's own cost. The churn resumes afterwards.
-fn still_window(
-    lqd: &Lqd,
-    pid: u32,
-    prog: u32,
-    sent: &AtomicU64,
-    churn: &AtomicUsize,
-) -> Result<Window> {
-    churn.store(0, Ordering::Relaxed);
+/// entry every period): the receiving's own cost. The fabric churn resumes afterwards.
+fn still_window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, mode: &AtomicUsize) -> Result<Window> {
+    mode.store(churn::STILL, Ordering::Relaxed);
     // Damped steps end within a few T_reweight of the last change.
     std::thread::sleep(Duration::from_secs(2));
     let m = window(lqd, pid, prog, sent, "still fabric (no entry changing)");
-    churn.store(CHURN, Ordering::Relaxed);
+    mode.store(churn::FABRIC, Ordering::Relaxed);
     let m = m?;
     // Our own per-datagram goal, at this datagram rate, is a floor of the receiver's share.
     eprintln!(

@@ -9,6 +9,8 @@
 //! * [`effective`]: the effective path table, failed and aged entries as LQS 0 / CL 7 (6.5).
 //! * [`heartbeat`]: neighbor liveness, entry ageing, T_notify mismatch (6.5, 10).
 //! * [`weights`]: targets, damping, quantisation, bucket remapping (6.3, 6.4).
+//! * [`replace`]: which computed weight changes are written to the kernel's group (6.4;
+//!   issue 41).
 //! * [`integral`]: the capacity x integral-controller weight function (4.1, issue 12).
 //! * [`local_quality`]: local_quality(S) measured on the leaf's uplinks (6.3, Appendix A).
 
@@ -19,4 +21,5 @@ pub mod integral;
 pub mod local_quality;
 pub mod path_mirror;
 pub mod path_quality;
+pub mod replace;
 pub mod weights;

@@ -31,7 +31,8 @@ use serde::Serialize;
 
 use super::scenario::{Balancing, Elastic};
 use crate::core::controller::path_quality::UplinkId;
-use crate::core::controller::weights::bucket_shares;
+use crate::core::controller::replace::{self, GroupShape, Hold, ReplacePolicy, Verdict};
+use crate::core::controller::weights::{bucket_shares, remap};
 
 /// One directed link's queue.
 #[derive(Clone, Debug)]
@@ -66,6 +67,11 @@ struct Group {
     unbalanced_since: Option<u64>,
     /// (first queue, second queue) per member.
     queues: Vec<(usize, usize)>,
+    /// lq's held or decaying bound moves (`replace::Hold`).
+    hold: Option<Hold>,
+    /// lq's last computed weights, and when its held move falls due.
+    computed: Vec<u32>,
+    due_ns: u64,
 }
 
 impl Group {
@@ -265,6 +271,11 @@ pub struct ElasticStats {
     pub jobs: Vec<JobStats>,
     /// Poisson loads.
     pub poisson: Vec<PoissonStats>,
+    /// Group weight changes written over the run (lq: those `replace::decide` lets
+    /// through; the baselines: every change).
+    pub replaces: u64,
+    /// Resilient buckets those changes moved (lq only).
+    pub buckets_moved: u64,
 }
 
 /// The model's state.
@@ -285,6 +296,13 @@ pub struct ElasticModel {
     /// Share samples of the watched group: (t, fractions).
     samples: Vec<(u64, Vec<f64>)>,
     next_sample: u64,
+    /// Which of lq's computed changes reach the groups (lqd's `[nexthop-group] replace`),
+    /// and the largest kernel weight.
+    replace: ReplacePolicy,
+    max_weight: u32,
+    /// Group weight changes written, and the buckets they moved.
+    replaces: u64,
+    buckets_moved: u64,
 }
 
 impl ElasticModel {
@@ -311,6 +329,10 @@ impl ElasticModel {
             rng: SmallRng::seed_from_u64(seed ^ 0xe1a5_71c0),
             samples: Vec::new(),
             next_sample: 0,
+            replace: ReplacePolicy::default(),
+            max_weight: 255,
+            replaces: 0,
+            buckets_moved: 0,
         };
         let mut pairs: Vec<(usize, usize)> = Vec::new();
         for j in &spec.jobs {
@@ -398,6 +420,9 @@ impl ElasticModel {
             source: s,
             destination: d,
             weights: vec![1; members.len()],
+            hold: None,
+            computed: Vec::new(),
+            due_ns: u64::MAX,
             buckets: (0..n).map(|b| b * k / n).collect(),
             last_active: vec![None; n],
             unbalanced_since: None,
@@ -470,6 +495,63 @@ impl ElasticModel {
         };
         let g = &mut self.groups[gi];
         if g.weights != w {
+            // lq's weights reach the group as lqd writes them: only when they change
+            // forwarding (`replace::decide`, issue 41); the baselines' are set outright.
+            if let Balancing::Lq = self.balancing {
+                let pairs = |v: &[u32]| -> Vec<(UplinkId, u32)> {
+                    (v.iter().enumerate())
+                        .filter(|(_, x)| **x > 0)
+                        .map(|(k, x)| (k as UplinkId + 1, *x))
+                        .collect()
+                };
+                // Decided when the computed weights change or a held move falls due.
+                if g.computed == w && t < g.due_ns {
+                    return;
+                }
+                g.computed.clone_from(&w);
+                g.due_ns = u64::MAX;
+                let (installed, proposed) = (pairs(&g.weights), pairs(&w));
+                let shape = GroupShape::Resilient {
+                    buckets: self.spec.buckets,
+                    max_weight: self.max_weight,
+                };
+                let v = replace::decide(
+                    &self.replace,
+                    shape,
+                    &installed,
+                    &proposed,
+                    g.hold.as_ref(),
+                    t,
+                );
+                let written = match v {
+                    Verdict::Replace { weights, then, .. } => {
+                        g.due_ns = then.as_ref().map_or(u64::MAX, |p| p.due_ns);
+                        g.hold = then.map(|p| p.hold);
+                        weights
+                    }
+                    Verdict::SameForwarding { hold } => {
+                        g.hold = hold;
+                        return;
+                    }
+                    Verdict::Held { hold, due_ns } => {
+                        g.hold = Some(hold);
+                        g.due_ns = due_ns;
+                        return;
+                    }
+                };
+                let moved = remap(self.spec.buckets, &installed, &written);
+                self.buckets_moved += (moved * f64::from(self.spec.buckets)).round() as u64;
+                let mut w = vec![0u32; g.members.len()];
+                for (id, x) in written {
+                    w[id as usize - 1] = x;
+                }
+                self.replaces += 1;
+                g.weights = w;
+                let (idle, unb) = (self.spec.idle_timer_ns, self.spec.unbalanced_timer_ns);
+                g.upkeep(t, idle, unb);
+                return;
+            }
+            self.replaces += 1;
             g.weights = w;
             let (idle, unb) = (self.spec.idle_timer_ns, self.spec.unbalanced_timer_ns);
             g.upkeep(t, idle, unb);
@@ -874,7 +956,16 @@ impl ElasticModel {
             .into(),
             jobs,
             poisson,
+            replaces: self.replaces,
+            buckets_moved: self.buckets_moved,
         }
+    }
+
+    /// Sets which of lq's computed weight changes reach the groups, and the largest kernel
+    /// weight.
+    pub fn set_replace_policy(&mut self, policy: ReplacePolicy, max_weight: u32) {
+        self.replace = policy;
+        self.max_weight = max_weight;
     }
 }
 

@@ -1317,7 +1317,11 @@ fn elastic_model(
     let capacity = |a: usize, b: usize| -> Option<f64> {
         link_of.get(&(a, b)).map(|&k| sc.links[k].capacity_gbps)
     };
-    let m = ElasticModel::new(spec, sc.params.balancing, sc.seed, &uplinks, &capacity);
+    let mut m = ElasticModel::new(spec, sc.params.balancing, sc.seed, &uplinks, &capacity);
+    m.set_replace_policy(
+        sc.params.replace,
+        sc.params.controller.weight_resolution.max_weight(),
+    );
     if let Some((s, d)) = m.memberless_group() {
         return Err(SimError::Setup {
             node: sc.nodes[s].name.clone(),

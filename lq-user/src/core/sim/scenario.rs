@@ -119,6 +119,7 @@ use toml::Spanned;
 
 use super::SimError;
 use crate::core::controller::config::{ControllerConfig, IntegralParams, WeightFunction};
+use crate::core::controller::replace::{ReplaceMode, ReplacePolicy};
 use crate::core::helper::params::HelperParams;
 
 /// `[params]` and `[[variant]]` keys; every one optional.
@@ -148,6 +149,8 @@ struct ParamsFile {
     integral_floor_estimated: Option<f64>,
     integral_hysteresis: Option<f64>,
     balancing: Option<String>,
+    replace: Option<String>,
+    hysteresis_buckets: Option<f64>,
 }
 
 impl ParamsFile {
@@ -176,6 +179,8 @@ impl ParamsFile {
             integral_floor_estimated: o.integral_floor_estimated.or(self.integral_floor_estimated),
             integral_hysteresis: o.integral_hysteresis.or(self.integral_hysteresis),
             balancing: o.balancing.clone().or(self.balancing.clone()),
+            replace: o.replace.clone().or(self.replace.clone()),
+            hysteresis_buckets: o.hysteresis_buckets.or(self.hysteresis_buckets),
         }
     }
 }
@@ -516,6 +521,9 @@ pub struct SimParams {
     /// (`slow_plane_capacity`: the BGP Link Bandwidth community of seed 003 section 4.1,
     /// following capacity steps at once), as `[[path-capacity]]` or BMP give lqd.
     pub slow_plane_capacity: bool,
+    /// Which computed weight changes reach the groups (`replace`, `hysteresis_buckets`;
+    /// lqd's `[nexthop-group]` keys, issue 41).
+    pub replace: ReplacePolicy,
 }
 
 /// A node.
@@ -753,6 +761,22 @@ fn resolve_params(p: &ParamsFile) -> Result<SimParams, String> {
             ));
         }
     };
+    let mut replace = ReplacePolicy::default();
+    match p.replace.as_deref() {
+        None | Some("forwarding-change") => {}
+        Some("every-step") => replace.mode = ReplaceMode::EveryStep,
+        Some(other) => {
+            return Err(format!(
+                "replace = {other:?}: expected \"forwarding-change\" or \"every-step\""
+            ));
+        }
+    }
+    if let Some(h) = p.hysteresis_buckets {
+        if !(0.0..=4.0).contains(&h) {
+            return Err(format!("hysteresis_buckets = {h}: allowed 0..=4"));
+        }
+        replace.hysteresis_buckets = h;
+    }
     helper.validate().map_err(|e| e.to_string())?;
     controller.validate().map_err(|e| e.to_string())?;
     if helper.t_sample.is_zero() {
@@ -768,6 +792,7 @@ fn resolve_params(p: &ParamsFile) -> Result<SimParams, String> {
         max_buffer_bytes,
         balancing,
         slow_plane_capacity: p.slow_plane_capacity.unwrap_or(false),
+        replace,
     })
 }
 

@@ -18,7 +18,7 @@ use std::{
 };
 
 use lq_common::maps::{Counter, NeighborKey, NeighborValue};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info, trace, warn};
 
 use crate::{
     config::Config,
@@ -30,7 +30,8 @@ use crate::{
             Digest, GroupKey, LocalQuality, NnhMapping, NodeId, PathQualityReport, Prefix,
             UplinkId, compute_some_groups, unused_entries,
         },
-        weights::{Application, WeightController, moves_no_bucket},
+        replace::{self, GroupShape, Hold, ReplacePolicy, Verdict},
+        weights::{self, Application, WeightController, moves_no_bucket, remap},
     },
     core::sorted::SortedProbe,
     sys::{
@@ -127,6 +128,10 @@ struct GroupState {
     /// The last application the kernel refused: tried again at the next step (the
     /// controller, converged, would not emit it again).
     refused: Option<Application>,
+    /// The latest computed application whose bucket move is held (`replace::Verdict::Held`;
+    /// when it falls due is in `LoadBalancer::held`): decided again then, unless a later
+    /// computation comes first.
+    held: Option<Application>,
 }
 
 /// lqd's route for one destination.
@@ -235,11 +240,27 @@ pub struct LoadBalancer {
     /// The uplinks' state was applied to the local qualities since the last start or
     /// reload: a step whose link notifications changed nothing skips that walk.
     uplinks_followed: bool,
-    /// Group replaces done that moved no bucket (resilient groups; `moves_no_bucket`).
+    /// Group replaces done that moved no bucket (resilient groups; `moves_no_bucket`; only
+    /// `replace = "every-step"` sends them).
     pub bucket_neutral_replaces: u64,
-    /// Group replaces not sent because they would have moved no bucket
-    /// (`skip-bucket-neutral`).
+    /// Computed weight changes not written because the kernel already forwards as they
+    /// would (`replace::Verdict::SameForwarding`).
     pub bucket_neutral_skipped: u64,
+    /// Buckets the replaces moved (resilient groups: the members' bucket counts' changes,
+    /// as `weights::remap` counts them).
+    pub buckets_moved: u64,
+    /// Groups whose bucket move was held (`replace::Verdict::Held`), counted when the hold
+    /// starts.
+    pub holds_started: u64,
+    /// Replaces written, by why.
+    pub replace_causes: crate::views::snapshot::ReplaceCauses,
+    /// Which computed changes are written (`[nexthop-group] replace`, issue 41).
+    replace_policy: ReplacePolicy,
+    /// The groups whose bucket move is held, and when each falls due (ns).
+    held: BTreeMap<GroupKey, u64>,
+    /// Each group's accumulated hold (`replace::Hold`): held, or decaying after the
+    /// computed weights came back within the kernel's rounding.
+    holds: BTreeMap<GroupKey, Hold>,
     /// Nexthop objects in lq's id range another program wrote (`steer::foreign_write`),
     /// seen in the slow plane's nexthop notifications.
     pub foreign_nexthop_writes: u64,
@@ -396,6 +417,12 @@ impl LoadBalancer {
             uplinks_followed: false,
             bucket_neutral_replaces: 0,
             bucket_neutral_skipped: 0,
+            buckets_moved: 0,
+            holds_started: 0,
+            replace_causes: Default::default(),
+            replace_policy: cfg.replace_policy(),
+            held: BTreeMap::new(),
+            holds: BTreeMap::new(),
             foreign_nexthop_writes: 0,
             foreign_warned: BTreeSet::new(),
             slow: None,
@@ -466,6 +493,7 @@ impl LoadBalancer {
                 "[local-quality] or the uplinks it measures changed: that takes effect when lqd restarts; the local quality stays as it was set up at start"
             );
         }
+        self.replace_policy = cfg.replace_policy();
         self.cfg = cfg;
         self.slow_plane_reload();
         if self.controller != controller {
@@ -796,7 +824,7 @@ impl LoadBalancer {
         }
         let todo = self.groups_to_compute(now_ns, &paths, &failed);
         let apps = self.update_weights(now_ns, &todo);
-        let replaced = self.apply(apps, step_started);
+        let replaced = self.apply(apps, now_ns, step_started);
         self.install_pending_routes();
         self.delete_orphans();
         Ok(replaced)
@@ -1099,11 +1127,17 @@ impl LoadBalancer {
     /// The replaces `apps` need (`prepare`), sent in one batch (`program`); the step's
     /// time, from `step_started` to the replaces sent and then to their acknowledgement,
     /// is kept when it replaced a group. Returns how many groups were replaced.
-    fn apply(&mut self, apps: Vec<(GroupKey, Application)>, step_started: u64) -> usize {
+    fn apply(
+        &mut self,
+        mut apps: Vec<(GroupKey, Application)>,
+        now_ns: u64,
+        step_started: u64,
+    ) -> usize {
+        self.held_due(&mut apps, now_ns);
         let mut batch = Vec::new();
         for (key, app) in apps {
-            if let Some(msg) = self.prepare(&key, &app) {
-                batch.push((key, app, msg));
+            if let Some((written, msg)) = self.prepare(&key, &app, now_ns) {
+                batch.push((key, written, msg));
             }
         }
         let work_done = monotonic_ns();
@@ -1170,9 +1204,41 @@ impl LoadBalancer {
         info!(uplinks = ?gone, groups = self.groups.len(), "failed spine: its member nexthops deleted, out of every group at once (6.5)");
     }
 
-    /// The replace one application needs, `None` when the kernel group is already right
-    /// (or lqd does not program the kernel).
-    fn prepare(&mut self, key: &GroupKey, app: &Application) -> Option<NexthopMsg> {
+    /// The held applications whose hold has ended by `now_ns`, added to this step's
+    /// `apps` unless the step computed a newer one for the group (decided again in
+    /// `prepare`).
+    fn held_due(&mut self, apps: &mut Vec<(GroupKey, Application)>, now_ns: u64) {
+        if self.held.is_empty() {
+            return;
+        }
+        let due: Vec<GroupKey> = (self.held.iter())
+            .filter(|(_, due)| **due <= now_ns)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            if apps.iter().any(|(k, _)| *k == key) {
+                continue;
+            }
+            match self.groups.get(&key).and_then(|g| g.held.clone()) {
+                Some(app) => apps.push((key, app)),
+                // The group went.
+                None => {
+                    self.held.remove(&key);
+                    self.holds.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The replace one application needs, with the application as written (its kernel
+    /// weights those `replace::decide` chose); `None` when the kernel group is already
+    /// right, when the change is not written, or when lqd does not program the kernel.
+    fn prepare(
+        &mut self,
+        key: &GroupKey,
+        app: &Application,
+        now_ns: u64,
+    ) -> Option<(Application, NexthopMsg)> {
         let base = self.cfg.nexthop_group.id_base;
         let kind = self.controller.group;
         let state = self.groups.get_mut(key)?;
@@ -1180,16 +1246,68 @@ impl LoadBalancer {
             warn!(remote = %key.label(), "no usable next hop: the group keeps its last members");
             return None;
         }
-        if app.kernel == state.kernel {
-            return None;
-        }
-        if self.cfg.nexthop_group.skip_bucket_neutral
-            && let GroupKind::Resilient { buckets, .. } = kind
-            && moves_no_bucket(buckets, &state.kernel, &app.kernel)
-        {
-            self.bucket_neutral_skipped += 1;
-            debug!(remote = %key.label(), weights = ?app.kernel, kernel = ?state.kernel, "replace skipped: it would move no bucket");
-            return None;
+        let shape = match kind {
+            GroupKind::Resilient { buckets, .. } => GroupShape::Resilient {
+                buckets,
+                max_weight: self.controller.weight_resolution.max_weight(),
+            },
+            GroupKind::HashThreshold => GroupShape::HashThreshold,
+        };
+        let verdict = replace::decide(
+            &self.replace_policy,
+            shape,
+            &state.kernel,
+            &app.kernel,
+            self.holds.get(key),
+            now_ns,
+        );
+        let mut app = app.clone();
+        match verdict {
+            Verdict::SameForwarding { hold } => {
+                if app.kernel != state.kernel {
+                    self.bucket_neutral_skipped += 1;
+                    trace!(remote = %key.label(), weights = ?app.kernel, kernel = ?state.kernel, "not written: the kernel already forwards as these weights would");
+                }
+                state.held = None;
+                self.held.remove(key);
+                match hold {
+                    Some(h) => self.holds.insert(key.clone(), h),
+                    None => self.holds.remove(key),
+                };
+                return None;
+            }
+            Verdict::Held { hold, due_ns } => {
+                if self.held.insert(key.clone(), due_ns).is_none() {
+                    self.holds_started += 1;
+                    trace!(remote = %key.label(), weights = ?app.kernel, kernel = ?state.kernel, "bucket move held (within the hysteresis)");
+                }
+                state.held = Some(app);
+                self.holds.insert(key.clone(), hold);
+                return None;
+            }
+            Verdict::Replace {
+                cause,
+                weights,
+                then,
+            } => {
+                self.replace_causes.count(cause);
+                debug!(remote = %key.label(), ?cause, kernel = ?state.kernel, computed = ?app.kernel, written = ?weights, "weights written");
+                // The bounds this write leaves where they are stay held: decided again
+                // when they fall due, with this computation unless a later one comes.
+                state.held = None;
+                self.held.remove(key);
+                self.holds.remove(key);
+                if let Some(p) = then {
+                    if p.due_ns != u64::MAX {
+                        state.held = Some(app.clone());
+                        self.held.insert(key.clone(), p.due_ns);
+                    }
+                    self.holds.insert(key.clone(), p.hold);
+                }
+                // What is written: the computed weights, or the bucket counts that move
+                // only the bounds that must move (`replace`, rule 3).
+                app.kernel = weights;
+            }
         }
         let Some(rtnl) = self.rtnl.as_mut() else {
             state.kernel = app.kernel.clone();
@@ -1205,12 +1323,8 @@ impl LoadBalancer {
                 debug!(uplink = u, "member nexthop re-created");
             }
         }
-        Some(NexthopMsg::weighted_group(
-            state.id,
-            base,
-            &app.kernel,
-            &kind,
-        ))
+        let msg = NexthopMsg::weighted_group(state.id, base, &app.kernel, &kind);
+        Some((app, msg))
     }
 
     /// Programs the replaces of one step in one pipelined batch; returns how many groups
@@ -1257,12 +1371,14 @@ impl LoadBalancer {
                 Ok(()) => {
                     self.group_replaces += 1;
                     replaced += 1;
-                    // With `skip-bucket-neutral`, `prepare` has let no such replace through.
-                    if !self.cfg.nexthop_group.skip_bucket_neutral
-                        && let GroupKind::Resilient { buckets, .. } = self.controller.group
-                        && moves_no_bucket(buckets, &state.kernel, &app.kernel)
-                    {
-                        self.bucket_neutral_replaces += 1;
+                    if let GroupKind::Resilient { buckets, .. } = self.controller.group {
+                        // Only `replace = "every-step"` lets a replace that moves no
+                        // bucket through (`prepare`).
+                        if moves_no_bucket(buckets, &state.kernel, &app.kernel) {
+                            self.bucket_neutral_replaces += 1;
+                        }
+                        let moved = remap(buckets, &state.kernel, &app.kernel);
+                        self.buckets_moved += (moved * f64::from(buckets)).round() as u64;
                     }
                     debug!(group = msg.id, remote = %key.label(), weights = ?app.kernel, immediate = app.immediate, "group replaced");
                     state.kernel = app.kernel;
@@ -1395,6 +1511,8 @@ impl LoadBalancer {
                 .next_due(now_ns)
                 .map(|d| d.max(self.last_step_ns.saturating_add(DAMPING_SLACK_NS))),
             self.heartbeat.next_deadline(),
+            // The earliest held move falling due (`held_due`).
+            self.held.values().min().copied(),
             // The neighbors' next read at its age (`TableReads`), not at the loop's next
             // wake-up after it.
             self.table_reads
@@ -1480,6 +1598,15 @@ impl LoadBalancer {
             let applied: BTreeMap<UplinkId, f64> = d
                 .map(|d| d.applied().into_iter().collect())
                 .unwrap_or_default();
+            // What lqd would write now; `kernel` is what is written (issue 41: a change
+            // that moves no bucket, or a held one, is not).
+            let computed: BTreeMap<UplinkId, u32> = d
+                .map(|d| {
+                    weights::quantize(&d.applied(), self.controller.weight_resolution.max_weight())
+                        .into_iter()
+                        .collect()
+                })
+                .unwrap_or_default();
             let group = self.groups.get(key);
             let kernel: BTreeMap<UplinkId, u32> = group
                 .map(|g| g.kernel.iter().copied().collect())
@@ -1499,6 +1626,7 @@ impl LoadBalancer {
                     capacity_source: m.capacity.source.as_str().to_string(),
                     target: target.get(&m.uplink).copied().unwrap_or(0.0),
                     applied: applied.get(&m.uplink).copied().unwrap_or(0.0),
+                    computed_weight: computed.get(&m.uplink).copied().unwrap_or(0),
                     kernel_weight: kernel.get(&m.uplink).copied().unwrap_or(0),
                     nexthop_id: self.member_id(m.uplink),
                 })
@@ -1523,6 +1651,10 @@ impl LoadBalancer {
             group_errors: self.group_errors,
             bucket_neutral_replaces: self.bucket_neutral_replaces,
             bucket_neutral_skipped: self.bucket_neutral_skipped,
+            buckets_moved: self.buckets_moved,
+            holds_started: self.holds_started,
+            replace_causes: self.replace_causes,
+            groups_held: self.held.len() as u64,
             foreign_nexthop_writes: self.foreign_nexthop_writes,
             unknown_remote_entries: self.last_report.unknown_remote_entries as u64,
             unknown_spine_entries: self.last_report.unknown_spine_entries as u64,
