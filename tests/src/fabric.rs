@@ -458,6 +458,8 @@ pub struct LbOptions {
     pub gain: f64,
     /// The weight function (`weight-function` in `[damping]`); lqd's default when `None`.
     pub weight_function: Option<String>,
+    /// `[nexthop-group] replace`; lqd's default when `None`.
+    pub replace: Option<String>,
 }
 
 impl Default for LbOptions {
@@ -468,6 +470,7 @@ impl Default for LbOptions {
             unbalanced_timer_ms: 1000,
             gain: 0.5,
             weight_function: None,
+            replace: None,
         }
     }
 }
@@ -488,8 +491,13 @@ pub fn lb_sections(
         .as_deref()
         .map(|w| format!("weight-function = \"{w}\"\n"))
         .unwrap_or_default();
+    let replace = o
+        .replace
+        .as_deref()
+        .map(|r| format!("replace = \"{r}\"\n"))
+        .unwrap_or_default();
     let mut c = format!(
-        "\n[receiver]\ninterfaces = [{}]\n\n[damping]\ngain = {}\n{weight_function}\n[nexthop-group]\ntype = \"resilient\"\nbuckets = {}\nidle-timer-ms = {}\nunbalanced-timer-ms = {}\n",
+        "\n[receiver]\ninterfaces = [{}]\n\n[damping]\ngain = {}\n{weight_function}\n[nexthop-group]\ntype = \"resilient\"\nbuckets = {}\nidle-timer-ms = {}\nunbalanced-timer-ms = {}\n{replace}",
         ifaces.join(", "),
         o.gain,
         o.buckets,

@@ -46,6 +46,11 @@ pub struct DemoArgs {
     /// that differs from lqd's defaults.
     #[arg(long, value_name = "NAME")]
     pub weight_function: Option<String>,
+    /// The leaves' `[nexthop-group] replace`: lqd's default (`forwarding-change`: a computed
+    /// weight change is written when it moves a bucket, issue 41) when not given;
+    /// `every-step` writes every change, for comparison.
+    #[arg(long, value_name = "MODE")]
+    pub replace: Option<String>,
     /// The spines also send the diagnostics block (seed 003 section 5.5), which no weight
     /// function reads (receivers MUST NOT use it for forwarding); the leaves' path
     /// capacities come from the slow plane (`[[path-capacity]]`).
@@ -109,6 +114,9 @@ pub fn demo(args: &DemoArgs) -> Result<i32> {
     cmd.args(["--seed-base", &args.seed_base.to_string()]);
     if let Some(w) = &args.weight_function {
         cmd.args(["--weight-function", w]);
+    }
+    if let Some(r) = &args.replace {
+        cmd.args(["--replace", r]);
     }
     if args.diagnostics {
         cmd.arg("--diagnostics");

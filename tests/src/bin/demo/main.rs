@@ -137,7 +137,7 @@ fn now_s() -> f64 {
     now_ns() as f64 / 1e9
 }
 
-const USAGE: &str = "usage: demo --lqd PATH [--out DIR] [--quick] [--draws N] [--seed-base S] [--weight-function NAME] [--diagnostics] [--miss-count N] [--bgp] [--job-flows N] [--job-mib N] [--dynamic-secs S]";
+const USAGE: &str = "usage: demo --lqd PATH [--out DIR] [--quick] [--draws N] [--seed-base S] [--weight-function NAME] [--replace MODE] [--diagnostics] [--miss-count N] [--bgp] [--job-flows N] [--job-mib N] [--dynamic-secs S]";
 
 /// lqd's own miss-count (seed 003 section 6.5 and 10: default 3).
 const MISS_COUNT_DEFAULT: u8 = 3;
@@ -158,6 +158,9 @@ struct Args {
     /// slow plane's capacity of 4.1) unless given; `--weight-function integral` runs the
     /// opt-in function of docs/weights.md.
     weight_function: Option<String>,
+    /// The leaves' `[nexthop-group] replace`: lqd's default (`forwarding-change`, issue 41)
+    /// unless given; `--replace every-step` writes every computed weight change.
+    replace: Option<String>,
     /// The spines send the diagnostics block (seed 003 section 5.5; `--diagnostics`). No
     /// weight function reads it (5.5: receivers MUST NOT use it for forwarding): the
     /// leaves' path capacities come from `[[path-capacity]]`, the slow plane.
@@ -179,6 +182,7 @@ fn args() -> Result<Args> {
         draws: 1,
         seed_base: 1,
         weight_function: None,
+        replace: None,
         diagnostics: false,
         miss_count: MISS_COUNT_DEFAULT,
         bgp: false,
@@ -201,6 +205,7 @@ fn args() -> Result<Args> {
             "--draws" => a.draws = v()?.parse().context("--draws")?,
             "--seed-base" => a.seed_base = v()?.parse().context("--seed-base")?,
             "--weight-function" => a.weight_function = Some(v()?),
+            "--replace" => a.replace = Some(v()?),
             "--no-diagnostics" => a.diagnostics = false,
             "--diagnostics" => a.diagnostics = true,
             "--miss-count" => a.miss_count = v()?.parse().context("--miss-count")?,
@@ -569,11 +574,15 @@ fn run() -> Result<()> {
         unbalanced_timer_ms: 0,
         gain: 0.5,
         weight_function: a.weight_function.clone(),
+        replace: a.replace.clone(),
     };
     let defaults_differ: Vec<String> = [
         a.weight_function
             .as_ref()
             .map(|w| format!("weight-function = \"{w}\" (lqd: \"seed\")")),
+        a.replace
+            .as_ref()
+            .map(|r| format!("replace = \"{r}\" (lqd: \"forwarding-change\")")),
         (a.miss_count != MISS_COUNT_DEFAULT)
             .then(|| format!("miss-count = {} (lqd: {MISS_COUNT_DEFAULT})", a.miss_count)),
         a.diagnostics.then(|| {
@@ -870,6 +879,7 @@ fn run() -> Result<()> {
         },
         "helper": {"real": true, "diagnostics": a.diagnostics, "note": "lqd helper role on S1..S4 (kernel counters); with --diagnostics the spines send the diagnostics block (link capacity = tbf rate), which no weight function reads (seed 003 section 5.5)"},
         "weight_function": a.weight_function.as_deref().unwrap_or("seed (lqd's default)"),
+        "replace": a.replace.as_deref().unwrap_or("forwarding-change (lqd's default)"),
         "leaf_miss_count": a.miss_count,
         "settings_differing_from_lqd_defaults": defaults_differ,
         "l1_config_at_start": std::fs::read_to_string(logs.join(format!("lqf-l1-{pid}.toml"))).ok(),
@@ -1316,6 +1326,7 @@ fn run_cross(
         lqd: a.lqd.clone(),
         out: a.out.clone(),
         weight_function: a.weight_function.clone(),
+        replace: a.replace.clone(),
         ..*a
     };
     println!(
