@@ -141,7 +141,12 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
         group,
         Duration::from_secs(10),
         "steady state",
-        |g| g == equal,
+        // Forwarding as equal weights would (lqd writes bucket counts once a bound has
+        // moved, issue 41).
+        |g| {
+            let b = lq_tests::fabric::wanted_buckets;
+            b(256, g) == b(256, &equal)
+        },
         || logs(&helpers, &leaves),
     );
 
@@ -242,7 +247,7 @@ fn clos3_carries_tcp_and_reweights_on_remote_congestion() {
         // bucket (issue 41), so the last damped steps back may stay unwritten.
         |g| {
             let b = lq_tests::fabric::wanted_buckets;
-            b(128, g) == b(128, &equal)
+            b(256, g) == b(256, &equal)
         },
         || {
             format!(
