@@ -762,9 +762,10 @@ fn an_unconfirmed_spine_gets_no_weight_and_a_failed_spine_shows_lqs_0_cl_7() {
     );
     // It stays out (not a transient of the first steps).
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        group_weights(&f.leaf).as_deref(),
-        Some(&[(1, 255), (2, 255), (3, 255)][..])
+    assert!(
+        forwards_as(&f.leaf, &[(1, 255), (2, 255), (3, 255)]),
+        "{:?}",
+        group_weights(&f.leaf)
     );
     let w = lqd.show("weights").unwrap();
     let s4 = &w["groups"][0]["members"][3];
@@ -1305,11 +1306,15 @@ fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() 
         )
         .unwrap();
         // Two seconds (100 advertisements per spine, many integral steps): not one move.
+        // The kernel holds what forwards as `shares` (issue 41: not necessarily those
+        // integers), and keeps it.
+        let installed = group_weights(&f.leaf);
+        assert!(forwards_as(&f.leaf, &shares), "{installed:?}");
         let until = Instant::now() + Duration::from_secs(2);
         while Instant::now() < until {
             assert_eq!(
-                group_weights(&f.leaf).as_deref(),
-                Some(&shares[..]),
+                group_weights(&f.leaf),
+                installed,
                 "{function}: diagnostics moved a weight\n{}",
                 lqd.log_text()
             );
