@@ -388,30 +388,6 @@ pub fn weights_for_bounds(
     (kernel_bounds(buckets, &weights) == bounds).then_some(weights)
 }
 
-/// How far a resilient group's computed cumulative bounds are from the installed ones.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BoundDrift {
-    /// The largest distance, in buckets, from an installed (integer) bound to the
-    /// proposed weights' exact (real) bound.
-    pub max_buckets: f64,
-    /// Bounds the kernel would move were the proposed weights written.
-    pub moves: usize,
-}
-
-/// The [`BoundDrift`] of `proposed` from `installed` (same members, same order) in a
-/// resilient group of `buckets` buckets.
-pub fn bound_drift(buckets: u16, installed: &[(u32, u32)], proposed: &[(u32, u32)]) -> BoundDrift {
-    let have = kernel_bounds(buckets, installed);
-    let want = kernel_bounds(buckets, proposed);
-    let exact = exact_bounds(buckets, proposed);
-    BoundDrift {
-        max_buckets: (exact.iter().zip(&have))
-            .map(|(x, h)| (x - *h as f64).abs())
-            .fold(0.0, f64::max),
-        moves: have.iter().zip(&want).filter(|(h, w)| h != w).count(),
-    }
-}
-
 /// The upper bounds a hash-threshold group gives its members, as the kernel computes
 /// them: `DIV_ROUND_CLOSEST_ULL(cumulative << 31, total) - 1`.
 fn hash_bounds(w: &[(u32, u32)]) -> impl Iterator<Item = u64> + '_ {
@@ -431,6 +407,30 @@ mod tests {
         max_weight: 255,
     };
     const MS: u64 = 1_000_000;
+
+    /// How far a resilient group's computed cumulative bounds are from the installed ones.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct BoundDrift {
+        /// The largest distance, in buckets, from an installed (integer) bound to the
+        /// proposed weights' exact (real) bound.
+        max_buckets: f64,
+        /// Bounds the kernel would move were the proposed weights written.
+        moves: usize,
+    }
+
+    /// The [`BoundDrift`] of `proposed` from `installed` (same members, same order) in a
+    /// resilient group of `buckets` buckets.
+    fn bound_drift(buckets: u16, installed: &[(u32, u32)], proposed: &[(u32, u32)]) -> BoundDrift {
+        let have = kernel_bounds(buckets, installed);
+        let want = kernel_bounds(buckets, proposed);
+        let exact = exact_bounds(buckets, proposed);
+        BoundDrift {
+            max_buckets: (exact.iter().zip(&have))
+                .map(|(x, h)| (x - *h as f64).abs())
+                .fold(0.0, f64::max),
+            moves: have.iter().zip(&want).filter(|(h, w)| h != w).count(),
+        }
+    }
 
     fn equal(n: u32, w: u32) -> Vec<(u32, u32)> {
         (1..=n).map(|i| (i, w)).collect()

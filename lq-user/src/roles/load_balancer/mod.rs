@@ -1261,8 +1261,7 @@ impl LoadBalancer {
             self.holds.get(key),
             now_ns,
         );
-        let mut app = app.clone();
-        match verdict {
+        let app = match verdict {
             Verdict::SameForwarding { hold } => {
                 if app.kernel != state.kernel {
                     self.bucket_neutral_skipped += 1;
@@ -1281,7 +1280,7 @@ impl LoadBalancer {
                     self.holds_started += 1;
                     trace!(remote = %key.label(), weights = ?app.kernel, kernel = ?state.kernel, "bucket move held (within the hysteresis)");
                 }
-                state.held = Some(app);
+                state.held = Some(app.clone());
                 self.holds.insert(key.clone(), hold);
                 return None;
             }
@@ -1306,9 +1305,12 @@ impl LoadBalancer {
                 }
                 // What is written: the computed weights, or the bucket counts that move
                 // only the bounds that must move (`replace`, rule 3).
-                app.kernel = weights;
+                Application {
+                    kernel: weights,
+                    ..app.clone()
+                }
             }
-        }
+        };
         let Some(rtnl) = self.rtnl.as_mut() else {
             state.kernel = app.kernel.clone();
             return None;
