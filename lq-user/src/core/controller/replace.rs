@@ -52,6 +52,8 @@
 //! kernel's own rounding is at most the hold's budget (0.05 bucket-seconds with the
 //! defaults) before it moves, and it moves within 5 x `hold` of going past it for good.
 
+use super::weights::resilient_bounds;
+
 /// Whether lqd writes every computed weight change, or only those that change forwarding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReplaceMode {
@@ -238,8 +240,8 @@ fn decide_resilient(
     now_ns: u64,
 ) -> Verdict {
     let n = installed.len();
-    let have = kernel_bounds(buckets, installed);
-    let want = kernel_bounds(buckets, proposed);
+    let have = resilient_bounds(buckets, installed);
+    let want = resilient_bounds(buckets, proposed);
     let exact = exact_bounds(buckets, proposed);
     let dt = hold.map_or(0, |h| now_ns.saturating_sub(h.at_ns)) as f64;
     let budget = policy.hysteresis_buckets * policy.hold_ns as f64;
@@ -333,19 +335,6 @@ fn decide_resilient(
     }
 }
 
-/// The cumulative upper bounds the kernel gives weights `w` in a resilient group of
-/// `buckets` buckets: `DIV_ROUND_CLOSEST(buckets x cumulative, total)`.
-fn kernel_bounds(buckets: u16, w: &[(u32, u32)]) -> Vec<u64> {
-    let total = w.iter().map(|x| u64::from(x.1)).sum::<u64>().max(1);
-    let mut cum = 0u64;
-    w.iter()
-        .map(|x| {
-            cum += u64::from(x.1);
-            (u64::from(buckets) * cum + total / 2) / total
-        })
-        .collect()
-}
-
 /// The exact (real) cumulative bounds of weights `w`: `buckets x cumulative / total`.
 fn exact_bounds(buckets: u16, w: &[(u32, u32)]) -> Vec<f64> {
     let total = w.iter().map(|x| u64::from(x.1)).sum::<u64>().max(1) as f64;
@@ -385,7 +374,7 @@ pub fn weights_for_bounds(
     let weights: Vec<(u32, u32)> = (members.iter().zip(&counts))
         .map(|(m, &c)| (m.0, (c * factor).max(1) as u32))
         .collect();
-    (kernel_bounds(buckets, &weights) == bounds).then_some(weights)
+    (resilient_bounds(buckets, &weights) == bounds).then_some(weights)
 }
 
 /// The upper bounds a hash-threshold group gives its members, as the kernel computes
@@ -421,8 +410,8 @@ mod tests {
     /// The [`BoundDrift`] of `proposed` from `installed` (same members, same order) in a
     /// resilient group of `buckets` buckets.
     fn bound_drift(buckets: u16, installed: &[(u32, u32)], proposed: &[(u32, u32)]) -> BoundDrift {
-        let have = kernel_bounds(buckets, installed);
-        let want = kernel_bounds(buckets, proposed);
+        let have = resilient_bounds(buckets, installed);
+        let want = resilient_bounds(buckets, proposed);
         let exact = exact_bounds(buckets, proposed);
         BoundDrift {
             max_buckets: (exact.iter().zip(&have))
@@ -739,7 +728,7 @@ mod tests {
             let max_weight = if rng.random_bool(0.5) { 255 } else { 65535 };
             if let Some(w) = weights_for_bounds(buckets, max_weight, &members, &cuts) {
                 some += 1;
-                assert_eq!(kernel_bounds(buckets, &w), cuts);
+                assert_eq!(resilient_bounds(buckets, &w), cuts);
                 assert!(w.iter().all(|x| x.1 >= 1 && x.1 <= max_weight));
             }
         }

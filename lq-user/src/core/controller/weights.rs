@@ -673,25 +673,33 @@ pub fn quantize(fractions: &[(UplinkId, f64)], max_weight: u32) -> Vec<(UplinkId
         .collect()
 }
 
+/// The cumulative upper bounds the kernel gives the members of a resilient group of
+/// `buckets` buckets, in the order given (net/ipv4/nexthop.c, `nh_res_group_rebalance`):
+/// `DIV_ROUND_CLOSEST(buckets * cumulative_weight, total_weight)`. Member i owns the
+/// buckets between bounds i-1 and i.
+pub fn resilient_bounds(buckets: u16, weights: &[(UplinkId, u32)]) -> Vec<u64> {
+    let total = weights.iter().map(|x| u64::from(x.1)).sum::<u64>().max(1);
+    let mut cum = 0u64;
+    weights
+        .iter()
+        .map(|x| {
+            cum += u64::from(x.1);
+            (u64::from(buckets) * cum + total / 2) / total
+        })
+        .collect()
+}
+
 /// Buckets each member of a resilient group of `buckets` buckets wants, computed as the
-/// kernel does (net/ipv4/nexthop.c, `nh_res_group_rebalance`): cumulative upper bounds
-/// `DIV_ROUND_CLOSEST(buckets * cumulative_weight, total_weight)`, members in id order.
+/// kernel does ([`resilient_bounds`]), members in id order.
 pub fn bucket_shares(buckets: u16, weights: &[(UplinkId, u32)]) -> Vec<(UplinkId, u64)> {
     let mut w: Vec<(UplinkId, u32)> = weights.to_vec();
     w.sort_by_key(|(id, _)| *id);
-    let total: u64 = w.iter().map(|(_, x)| u64::from(*x)).sum();
-    if total == 0 {
-        return w.into_iter().map(|(id, _)| (id, 0)).collect();
-    }
-    let n = u64::from(buckets);
-    let (mut cum, mut prev) = (0u64, 0u64);
-    w.into_iter()
-        .map(|(id, x)| {
-            cum += u64::from(x);
-            let upper = (n * cum + total / 2) / total;
+    let mut prev = 0u64;
+    (w.iter().zip(resilient_bounds(buckets, &w)))
+        .map(|((id, _), upper)| {
             let share = upper - prev;
             prev = upper;
-            (id, share)
+            (*id, share)
         })
         .collect()
 }

@@ -481,7 +481,7 @@ impl ElasticModel {
             return;
         };
         let g = &self.groups[gi];
-        let w: Vec<u32> = match self.balancing {
+        let mut w: Vec<u32> = match self.balancing {
             Balancing::Ecmp => vec![1; g.members.len()],
             Balancing::Static => g
                 .queues
@@ -541,15 +541,10 @@ impl ElasticModel {
                 };
                 let moved = remap(self.spec.buckets, &installed, &written);
                 self.buckets_moved += (moved * f64::from(self.spec.buckets)).round() as u64;
-                let mut w = vec![0u32; g.members.len()];
+                w = vec![0u32; g.members.len()];
                 for (id, x) in written {
                     w[id as usize - 1] = x;
                 }
-                self.replaces += 1;
-                g.weights = w;
-                let (idle, unb) = (self.spec.idle_timer_ns, self.spec.unbalanced_timer_ns);
-                g.upkeep(t, idle, unb);
-                return;
             }
             self.replaces += 1;
             g.weights = w;
