@@ -1006,6 +1006,13 @@ fn a_change_that_moves_no_bucket_is_not_written_by_default() {
     weights_when(&lqd, "the moved buckets counted", |w| {
         w["buckets-moved"].as_u64() >= Some(1)
     });
+    // Every acknowledged replace has one cause, and only acknowledged ones count.
+    let w = weights_when(&lqd, "the counters", |_| true);
+    let causes: u64 = ["install", "members", "moves", "hold-expired", "every-step"]
+        .iter()
+        .map(|c| w["replace-causes"][*c].as_u64().unwrap())
+        .sum();
+    assert_eq!(Some(causes), w["group-replaces"].as_u64(), "{w}");
 }
 
 /// `[local-quality] source = "measured"` (seed 003 section 6.3: local_quality(S) from the

@@ -30,7 +30,7 @@ use crate::{
             Digest, GroupKey, LocalQuality, NnhMapping, NodeId, PathQualityReport, Prefix,
             UplinkId, compute_some_groups, unused_entries,
         },
-        replace::{self, GroupShape, Hold, ReplacePolicy, Verdict},
+        replace::{self, GroupShape, Hold, ReplaceCause, ReplacePolicy, Verdict},
         weights::{self, Application, WeightController, moves_no_bucket, remap},
     },
     core::sorted::SortedProbe,
@@ -132,6 +132,18 @@ struct GroupState {
     /// when it falls due is in `LoadBalancer::held`): decided again then, unless a later
     /// computation comes first.
     held: Option<Application>,
+    /// The accumulated hold (`replace::Hold`): held, or decaying after the computed
+    /// weights came back within the kernel's rounding. Gone with the group.
+    hold: Option<Hold>,
+}
+
+/// One group replace of a step's batch: the application as written, its message, and why
+/// (counted once the kernel acknowledges it).
+struct Replace {
+    key: GroupKey,
+    app: Application,
+    msg: NexthopMsg,
+    cause: ReplaceCause,
 }
 
 /// lqd's route for one destination.
@@ -258,9 +270,6 @@ pub struct LoadBalancer {
     replace_policy: ReplacePolicy,
     /// The groups whose bucket move is held, and when each falls due (ns).
     held: BTreeMap<GroupKey, u64>,
-    /// Each group's accumulated hold (`replace::Hold`): held, or decaying after the
-    /// computed weights came back within the kernel's rounding.
-    holds: BTreeMap<GroupKey, Hold>,
     /// Nexthop objects in lq's id range another program wrote (`steer::foreign_write`),
     /// seen in the slow plane's nexthop notifications.
     pub foreign_nexthop_writes: u64,
@@ -422,7 +431,6 @@ impl LoadBalancer {
             replace_causes: Default::default(),
             replace_policy: cfg.replace_policy(),
             held: BTreeMap::new(),
-            holds: BTreeMap::new(),
             foreign_nexthop_writes: 0,
             foreign_warned: BTreeSet::new(),
             slow: None,
@@ -1136,8 +1144,13 @@ impl LoadBalancer {
         self.held_due(&mut apps, now_ns);
         let mut batch = Vec::new();
         for (key, app) in apps {
-            if let Some((written, msg)) = self.prepare(&key, &app, now_ns) {
-                batch.push((key, written, msg));
+            if let Some((written, msg, cause)) = self.prepare(&key, &app, now_ns) {
+                batch.push(Replace {
+                    key,
+                    app: written,
+                    msg,
+                    cause,
+                });
             }
         }
         let work_done = monotonic_ns();
@@ -1224,21 +1237,21 @@ impl LoadBalancer {
                 // The group went.
                 None => {
                     self.held.remove(&key);
-                    self.holds.remove(&key);
                 }
             }
         }
     }
 
     /// The replace one application needs, with the application as written (its kernel
-    /// weights those `replace::decide` chose); `None` when the kernel group is already
-    /// right, when the change is not written, or when lqd does not program the kernel.
+    /// weights those `replace::decide` chose) and why it is written; `None` when the kernel
+    /// group is already right, when the change is not written, or when lqd does not program
+    /// the kernel.
     fn prepare(
         &mut self,
         key: &GroupKey,
         app: &Application,
         now_ns: u64,
-    ) -> Option<(Application, NexthopMsg)> {
+    ) -> Option<(Application, NexthopMsg, ReplaceCause)> {
         let base = self.cfg.nexthop_group.id_base;
         let kind = self.controller.group;
         let state = self.groups.get_mut(key)?;
@@ -1258,10 +1271,10 @@ impl LoadBalancer {
             shape,
             &state.kernel,
             &app.kernel,
-            self.holds.get(key),
+            state.hold.as_ref(),
             now_ns,
         );
-        let app = match verdict {
+        let (app, cause) = match verdict {
             Verdict::SameForwarding { hold } => {
                 if app.kernel != state.kernel {
                     self.bucket_neutral_skipped += 1;
@@ -1269,10 +1282,7 @@ impl LoadBalancer {
                 }
                 state.held = None;
                 self.held.remove(key);
-                match hold {
-                    Some(h) => self.holds.insert(key.clone(), h),
-                    None => self.holds.remove(key),
-                };
+                state.hold = hold;
                 return None;
             }
             Verdict::Held { hold, due_ns } => {
@@ -1281,7 +1291,7 @@ impl LoadBalancer {
                     trace!(remote = %key.label(), weights = ?app.kernel, kernel = ?state.kernel, "bucket move held (within the hysteresis)");
                 }
                 state.held = Some(app.clone());
-                self.holds.insert(key.clone(), hold);
+                state.hold = Some(hold);
                 return None;
             }
             Verdict::Replace {
@@ -1289,26 +1299,28 @@ impl LoadBalancer {
                 weights,
                 then,
             } => {
-                self.replace_causes.count(cause);
                 debug!(remote = %key.label(), ?cause, kernel = ?state.kernel, computed = ?app.kernel, written = ?weights, "weights written");
                 // The bounds this write leaves where they are stay held: decided again
                 // when they fall due, with this computation unless a later one comes.
                 state.held = None;
                 self.held.remove(key);
-                self.holds.remove(key);
+                state.hold = None;
                 if let Some(p) = then {
                     if p.due_ns != u64::MAX {
                         state.held = Some(app.clone());
                         self.held.insert(key.clone(), p.due_ns);
                     }
-                    self.holds.insert(key.clone(), p.hold);
+                    state.hold = Some(p.hold);
                 }
                 // What is written: the computed weights, or the bucket counts that move
                 // only the bounds that must move (`replace`, rule 3).
-                Application {
-                    kernel: weights,
-                    ..app.clone()
-                }
+                (
+                    Application {
+                        kernel: weights,
+                        ..app.clone()
+                    },
+                    cause,
+                )
             }
         };
         let Some(rtnl) = self.rtnl.as_mut() else {
@@ -1326,20 +1338,20 @@ impl LoadBalancer {
             }
         }
         let msg = NexthopMsg::weighted_group(state.id, base, &app.kernel, &kind);
-        Some((app, msg))
+        Some((app, msg, cause))
     }
 
     /// Programs the replaces of one step in one pipelined batch; returns how many groups
     /// changed and how long the kernel took, sent to acknowledged (logging and bookkeeping
     /// not counted).
-    fn program(&mut self, batch: Vec<(GroupKey, Application, NexthopMsg)>) -> (usize, u64) {
+    fn program(&mut self, batch: Vec<Replace>) -> (usize, u64) {
         let Some(rtnl) = self.rtnl.as_mut() else {
             return (0, 0);
         };
         if batch.is_empty() {
             return (0, 0);
         }
-        let msgs: Vec<NexthopMsg> = batch.iter().map(|(_, _, m)| m.clone()).collect();
+        let msgs: Vec<NexthopMsg> = batch.iter().map(|r| r.msg.clone()).collect();
         let sent = monotonic_ns();
         let mut results = rtnl.replace_nexthops(&msgs);
         let mut kernel_ns = monotonic_ns().saturating_sub(sent);
@@ -1365,13 +1377,25 @@ impl LoadBalancer {
             }
         }
         let mut replaced = 0;
-        for ((key, app, msg), result) in batch.into_iter().zip(results) {
+        for (
+            Replace {
+                key,
+                app,
+                msg,
+                cause,
+            },
+            result,
+        ) in batch.into_iter().zip(results)
+        {
             let Some(state) = self.groups.get_mut(&key) else {
                 continue;
             };
             match result {
                 Ok(()) => {
                     self.group_replaces += 1;
+                    // Counted once the kernel has it, as `group_replaces` is: the causes
+                    // add up to the replaces (a refused one counts neither).
+                    self.replace_causes.count(cause);
                     replaced += 1;
                     if let GroupKind::Resilient { buckets, .. } = self.controller.group {
                         // Only `replace = "every-step"` lets a replace that moves no
