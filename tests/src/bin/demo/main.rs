@@ -776,9 +776,10 @@ fn run() -> Result<()> {
         s2_l4_mbit: AtomicU32::new(100),
     };
     let plan = DynPlan::new(&a);
+    let cross_plan = DynPlan::cross(&a);
     let mut draws = Vec::new();
     for d in 0..a.draws {
-        draws.push(run_draw(&ctx, &mut leaves, &plan, d)?);
+        draws.push(run_draw(&ctx, &mut leaves, &plan, &cross_plan, d)?);
     }
     ctx.mark("end");
     sleep(Duration::from_millis(600))?;
@@ -830,6 +831,13 @@ fn run() -> Result<()> {
             "false_spine_failures_other_leaves",
             "jct_lq_cross_s",
             "jct_static_cross_s",
+            "delivered_fraction_static_cross",
+            "p99_fct_lq_cross_s",
+            "p99_fct_static_cross_s",
+            "p99_fct_vs_static_cross_job",
+            "weight_swing_cross_whole",
+            "weight_swing_cross_dynamic",
+            "degraded_share_cross_dynamic",
             "p99_fct_lq_dynamic_s",
             "p99_fct_static_dynamic_s",
             "p99_fct_ecmp_dynamic_s",
@@ -904,7 +912,12 @@ fn run() -> Result<()> {
             "jct_ratio_vs_ecmp": "ECMP job completion time / lq's, same draw; an ECMP job still running at the time limit counts as the limit (the ratio is then a lower bound); none when lq's job hit the limit",
             "jct_vs_static_weights": "lq job completion time / static capacity weights' (255/64/255/255; with --bgp FRR's own UCMP route, weighted by the spines' Link Bandwidth), same draw; a static job at the time limit counts as the limit (an upper bound)",
             "jct_vs_static_cross": "cross traffic (H2 and H3 to H4 through S2): lq's job completion time / static capacity weights' (every capacity equal: the same equal-weight group as ECMP), same draw",
-            "p99_fct_vs_static_cross": "cross traffic: p99 (nearest rank) of lq's job flow completion times / static capacity weights', same draw; a flow that did not finish counts as the time limit",
+            "p99_fct_vs_static_cross": "cross traffic, dynamic load (the capacity cut's flows, pacing and offered load over a 12 s window, no cut; the cross traffic running through it): lq's p99 flow completion time / static capacity weights' (= ECMP's), same draw; a flow still running at the end of the drain counts as the time it ran",
+            "delivered_fraction_cross": "cross traffic, dynamic load: lq's delivered fraction of the offered load",
+            "p99_fct_vs_static_cross_job": "cross traffic, job: p99 (nearest rank) of lq's job flow completion times / static capacity weights', same draw; a flow that did not finish counts as the time limit",
+            "weight_swing_cross_whole": "weight_swing from the start of lq's cross-traffic job to the end of its cross-traffic dynamic load",
+            "weight_swing_cross_dynamic": "weight_swing over lq's cross-traffic dynamic load",
+            "degraded_share_cross_dynamic": "mean share of S2 (the path through the congested S2->L4) over lq's cross-traffic dynamic load",
             "p99_fct_vs_static_dynamic": "dynamic load: lq's p99 flow completion time / static capacity weights' (told of the cut as lqd is: plain mode the group's weights replaced at the cut and the restore, --bgp FRR's UCMP following the Link Bandwidth), same draw",
             "buckets_moved_per_run": "per draw, per run (a cut or restore inside it included): buckets of L1's resilient group towards L4 whose member changed between consecutive 0.5 s samples (`ip -j nexthop bucket`), a lower bound; null where no group of lq's forwards (FRR's UCMP route with --bgp)",
             "remote_fault_detection_ms": "S3->L4 shaped to 1 Mbit/s with a 2 000-octet bucket and a 1 ms queue (nearly every packet offered dropped at once) while its link, BGP session and capacity stay, under 24 flows paced at 2 Mbit/s: from just before the qdisc change to the first 1 ms poll of L1's group without S3",
@@ -1085,7 +1098,13 @@ fn job_limit(a: &Args) -> Duration {
 }
 
 /// One hash draw: every scenario with `fib_multipath_hash_seed = seed_base + d`.
-fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> Result<DrawResult> {
+fn run_draw(
+    c: &Ctx,
+    leaves: &mut [Option<Daemon>],
+    plan: &DynPlan,
+    cross_plan: &DynPlan,
+    d: u32,
+) -> Result<DrawResult> {
     let a = c.a;
     let seed = a.seed_base + d;
     c.shared.draw.store(d, Ordering::Relaxed);
@@ -1161,7 +1180,7 @@ fn run_draw(c: &Ctx, leaves: &mut [Option<Daemon>], plan: &DynPlan, d: u32) -> R
         leaves[0].as_ref().map_or(Follower::Nobody, Follower::Lq),
     )?;
     println!("==> demo: S2->L4 restored to 100 Mbit/s");
-    let cross = run_cross(c, leaves, d, &h1, src, dst, limit)?;
+    let cross = run_cross(c, leaves, d, &h1, src, dst, limit, cross_plan)?;
     false_spine_failures += cross.member_deletes;
     sleep(Duration::from_secs(2))?;
     println!(
@@ -1286,6 +1305,9 @@ struct CrossResult {
     job_lq: JobResult,
     paths_ecmp: [u32; 4],
     paths_lq: [u32; 4],
+    /// The dynamic load under the cross traffic: ECMP (= static capacity weights) and lq.
+    dyn_ecmp: DynResult,
+    dyn_lq: DynResult,
     /// Cross flows per source host.
     cross_flows: u32,
     /// lqd's member deletes during lq's run.
@@ -1298,6 +1320,13 @@ impl CrossResult {
         json!({
             "ecmp_and_static_weights": self.job_ecmp.json(), "lq": self.job_lq.json(),
             "flows_per_path_at_job_start": {"ecmp_and_static_weights": paths(&self.paths_ecmp), "lq": paths(&self.paths_lq)},
+            "dynamic": {
+                "ecmp_and_static_weights": self.dyn_ecmp.json(), "lq": self.dyn_lq.json(),
+                "window_s": {
+                    "ecmp_and_static_weights": [self.dyn_ecmp.start_s, self.dyn_ecmp.end_s],
+                    "lq": [self.dyn_lq.start_s, self.dyn_lq.end_s],
+                },
+            },
             "cross_flows_per_host": self.cross_flows,
         })
     }
@@ -1305,10 +1334,11 @@ impl CrossResult {
 
 /// Issue 38 item 3a, congestion only the fast plane sees: H2 and H3 send long TCP flows
 /// to H4 pinned through S2 (a /32 route on L2 and L3), so S2->L4 is congested while its
-/// capacity, BGP and L1's own links stay as they are. Then L1's job (half the job's flows)
-/// under ECMP (= static capacity weights here: every capacity is equal) and under lq, each
-/// from a fresh equal-weight group made the same way, the cross traffic running through
-/// both.
+/// capacity, BGP and L1's own links stay as they are. Then, under ECMP (= static capacity
+/// weights here: every capacity is equal) and under lq, each from a fresh equal-weight
+/// group made the same way: L1's job (half the job's flows), and L1's dynamic load (the
+/// capacity cut's flows and offered load over `cross_plan`'s window), each with the cross
+/// traffic started 2 s before it and running through it.
 #[allow(clippy::too_many_arguments)]
 fn run_cross(
     c: &Ctx,
@@ -1318,6 +1348,7 @@ fn run_cross(
     src: Ipv4Addr,
     dst: Ipv4Addr,
     limit: Duration,
+    cross_plan: &DynPlan,
 ) -> Result<CrossResult> {
     let a = c.a;
     let cross_flows = if a.quick { 4 } else { 6 };
@@ -1380,8 +1411,10 @@ fn run_cross(
         }
     };
     // One variant's run: the cross traffic's warm-up, the flows per path at the job's start,
-    // the job with the cross traffic running through it, the cross traffic stopped.
-    let run_variant = |name: &str, k: u32| {
+    // the job with the cross traffic running through it, the cross traffic stopped; then
+    // the same for the dynamic load (the cross traffic restarted: a job that hits its time
+    // limit aborts every flow).
+    let run_variant = |name: &str, k: u32| -> Result<(JobResult, [u32; 4], DynResult)> {
         c.mark(&format!("cross {name} (warm-up)"));
         let cross = start_cross(run_id(k));
         let paths = sleep(Duration::from_secs(2)).and_then(|()| c.job_paths_of(job.job_flows));
@@ -1391,28 +1424,46 @@ fn run_cross(
                 .map(|outcome| (outcome, paths))
         });
         stop_cross(cross);
-        run
+        let (outcome, paths) = run?;
+        c.mark(&format!("cross {name} (warm-up)"));
+        let cross = start_cross(run_id(k + 5));
+        let dynamic = sleep(Duration::from_secs(2)).and_then(|()| {
+            run_dynamic(
+                cross_plan,
+                run_id(k + 6),
+                &format!("cross dynamic {name}"),
+                h1,
+                src,
+                dst,
+                c,
+                Follower::Nobody,
+            )
+        });
+        stop_cross(cross);
+        Ok((outcome, paths, dynamic?))
     };
     // Static capacity weights, which are ECMP here (every capacity is equal): lqd stopped
     // on L1, a fresh equal group; with `--bgp` FRR's UCMP route, as in the capacity cut.
     stop_daemon(&mut leaves[0]);
     c.static_weights(&[(1, 255), (2, 255), (3, 255), (4, 255)])?;
-    let (job_ecmp, paths_ecmp) = run_variant("ecmp", 1)?;
+    let (job_ecmp, paths_ecmp, dyn_ecmp) = run_variant("ecmp", 1)?;
     println!(
-        "    ECMP = static capacity weights{} (flows per path {paths_ecmp:?}): {}",
+        "    ECMP = static capacity weights{} (flows per path {paths_ecmp:?}): {}; dynamic load: {}",
         if a.bgp { " (FRR's UCMP)" } else { "" },
-        job_line(&job_ecmp)
+        job_line(&job_ecmp),
+        dyn_line(&dyn_ecmp)
     );
     c.mark("settle");
     sleep(Duration::from_secs(1))?;
     // lq: a fresh equal group, lqd started on it, the same warm-up.
     c.fresh_group(&[(1, 255), (2, 255), (3, 255), (4, 255)])?;
     leaves[0] = Some(c.start_l1(&format!("x{d}"))?);
-    let (job_lq, paths_lq) = run_variant("lq", 3)?;
+    let (job_lq, paths_lq, dyn_lq) = run_variant("lq", 3)?;
     let member_deletes = member_deletes(leaves[0].as_ref());
     println!(
-        "    lq (flows per path {paths_lq:?}): {}",
-        job_line(&job_lq)
+        "    lq (flows per path {paths_lq:?}): {}; dynamic load: {}",
+        job_line(&job_lq),
+        dyn_line(&dyn_lq)
     );
     c.mark("settle");
     for j in [2, 3] {
@@ -1423,6 +1474,8 @@ fn run_cross(
         job_lq,
         paths_ecmp,
         paths_lq,
+        dyn_ecmp,
+        dyn_lq,
         cross_flows,
         member_deletes,
     })
@@ -1476,8 +1529,19 @@ fn draw_report(
         "jct_ecmp_s": r.job_ecmp.jct_s,
         "jct_static_s": r.job_static.jct_s,
         "jct_vs_static_cross": ratio(r.cross.job_lq.jct_s, r.cross.job_ecmp.jct_s.or(Some(job_limit_s))),
-        // A job's flows that did not finish count as the limit (every trial counts).
-        "p99_fct_vs_static_cross": ratio(r.cross.job_lq.p99_fct_s(job_limit_s), r.cross.job_ecmp.p99_fct_s(job_limit_s)),
+        // The dynamic load under the cross traffic (a flow still running at the end of the
+        // drain counts as the time it ran: every trial counts).
+        "p99_fct_vs_static_cross": ratio(Some(r.cross.dyn_lq.p99_fct_s), Some(r.cross.dyn_ecmp.p99_fct_s)),
+        "delivered_fraction_cross": r.cross.dyn_lq.delivered_fraction,
+        "delivered_fraction_static_cross": r.cross.dyn_ecmp.delivered_fraction,
+        "p99_fct_lq_cross_s": r.cross.dyn_lq.p99_fct_s,
+        "p99_fct_static_cross_s": r.cross.dyn_ecmp.p99_fct_s,
+        // The job's flows under the cross traffic (those that did not finish count as the
+        // limit).
+        "p99_fct_vs_static_cross_job": ratio(r.cross.job_lq.p99_fct_s(job_limit_s), r.cross.job_ecmp.p99_fct_s(job_limit_s)),
+        "weight_swing_cross_whole": metrics::weight_swing(wsamples, d, r.cross.job_lq.start_s, r.cross.dyn_lq.end_s),
+        "weight_swing_cross_dynamic": metrics::weight_swing(wsamples, d, r.cross.dyn_lq.start_s, r.cross.dyn_lq.end_s),
+        "degraded_share_cross_dynamic": metrics::mean_share(wsamples, d, 1, r.cross.dyn_lq.start_s, r.cross.dyn_lq.end_s),
         "p99_fct_vs_static_dynamic": ratio(Some(r.dyn_lq.p99_fct_s), Some(r.dyn_static.p99_fct_s)),
         "p99_fct_lq_dynamic_s": r.dyn_lq.p99_fct_s,
         "p99_fct_static_dynamic_s": r.dyn_static.p99_fct_s,
@@ -1694,14 +1758,26 @@ struct DynPlan {
 }
 
 impl DynPlan {
+    /// The capacity cut's dynamic load: `--dynamic-secs` of arrivals, S2->L4 cut at a fifth
+    /// of it and restored at 70 %.
     fn new(a: &Args) -> Self {
+        Self::build(a, a.dyn_secs, 7, true)
+    }
+
+    /// The dynamic load under cross traffic (issue 38 item 3a): the same flows and offered
+    /// load, a shorter window (12 s, `--quick` 8 s), no cut (S2->L4 keeps its capacity; the
+    /// cross traffic congests it).
+    fn cross(a: &Args) -> Self {
+        Self::build(a, if a.quick { 8.0 } else { 12.0 }, 11, false)
+    }
+
+    fn build(a: &Args, duration: f64, seed: u64, cut: bool) -> Self {
         let size: u64 = 2 << 20;
         let pacing_bps = 25_000_000;
         // About 65 % of the degraded fabric's goodput (310.8 Mbit/s).
         let offered = 0.65 * 310.8e6;
         let rate_per_s = offered / (size as f64 * 8.0);
-        let duration = a.dyn_secs;
-        let mut rng = SmallRng::seed_from_u64(7);
+        let mut rng = SmallRng::seed_from_u64(seed);
         let mut t = 0.0;
         let mut arrivals = Vec::new();
         loop {
@@ -1718,8 +1794,16 @@ impl DynPlan {
             pacing_bps,
             rate_per_s,
             duration,
-            degrade_at: (duration * 0.2).round(),
-            restore_at: (duration * 0.7).round(),
+            degrade_at: if cut {
+                (duration * 0.2).round()
+            } else {
+                f64::INFINITY
+            },
+            restore_at: if cut {
+                (duration * 0.7).round()
+            } else {
+                f64::INFINITY
+            },
             drain: if a.quick { 5.0 } else { 6.0 },
         }
     }
@@ -1730,7 +1814,11 @@ impl DynPlan {
 }
 
 struct DynResult {
-    /// When S2->L4 was cut and restored (seconds since the epoch).
+    /// The run's first arrival and the end of its drain (seconds since the epoch).
+    start_s: f64,
+    end_s: f64,
+    /// When S2->L4 was cut and restored (seconds since the epoch; NaN in a run without a
+    /// cut).
     cut_s: f64,
     restore_s: f64,
     delivered_fraction: f64,
@@ -1772,6 +1860,7 @@ fn run_dynamic(
     c.mark(name);
     let (mut cut_s, mut restore_s) = (f64::NAN, f64::NAN);
     let t0 = Instant::now();
+    let start_s = now_s();
     let mut handles = Vec::new();
     let mut degraded = false;
     let mut restored = false;
@@ -1811,7 +1900,7 @@ fn run_dynamic(
             .count();
         *sh.progress.lock().unwrap() = (done as u32, (k + 1) as u32);
     }
-    if !restored {
+    if degraded && !restored {
         c.set_s2_l4(100, follower)?;
         restore_s = now_s();
     }
@@ -1867,6 +1956,8 @@ fn run_dynamic(
         .unwrap_or(0.0)
     };
     Ok(DynResult {
+        start_s,
+        end_s: window_end as f64 / 1e9,
         cut_s,
         restore_s,
         delivered_fraction: delivered as f64 / offered.max(1) as f64,

@@ -163,7 +163,7 @@ pub struct Goal {
 }
 
 /// The goals (issue 12): median over the draws, min or max where given.
-pub const GOALS: [Goal; 17] = [
+pub const GOALS: [Goal; 18] = [
     // Issue 38 item 3a: congestion only the fast plane sees (cross traffic through S2).
     Goal {
         metric: "jct_vs_static_cross",
@@ -218,6 +218,13 @@ pub const GOALS: [Goal; 17] = [
         median: Some(Cmp::AtMost(0.7)),
         min: None,
         max: Some(Cmp::AtMost(0.9)),
+    },
+    // Issue 38 item 3a's "delivered >= 0.99 for lq" under the cross traffic.
+    Goal {
+        metric: "delivered_fraction_cross",
+        median: Some(Cmp::AtLeast(0.99)),
+        min: None,
+        max: None,
     },
     Goal {
         metric: "weight_swing_job",
