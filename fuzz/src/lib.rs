@@ -18,10 +18,7 @@ use lq_common::{
         PathKey, PathValue, ReceiverConfig,
     },
     receive::{Counters, Discard, ReceiveTables, TableFull, Verdict, process_frame},
-    wire::{
-        AsQualification, AsRange, DEFAULT_PORT, DecodePolicy, Entry, MAX_PAYLOAD_LEN, decode,
-        encode,
-    },
+    wire::{AsQualification, AsRange, DEFAULT_PORT, DecodePolicy, Entry, decode, encode},
 };
 
 /// A target's entry point: the raw input, no result (a broken promise panics).
@@ -34,6 +31,7 @@ pub const TARGETS: &[(&str, EntryPoint)] = &[
     ("config_parse", config_parse),
     ("ipfix_decode", ipfix_decode),
     ("ipfix_session", ipfix_session),
+    ("key_chain_parse", key_chain_parse),
     ("netlink_sampler", netlink_sampler),
     ("nexthop_decode", nexthop_decode),
     ("pcap_decode", pcap_decode),
@@ -178,11 +176,36 @@ fn wire_round_trip(data: &[u8], policy: &DecodePolicy<'_>) -> bool {
     };
     let entries: Vec<Entry> = adv.entries().collect();
     assert_eq!(entries.len(), adv.entry_count());
-    let mut buf = [0u8; MAX_PAYLOAD_LEN];
-    let n = encode(&adv.header, &entries, &mut buf)
+    let mut buf = [0u8; lq_common::auth::MAX_DATAGRAM_LEN];
+    let mut n = encode(&adv.header, &entries, &mut buf)
         .unwrap_or_else(|e| panic!("an accepted advertisement does not re-encode: {e}"));
-    assert_eq!(n, data.len(), "re-encoding changed the length");
+    assert_eq!(
+        n, adv.body_len,
+        "re-encoding changed the advertisement's length"
+    );
+    if let Some(t) = adv.trailer {
+        // The trailer as it came, after the A flag: framed the same again.
+        buf[0] |= lq_common::auth::FLAG_A;
+        let whole = n + t.fixed.len() + t.mac.len();
+        assert_eq!(
+            whole,
+            data.len(),
+            "the trailer is not the rest of the datagram"
+        );
+        buf[n..whole].copy_from_slice(&data[n..]);
+        n = whole;
+        // No key chain verifies what the fuzzer made up, and trying never panics.
+        let endpoints = lq_user::core::auth::Endpoints {
+            source: "10.0.0.1:40000".parse().unwrap(),
+            destination: "224.0.0.1:52525".parse().unwrap(),
+        };
+        let chain = fuzz_key_chain();
+        assert!(lq_user::core::auth::verify(&adv, data, &endpoints, &chain, 0).is_err());
+    } else {
+        assert_eq!(n, data.len(), "re-encoding changed the length");
+    }
     let again = decode(&buf[..n], policy).expect("a re-encoded advertisement is refused");
+    assert_eq!(again.trailer, adv.trailer);
     assert_eq!(again.header, adv.header);
     let again: Vec<Entry> = again.entries().collect();
     assert_eq!(again, entries);
@@ -310,6 +333,47 @@ fn check_capacity(t: &Tables) {
 /// `Config::parse` (TOML, then the validation `lqd run` and `lqd check-config` apply) on
 /// any text: a Config or an error naming the file, never a panic; a valid Config then
 /// yields every derived setting the daemon builds at start.
+/// A key chain of one key per algorithm (ids 1-3), for the trailers the fuzzer makes.
+fn fuzz_key_chain() -> lq_user::core::auth::KeyChain {
+    use lq_user::core::auth::{Key, KeyChain, Lifetime, Secret};
+    KeyChain::new(
+        lq_common::auth::Algorithm::ALL
+            .into_iter()
+            .zip(1u16..)
+            .map(|(algorithm, id)| Key {
+                id,
+                algorithm,
+                secret: Secret::new(b"fuzz".to_vec()),
+                send: Lifetime::ALWAYS,
+                accept: Lifetime::ALWAYS,
+            })
+            .collect(),
+    )
+    .expect("a valid key chain")
+}
+
+/// The key chain file (`lq_user::config::key_chain::parse`): any text parses or is refused
+/// with an error that never quotes a key string; a parsed chain answers send-key and
+/// accept-key questions at any time.
+pub fn key_chain_parse(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match lq_user::config::key_chain::parse("fuzz.toml", text) {
+        Ok(chain) => {
+            for t in [i64::MIN, -1, 0, 1_800_000_000, i64::MAX] {
+                let _ = chain.send_key(t);
+                for k in chain.keys() {
+                    let _ = chain.accept_key(k.id, t);
+                }
+            }
+        }
+        Err(e) => {
+            let _ = lq_user::core::report::Chain(&e).to_string();
+        }
+    }
+}
+
 pub fn config_parse(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;

@@ -71,6 +71,53 @@ pub fn ip_source(frame: &[u8]) -> Option<IpSource> {
     }
 }
 
+/// The addresses and UDP ports of a frame, as an authentication trailer's pseudo-header
+/// names them (`auth::pseudo_header`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpEndpoints {
+    /// The IP source address.
+    pub source: IpSource,
+    /// The IP destination address (of the same family).
+    pub destination: IpSource,
+    /// The UDP source port.
+    pub source_port: u16,
+    /// The UDP destination port.
+    pub destination_port: u16,
+}
+
+/// [`UdpEndpoints`] of a UDP `frame`, read by the same layer rules as [`classify`];
+/// `None` for anything else.
+pub fn udp_endpoints(frame: &[u8]) -> Option<UdpEndpoints> {
+    let mut ethertype = be16(frame, 12)?;
+    let mut l3 = ETH_HLEN;
+    if ethertype == ETH_P_8021Q || ethertype == ETH_P_8021AD {
+        ethertype = be16(frame, 16)?;
+        l3 += VLAN_HLEN;
+    }
+    let (source, destination, l4) = match ethertype {
+        ETH_P_IP if frame.get(l3)? >> 4 == 4 && *frame.get(l3 + 9)? == IPPROTO_UDP => {
+            let ihl = usize::from(frame[l3] & 0x0f) * 4;
+            (
+                IpSource::V4(frame.get(l3 + 12..l3 + 16)?.try_into().ok()?),
+                IpSource::V4(frame.get(l3 + 16..l3 + 20)?.try_into().ok()?),
+                l3 + ihl,
+            )
+        }
+        ETH_P_IPV6 if frame.get(l3)? >> 4 == 6 && *frame.get(l3 + 6)? == IPPROTO_UDP => (
+            IpSource::V6(frame.get(l3 + 8..l3 + 24)?.try_into().ok()?),
+            IpSource::V6(frame.get(l3 + 24..l3 + 40)?.try_into().ok()?),
+            l3 + IPV6_HLEN,
+        ),
+        _ => return None,
+    };
+    Some(UdpEndpoints {
+        source,
+        destination,
+        source_port: be16(frame, l4)?,
+        destination_port: be16(frame, l4 + 2)?,
+    })
+}
+
 /// Applies checks 1-4 (and the UDP-length part of check 5) to a whole Ethernet frame
 /// without FCS.
 pub fn classify(frame: &[u8], port: u16) -> FrameClass<'_> {

@@ -2,6 +2,8 @@
 //!
 //! * [`wire`]: the LQ advertisement codec of `spec/lq-udp-wire.md` (version 1), with the
 //!   receive checks 5-9 of that spec.
+//! * [`auth`]: the framing of the authentication trailer (the MAC is computed in
+//!   `lq-user`).
 //! * [`frame`]: receive checks 1-4 (Ethernet, one VLAN tag, IPv4/IPv6, UDP port, GTSM TTL).
 //! * [`receive`]: the whole receive procedure (checks 1-11) over an abstract path table: the
 //!   reference the XDP program is differentially tested against.
@@ -15,6 +17,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod auth;
 pub mod frame;
 pub mod maps;
 pub mod pfc;

@@ -279,6 +279,12 @@ fn be32(b: &[u8], at: usize) -> u32 {
 pub struct Advertisement<'a> {
     /// The header.
     pub header: Header,
+    /// The authentication trailer, when the A flag is set (framed, not verified: the MAC
+    /// is checked in `lq-user`).
+    pub trailer: Option<crate::auth::Trailer<'a>>,
+    /// The advertisement's length without the trailer (what the MAC covers after the
+    /// pseudo-header, with the trailer's fixed part).
+    pub body_len: usize,
     entries: &'a [u8],
     count: usize,
 }
@@ -378,16 +384,22 @@ pub fn decode<'a>(
     let d = flags & FLAG_D != 0;
     // Check 6.
     let mode = Mode::from_wire(payload[1]).ok_or(DecodeError::BadMode)?;
-    // Check 7.
+    // Check 7. With the A flag the octets after the entries are exactly one
+    // authentication trailer (`auth::frame_trailer`), whose length is its own.
     let count = usize::from(be16(payload, 12));
     let elen = entry_len(q, d);
     let hlen = header_len(q);
-    if usize::from(payload[14]) != elen
-        || count > MAX_ENTRIES
-        || payload.len() != hlen + count * elen
-    {
+    let body_len = hlen + count * elen;
+    if usize::from(payload[14]) != elen || count > MAX_ENTRIES || payload.len() < body_len {
         return Err(DecodeError::BadLength);
     }
+    let trailer = if flags & crate::auth::FLAG_A != 0 {
+        Some(crate::auth::frame_trailer(&payload[body_len..]).ok_or(DecodeError::BadLength)?)
+    } else if payload.len() != body_len {
+        return Err(DecodeError::BadLength);
+    } else {
+        None
+    };
     let header = Header {
         as_qualified: q,
         diagnostics: d,
@@ -406,7 +418,7 @@ pub fn decode<'a>(
         }
     }
     // Check 9: every value of every entry, before anything is stored.
-    let entries = &payload[hlen..];
+    let entries = &payload[hlen..body_len];
     let diag_at = ENTRY_BASE_LEN + if q { AS_LEN } else { 0 };
     for e in entries.chunks_exact(elen) {
         if !bandwidth_bits_valid(be32(e, 8)) {
@@ -418,6 +430,8 @@ pub fn decode<'a>(
     }
     Ok(Advertisement {
         header,
+        trailer,
+        body_len,
         entries,
         count,
     })
@@ -820,10 +834,29 @@ mod tests {
         }
         // Reserved bits are ignored.
         let mut b = bytes.clone();
-        b[0] |= 0x01;
         b[15] = 0xff;
         b[16 + 14] = 0xff;
         assert!(decode(&b, &DecodePolicy::ANY).is_ok());
+        // The bit version 1 reserved as R is A (`auth::FLAG_A`): a trailer must follow.
+        let mut b = bytes.clone();
+        b[0] |= crate::auth::FLAG_A;
+        assert_eq!(
+            decode(&b, &DecodePolicy::ANY).unwrap_err(),
+            DecodeError::BadLength
+        );
+        let body = b.len();
+        b.resize(body + 48, 0);
+        crate::auth::write_trailer(&mut b, body, crate::auth::Algorithm::HmacSha256, 1, 1).unwrap();
+        let adv = decode(&b, &DecodePolicy::ANY).unwrap();
+        assert_eq!(
+            (adv.body_len, adv.trailer.map(|t| t.key_id)),
+            (body, Some(1))
+        );
+        b.push(0);
+        assert_eq!(
+            decode(&b, &DecodePolicy::ANY).unwrap_err(),
+            DecodeError::BadLength
+        );
         // Q = 0 against a local as-qualified = true.
         let strict = DecodePolicy {
             as_qualification: AsQualification::Required(true),

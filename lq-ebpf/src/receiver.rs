@@ -18,6 +18,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use lq_common::{
+    auth::{FLAG_A, MAX_DATAGRAM_LEN, MAX_TRAILER_LEN, TRAILER_HEADER_LEN, TRAILER_TYPE_MAC},
     frame::{
         ETH_HLEN, ETH_P_8021AD, ETH_P_8021Q, ETH_P_IP, ETH_P_IPV6, GTSM_TTL, IPPROTO_UDP,
         IPV6_HLEN, UDP_HLEN, VLAN_HLEN,
@@ -33,7 +34,7 @@ use lq_common::{
     receive::neighbor_failed,
     wire::{
         AS_LEN, DIAG_FLAG_X, DIAGNOSTICS_LEN, ENTRY_BASE_LEN, ENTRY_FLAG_V, FLAG_D, FLAG_P, FLAG_Q,
-        HEADER_LEN, MAX_ENTRIES, MAX_PAYLOAD_LEN, VERSION, bandwidth_bits_valid, serial_gt,
+        HEADER_LEN, MAX_ENTRIES, VERSION, bandwidth_bits_valid, serial_gt,
     },
 };
 
@@ -319,13 +320,52 @@ fn in_as_plan(asn: u32) -> bool {
 
 /// Room for the largest payload this receiver accepts, rounded up.
 const SCRATCH_LEN: usize = 2688;
-const _: () = assert!(SCRATCH_LEN >= MAX_PAYLOAD_LEN);
+const _: () = assert!(SCRATCH_LEN >= MAX_DATAGRAM_LEN + 4);
 /// One payload-sized buffer per CPU. The payload is copied here with one
 /// `bpf_xdp_load_bytes` call and parsed from map memory: the entry loops then do not depend
 /// on the frame's layout (VLAN tag, IPv4 options, IPv6), so the verifier checks them once
 /// instead of once per layout, and the program stays far below the verifier's limits.
 #[btf_map]
 static LQ_SCRATCH: PerCpuArray<[u8; SCRATCH_LEN], 1> = PerCpuArray::new();
+
+/// Check 7's rest: the `excess` octets after the entries at packet offset `at`
+/// (`excess_and_a >> 1`) are none without the A flag (`excess_and_a & 1`) and exactly one
+/// trailer with it; 1 when that holds, else 0. Inlined: as a subprogram of its own
+/// (a BPF-to-BPF call between the header checks and the entry loops) the program
+/// exceeded the verifier's million instructions; inlined on the opaque value it costs
+/// about 250 more (`verifier_budget`).
+#[inline(always)]
+fn trailer_ok(ctx: &XdpContext, at: usize, excess_and_a: u32) -> u32 {
+    let excess = excess_and_a >> 1;
+    if excess_and_a & 1 == 0 {
+        return u32::from(excess == 0);
+    }
+    match trailer_len_in_packet(ctx, at) {
+        Some(t) => u32::from(excess as usize == t),
+        None => 0,
+    }
+}
+
+/// The Trailer Length of the authentication trailer at packet offset `at`, when its Type
+/// is a MAC's and the length is one a trailer may have; `None` otherwise, or when the
+/// packet ends first (check 7). Read from the packet with a helper rather than from the
+/// scratch copy: an offset into the scratch buffer that depends on the entry count would
+/// make the verifier track the count precisely, one state per count (the program then
+/// exceeded the verifier's million instructions).
+#[inline(always)]
+fn trailer_len_in_packet(ctx: &XdpContext, at: usize) -> Option<usize> {
+    let mut h = [0u8; 4];
+    // SAFETY: the helper checks `at + 4` against the packet and writes at most 4 octets
+    // into `h`.
+    let rc = unsafe { bpf_xdp_load_bytes(ctx.ctx, at as u32, h.as_mut_ptr().cast(), 4) };
+    if rc != 0 || h[0] != TRAILER_TYPE_MAC {
+        return None;
+    }
+    let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    (TRAILER_HEADER_LEN..=MAX_TRAILER_LEN)
+        .contains(&len)
+        .then_some(len)
+}
 
 /// Big-endian u32 at `at` of the scratch buffer; `None` past its end.
 #[inline(always)]
@@ -909,7 +949,7 @@ fn receive_payload(
     let buf: &mut [u8; SCRATCH_LEN] = unsafe { &mut *scratch };
     // A payload longer than any valid datagram still gets checks 5 and 6 from its header
     // before check 7 refuses it, as in the reference.
-    let copy = if len > MAX_PAYLOAD_LEN {
+    let copy = if len > MAX_DATAGRAM_LEN {
         HEADER_LEN
     } else {
         len
@@ -934,15 +974,39 @@ fn receive_payload(
     if mode > 1 {
         return Err(Counter::BadMode);
     }
-    // Check 7.
-    if len > MAX_PAYLOAD_LEN {
+    // Check 7. With the A flag the octets after the entries are exactly one authentication
+    // trailer (`lq_common::auth::frame_trailer`): stepped over here; its MAC is checked
+    // on the socket path of an uplink that requires it.
+    if len > MAX_DATAGRAM_LEN {
         return Err(Counter::BadLength);
     }
     let entry_count = usize::from(u16::from_be_bytes([buf[12], buf[13]]));
     let elen = ENTRY_BASE_LEN + q_bit * AS_LEN + d_bit * DIAGNOSTICS_LEN;
     let hlen = HEADER_LEN + q_bit * AS_LEN;
-    if usize::from(buf[14]) != elen || entry_count > MAX_ENTRIES || len != hlen + entry_count * elen
-    {
+    if usize::from(buf[14]) != elen || entry_count > MAX_ENTRIES {
+        return Err(Counter::BadLength);
+    }
+    let body_len = hlen + entry_count * elen;
+    if len < body_len {
+        return Err(Counter::BadLength);
+    }
+    // The octets after the entries and the A flag go through map memory (volatile: not
+    // forwarded by the compiler), so the verifier holds them as an unknown value tied to
+    // no register it tracks: each trailer path then ends in the same state, where
+    // branching on the flag octet or on `len` directly would refine registers the entry
+    // loops use (the flags, the lengths) differently per path.
+    let opaque_at = SCRATCH_LEN - 4;
+    // SAFETY: the last 4 octets of this CPU's scratch slot, beyond any copied payload
+    // (SCRATCH_LEN >= MAX_DATAGRAM_LEN + 4, asserted).
+    let excess_and_a = unsafe {
+        let at = buf.as_mut_ptr().add(opaque_at).cast::<u32>();
+        core::ptr::write_volatile(
+            at,
+            ((len - body_len) as u32) << 1 | u32::from(buf[0] & FLAG_A != 0),
+        );
+        core::ptr::read_volatile(at)
+    };
+    if trailer_ok(ctx, p + body_len, excess_and_a) == 0 {
         return Err(Counter::BadLength);
     }
     let sequence = u16::from_be_bytes([buf[2], buf[3]]);

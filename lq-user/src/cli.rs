@@ -532,6 +532,20 @@ pub struct DecodeArgs {
     /// Print each JSON document compactly on one line.
     #[arg(long)]
     pub json_lines: bool,
+    /// Verify authentication trailers with this key chain (the file `[helper] key-chain`
+    /// names; RFC 8177 fields): an advertisement without a trailer that verifies is
+    /// discarded with the reason (missing-trailer, unknown-key-id, key-not-accepted,
+    /// bad-mac). Key lifetimes are judged at each frame's capture time (a HEX payload:
+    /// now). Without it a trailer is shown, not checked.
+    #[arg(long, value_name = "FILE")]
+    pub key_chain: Option<PathBuf>,
+    /// With HEX and --key-chain: the datagram's source, ADDR:PORT (the trailer's MAC
+    /// covers it; a frame of --pcap carries its own).
+    #[arg(long, value_name = "ADDR:PORT", requires_all = ["key_chain", "destination"], conflicts_with = "pcap")]
+    pub source: Option<std::net::SocketAddr>,
+    /// With HEX and --key-chain: the datagram's destination, ADDR:PORT.
+    #[arg(long, value_name = "ADDR:PORT", requires_all = ["key_chain", "source"], conflicts_with = "pcap")]
+    pub destination: Option<std::net::SocketAddr>,
 }
 
 /// A parsed `--as-plan`.
@@ -549,14 +563,41 @@ fn parse_log_filter(s: &str) -> Result<String, String> {
 }
 
 impl DecodeArgs {
-    /// The decode options these arguments ask for.
+    /// The decode options these arguments ask for (the key chain not read yet: see
+    /// [`DecodeArgs::options_with_keys`]).
     pub fn options(&self) -> DecodeOptions {
         DecodeOptions {
             port: self.port.unwrap_or(DEFAULT_PORT),
             as_qualified: self.as_qualified,
             as_plan: self.as_plan.clone().map(|p| p.0).unwrap_or_default(),
             json_lines: self.json_lines,
+            key_chain: None,
+            endpoints: match (self.source, self.destination) {
+                (Some(source), Some(destination)) => Some(lq_user::core::auth::Endpoints {
+                    source,
+                    destination,
+                }),
+                _ => None,
+            },
+            now_s: 0,
         }
+    }
+
+    /// [`DecodeArgs::options`] with `--key-chain` read and the time `now_s`.
+    pub fn options_with_keys(
+        &self,
+        now_s: i64,
+    ) -> Result<DecodeOptions, lq_user::config::key_chain::KeyChainFileError> {
+        let key_chain = self
+            .key_chain
+            .as_deref()
+            .map(lq_user::config::key_chain::load)
+            .transpose()?;
+        Ok(DecodeOptions {
+            key_chain,
+            now_s,
+            ..self.options()
+        })
     }
 }
 

@@ -390,10 +390,22 @@ fn monitor(args: &cli::MonitorArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Whether the configured role sends advertisements (and so signs them).
+fn t_advertises(cfg: &lq_user::config::Config) -> bool {
+    cfg.lq_telemetry.role.advertises()
+}
+
 fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
     let path = args.file.as_path();
     let cfg = lq_user::config::Config::load(path)?;
     let text = std::fs::read_to_string(path)?;
+    // The key chain the helper would sign with: read and checked as lqd would at start
+    // (its permissions included); its secrets are not shown.
+    if let Some(kc) = &cfg.helper.key_chain
+        && t_advertises(&cfg)
+    {
+        lq_user::config::key_chain::load(kc)?;
+    }
     let warnings = cfg.warnings(&text);
     let c = cfg.controller();
     let t = &cfg.lq_telemetry;
@@ -521,7 +533,18 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 }
 
 fn decode(args: &DecodeArgs) -> ExitCode {
-    let opts = args.options();
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let opts = match args.options_with_keys(now_s) {
+        Ok(o) => o,
+        Err(e) => return fail(format_args!("{}", lq_user::core::report::Chain(&e))),
+    };
+    if opts.key_chain.is_some() && args.pcap.is_none() && opts.endpoints.is_none() {
+        return fail(format_args!(
+            "--key-chain with a HEX payload needs --source and --destination (the MAC covers them)"
+        ));
+    }
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let mut err = io::stderr();

@@ -367,8 +367,7 @@ fn valid_payload(rng: &mut SmallRng, u: &mut Universe, si: usize) -> Vec<u8> {
     b[0] = VERSION << 4
         | if q { FLAG_Q } else { 0 }
         | if d { FLAG_D } else { 0 }
-        | if rng.random_bool(0.3) { FLAG_P } else { 0 }
-        | u8::from(rng.random_bool(0.1)); // R
+        | if rng.random_bool(0.3) { FLAG_P } else { 0 };
     b[1] = rng.random_range(0..=1);
     b[2..4].copy_from_slice(&seq.to_be_bytes());
     b[4..8].copy_from_slice(&s.node_id.to_be_bytes());
@@ -421,6 +420,22 @@ fn valid_payload(rng: &mut SmallRng, u: &mut Universe, si: usize) -> Vec<u8> {
             }
         }
     }
+    // An authentication trailer (A flag, issue 39) on some: framed by check 7, its MAC
+    // not checked by either receiver.
+    if rng.random_bool(0.2) {
+        let mac_len = pick(rng, &[32usize, 48, 64, 0, 12]);
+        let alg = match mac_len {
+            32 => 1,
+            48 => 2,
+            64 => 3,
+            _ => rng.random_range(4..=255u8),
+        };
+        b[0] |= lq_common::auth::FLAG_A;
+        b.push(lq_common::auth::TRAILER_TYPE_MAC);
+        b.push(alg);
+        b.extend_from_slice(&((16 + mac_len) as u16).to_be_bytes());
+        b.extend((0..12 + mac_len).map(|_| rng.random::<u8>()));
+    }
     b
 }
 
@@ -444,7 +459,7 @@ fn valid_spec(rng: &mut SmallRng, payload: Vec<u8>) -> FrameSpec {
 }
 
 /// Every mutation, with whether it applies to the built frame (true) or before building.
-const MUTATIONS: [(&str, bool); 22] = [
+const MUTATIONS: [(&str, bool); 23] = [
     ("byte_flip", true),
     ("bit_flip", true),
     ("truncate", true),
@@ -467,6 +482,7 @@ const MUTATIONS: [(&str, bool); 22] = [
     ("flag_flip", false),
     ("payload_len", false),
     ("as_number", false),
+    ("trailer", false),
 ];
 
 /// Offsets of the (possibly mutated) payload's entries, as its own flags describe them.
@@ -624,6 +640,47 @@ fn mutate_spec(rng: &mut SmallRng, u: &Universe, name: &str, spec: &mut FrameSpe
                     _ => rng.random_range(0..=91),
                 };
                 p[12..14].copy_from_slice(&c.to_be_bytes());
+            }
+        }
+        "trailer" => {
+            // The A flag and a trailer that is not quite one: its type, its length field,
+            // the octets after it, or no trailer at all.
+            let (hlen, elen, ..) = entry_slots(p);
+            let count = p
+                .get(12..14)
+                .map_or(0, |c| usize::from(u16::from_be_bytes([c[0], c[1]])));
+            let body = (hlen + count * elen).min(p.len());
+            if let Some(b) = p.first_mut() {
+                *b |= lq_common::auth::FLAG_A;
+            }
+            if p.len() == body {
+                let n = pick(rng, &[0usize, 3, 15, 16, 48, 80, 81]);
+                p.extend((0..n).map(|_| rng.random::<u8>()));
+                if n >= 4 {
+                    p[body] = if rng.random_bool(0.7) {
+                        1
+                    } else {
+                        rng.random()
+                    };
+                    let len = if rng.random_bool(0.6) {
+                        n as u16
+                    } else {
+                        rng.random()
+                    };
+                    p[body + 2..body + 4].copy_from_slice(&len.to_be_bytes());
+                }
+            } else if p.len() >= body + 4 {
+                match rng.random_range(0..4) {
+                    0 => p[body] = rng.random(),
+                    1 => {
+                        let len: u16 = rng.random();
+                        p[body + 2..body + 4].copy_from_slice(&len.to_be_bytes());
+                    }
+                    2 => p.push(rng.random()),
+                    _ => {
+                        p.pop();
+                    }
+                }
             }
         }
         "flag_flip" => {

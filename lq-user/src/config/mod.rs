@@ -15,6 +15,8 @@ use std::{
     time::Duration,
 };
 
+pub mod key_chain;
+
 use lq_common::wire::{AsRange, DEFAULT_PORT};
 use serde::{Deserialize, Deserializer, de};
 
@@ -738,6 +740,12 @@ pub struct HelperSection {
     /// Send over IPv6 (link-local) instead of IPv4.
     #[serde(default)]
     pub ipv6: bool,
+    /// A key chain file (RFC 8177 fields, `config::key_chain`): every advertisement
+    /// carries an authentication trailer made with its newest key whose send-lifetime is
+    /// active (seed 003 section 12.1; issue 39). Its keys are read again on SIGHUP; turning
+    /// authentication on or off needs a restart (the datagrams' split changes).
+    #[serde(default)]
+    pub key_chain: Option<PathBuf>,
 }
 
 impl Default for HelperSection {
@@ -750,6 +758,7 @@ impl Default for HelperSection {
             mtu: None,
             send_to: SendTo::Multicast,
             ipv6: false,
+            key_chain: None,
         }
     }
 }
@@ -1246,6 +1255,10 @@ impl Config {
             check(a.helper.mtu != b.helper.mtu, "[helper] mtu");
             check(a.helper.send_to != b.helper.send_to, "[helper] send-to");
             check(a.helper.ipv6 != b.helper.ipv6, "[helper] ipv6");
+            check(
+                a.helper.key_chain.is_some() != b.helper.key_chain.is_some(),
+                "[helper] key-chain (on or off)",
+            );
         }
         if ta.role.receives() {
             check(

@@ -4,6 +4,7 @@
 //! `lq_common` and itself, nothing of `sys`, `roles`, `daemon`, `views` or `transport`, and
 //! no crate that does I/O (the wall test in `tests/walls.rs` says which).
 //!
+//! * [`auth`]: key chains, the authentication trailer's MAC and its replay check (12.1).
 //! * [`bmp`]: the NNH mapping learned through BMP (RFC 7854; section 6.1).
 //! * [`controller`]: the load-balancer's controller (seed 003 section 6).
 //! * [`helper`]: the helper's congestion pipeline and advertiser (Appendix A, 7.2).
@@ -12,6 +13,7 @@
 //! * [`report`]: an error and its causes in one log line.
 //! * [`sorted`]: membership tests by merge against a sorted sequence.
 
+pub mod auth;
 pub mod bmp;
 pub mod controller;
 pub mod helper;

@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     config::{Config, SendTo},
+    core::auth::{Endpoints, KeyChain, SequenceSource, sign},
     core::helper::{
         advertiser::{
             Advertiser, AdvertiserError, Identity, MonitoredLink, Outgoing, PathMtu, RemoteNode,
@@ -27,7 +28,7 @@ use crate::{
         clock::{boottime_ns, os_random_u64},
         netlink::ifindex,
     },
-    views::snapshot::TriggerView,
+    views::snapshot::{SigningView, TriggerView},
 };
 
 /// How late a periodic timer may fire and still send "at" its deadline (see
@@ -129,6 +130,59 @@ pub enum HelperRoleError {
     /// Advertiser configuration.
     #[error(transparent)]
     Advertiser(#[from] AdvertiserError),
+    /// `[helper] key-chain` cannot be used.
+    #[error(transparent)]
+    KeyChain(#[from] crate::config::key_chain::KeyChainFileError),
+    /// A link's source address for the authentication trailer's pseudo-header.
+    #[error("the source address of link {iface} (for the authentication trailer)")]
+    Source {
+        /// The link.
+        iface: String,
+        /// The cause.
+        source: io::Error,
+    },
+}
+
+/// Signs every datagram with the key chain's newest active send key (`[helper]
+/// key-chain`; seed 003 section 12.1, issue 39).
+struct Signer {
+    path: std::path::PathBuf,
+    chain: KeyChain,
+    sequence: SequenceSource,
+    signed: u64,
+    no_send_key: u64,
+    last_key: Option<(u16, lq_common::auth::Algorithm)>,
+}
+
+impl Signer {
+    fn load(path: &std::path::Path) -> Result<Self, HelperRoleError> {
+        let chain = crate::config::key_chain::load(path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            chain,
+            sequence: SequenceSource::new(unix_now_s().max(0) as u64),
+            signed: 0,
+            no_send_key: 0,
+            last_key: None,
+        })
+    }
+
+    /// The room every datagram keeps for the trailer: the longest of the chain's keys.
+    fn trailer_room(chain: &KeyChain) -> u32 {
+        chain
+            .keys()
+            .iter()
+            .map(|k| k.algorithm.trailer_len() as u32)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Now in Unix seconds (the key chain's lifetimes are wall-clock times).
+fn unix_now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 struct Link {
@@ -139,6 +193,9 @@ struct Link {
     to: SockAddr,
     /// The link's MTU: the datagrams sent out of every link must fit the smallest.
     mtu: u32,
+    /// Source and destination as the authentication trailer's pseudo-header names them
+    /// (with `[helper] key-chain`).
+    endpoints: Option<Endpoints>,
 }
 
 /// The helper role: pipelines, advertiser, sockets.
@@ -169,6 +226,8 @@ pub struct HelperRole {
     /// Send errors.
     pub send_errors: u64,
     last_error_log_ns: u64,
+    /// With `[helper] key-chain`: the signer.
+    signer: Option<Signer>,
 }
 
 /// How many triggered advertisements `show local` lists ([`HelperRole::local_view`]).
@@ -182,6 +241,12 @@ impl HelperRole {
     ) -> Result<Self, HelperRoleError> {
         let params = cfg.helper_params();
         let t = &cfg.lq_telemetry;
+        let signer = cfg
+            .helper
+            .key_chain
+            .as_deref()
+            .map(Signer::load)
+            .transpose()?;
         let mut links = Vec::new();
         let mut monitored = Vec::new();
         for l in &cfg.link {
@@ -220,6 +285,25 @@ impl HelperRole {
                     source,
                 }
             })?;
+            let endpoints = match &signer {
+                Some(_) => {
+                    let source =
+                        crate::sys::socket::advertisement_source(&socket, &l.interface, &to)
+                            .map_err(|source| HelperRoleError::Source {
+                                iface: l.interface.clone(),
+                                source,
+                            })?;
+                    let destination = to.as_socket().ok_or_else(|| HelperRoleError::Source {
+                        iface: l.interface.clone(),
+                        source: io::Error::other("no destination address"),
+                    })?;
+                    Some(Endpoints {
+                        source,
+                        destination,
+                    })
+                }
+                None => None,
+            };
             links.push(Link {
                 iface: l.interface.clone(),
                 ifindex: idx,
@@ -227,6 +311,7 @@ impl HelperRole {
                 socket,
                 to,
                 mtu,
+                endpoints,
             });
             info!(iface = %l.interface, link_id = idx, to = %ip, mtu, "monitoring link");
         }
@@ -242,7 +327,12 @@ impl HelperRole {
             params,
             identity,
             monitored,
-            PathMtu::smallest(links.iter().map(|l| l.mtu), cfg.helper.mtu, cfg.helper.ipv6),
+            PathMtu::smallest(links.iter().map(|l| l.mtu), cfg.helper.mtu, cfg.helper.ipv6)
+                .with_trailer(
+                    signer
+                        .as_ref()
+                        .map_or(0, |s| Signer::trailer_room(&s.chain)),
+                ),
             first_sequence,
             SmallRng::seed_from_u64(seed_rng.next_u64()),
         )?;
@@ -267,12 +357,16 @@ impl HelperRole {
             sent: 0,
             send_errors: 0,
             last_error_log_ns: 0,
+            signer,
         })
     }
 
     /// Whether [`HelperRole::reload`] would accept `cfg` (changing nothing).
     pub fn check_reload(&self, cfg: &Config) -> Result<(), HelperRoleError> {
         self.advertiser.check_params(&cfg.helper_params())?;
+        if let Some(path) = &cfg.helper.key_chain {
+            crate::config::key_chain::load(path)?;
+        }
         Ok(())
     }
 
@@ -283,8 +377,26 @@ impl HelperRole {
     /// ([`Config::restart_only_changes`]).
     pub fn reload(&mut self, cfg: &Config) -> Result<(), HelperRoleError> {
         let params = cfg.helper_params();
+        // The key chain is read before anything changes: a bad one changes nothing.
+        let chain = match (&cfg.helper.key_chain, &self.signer) {
+            (Some(path), Some(_)) => Some((path, crate::config::key_chain::load(path)?)),
+            _ => None,
+        };
         // Checks the parameters before it changes anything; the pipelines only after.
         self.advertiser.set_params(params)?;
+        if let (Some((path, chain)), Some(signer)) = (chain, self.signer.as_mut()) {
+            let room = Signer::trailer_room(&chain);
+            let old = self.advertiser.path_mtu();
+            if room != old.trailer
+                && let Err(e) = self.advertiser.set_path_mtu(old.with_trailer(room))
+            {
+                warn!(error = %e, "the new key chain's trailer does not fit the path MTU; keys kept");
+            } else {
+                info!(key_chain = %path.display(), keys = ?chain.keys().iter().map(|k| k.id).collect::<Vec<_>>(), "key chain reloaded");
+                signer.path = path.clone();
+                signer.chain = chain;
+            }
+        }
         for l in &mut self.links {
             l.pipeline.set_params(&params);
         }
@@ -420,9 +532,46 @@ impl HelperRole {
         };
         let mut n = 0;
         let mut errors = Vec::new();
+        // With a key chain, each link's copy is signed with its own pseudo-header.
+        let key = self
+            .signer
+            .as_ref()
+            .map(|s| s.chain.send_key(unix_now_s()).cloned());
+        let mut signed = Vec::new();
         for d in &out.datagrams {
             for link in &self.links {
-                match link.socket.send_to(d, &link.to) {
+                let wire: &[u8] = match (&key, &mut self.signer, &link.endpoints) {
+                    (None, _, _) => d,
+                    (Some(None), Some(signer), _) => {
+                        signer.no_send_key += 1;
+                        errors.push(format!("{}: no key's send-lifetime is active", link.iface));
+                        continue;
+                    }
+                    (Some(Some(k)), Some(signer), Some(endpoints)) => {
+                        signed.clear();
+                        signed.extend_from_slice(d);
+                        signed.resize(d.len() + k.algorithm.trailer_len(), 0);
+                        match sign(
+                            &mut signed,
+                            d.len(),
+                            k,
+                            signer.sequence.next_sequence(),
+                            endpoints,
+                        ) {
+                            Ok(len) => {
+                                signer.signed += 1;
+                                signer.last_key = Some((k.id, k.algorithm));
+                                &signed[..len]
+                            }
+                            Err(e) => {
+                                errors.push(format!("{}: {e}", link.iface));
+                                continue;
+                            }
+                        }
+                    }
+                    _ => continue,
+                };
+                match link.socket.send_to(wire, &link.to) {
                     Ok(_) => n += 1,
                     Err(e) => errors.push(format!("{}: {e}", link.iface)),
                 }
@@ -472,7 +621,8 @@ impl HelperRole {
             return;
         }
         let old = self.advertiser.path_mtu();
-        let path = PathMtu::smallest(self.links.iter().map(|l| l.mtu), self.mtu_cap, old.ipv6);
+        let path = PathMtu::smallest(self.links.iter().map(|l| l.mtu), self.mtu_cap, old.ipv6)
+            .with_trailer(old.trailer);
         if let Err(e) = self.advertiser.set_path_mtu(path) {
             self.send_errors += 1;
             self.log_error(
@@ -553,6 +703,15 @@ impl HelperRole {
             path_mtu: self.advertiser.path_mtu().mtu,
             entries_per_datagram: self.advertiser.entries_per_datagram(),
             recent_triggers: self.recent_triggers.iter().cloned().collect(),
+            authentication: self.signer.as_ref().map(|s| SigningView {
+                key_chain: s.path.display().to_string(),
+                keys: s.chain.keys().iter().map(|k| k.id).collect(),
+                send_key_id: s.last_key.map(|(id, _)| id),
+                algorithm: s.last_key.map(|(_, a)| a.name().to_string()),
+                signed: s.signed,
+                no_send_key: s.no_send_key,
+                next_sequence: s.sequence.peek(),
+            }),
         }
     }
 

@@ -104,6 +104,53 @@ pub fn open_advertisement_socket(iface: &str, ifindex: u32, ipv6: bool) -> io::R
     Ok(s)
 }
 
+/// The source address and port datagrams from `s` (an advertisement socket bound to
+/// `iface`) to `to` carry: what an authentication trailer's pseudo-header names (issue 39).
+/// `s` is bound to an ephemeral port first if it has none, so that the port stays the
+/// same for every datagram; the address is the one the kernel picks for `to` out of
+/// `iface` (a connected throwaway socket's local address).
+pub fn advertisement_source(
+    s: &Socket,
+    iface: &str,
+    to: &socket2::SockAddr,
+) -> io::Result<std::net::SocketAddr> {
+    let local = s.local_addr()?.as_socket();
+    let port = match local {
+        Some(a) if a.port() != 0 => a.port(),
+        _ => {
+            let any: std::net::SocketAddr = if to.is_ipv6() {
+                (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+            } else {
+                (Ipv4Addr::UNSPECIFIED, 0).into()
+            };
+            s.bind(&any.into())?;
+            s.local_addr()?
+                .as_socket()
+                .map(|a| a.port())
+                .ok_or_else(|| io::Error::other("the socket has no address"))?
+        }
+    };
+    let domain = if to.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let probe = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    probe.bind_device(Some(iface.as_bytes()))?;
+    probe.connect(to)?;
+    let ip = probe
+        .local_addr()?
+        .as_socket()
+        .map(|a| a.ip())
+        .ok_or_else(|| io::Error::other("no source address"))?;
+    if ip.is_unspecified() {
+        return Err(io::Error::other(format!(
+            "{iface} has no address to send from"
+        )));
+    }
+    Ok(std::net::SocketAddr::new(ip, port))
+}
+
 /// Bytes written to `s` that its peer has not acknowledged (Linux SIOCOUTQ), if known.
 pub fn unacknowledged_bytes(s: &TcpStream) -> Option<u64> {
     let mut n: libc::c_int = 0;

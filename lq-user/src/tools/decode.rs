@@ -16,7 +16,12 @@ use lq_common::{
 };
 use thiserror::Error;
 
-use crate::{tools::pcap::Frame, views::advertisement_json::advertisement_document};
+use crate::{
+    core::auth::{self, Endpoints, KeyChain, Reject},
+    tools::pcap::Frame,
+    views::advertisement_json::advertisement_document,
+};
+use lq_common::{auth::Algorithm, wire::Advertisement};
 
 /// Exit status: every LQ datagram was accepted.
 pub const EXIT_ACCEPTED: u8 = 0;
@@ -36,6 +41,15 @@ pub struct DecodeOptions {
     pub as_plan: Vec<AsRange>,
     /// Print each document on one line.
     pub json_lines: bool,
+    /// Verify authentication trailers with this key chain (issue 39); an advertisement
+    /// without a valid one is then discarded with the reason.
+    pub key_chain: Option<KeyChain>,
+    /// A payload's source and destination (`--source`, `--destination`), which a frame
+    /// carries itself: the trailer's pseudo-header.
+    pub endpoints: Option<Endpoints>,
+    /// The time key lifetimes are judged at (Unix seconds) when a frame has no capture
+    /// time: now.
+    pub now_s: i64,
 }
 
 impl Default for DecodeOptions {
@@ -45,8 +59,66 @@ impl Default for DecodeOptions {
             as_qualified: None,
             as_plan: Vec::new(),
             json_lines: false,
+            key_chain: None,
+            endpoints: None,
+            now_s: 0,
         }
     }
+}
+
+/// What the trailer of an accepted advertisement says and, with a key chain, whether it
+/// verifies: `None` when there is neither a trailer nor a key chain.
+fn authentication(
+    adv: &Advertisement<'_>,
+    datagram: &[u8],
+    endpoints: Option<&Endpoints>,
+    opts: &DecodeOptions,
+    at_s: i64,
+) -> Option<(serde_json::Value, Option<Reject>)> {
+    if adv.trailer.is_none() && opts.key_chain.is_none() {
+        return None;
+    }
+    let mut doc = serde_json::Map::new();
+    if let Some(t) = &adv.trailer {
+        doc.insert(
+            "algorithm".into(),
+            Algorithm::from_wire(t.algorithm)
+                .map_or_else(|| serde_json::Value::from(t.algorithm), |a| a.name().into()),
+        );
+        doc.insert("key-id".into(), t.key_id.into());
+        // A 64-bit integer is a string in RFC 7951 JSON.
+        doc.insert("sequence".into(), t.sequence.to_string().into());
+    }
+    let refused = opts.key_chain.as_ref().map(|chain| match endpoints {
+        Some(e) => auth::verify(adv, datagram, e, chain, at_s).err(),
+        None => Some(Reject::BadMac),
+    });
+    match refused {
+        None => {}
+        Some(None) => {
+            doc.insert("verified".into(), true.into());
+        }
+        Some(Some(r)) => {
+            doc.insert("verified".into(), false.into());
+            doc.insert("refused".into(), r.name().into());
+        }
+    }
+    Some((serde_json::Value::Object(doc), refused.flatten()))
+}
+
+/// The endpoints a frame's IP and UDP headers carry.
+fn frame_endpoints(frame: &[u8]) -> Option<Endpoints> {
+    let e = lq_common::frame::udp_endpoints(frame)?;
+    let ip = |a: lq_common::frame::IpSource| -> std::net::IpAddr {
+        match a {
+            lq_common::frame::IpSource::V4(a) => a.into(),
+            lq_common::frame::IpSource::V6(a) => a.into(),
+        }
+    };
+    Some(Endpoints {
+        source: std::net::SocketAddr::new(ip(e.source), e.source_port),
+        destination: std::net::SocketAddr::new(ip(e.destination), e.destination_port),
+    })
 }
 
 impl DecodeOptions {
@@ -154,6 +226,8 @@ pub enum FrameOutcome<'a> {
     Discarded(Discard),
     /// Accepted.
     Accepted(lq_common::wire::Advertisement<'a>),
+    /// Decoded, but its authentication trailer did not verify with `--key-chain`.
+    Refused(Reject),
 }
 
 /// Applies checks 1-9 to an Ethernet frame.
@@ -256,7 +330,15 @@ pub fn run_payload(
 ) -> std::io::Result<u8> {
     match decode(payload, &opts.policy()) {
         Ok(adv) => {
+            let auth = authentication(&adv, payload, opts.endpoints.as_ref(), opts, opts.now_s);
+            if let Some((_, Some(r))) = &auth {
+                writeln!(out, "discarded: {r}")?;
+                return Ok(EXIT_DISCARDED);
+            }
             print_accepted(&adv, "", opts, out, err)?;
+            if let Some((doc, _)) = auth {
+                writeln!(err, "authentication trailer: {doc}")?;
+            }
             Ok(EXIT_ACCEPTED)
         }
         Err(e) => {
@@ -284,7 +366,22 @@ pub fn run_frames(
         ..Summary::default()
     };
     for f in frames {
-        let outcome = decode_frame(f.data, opts);
+        let mut outcome = decode_frame(f.data, opts);
+        // With a key chain, an advertisement whose trailer does not verify is discarded
+        // (lifetimes judged at the frame's capture time, when the file has one).
+        let at_s = f.time_ns.map_or(opts.now_s, |t| (t / 1_000_000_000) as i64);
+        let auth = match &outcome {
+            FrameOutcome::Accepted(adv) => match classify(f.data, opts.port) {
+                FrameClass::Payload(p) => {
+                    authentication(adv, p, frame_endpoints(f.data).as_ref(), opts, at_s)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some((_, Some(r))) = &auth {
+            outcome = FrameOutcome::Refused(*r);
+        }
         if matches!(outcome, FrameOutcome::NotLq) {
             s.not_lq += 1;
             tracing::debug!(frame = f.number, "not an LQ datagram");
@@ -307,10 +404,17 @@ pub fn run_frames(
                 };
                 record.insert("source".into(), ip.to_string().into());
             }
+            if let Some((doc, _)) = &auth {
+                record.insert("authentication".into(), doc.clone());
+            }
             match &outcome {
                 FrameOutcome::Discarded(d) => {
                     s.discarded += 1;
                     record.insert("discarded".into(), d.name().into());
+                }
+                FrameOutcome::Refused(r) => {
+                    s.discarded += 1;
+                    record.insert("discarded".into(), r.name().into());
                 }
                 FrameOutcome::Accepted(adv) => {
                     s.accepted += 1;
@@ -331,9 +435,16 @@ pub fn run_frames(
                 s.discarded += 1;
                 writeln!(out, "frame {}: discarded: {}", f.number, d.name())?;
             }
+            FrameOutcome::Refused(r) => {
+                s.discarded += 1;
+                writeln!(out, "frame {}: discarded: {r}", f.number)?;
+            }
             FrameOutcome::Accepted(adv) => {
                 s.accepted += 1;
                 print_accepted(&adv, &label, opts, out, err)?;
+                if let Some((doc, _)) = &auth {
+                    writeln!(err, "{label}authentication trailer: {doc}")?;
+                }
             }
         }
     }

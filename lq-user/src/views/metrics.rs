@@ -273,6 +273,18 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             "Datagrams that could not be sent.",
             h.send_errors,
         );
+        if let Some(a) = &h.authentication {
+            o.counter(
+                "lq_advertisements_signed_total",
+                "Datagrams sent with an authentication trailer ([helper] key-chain; seed 003 12.1).",
+                a.signed,
+            );
+            o.counter(
+                "lq_advertisements_unsigned_no_key_total",
+                "Datagrams not sent because no key's send-lifetime was active.",
+                a.no_send_key,
+            );
+        }
         o.counter(
             "lq_samples_dropped_total",
             "Counter samples the sampler thread dropped because the loop had not taken the last 4.",

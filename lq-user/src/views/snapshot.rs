@@ -481,6 +481,29 @@ pub struct LocalView {
     /// 7.2's "within one sampling interval".
     #[serde(default)]
     pub recent_triggers: Vec<TriggerView>,
+    /// The authentication trailer's signing (`[helper] key-chain`); absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<SigningView>,
+}
+
+/// How a helper signs its advertisements (issue 39): never a secret.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SigningView {
+    /// The key chain file.
+    pub key_chain: String,
+    /// The key ids it holds.
+    pub keys: Vec<u16>,
+    /// The key the last datagram was signed with.
+    pub send_key_id: Option<u16>,
+    /// Its algorithm (RFC 8177 name).
+    pub algorithm: Option<String>,
+    /// Datagrams signed (all links).
+    pub signed: u64,
+    /// Datagrams not sent because no key's send-lifetime was active.
+    pub no_send_key: u64,
+    /// The 64-bit sequence number the next datagram gets.
+    pub next_sequence: u64,
 }
 
 /// One triggered advertisement's timing. The times are CLOCK_BOOTTIME nanoseconds of

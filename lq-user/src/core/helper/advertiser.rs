@@ -73,6 +73,9 @@ pub struct PathMtu {
     pub mtu: u32,
     /// IPv6 (40-octet header) rather than IPv4 (20).
     pub ipv6: bool,
+    /// Octets every datagram keeps for its authentication trailer (0 without one; issue
+    /// 39, `lq_common::auth`).
+    pub trailer: u32,
 }
 
 impl Default for PathMtu {
@@ -80,6 +83,7 @@ impl Default for PathMtu {
         Self {
             mtu: 1500,
             ipv6: false,
+            trailer: 0,
         }
     }
 }
@@ -93,7 +97,19 @@ impl PathMtu {
         ipv6: bool,
     ) -> Self {
         let mtu = link_mtus.into_iter().chain(cap).min().unwrap_or(1500);
-        Self { mtu, ipv6 }
+        Self {
+            mtu,
+            ipv6,
+            trailer: 0,
+        }
+    }
+
+    /// The same path with room kept for a trailer of `octets` in every datagram.
+    pub fn with_trailer(self, octets: u32) -> Self {
+        Self {
+            trailer: octets,
+            ..self
+        }
     }
 
     /// How many entries fit in one datagram: min(91, (mtu - IP - UDP - header) /
@@ -107,7 +123,8 @@ impl PathMtu {
         let room = self
             .mtu
             .saturating_sub(ip + UDP_HEADER_LEN)
-            .saturating_sub(wire::header_len(as_qualified) as u32);
+            .saturating_sub(wire::header_len(as_qualified) as u32)
+            .saturating_sub(self.trailer);
         let fit = room as usize / wire::entry_len(as_qualified, diagnostics);
         fit.min(wire::MAX_ENTRIES)
     }
@@ -763,7 +780,8 @@ mod tests {
         assert!(matches!(
             a.set_path_mtu(PathMtu {
                 mtu: 59,
-                ipv6: false
+                ipv6: false,
+                ..PathMtu::default()
             }),
             Err(AdvertiserError::MtuTooSmall { mtu: 59, .. })
         ));
@@ -787,14 +805,20 @@ mod tests {
         let p = PathMtu {
             mtu: 1280,
             ipv6: true,
+            ..PathMtu::default()
         };
         assert_eq!(p.entries_per_datagram(true, true), 43);
         // Jumbo frames: still at most 91.
         let jumbo = PathMtu {
             mtu: 9000,
             ipv6: false,
+            ..PathMtu::default()
         };
         assert_eq!(jumbo.entries_per_datagram(false, false), 91);
+        // An authentication trailer (HMAC-SHA-512: 80 octets) takes entries' room:
+        // (1500 - 20 - 8 - 16 - 80) / 16 = 86.
+        let signed = PathMtu::default().with_trailer(80);
+        assert_eq!(signed.entries_per_datagram(false, false), 86);
         let params = HelperParams {
             diagnostics: true,
             ..HelperParams::default()
@@ -830,6 +854,7 @@ mod tests {
         let tiny = PathMtu {
             mtu: 60,
             ipv6: false,
+            ..PathMtu::default()
         };
         assert_eq!(
             Advertiser::new(params, id, links(1), tiny, 0, SmallRng::seed_from_u64(1)).err(),
