@@ -378,6 +378,12 @@ pub const AS_QUALIFIED_NO: u8 = 0;
 /// `ReceiverConfig::as_qualified`: accept only AS-qualified datagrams.
 pub const AS_QUALIFIED_YES: u8 = 1;
 
+/// The interfaces whose LQ datagrams go to lqd's socket receiver for authentication
+/// (issue 39): ifindex -> 1, at most this many.
+pub const AUTH_PASS_MAP: &str = "LQ_AUTH_PASS";
+/// Capacity of [`AUTH_PASS_MAP`].
+pub const AUTH_PASS_CAPACITY: u32 = 64;
+
 /// Load-time configuration of the receiver, written by `lqd` to [`CONFIG_MAP`] index 0.
 /// Until it is written the program passes every frame and counts `config_missing`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -24,12 +24,12 @@ use lq_common::{
         IPV6_HLEN, UDP_HLEN, VLAN_HLEN,
     },
     maps::{
-        AS_PLAN_PREFIX_CAPACITY, AS_QUALIFIED_YES, COUNTER_COUNT, Counter, EVENT_RING_BYTES,
-        EVENT_SLOTS, NEIGHBOR_CAPACITY, NO_SLOT, NeighborKey, NeighborValue, PATH_CLAIM_BLOCK,
-        PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC, PATH_INDEX_CAPACITY,
-        PATH_SLOT_PROBES, PATH_STAMP_LINES, PATH_TABLE_CAPACITY, PathClaimBlock, PathEvent,
-        PathKey, PathSlot, PathStampLine, PathValue, ReceiverConfig, path_index_at, path_stamp,
-        path_stamp_at,
+        AS_PLAN_PREFIX_CAPACITY, AS_QUALIFIED_YES, AUTH_PASS_CAPACITY, COUNTER_COUNT, Counter,
+        EVENT_RING_BYTES, EVENT_SLOTS, NEIGHBOR_CAPACITY, NO_SLOT, NeighborKey, NeighborValue,
+        PATH_CLAIM_BLOCK, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC,
+        PATH_INDEX_CAPACITY, PATH_SLOT_PROBES, PATH_STAMP_LINES, PATH_TABLE_CAPACITY,
+        PathClaimBlock, PathEvent, PathKey, PathSlot, PathStampLine, PathValue, ReceiverConfig,
+        path_index_at, path_stamp, path_stamp_at,
     },
     receive::neighbor_failed,
     wire::{
@@ -80,6 +80,14 @@ static LQ_COUNTERS: PerCpuArray<u64, { COUNTER_COUNT as usize }> = PerCpuArray::
 
 #[btf_map]
 static LQ_CONFIG: Array<ReceiverConfig, 1> = Array::new();
+
+/// The interfaces whose LQ datagrams must be authenticated (issue 39; `[receiver]
+/// authentication`): ifindex -> 1. Their datagrams go up to lqd's socket receiver, which
+/// checks the MAC and hands each authentic one back to this program through
+/// BPF_PROG_TEST_RUN with the loopback as its ingress (never in this map). Not pinned:
+/// written by every start.
+#[btf_map]
+static LQ_AUTH_PASS: HashMap<u32, u32, { AUTH_PASS_CAPACITY as usize }> = HashMap::new();
 
 #[btf_map]
 static LQ_AS_PLAN: LpmTrie<[u8; 4], u8, { AS_PLAN_PREFIX_CAPACITY as usize }> = LpmTrie::new();
@@ -166,6 +174,9 @@ enum Outcome {
     Pass,
     /// An LQ datagram (accepted or discarded): consumed.
     Consumed,
+    /// An LQ datagram on an interface that requires authentication: to the stack, for
+    /// lqd's socket receiver.
+    Authenticate,
 }
 
 #[inline(always)]
@@ -227,6 +238,7 @@ fn try_receive(ctx: &XdpContext) -> u32 {
         }
         Outcome::Consumed if cfg.pass_through != 0 => xdp_action::XDP_PASS,
         Outcome::Consumed => xdp_action::XDP_DROP,
+        Outcome::Authenticate => xdp_action::XDP_PASS,
     }
 }
 
@@ -292,6 +304,13 @@ fn classify_and_receive(ctx: &XdpContext, cfg: &ReceiverConfig) -> Outcome {
     };
     if dport != cfg.udp_port {
         return Outcome::Pass;
+    }
+    // An uplink that requires authentication: up to lqd's socket receiver, untouched.
+    // SAFETY: `ctx.ctx` is the program's context; `ingress_ifindex` is a plain field.
+    let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
+    // SAFETY: the value is only tested for presence.
+    if unsafe { LQ_AUTH_PASS.get(&ifindex) }.is_some() {
+        return Outcome::Authenticate;
     }
     // Check 4.
     if ttl != GTSM_TTL {

@@ -124,10 +124,18 @@ fn show(args: &ShowArgs) -> anyhow::Result<()> {
             lq_user::tools::pins::paths(&instance.pin_dir)?,
             show::paths_table,
         ),
-        ShowWhat::Counters => (
-            lq_user::tools::pins::counters(&instance.pin_dir)?,
-            show::counters_table,
-        ),
+        ShowWhat::Counters => {
+            let mut v = lq_user::tools::pins::counters(&instance.pin_dir)?;
+            // With `[receiver] authentication`, the socket path's counters (issue 39) from
+            // the running daemon beside the XDP receiver's.
+            if let (Ok(serde_json::Value::Object(auth)), Some(o)) = (
+                daemon::query(&instance.socket, "authentication"),
+                v.as_object_mut(),
+            ) {
+                o.extend(auth);
+            }
+            (v, show::counters_table)
+        }
         ShowWhat::Neighbors => {
             let v = match daemon::query(&instance.socket, "neighbors") {
                 Ok(v) => v,

@@ -758,7 +758,15 @@ fn signed_advertisements_verify_independently_and_roll_over_keys() {
 
     let pcap = std::env::temp_dir().join(format!("{}.pcap", lq_tests::unique_name("lq-auth")));
     let mut dump = l.capture("l1", "udp port 52525", &pcap).unwrap();
-    let leaf = Lqd::start(&l, LEAF).unwrap();
+    // The leaf requires authentication with the same keys: the rollover must lose nothing.
+    let leaf = Lqd::start(
+        &l,
+        &format!(
+            "{LEAF}authentication = \"required\"\nkey-chain = \"{}\"\n",
+            keys.display()
+        ),
+    )
+    .unwrap();
     std::fs::write(&keys, chain(now())).unwrap();
     let mut spine = Lqd::start(&s, &spine_cfg).unwrap();
     local_when(&spine, "room kept for an 80-octet trailer", |local| {
@@ -784,6 +792,9 @@ fn signed_advertisements_verify_independently_and_roll_over_keys() {
         !local.to_string().contains("spine key"),
         "a secret shown: {local}"
     );
+    // While the spine ran (its stop is a failure, below), no failure: the rollover lost
+    // no advertisement the leaf needed.
+    let log_before_stop = leaf.log_text();
     assert!(spine.terminate().is_some_and(|st| st.success()));
     std::thread::sleep(Duration::from_millis(200));
     let counters = leaf.show("counters").unwrap();
@@ -791,9 +802,23 @@ fn signed_advertisements_verify_independently_and_roll_over_keys() {
         .args(["-INT", &dump.id().to_string()])
         .status();
     let _ = dump.wait();
-    for bad in ["bad_length", "truncated", "bad_value", "stale_seq"] {
+    for bad in [
+        "bad_length",
+        "truncated",
+        "bad_value",
+        "stale_seq",
+        "auth_missing_trailer",
+        "auth_unknown_key_id",
+        "auth_key_not_accepted",
+        "auth_bad_mac",
+        "auth_replayed_sequence",
+    ] {
         assert_eq!(counters[bad], 0, "{bad}: {counters}");
     }
+    assert!(
+        !log_before_stop.contains("LQ neighbor failed"),
+        "a spine failure during the rollover: {counters}\n{log_before_stop}"
+    );
 
     // lqd's own check of the capture.
     let out = Command::new(lqd_bin().unwrap())
@@ -871,6 +896,225 @@ print(ok, bad, ",".join(str(i) for i in sorted(ids)))
         format!("{} 0 1,2", records.len()),
         "scapy/hmac: ok bad key-ids"
     );
+    let _ = std::fs::remove_file(&pcap);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Authenticated advertisements, receiving side (issue 39 item 3): a leaf with
+/// `[receiver] authentication = "required"` takes the signing spine's advertisements
+/// through its socket path (the XDP program passes them up; lqd checks the MAC and the
+/// 64-bit sequence and hands each back to the program), and drops everything a forger on
+/// the link sends with TTL 255 (scapy, with Python's `hmac` where a MAC is computed): no
+/// trailer, a wrong key, an unknown key id, a key outside its accept-lifetime, one flipped
+/// bit of a genuine datagram, a replayed genuine datagram, and a truncated trailer (which
+/// the XDP program itself refuses as `bad_length`). Each is counted under its reason and
+/// the forged LQS 0 never reaches the path table.
+#[test]
+fn a_leaf_that_requires_authentication_drops_forgeries_by_reason() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let dir = std::env::temp_dir().join(lq_tests::unique_name("lq-rkeys"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spine_keys = dir.join("spine.toml");
+    let leaf_keys = dir.join("leaf.toml");
+    std::fs::write(
+        &spine_keys,
+        "[[key]]\nkey-id = 1\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"fabric key\"\n",
+    )
+    .unwrap();
+    // The leaf accepts key 1, and knows key 3 only for a lifetime that ended in 2020.
+    std::fs::write(
+        &leaf_keys,
+        "[[key]]\nkey-id = 1\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"fabric key\"\n\n\
+         [[key]]\nkey-id = 3\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"old key\"\n\
+         accept-lifetime = { start-date-time = \"2019-01-01T00:00:00Z\", end-date-time = \"2020-01-01T00:00:00Z\" }\n",
+    )
+    .unwrap();
+    for k in [&spine_keys, &leaf_keys] {
+        std::fs::set_permissions(k, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let s = NetNs::new("lqt-ras").unwrap();
+    let l = NetNs::new("lqt-ral").unwrap();
+    veth_pair(&s, "s1", "10.9.0.1/24", &l, "l1", "10.9.0.2/24").unwrap();
+    let leaf_cfg = format!(
+        "{LEAF}authentication = \"required\"\nkey-chain = \"{}\"\n",
+        leaf_keys.display()
+    );
+    let spine_cfg = format!(
+        "{SPINE}\n[helper]\nkey-chain = \"{}\"\n",
+        spine_keys.display()
+    );
+    let pcap = std::env::temp_dir().join(format!("{}.pcap", lq_tests::unique_name("lq-rauth")));
+    let mut dump = l.capture("l1", "udp port 52525", &pcap).unwrap();
+    let leaf = Lqd::start(&l, &leaf_cfg).unwrap();
+    let spine = Lqd::start(&s, &spine_cfg).unwrap();
+    wait_until(
+        "the leaf to accept the signed datagrams",
+        &leaf,
+        &spine,
+        |(q, _)| q >= 240,
+    );
+    let count = |name: &str| leaf.show("counters").unwrap()[name].as_u64().unwrap();
+    poll_until(
+        "verified datagrams handed back to the XDP receiver",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let c = leaf.show("counters").unwrap();
+            if c["auth_verified"].as_u64() > Some(10) && c["auth_handed_back"].as_u64() > Some(10) {
+                Ok(())
+            } else {
+                Err(c)
+            }
+        },
+        |c| format!("leaf counters {c}\n{}", leaf.log_text()),
+    )
+    .unwrap();
+    // A genuine datagram to flip and to replay, from the capture so far.
+    let _ = Command::new("kill")
+        .args(["-INT", &dump.id().to_string()])
+        .status();
+    let _ = dump.wait();
+    let paths = leaf.show("paths").unwrap();
+    let link_id = paths[0]["link-id"].as_u64().unwrap();
+
+    let script = r#"
+import hashlib, hmac, socket, struct, sys
+from scapy.all import Ether, IP, UDP, Raw, rdpcap, sendp
+pcap, link_id = sys.argv[1], int(sys.argv[2])
+SRC, DST, SPORT, DPORT = "10.9.0.1", "224.0.0.1", 40999, 52525
+def advertisement(seq, a_flag):
+    h = struct.pack(">BBHIIHBB", 0x10 | a_flag, 0, seq, 0x0A000002, 1, 1, 16, 0)
+    e = struct.pack(">IIfBBH", 0x0A000101, link_id, 100.0, 0, 7 << 5, 0)
+    return h + e
+def trailer(body, key_id, key, seq64, sport=SPORT):
+    t = struct.pack(">BBHHHQ", 1, 1, 48, key_id, 0, seq64)
+    pseudo = socket.inet_aton(SRC) + socket.inet_aton(DST) + struct.pack(">HH", sport, DPORT)
+    return t + hmac.new(key, pseudo + body + t, hashlib.sha256).digest()
+def send(payload, sport=SPORT):
+    p = Ether(dst="01:00:5e:00:00:01") / IP(src=SRC, dst=DST, ttl=255) / UDP(sport=sport, dport=DPORT) / Raw(payload)
+    sendp(p, iface="s1", verbose=False)
+seq = 60000
+big = (2**32 - 1) << 32
+body = advertisement(seq, 0)
+send(body)                                                   # missing-trailer
+body = advertisement(seq + 1, 1)
+send(body + trailer(body, 1, b"not the fabric key", big))    # bad-mac (wrong key)
+body = advertisement(seq + 2, 1)
+send(body + trailer(body, 9, b"fabric key", big))            # unknown-key-id
+body = advertisement(seq + 3, 1)
+send(body + trailer(body, 3, b"old key", big))               # key-not-accepted
+body = advertisement(seq + 4, 1)
+send((body + trailer(body, 1, b"fabric key", big))[:-5])     # truncated: bad_length
+genuine = [bytes(p[UDP].payload) for p in rdpcap(pcap) if UDP in p and p[UDP].dport == DPORT]
+g = genuine[-1]
+sport = [p[UDP].sport for p in rdpcap(pcap) if UDP in p and p[UDP].dport == DPORT][-1]
+flipped = bytearray(g); flipped[16 + 12] ^= 0xFF             # the first entry's LQS
+send(bytes(flipped), sport)                                  # bad-mac (one flipped field)
+send(g, sport)                                               # replayed-sequence
+print(len(genuine))
+"#;
+    let out = s
+        .command("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(&pcap)
+        .arg(link_id.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = poll_until(
+        "every forgery counted under its reason",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let c = leaf.show("counters").unwrap();
+            let want = [
+                ("auth_missing_trailer", 1),
+                ("auth_bad_mac", 2),
+                ("auth_unknown_key_id", 1),
+                ("auth_key_not_accepted", 1),
+                ("auth_replayed_sequence", 1),
+            ];
+            if want.iter().all(|(k, n)| c[*k].as_u64() == Some(*n))
+                && c["bad_length"].as_u64() == Some(1)
+            {
+                Ok(c)
+            } else {
+                Err(c)
+            }
+        },
+        |c| format!("leaf counters {c}\n{}", leaf.log_text()),
+    )
+    .unwrap();
+    eprintln!("leaf counters after the forgeries: {c}");
+    // Nothing forged reached the table: the spine's genuine LQS stands, and more genuine
+    // datagrams keep arriving.
+    let verified = count("auth_verified");
+    std::thread::sleep(Duration::from_millis(300));
+    let (lqs, cl) = lqs_of(&leaf).unwrap();
+    assert!(lqs >= 240 && cl == 0, "LQS {lqs} CL {cl}");
+    assert!(count("auth_verified") > verified);
+    assert_eq!(count("stale_seq"), 0);
+    let log = leaf.log_text();
+    assert!(log.contains("not authentic"), "{log}");
+    assert!(!log.contains("fabric key"), "a secret in the log");
+    drop(leaf);
+
+    // Migration (`accept-unauthenticated`): signed datagrams are still verified, an
+    // unsigned one is accepted and counted: the forged LQS 0 then reaches the table.
+    let leaf = Lqd::start(
+        &l,
+        &leaf_cfg.replace("\"required\"", "\"accept-unauthenticated\""),
+    )
+    .unwrap();
+    wait_until(
+        "the migrating leaf to accept the signed datagrams",
+        &leaf,
+        &spine,
+        |(q, _)| q >= 240,
+    );
+    let unsigned = r#"
+import struct, sys
+from scapy.all import Ether, IP, UDP, Raw, sendp
+link_id = int(sys.argv[1])
+h = struct.pack(">BBHIIHBB", 0x10, 0, 0, 0x0A000002, 1, 1, 16, 0)
+e = struct.pack(">IIfBBH", 0x0A000101, link_id, 100.0, 0, 7 << 5, 0)
+for _ in range(3):
+    sendp(Ether(dst="01:00:5e:00:00:01") / IP(src="10.9.0.1", dst="224.0.0.1", ttl=255) / UDP(sport=40998, dport=52525) / Raw(h + e), iface="s1", verbose=False)
+"#;
+    let out = s
+        .command("/usr/bin/python3")
+        .args(["-c", unsigned])
+        .arg(link_id.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    poll_until(
+        "the unsigned datagram accepted and counted",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let c = leaf.show("counters").unwrap();
+            if c["auth_unauthenticated_accepted"].as_u64() >= Some(1)
+                && c["auth_verified"].as_u64() > Some(0)
+                && c["auth_missing_trailer"] == 0
+            {
+                Ok(())
+            } else {
+                Err(c)
+            }
+        },
+        |c| format!("leaf counters {c}\n{}", leaf.log_text()),
+    )
+    .unwrap();
     let _ = std::fs::remove_file(&pcap);
     let _ = std::fs::remove_dir_all(&dir);
 }

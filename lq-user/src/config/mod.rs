@@ -397,6 +397,30 @@ pub struct Receiver {
     /// bpffs folder for the pinned maps (default `/sys/fs/bpf/lq/<instance>`).
     #[serde(default)]
     pub pin_dir: Option<PathBuf>,
+    /// Whether advertisements on these interfaces must carry a valid authentication
+    /// trailer (seed 003 section 12.1; issue 39): `none` (the XDP path, trailers stepped
+    /// over), `accept-unauthenticated` (migration: verified when signed, accepted and
+    /// counted when not) or `required`.
+    #[serde(default)]
+    pub authentication: Authentication,
+    /// The key chain the trailers are verified with (`config::key_chain`); needed unless
+    /// `authentication = "none"`. Read again on SIGHUP.
+    #[serde(default)]
+    pub key_chain: Option<PathBuf>,
+}
+
+/// `[receiver] authentication`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Authentication {
+    /// No verification: the XDP receiver reads every datagram (a trailer is stepped over).
+    #[default]
+    None,
+    /// Signed datagrams are verified (and dropped when they fail); unsigned ones are
+    /// accepted and counted (`auth_unauthenticated_accepted`).
+    AcceptUnauthenticated,
+    /// Only datagrams whose trailer verifies are accepted.
+    Required,
 }
 
 /// `[damping]`: receiver damping (section 6.4).
@@ -1269,6 +1293,14 @@ impl Config {
                 a.receiver.pin_dir != b.receiver.pin_dir,
                 "[receiver] pin-dir",
             );
+            check(
+                a.receiver.authentication != b.receiver.authentication,
+                "[receiver] authentication",
+            );
+            check(
+                a.receiver.key_chain.is_some() != b.receiver.key_chain.is_some(),
+                "[receiver] key-chain (on or off)",
+            );
             let (na, nb) = (&a.nexthop_group, &b.nexthop_group);
             check(na.group_type != nb.group_type, "[nexthop-group] type");
             check(na.buckets != nb.buckets, "[nexthop-group] buckets");
@@ -1765,6 +1797,13 @@ impl Config {
         for n in &self.receiver.interfaces {
             name(n, key("receiver", "interfaces"), "[receiver] interfaces:")?;
         }
+        if self.receiver.authentication != Authentication::None && self.receiver.key_chain.is_none()
+        {
+            return Err(at(
+                [key("receiver", "authentication")],
+                "[receiver] authentication needs [receiver] key-chain (the keys the trailers are verified with)".to_string(),
+            ));
+        }
         for (i, u) in self.uplink.iter().enumerate() {
             name(
                 &u.interface,
@@ -2245,6 +2284,40 @@ router-id = "10.0.0.2"
 interface = "eth1"
 remote-node = ["10.0.1.1"]
 "#;
+
+    /// `[receiver] authentication` (issue 39): needs a key chain, names its values, and
+    /// turning it on or off (or changing it) needs a restart; the helper's key chain too.
+    #[test]
+    fn authentication_needs_a_key_chain_and_a_restart_to_change() {
+        let auth = |extra: &str| LEAF.replace("[receiver]", &format!("[receiver]\n{extra}"));
+        let e = err(&auth("authentication = \"required\""));
+        assert!(e.contains("needs [receiver] key-chain"), "{e}");
+        let e = err(&auth("authentication = \"always\""));
+        assert!(e.contains("accept-unauthenticated"), "{e}");
+        let on = parse(&auth(
+            "authentication = \"required\"\nkey-chain = \"/etc/lq/keys.toml\"",
+        ))
+        .unwrap();
+        assert_eq!(on.receiver.authentication, Authentication::Required);
+        let off = parse(LEAF).unwrap();
+        assert_eq!(off.receiver.authentication, Authentication::None);
+        let changed = off.restart_only_changes(&on);
+        assert!(
+            changed.contains(&"[receiver] authentication"),
+            "{changed:?}"
+        );
+        let h = parse(&format!(
+            "{HELPER}\n[helper]\nkey-chain = \"/etc/lq/keys.toml\"\n"
+        ))
+        .unwrap();
+        let plain = parse(HELPER).unwrap();
+        assert!(
+            plain
+                .restart_only_changes(&h)
+                .contains(&"[helper] key-chain (on or off)")
+        );
+        assert!(h.restart_only_changes(&h).is_empty());
+    }
 
     /// Issue 43's configurations that misbehaved with `check-config` saying ok: each is now
     /// refused at its line (file:line:col, the key's name and what is allowed).

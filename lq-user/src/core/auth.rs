@@ -354,6 +354,51 @@ impl ReplayGuard {
     }
 }
 
+/// Rebuilds, around a UDP `payload` the socket receiver read, the Ethernet frame the XDP
+/// receiver parses (zero MAC addresses; IPv4 without options or IPv6; the TTL / Hop Limit
+/// as received, so that check 4 judges it; checksums 0, which the receiver does not read).
+/// Into `out`, which is cleared first.
+pub fn rebuild_frame(
+    source: std::net::SocketAddr,
+    destination: std::net::IpAddr,
+    destination_port: u16,
+    ttl: u8,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    let udp_len = (8 + payload.len()).min(usize::from(u16::MAX)) as u16;
+    out.extend_from_slice(&[0u8; 12]);
+    match (source.ip(), destination) {
+        (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => {
+            out.extend_from_slice(&0x0800u16.to_be_bytes());
+            let total = udp_len.saturating_add(20);
+            out.extend_from_slice(&[0x45, 0]);
+            out.extend_from_slice(&total.to_be_bytes());
+            out.extend_from_slice(&[0, 0, 0, 0, ttl, 17, 0, 0]);
+            out.extend_from_slice(&s.octets());
+            out.extend_from_slice(&d.octets());
+        }
+        (s, d) => {
+            let v6 = |a: std::net::IpAddr| match a {
+                std::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
+                std::net::IpAddr::V6(a) => a,
+            };
+            out.extend_from_slice(&0x86ddu16.to_be_bytes());
+            out.extend_from_slice(&[0x60, 0, 0, 0]);
+            out.extend_from_slice(&udp_len.to_be_bytes());
+            out.extend_from_slice(&[17, ttl]);
+            out.extend_from_slice(&v6(s).octets());
+            out.extend_from_slice(&v6(d).octets());
+        }
+    }
+    out.extend_from_slice(&source.port().to_be_bytes());
+    out.extend_from_slice(&destination_port.to_be_bytes());
+    out.extend_from_slice(&udp_len.to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(payload);
+}
+
 /// The 64-bit sequence numbers a sender gives its datagrams: the high word its start time
 /// in Unix seconds, the low word a counter from 0; the counter's wrap carries into the
 /// high word, so the numbers only rise.
@@ -605,6 +650,43 @@ mod tests {
         let shown = format!("{k:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("redacted"), "{shown}");
+    }
+
+    #[test]
+    fn a_rebuilt_frame_is_what_the_receiver_checks() {
+        let (buf, body) = advertisement();
+        let mut f = Vec::new();
+        for (src, dst) in [
+            ("10.0.0.1:40000", "224.0.0.1"),
+            ("[fe80::1]:40000", "ff02::1"),
+        ] {
+            rebuild_frame(
+                src.parse().unwrap(),
+                dst.parse().unwrap(),
+                52525,
+                255,
+                &buf[..body],
+                &mut f,
+            );
+            match lq_common::frame::classify(&f, 52525) {
+                lq_common::frame::FrameClass::Payload(p) => assert_eq!(p, &buf[..body]),
+                other => panic!("{other:?}"),
+            }
+            let e = lq_common::frame::udp_endpoints(&f).unwrap();
+            assert_eq!(e.source_port, 40000);
+            rebuild_frame(
+                src.parse().unwrap(),
+                dst.parse().unwrap(),
+                52525,
+                64,
+                &buf[..body],
+                &mut f,
+            );
+            assert_eq!(
+                lq_common::frame::classify(&f, 52525),
+                lq_common::frame::FrameClass::BadTtl
+            );
+        }
     }
 
     #[test]

@@ -514,6 +514,21 @@ fn answer(request: &str, snap: &Snapshot) -> String {
             || no("load-balancer"),
             |lb| text(serde_json::to_string(&lb.uplinks)),
         ),
+        // The socket path's counters of `[receiver] authentication` (issue 39), which live
+        // in lqd, not in the pinned maps `lqd show counters` reads: empty without it.
+        "authentication" => lb.map_or_else(
+            || no("load-balancer"),
+            |lb| {
+                let auth: serde_json::Map<String, serde_json::Value> = lb
+                    .receiver_counters
+                    .iter()
+                    .flatten()
+                    .filter(|(k, _)| k.starts_with("auth_"))
+                    .map(|(k, v)| ((*k).to_string(), (*v).into()))
+                    .collect();
+                serde_json::Value::Object(auth).to_string()
+            },
+        ),
         "status" => {
             let mut status = snap.status.clone();
             status.uptime_s = crate::sys::clock::unix_ms_now()
@@ -528,7 +543,7 @@ fn answer(request: &str, snap: &Snapshot) -> String {
             crate::views::yang_state::state_document(&snap.config, local, neighbors, weighted_ecmp)
                 .to_string()
         }
-        other => json!({"error": format!("unknown request {other:?}: weights, neighbors, local, uplinks, state, status, reload, monitor")})
+        other => json!({"error": format!("unknown request {other:?}: weights, neighbors, local, uplinks, authentication, state, status, reload, monitor")})
             .to_string(),
     }
 }

@@ -146,6 +146,37 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         }
         None => None,
     };
+    // `[receiver] authentication` (issue 39): the sockets the XDP program passes the
+    // interfaces' LQ datagrams up to, one per address family.
+    let (mut auth_v4, mut auth_v6) = match lb.as_ref() {
+        Some(lb) if lb.authenticates() => {
+            let open = |v6: bool| -> Result<_> {
+                let s =
+                    crate::sys::socket::open_auth_socket(cfg.udp.port, v6).with_context(|| {
+                        format!(
+                            "authentication socket (UDP port {}, {})",
+                            cfg.udp.port,
+                            if v6 { "IPv6" } else { "IPv4" }
+                        )
+                    })?;
+                crate::sys::timer::register(
+                    crate::sys::socket::AuthSocket(s),
+                    tokio::io::Interest::READABLE,
+                )
+                .map_err(|e| anyhow::anyhow!("authentication socket fd: {e}"))
+            };
+            // IPv6 may be disabled on the node: then IPv4 alone, with a warning.
+            let v6 = match open(true) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    warn!(error = %format!("{e:#}"), "no IPv6 authentication socket: only IPv4 advertisements are authenticated");
+                    None
+                }
+            };
+            (Some(open(false)?), v6)
+        }
+        _ => (None, None),
+    };
     // The slow plane (seed 003 section 4.1): the routing daemon's routes, dumped once and
     // then followed by notification.
     let mut routes = match lb.as_mut() {
@@ -368,6 +399,23 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                 }
                 guard.clear_ready();
                 tracing::trace!(events = n, "path table changed");
+                step_lb = event_steps.arrived(monotonic_ns());
+            }
+            ready = when_some(auth_v4.as_mut().map(|s| s.readable_mut())) => {
+                let mut guard = ready?;
+                let n = lb.as_mut().map_or(0, |lb| lb.receive_authenticated(&guard.get_inner().0));
+                // A full batch leaves the rest for the next turn, still readable.
+                if n < crate::roles::load_balancer::auth::BATCH {
+                    guard.clear_ready();
+                }
+                step_lb = event_steps.arrived(monotonic_ns());
+            }
+            ready = when_some(auth_v6.as_mut().map(|s| s.readable_mut())) => {
+                let mut guard = ready?;
+                let n = lb.as_mut().map_or(0, |lb| lb.receive_authenticated(&guard.get_inner().0));
+                if n < crate::roles::load_balancer::auth::BATCH {
+                    guard.clear_ready();
+                }
                 step_lb = event_steps.arrived(monotonic_ns());
             }
             ready = when_some(routes.as_mut().map(|r| r.readable_mut())) => {

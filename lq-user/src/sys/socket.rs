@@ -151,6 +151,166 @@ pub fn advertisement_source(
     Ok(std::net::SocketAddr::new(ip, port))
 }
 
+/// The socket lqd's authenticating receiver reads LQ datagrams from (issue 39): UDP on
+/// `port` of every address of one family, with each datagram's TTL / Hop Limit and its
+/// destination address and ingress interface (IP_PKTINFO / IPV6_PKTINFO) delivered beside
+/// it. The XDP program passes up only the datagrams of the interfaces that require
+/// authentication; the receiver ignores the others by their ingress interface.
+pub fn open_auth_socket(port: u16, ipv6: bool) -> io::Result<Socket> {
+    let domain = if ipv6 { Domain::IPV6 } else { Domain::IPV4 };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_address(true)?;
+    let on: libc::c_int = 1;
+    let set = |level: libc::c_int, name: libc::c_int| -> io::Result<()> {
+        // SAFETY: valid fd and an int option.
+        let rc = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                level,
+                name,
+                (&raw const on).cast(),
+                size_of::<libc::c_int>() as u32,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    let any: std::net::SocketAddr = if ipv6 {
+        s.set_only_v6(true)?;
+        set(libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT)?;
+        set(libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)?;
+        (std::net::Ipv6Addr::UNSPECIFIED, port).into()
+    } else {
+        set(libc::IPPROTO_IP, libc::IP_RECVTTL)?;
+        set(libc::IPPROTO_IP, libc::IP_PKTINFO)?;
+        (Ipv4Addr::UNSPECIFIED, port).into()
+    };
+    s.bind(&any.into())?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// One datagram read by [`recv_with_info`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceivedInfo {
+    /// Its length in the buffer (a longer one is truncated: `truncated`).
+    pub len: usize,
+    /// Whether it did not fit the buffer.
+    pub truncated: bool,
+    /// Source address and port.
+    pub source: std::net::SocketAddr,
+    /// Destination address (IP_PKTINFO / IPV6_PKTINFO).
+    pub destination: std::net::IpAddr,
+    /// The interface it arrived on.
+    pub ifindex: u32,
+    /// Its TTL / Hop Limit.
+    pub ttl: u8,
+}
+
+/// Reads one datagram from `s` (an [`open_auth_socket`] socket) with its TTL, destination
+/// and ingress interface; `Ok(None)` when none is waiting. A datagram without those
+/// control messages (which the socket options guarantee) is an error.
+pub fn recv_with_info(s: &Socket, buf: &mut [u8]) -> io::Result<Option<ReceivedInfo>> {
+    // SAFETY: zeroed sockaddr_storage and msghdr are valid; the iovec and the control
+    // buffer outlive the call; the kernel writes at most their lengths.
+    let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut control = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: as above.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&raw mut from).cast();
+    msg.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of_val(&control);
+    // SAFETY: `msg` points at live buffers (above).
+    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &raw mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let source = match i32::from(from.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET).
+            let a: libc::sockaddr_in = unsafe { *(&raw const from).cast() };
+            std::net::SocketAddr::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)).into(),
+                u16::from_be(a.sin_port),
+            )
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6).
+            let a: libc::sockaddr_in6 = unsafe { *(&raw const from).cast() };
+            std::net::SocketAddr::new(
+                std::net::Ipv6Addr::from(a.sin6_addr.s6_addr).into(),
+                u16::from_be(a.sin6_port),
+            )
+        }
+        f => return Err(io::Error::other(format!("address family {f}"))),
+    };
+    let (mut ttl, mut destination, mut ifindex) = (None, None, 0u32);
+    // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !c.is_null() {
+            let data = libc::CMSG_DATA(c);
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (libc::IPPROTO_IP, libc::IP_TTL) => {
+                    ttl = Some(data.cast::<libc::c_int>().read_unaligned() as u8);
+                }
+                (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                    let p = data.cast::<libc::in_pktinfo>().read_unaligned();
+                    destination = Some(Ipv4Addr::from(u32::from_be(p.ipi_addr.s_addr)).into());
+                    ifindex = p.ipi_ifindex as u32;
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                    ttl = Some(data.cast::<libc::c_int>().read_unaligned() as u8);
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                    let p = data.cast::<libc::in6_pktinfo>().read_unaligned();
+                    destination = Some(std::net::Ipv6Addr::from(p.ipi6_addr.s6_addr).into());
+                    ifindex = p.ipi6_ifindex;
+                }
+                _ => {}
+            }
+            c = libc::CMSG_NXTHDR(&raw const msg, c);
+        }
+    }
+    match (ttl, destination) {
+        (Some(ttl), Some(destination)) => Ok(Some(ReceivedInfo {
+            len: (n as usize).min(buf.len()),
+            truncated: msg.msg_flags & libc::MSG_TRUNC != 0,
+            source,
+            destination,
+            ifindex,
+            ttl,
+        })),
+        _ => Err(io::Error::other(
+            "a datagram without its TTL or destination",
+        )),
+    }
+}
+
+/// A socket that owns its descriptor, for [`crate::sys::timer::register`].
+pub struct AuthSocket(pub Socket);
+
+impl std::os::fd::AsRawFd for AuthSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+impl crate::sys::timer::OwnsFd for AuthSocket {}
+
 /// Bytes written to `s` that its peer has not acknowledged (Linux SIOCOUTQ), if known.
 pub fn unacknowledged_bytes(s: &TcpStream) -> Option<u64> {
     let mut n: libc::c_int = 0;

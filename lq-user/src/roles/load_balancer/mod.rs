@@ -113,6 +113,9 @@ pub enum LoadBalancerError {
     /// The uplinks' counters for `[local-quality] source = "measured"`.
     #[error("measuring the uplinks' local quality")]
     LocalQuality(#[source] crate::roles::helper::HelperRoleError),
+    /// `[receiver] authentication` (its key chain).
+    #[error(transparent)]
+    Authentication(#[from] auth::AuthReceiverError),
 }
 
 /// What the kernel holds for one group (the destinations of one remote node).
@@ -158,6 +161,7 @@ struct RouteState {
     installed: Option<u32>,
 }
 
+pub mod auth;
 mod group_table;
 mod local;
 
@@ -277,6 +281,8 @@ pub struct LoadBalancer {
     foreign_warned: BTreeSet<u32>,
     /// The slow plane's core, with `[slow-plane]`.
     slow: Option<crate::roles::load_balancer::slow_plane::SlowPlane>,
+    /// `[receiver] authentication`: the socket receive path (issue 39).
+    auth: Option<auth::AuthReceiver>,
     /// How long the last steps that replaced groups took, in two parts.
     step_times: StepTimes,
 }
@@ -380,6 +386,18 @@ impl LoadBalancer {
             let mode = receiver.attach(iface)?;
             info!(%iface, ?mode, pin_dir = %pin_dir.display(), "XDP receiver attached");
         }
+        // Issue 39: the interfaces whose datagrams are verified on the socket path.
+        let auth_ifindexes = if cfg.receiver.authentication == crate::config::Authentication::None {
+            Vec::new()
+        } else {
+            cfg.receiver
+                .interfaces
+                .iter()
+                .map(|i| ifindex(i))
+                .collect::<Result<Vec<u32>, _>>()?
+        };
+        let auth = auth::AuthReceiver::new(&cfg, auth_ifindexes.clone())?;
+        receiver.set_authenticated_interfaces(&auth_ifindexes)?;
         let reader = receiver.reader()?;
         let weights = WeightController::new(controller)
             .map_err(|e| LoadBalancerError::Controller(e.to_string()))?;
@@ -434,6 +452,7 @@ impl LoadBalancer {
             foreign_nexthop_writes: 0,
             foreign_warned: BTreeSet::new(),
             slow: None,
+            auth,
             cfg,
         };
         warn_bucket_resolution(&lb.cfg, &lb.controller);
@@ -462,6 +481,9 @@ impl LoadBalancer {
         } else {
             None
         };
+        if let Some(a) = self.auth.as_mut() {
+            a.reload(&cfg)?;
+        }
         self.receiver
             .configure(&receiver_settings(&cfg, &controller))?;
         // The slow plane's destinations keep their permitted members and mapping until
@@ -1738,13 +1760,33 @@ impl LoadBalancer {
         paths
     }
 
-    /// The receiver's counters by name, summed over CPUs.
+    /// The receiver's counters by name, summed over CPUs, and with `[receiver]
+    /// authentication` the socket path's.
     pub fn counters(&self) -> Result<Vec<(&'static str, u64)>, PathTableError> {
         let c = self.reader.counters()?;
-        Ok(lq_common::maps::Counter::ALL
+        let mut v: Vec<(&'static str, u64)> = lq_common::maps::Counter::ALL
             .iter()
             .map(|k| (k.name(), c[*k as usize]))
-            .collect())
+            .collect();
+        if let Some(a) = &self.auth {
+            v.extend(a.counters.named());
+        }
+        Ok(v)
+    }
+
+    /// Whether `[receiver] authentication` needs the socket path (issue 39).
+    pub fn authenticates(&self) -> bool {
+        self.auth.is_some()
+    }
+
+    /// Reads and handles the datagrams waiting on an authentication socket
+    /// (`sys::socket::open_auth_socket`): at most `auth::BATCH`; returns how many.
+    pub fn receive_authenticated(&mut self, socket: &socket2::Socket) -> usize {
+        let Some(a) = self.auth.as_mut() else {
+            return 0;
+        };
+        let now_s = crate::sys::clock::unix_ms_now() as i64 / 1000;
+        a.on_readable(socket, &mut self.receiver, now_s, monotonic_ns())
     }
 }
 

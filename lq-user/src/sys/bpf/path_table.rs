@@ -14,14 +14,18 @@ use aya::{
         Array, Map, MapData, RingBuf,
         lpm_trie::{Key, LpmTrie},
     },
-    programs::{Xdp, XdpMode},
+    programs::{TestRun, Xdp, XdpMode},
 };
+/// The loopback's ifindex in every network namespace: the ingress of the datagrams the
+/// socket receiver hands back to the XDP program.
+const LOOPBACK_IFINDEX: u32 = 1;
+
 use lq_common::maps::{
-    AS_PLAN_MAP, AS_PLAN_MAX, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter, EVENT_MAP,
-    NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_BLOCK_MAP, PATH_INDEX_MAP,
-    PATH_ROWS_MAP, PATH_STAMP_LINES, PATH_STAMP_MAP, PATH_TABLE_CAPACITY, PATH_TABLE_MAP,
-    PathEvent, PathKey, PathSlot, PathStampLine, PathValue, ReceiverConfig, XDP_PROGRAM,
-    path_stamp_at,
+    AS_PLAN_MAP, AS_PLAN_MAX, AUTH_PASS_MAP, CONFIG_MAP, COUNTER_COUNT, COUNTER_MAP, Counter,
+    EVENT_MAP, NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_BLOCK_MAP,
+    PATH_INDEX_MAP, PATH_ROWS_MAP, PATH_STAMP_LINES, PATH_STAMP_MAP, PATH_TABLE_CAPACITY,
+    PATH_TABLE_MAP, PathEvent, PathKey, PathSlot, PathStampLine, PathValue, ReceiverConfig,
+    XDP_PROGRAM, path_stamp_at,
 };
 use lq_common::{maps::as_range_prefixes, wire::AsRange};
 
@@ -386,6 +390,58 @@ impl XdpReceiver {
     /// The pin folder.
     pub fn pin_dir(&self) -> &Path {
         &self.pin_dir
+    }
+
+    /// The interfaces whose LQ datagrams go up to the socket receiver for authentication
+    /// (issue 39): replaces the set (at most `AUTH_PASS_CAPACITY`).
+    pub fn set_authenticated_interfaces(
+        &mut self,
+        ifindexes: &[u32],
+    ) -> Result<(), PathTableError> {
+        let map = self
+            .ebpf
+            .map_mut(AUTH_PASS_MAP)
+            .ok_or(PathTableError::MissingMap(AUTH_PASS_MAP))?;
+        let mut set: aya::maps::HashMap<&mut MapData, u32, u32> = aya::maps::HashMap::try_from(map)
+            .map_err(super::map_err::<PathTableError>(AUTH_PASS_MAP))?;
+        let stale: Vec<u32> = set
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !ifindexes.contains(k))
+            .collect();
+        for k in stale {
+            set.remove(&k)
+                .map_err(super::map_err::<PathTableError>(AUTH_PASS_MAP))?;
+        }
+        for i in ifindexes {
+            set.insert(i, 1, 0)
+                .map_err(super::map_err::<PathTableError>(AUTH_PASS_MAP))?;
+        }
+        Ok(())
+    }
+
+    /// Runs the receiver program on `frame`, an authenticated datagram the socket
+    /// receiver rebuilt, as if it had arrived on the loopback (which is never in the
+    /// authentication set): checks 1-11 and the path table exactly as for a datagram on
+    /// the wire (BPF_PROG_TEST_RUN, on the calling thread's CPU). Returns the verdict.
+    pub fn receive_verified(&mut self, frame: &[u8]) -> Result<u32, PathTableError> {
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+        // egress_ifindex; the kernel wants data 0 and data_end the frame's length.
+        let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&len.to_ne_bytes());
+        ctx[12..16].copy_from_slice(&LOOPBACK_IFINDEX.to_ne_bytes());
+        let prog = self.program()?;
+        let mut opts = aya::programs::TestRunOptions::new();
+        opts.data_in = Some(frame);
+        opts.ctx_in = Some(&ctx);
+        let r = prog
+            .test_run(opts)
+            .map_err(super::program_err::<PathTableError>(
+                "XDP",
+                "test run (authenticated datagram)",
+            ))?;
+        Ok(r.return_value)
     }
 
     /// The loaded object, for tests (TestRun) and benchmarks.

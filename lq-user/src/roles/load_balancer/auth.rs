@@ -1,0 +1,281 @@
+//! The authenticating receive path (issue 39 item 3; seed 003 section 12.1).
+//!
+//! Mainline XDP cannot compute an HMAC, so on the interfaces of `[receiver]
+//! authentication` the XDP program passes LQ datagrams up to this receiver. It reads each
+//! with its TTL, destination and ingress interface, checks the trailer's MAC in constant
+//! time against the key chain and its 64-bit sequence per sender and key
+//! (`core::auth`), and hands every authentic datagram back to the same XDP program through
+//! BPF_PROG_TEST_RUN (`XdpReceiver::receive_verified`), which applies checks 1-11 and
+//! writes the path table exactly as for a datagram on the wire: one implementation of
+//! the checks. Cheap checks come first: a datagram with a TTL other than 255 (GTSM, check
+//! 4) or one that does not decode goes straight to the program, which discards and counts
+//! it under its own reason, without a MAC computed for it.
+//!
+//! A datagram that fails is dropped and counted by reason (missing trailer, unknown key
+//! id, key outside its accept-lifetime, bad MAC, replayed sequence); one warning per
+//! neighbor and reason per minute says so.
+
+use std::{collections::BTreeMap, path::PathBuf};
+
+use lq_common::wire::{DecodePolicy, decode};
+use tracing::{info, warn};
+
+use crate::{
+    config::{Authentication, Config},
+    core::auth::{self, Endpoints, KeyChain, Reject, ReplayGuard, rebuild_frame},
+    sys::{
+        bpf::path_table::{PathTableError, XdpReceiver},
+        socket::{ReceivedInfo, recv_with_info},
+    },
+};
+
+/// At most this many datagrams per socket wake-up: a flood of forged datagrams (each
+/// costs an HMAC) cannot hold the daemon's loop; the rest wait for the next turn.
+pub const BATCH: usize = 256;
+
+/// One warning per neighbor and reason at most this often.
+const NOTICE_INTERVAL_NS: u64 = 60_000_000_000;
+
+/// The receive path's counters (issue 39 item 4), in `lqd show counters` and the metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuthCounters {
+    /// Datagrams read from the socket on an interface that requires authentication.
+    pub received: u64,
+    /// Datagrams whose trailer verified and whose sequence was new.
+    pub verified: u64,
+    /// `accept-unauthenticated`: datagrams without a trailer, accepted.
+    pub unauthenticated_accepted: u64,
+    /// Refused, by reason ([`Reject::ALL`] order).
+    pub refused: [u64; 5],
+    /// Handed back to the XDP program (verified, unauthenticated accepted, or for it to
+    /// discard: TTL, framing).
+    pub handed_back: u64,
+    /// BPF_PROG_TEST_RUN failures (the datagram is lost; logged).
+    pub hand_back_errors: u64,
+    /// Datagrams on other interfaces (with `pass-through`), ignored.
+    pub other_interface: u64,
+    /// Datagrams longer than the receive buffer (truncated: dropped).
+    pub oversized: u64,
+}
+
+impl AuthCounters {
+    /// The counters by name.
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        let mut v = vec![
+            ("auth_received", self.received),
+            ("auth_verified", self.verified),
+            (
+                "auth_unauthenticated_accepted",
+                self.unauthenticated_accepted,
+            ),
+        ];
+        for (r, n) in Reject::ALL.iter().zip(self.refused) {
+            v.push((
+                match r {
+                    Reject::Missing => "auth_missing_trailer",
+                    Reject::UnknownKey => "auth_unknown_key_id",
+                    Reject::KeyNotAccepted => "auth_key_not_accepted",
+                    Reject::BadMac => "auth_bad_mac",
+                    Reject::Replayed => "auth_replayed_sequence",
+                },
+                n,
+            ));
+        }
+        v.extend([
+            ("auth_handed_back", self.handed_back),
+            ("auth_hand_back_errors", self.hand_back_errors),
+            ("auth_other_interface", self.other_interface),
+            ("auth_oversized", self.oversized),
+        ]);
+        v
+    }
+}
+
+/// Why the receive path could not start or reload.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthReceiverError {
+    /// The key chain.
+    #[error(transparent)]
+    KeyChain(#[from] crate::config::key_chain::KeyChainFileError),
+    /// `[receiver] authentication` without `key-chain` (config validation says so first).
+    #[error("[receiver] authentication needs [receiver] key-chain")]
+    NoKeyChain,
+}
+
+/// The receive path of `[receiver] authentication`.
+pub struct AuthReceiver {
+    mode: Authentication,
+    key_chain: PathBuf,
+    chain: KeyChain,
+    /// The interfaces that require authentication.
+    ifindexes: Vec<u32>,
+    port: u16,
+    replay: ReplayGuard,
+    /// The counters.
+    pub counters: AuthCounters,
+    buf: Vec<u8>,
+    frame: Vec<u8>,
+    /// When each (node AS, node id, reason) was last warned about.
+    noticed: BTreeMap<(u32, u32, Reject), u64>,
+}
+
+impl AuthReceiver {
+    /// The receive path for `cfg`'s `[receiver]` on `ifindexes`; `None` with
+    /// `authentication = "none"`.
+    pub fn new(cfg: &Config, ifindexes: Vec<u32>) -> Result<Option<Self>, AuthReceiverError> {
+        let r = &cfg.receiver;
+        if r.authentication == Authentication::None {
+            return Ok(None);
+        }
+        let key_chain = r.key_chain.clone().ok_or(AuthReceiverError::NoKeyChain)?;
+        let chain = crate::config::key_chain::load(&key_chain)?;
+        info!(mode = ?r.authentication, key_chain = %key_chain.display(), keys = ?chain.keys().iter().map(|k| k.id).collect::<Vec<_>>(), interfaces = ?ifindexes, "authenticated advertisements: the XDP receiver passes LQ datagrams up for verification");
+        Ok(Some(Self {
+            mode: r.authentication,
+            key_chain,
+            chain,
+            ifindexes,
+            port: cfg.udp.port,
+            replay: ReplayGuard::default(),
+            counters: AuthCounters::default(),
+            buf: vec![0; lq_common::auth::MAX_DATAGRAM_LEN + 1],
+            frame: Vec::with_capacity(lq_common::auth::MAX_DATAGRAM_LEN + 80),
+            noticed: BTreeMap::new(),
+        }))
+    }
+
+    /// The interfaces that require authentication.
+    pub fn ifindexes(&self) -> &[u32] {
+        &self.ifindexes
+    }
+
+    /// Reads the key chain again (SIGHUP); a bad file changes nothing.
+    pub fn reload(&mut self, cfg: &Config) -> Result<(), AuthReceiverError> {
+        let path = cfg
+            .receiver
+            .key_chain
+            .clone()
+            .ok_or(AuthReceiverError::NoKeyChain)?;
+        let chain = crate::config::key_chain::load(&path)?;
+        info!(key_chain = %path.display(), keys = ?chain.keys().iter().map(|k| k.id).collect::<Vec<_>>(), "receiver key chain reloaded");
+        self.chain = chain;
+        self.key_chain = path;
+        Ok(())
+    }
+
+    /// Reads up to [`BATCH`] datagrams from `socket` and handles each; returns how many
+    /// were read. `now_s` (Unix seconds) judges key lifetimes; `now_ns` (monotonic) paces
+    /// the warnings.
+    pub fn on_readable(
+        &mut self,
+        socket: &socket2::Socket,
+        receiver: &mut XdpReceiver,
+        now_s: i64,
+        now_ns: u64,
+    ) -> usize {
+        let mut n = 0;
+        while n < BATCH {
+            let info = match recv_with_info(socket, &mut self.buf) {
+                Ok(Some(info)) => info,
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(error = %e, "reading the authentication socket");
+                    break;
+                }
+            };
+            n += 1;
+            self.handle(info, receiver, now_s, now_ns);
+        }
+        n
+    }
+
+    fn handle(&mut self, info: ReceivedInfo, receiver: &mut XdpReceiver, now_s: i64, now_ns: u64) {
+        if !self.ifindexes.contains(&info.ifindex) {
+            self.counters.other_interface += 1;
+            return;
+        }
+        self.counters.received += 1;
+        if info.truncated {
+            self.counters.oversized += 1;
+            return;
+        }
+        let payload = &self.buf[..info.len];
+        // GTSM and framing first, by the program itself: no MAC for what it discards.
+        let verdict = if info.ttl != lq_common::frame::GTSM_TTL {
+            Ok(None)
+        } else {
+            match decode(payload, &DecodePolicy::ANY) {
+                Err(_) => Ok(None),
+                Ok(adv) => {
+                    let sender = (adv.header.node_as, adv.header.node_id);
+                    let endpoints = Endpoints {
+                        source: info.source,
+                        destination: std::net::SocketAddr::new(info.destination, self.port),
+                    };
+                    match auth::verify(&adv, payload, &endpoints, &self.chain, now_s) {
+                        Ok(v) => match self.replay.check(sender.0, sender.1, v) {
+                            Ok(()) => Ok(Some(true)),
+                            Err(r) => Err((sender, r)),
+                        },
+                        Err(Reject::Missing)
+                            if self.mode == Authentication::AcceptUnauthenticated =>
+                        {
+                            Ok(Some(false))
+                        }
+                        Err(r) => Err((sender, r)),
+                    }
+                }
+            }
+        };
+        match verdict {
+            Ok(authenticated) => {
+                match authenticated {
+                    Some(true) => self.counters.verified += 1,
+                    Some(false) => self.counters.unauthenticated_accepted += 1,
+                    None => {}
+                }
+                rebuild_frame(
+                    info.source,
+                    info.destination,
+                    self.port,
+                    info.ttl,
+                    &self.buf[..info.len],
+                    &mut self.frame,
+                );
+                match receiver.receive_verified(&self.frame) {
+                    Ok(_) => self.counters.handed_back += 1,
+                    Err(e) => {
+                        self.counters.hand_back_errors += 1;
+                        warn!(error = %crate::core::report::Chain(&e as &PathTableError), "handing an authenticated datagram to the XDP receiver failed");
+                    }
+                }
+            }
+            Err(((node_as, node_id), reason)) => {
+                if let Some(i) = Reject::ALL.iter().position(|r| *r == reason) {
+                    self.counters.refused[i] += 1;
+                }
+                let key = (node_as, node_id, reason);
+                let due = self
+                    .noticed
+                    .get(&key)
+                    .is_none_or(|t| now_ns.saturating_sub(*t) >= NOTICE_INTERVAL_NS);
+                if due {
+                    self.noticed.insert(key, now_ns);
+                    // Bounded: one entry per sender and reason (a forger varying the
+                    // node id is bounded by the table's trim below).
+                    if self.noticed.len() > 4096 {
+                        self.noticed
+                            .retain(|_, t| now_ns.saturating_sub(*t) < NOTICE_INTERVAL_NS);
+                    }
+                    warn!(
+                        neighbor = %std::net::Ipv4Addr::from(node_id),
+                        node_as,
+                        source = %info.source,
+                        reason = reason.name(),
+                        "LQ advertisement not authentic: dropped (one warning per neighbor and reason per minute)"
+                    );
+                }
+            }
+        }
+    }
+}
