@@ -22,6 +22,11 @@
 //!    ratios, trials interleaved); `veth_pps_ratio`, `veth_pps_baseline_xdp`: `lq_receiver`
 //!    resp. `lq_baseline_pass` relative to no XDP program (raw, beside it).
 //!
+//! 5. `auth_verify_90_ns`: thread CPU per decode + HMAC-SHA-256 verify of a signed 90-entry
+//!    datagram (issue 39's socket path, before the hand-back), and
+//!    `auth_verify_vs_xdp_90_ratio`: that / `xdp_lq_90_ns` (no goal: what authentication
+//!    adds per datagram, beside what the receiver costs).
+//!
 //! Everything it creates (pin folders under /sys/fs/bpf, network namespaces and the veths in
 //! them) is owned by guards that remove it on drop, so errors and panics clean up too.
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
@@ -47,7 +52,7 @@ use lq_common::{
         PathValue, ReceiverConfig, XDP_BASELINE_PROGRAM, XDP_PROGRAM,
     },
     receive::{ReceiveTables, TableFull, Verdict, process_payload},
-    wire::{self, Entry},
+    wire::{self, DecodePolicy, Entry, decode},
 };
 use lq_tests::{
     netns::{NetNs, veth_pair},
@@ -128,6 +133,21 @@ fn run() -> Result<()> {
         lq.one_ns, lq.ninety_ns, lq.stale_ns
     ));
     drop(rx0);
+
+    // 5. The authentication trailer's check on the socket path (issue 39).
+    let auth_ns = bench_auth_verify();
+    emit("auth_verify_90_ns", auth_ns, "ns", None, None);
+    emit(
+        "auth_verify_vs_xdp_90_ratio",
+        auth_ns / lq.ninety_ns,
+        "ratio",
+        None,
+        Some(lq.ninety_ns),
+    );
+    summary.push(format!(
+        "authentication (decode + HMAC-SHA-256 verify of a 90-entry datagram, thread CPU): {auth_ns:.1} ns, {:.2} x the XDP receiver's whole accept of it",
+        auth_ns / lq.ninety_ns
+    ));
 
     let socket = bench_socket()?;
     let ratio = lq.one_ns / socket.ns_per_datagram;
@@ -467,6 +487,46 @@ fn bench_lq(rx0: &mut TestReceiver, rx: &mut TestReceiver) -> Result<Lq> {
         ninety_ns: median(&v90),
         stale_ns: median(&vs),
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. The authentication trailer's check (issue 39): what lqd's socket path adds per
+// datagram before it hands an authentic one back to the XDP program.
+
+/// Thread CPU ns per `decode` + `core::auth::verify` (HMAC-SHA-256, constant-time compare)
+/// of a signed 90-entry advertisement: the median of 11 rounds of 20 000.
+fn bench_auth_verify() -> f64 {
+    use lq_user::core::auth::{Endpoints, Key, KeyChain, Lifetime, Secret, sign, verify};
+    let body = payload(&header(ip4(10, 0, 0, 90), 1), &entries(90));
+    let key = Key {
+        id: 1,
+        algorithm: lq_common::auth::Algorithm::HmacSha256,
+        secret: Secret::new(b"a bench key of some length".to_vec()),
+        send: Lifetime::ALWAYS,
+        accept: Lifetime::ALWAYS,
+    };
+    let e = Endpoints {
+        source: "10.0.0.90:40000".parse().unwrap(),
+        destination: "224.0.0.1:52525".parse().unwrap(),
+    };
+    let mut d = body.clone();
+    d.resize(body.len() + key.algorithm.trailer_len(), 0);
+    let n = sign(&mut d, body.len(), &key, 1 << 32, &e).expect("sign");
+    d.truncate(n);
+    let chain = KeyChain::new(vec![key]).expect("chain");
+    const N: u32 = 20_000;
+    let mut rounds = Vec::new();
+    for _ in 0..11 {
+        let t0 = lq_tests::bench::thread_cpu_ns();
+        for _ in 0..N {
+            let adv = decode(std::hint::black_box(&d), &DecodePolicy::ANY).expect("decode");
+            let v = verify(&adv, &d, &e, &chain, 0).expect("verify");
+            std::hint::black_box(v);
+        }
+        rounds.push((lq_tests::bench::thread_cpu_ns() - t0) as f64 / f64::from(N));
+    }
+    eprintln!("auth verify (90 entries) ns: {}", spread(&rounds));
+    median(&rounds)
 }
 
 // ---------------------------------------------------------------------------------------
