@@ -414,6 +414,12 @@ fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
     {
         lq_user::config::key_chain::load(kc)?;
     }
+    // And the one the receiver verifies with.
+    if let Some(kc) = &cfg.receiver.key_chain
+        && cfg.lq_telemetry.role.receives()
+    {
+        lq_user::config::key_chain::load(kc)?;
+    }
     let warnings = cfg.warnings(&text);
     let c = cfg.controller();
     let t = &cfg.lq_telemetry;

@@ -159,7 +159,7 @@ pub fn advertisement_source(
 pub fn open_auth_socket(port: u16, ipv6: bool) -> io::Result<Socket> {
     let domain = if ipv6 { Domain::IPV6 } else { Domain::IPV4 };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
-    s.set_reuse_address(true)?;
+    // No SO_REUSEADDR: no other process may share the port and take datagrams.
     let on: libc::c_int = 1;
     let set = |level: libc::c_int, name: libc::c_int| -> io::Result<()> {
         // SAFETY: valid fd and an int option.

@@ -35,6 +35,11 @@ pub const BATCH: usize = 256;
 
 /// One warning per neighbor and reason at most this often.
 const NOTICE_INTERVAL_NS: u64 = 60_000_000_000;
+/// At most this many such warnings a minute in all, and this many (neighbor, reason)
+/// pairs remembered: the neighbor ids are a forger's to choose, so neither the log nor
+/// the memory may follow them.
+const NOTICES_PER_INTERVAL: u32 = 20;
+const NOTICED_MAX: usize = 1024;
 
 /// The receive path's counters (issue 39 item 4), in `lqd show counters` and the metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -117,6 +122,10 @@ pub struct AuthReceiver {
     frame: Vec<u8>,
     /// When each (node AS, node id, reason) was last warned about.
     noticed: BTreeMap<(u32, u32, Reject), u64>,
+    /// The current minute's start, the warnings logged and those suppressed in it.
+    notice_window: (u64, u32, u64),
+    /// When datagrams of another interface were last warned about.
+    other_interface_warned: Option<u64>,
 }
 
 impl AuthReceiver {
@@ -141,6 +150,8 @@ impl AuthReceiver {
             buf: vec![0; lq_common::auth::MAX_DATAGRAM_LEN + 1],
             frame: Vec::with_capacity(lq_common::auth::MAX_DATAGRAM_LEN + 80),
             noticed: BTreeMap::new(),
+            notice_window: (0, 0, 0),
+            other_interface_warned: None,
         }))
     }
 
@@ -189,9 +200,67 @@ impl AuthReceiver {
         n
     }
 
+    /// One warning per (neighbor, reason) a minute and [`NOTICES_PER_INTERVAL`] a minute
+    /// in all; the others are counted (the counters have every drop) and summed up when
+    /// the next minute begins.
+    fn notice(
+        &mut self,
+        node_as: u32,
+        node_id: u32,
+        reason: Reject,
+        source: std::net::SocketAddr,
+        now_ns: u64,
+    ) {
+        let (start, logged, suppressed) = &mut self.notice_window;
+        if now_ns.saturating_sub(*start) >= NOTICE_INTERVAL_NS {
+            if *suppressed > 0 {
+                warn!(
+                    suppressed = *suppressed,
+                    "LQ advertisements not authentic: warnings suppressed in the last minute (the counters have every one)"
+                );
+            }
+            *start = now_ns;
+            *logged = 0;
+            *suppressed = 0;
+            self.noticed
+                .retain(|_, t| now_ns.saturating_sub(*t) < NOTICE_INTERVAL_NS);
+        }
+        let key = (node_as, node_id, reason);
+        if self
+            .noticed
+            .get(&key)
+            .is_some_and(|t| now_ns.saturating_sub(*t) < NOTICE_INTERVAL_NS)
+        {
+            return;
+        }
+        if *logged >= NOTICES_PER_INTERVAL || self.noticed.len() >= NOTICED_MAX {
+            *suppressed += 1;
+            return;
+        }
+        *logged += 1;
+        self.noticed.insert(key, now_ns);
+        warn!(
+            neighbor = %std::net::Ipv4Addr::from(node_id),
+            node_as,
+            %source,
+            reason = reason.name(),
+            "LQ advertisement not authentic: dropped (one warning per neighbor and reason per minute)"
+        );
+    }
+
     fn handle(&mut self, info: ReceivedInfo, receiver: &mut XdpReceiver, now_s: i64, now_ns: u64) {
         if !self.ifindexes.contains(&info.ifindex) {
+            // Another interface's datagram (with `pass-through`, or on a VLAN
+            // sub-interface, which IP_PKTINFO names where the XDP program saw the physical
+            // one): ignored, and said once a minute at most.
             self.counters.other_interface += 1;
+            if self
+                .other_interface_warned
+                .is_none_or(|t| now_ns.saturating_sub(t) >= NOTICE_INTERVAL_NS)
+            {
+                self.other_interface_warned = Some(now_ns);
+                warn!(ifindex = info.ifindex, source = %info.source, total = self.counters.other_interface, "an LQ datagram on an interface that is not an authenticated receiver interface: ignored (a VLAN sub-interface of one is not supported yet)");
+            }
             return;
         }
         self.counters.received += 1;
@@ -254,27 +323,7 @@ impl AuthReceiver {
                 if let Some(i) = Reject::ALL.iter().position(|r| *r == reason) {
                     self.counters.refused[i] += 1;
                 }
-                let key = (node_as, node_id, reason);
-                let due = self
-                    .noticed
-                    .get(&key)
-                    .is_none_or(|t| now_ns.saturating_sub(*t) >= NOTICE_INTERVAL_NS);
-                if due {
-                    self.noticed.insert(key, now_ns);
-                    // Bounded: one entry per sender and reason (a forger varying the
-                    // node id is bounded by the table's trim below).
-                    if self.noticed.len() > 4096 {
-                        self.noticed
-                            .retain(|_, t| now_ns.saturating_sub(*t) < NOTICE_INTERVAL_NS);
-                    }
-                    warn!(
-                        neighbor = %std::net::Ipv4Addr::from(node_id),
-                        node_as,
-                        source = %info.source,
-                        reason = reason.name(),
-                        "LQ advertisement not authentic: dropped (one warning per neighbor and reason per minute)"
-                    );
-                }
+                self.notice(node_as, node_id, reason, info.source, now_ns);
             }
         }
     }

@@ -382,11 +382,9 @@ impl LoadBalancer {
         check_sysctls();
         let settings = receiver_settings(&cfg, &controller);
         let mut receiver = XdpReceiver::load(&pin_dir, &settings)?;
-        for iface in &cfg.receiver.interfaces {
-            let mode = receiver.attach(iface)?;
-            info!(%iface, ?mode, pin_dir = %pin_dir.display(), "XDP receiver attached");
-        }
-        // Issue 39: the interfaces whose datagrams are verified on the socket path.
+        // Issue 39: the interfaces whose datagrams are verified on the socket path, their
+        // key chain read and the program told before it is attached: attached first, it
+        // would take unsigned datagrams into the (pinned) table until then.
         let auth_ifindexes = if cfg.receiver.authentication == crate::config::Authentication::None {
             Vec::new()
         } else {
@@ -398,6 +396,10 @@ impl LoadBalancer {
         };
         let auth = auth::AuthReceiver::new(&cfg, auth_ifindexes.clone())?;
         receiver.set_authenticated_interfaces(&auth_ifindexes)?;
+        for iface in &cfg.receiver.interfaces {
+            let mode = receiver.attach(iface)?;
+            info!(%iface, ?mode, pin_dir = %pin_dir.display(), "XDP receiver attached");
+        }
         let reader = receiver.reader()?;
         let weights = WeightController::new(controller)
             .map_err(|e| LoadBalancerError::Controller(e.to_string()))?;
