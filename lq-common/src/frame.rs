@@ -52,6 +52,15 @@ pub enum IpSource {
     V6([u8; 16]),
 }
 
+impl From<IpSource> for core::net::IpAddr {
+    fn from(a: IpSource) -> Self {
+        match a {
+            IpSource::V4(a) => a.into(),
+            IpSource::V6(a) => a.into(),
+        }
+    }
+}
+
 /// [`IpSource`] of `frame`, read by the same layer rules as [`classify`].
 pub fn ip_source(frame: &[u8]) -> Option<IpSource> {
     let mut ethertype = be16(frame, 12)?;

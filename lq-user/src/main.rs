@@ -547,10 +547,7 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 }
 
 fn decode(args: &DecodeArgs) -> ExitCode {
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let opts = match args.options_with_keys(now_s) {
+    let opts = match args.options_with_keys(lq_user::sys::clock::unix_s_now()) {
         Ok(o) => o,
         Err(e) => return fail(format_args!("{}", lq_user::core::report::Chain(&e))),
     };

@@ -116,6 +116,18 @@ pub enum Scheduling {
     Normal,
 }
 
+/// Handles the datagrams waiting on an authentication socket (issue 39): a full batch
+/// leaves the rest for the next turn, the socket still readable.
+fn auth_readable(
+    mut guard: tokio::io::unix::AsyncFdReadyMutGuard<'_, crate::sys::socket::AuthSocket>,
+    lb: Option<&mut crate::roles::load_balancer::LoadBalancer>,
+) {
+    let n = lb.map_or(0, |lb| lb.receive_authenticated(&guard.get_inner().0));
+    if n < crate::roles::load_balancer::auth::BATCH {
+        guard.clear_ready();
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT: the load-balancer role, the helper role, or
 /// both (dual, seed 003 section 9), in one event loop.
 pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Scheduling) -> Result<()> {
@@ -402,20 +414,11 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                 step_lb = event_steps.arrived(monotonic_ns());
             }
             ready = when_some(auth_v4.as_mut().map(|s| s.readable_mut())) => {
-                let mut guard = ready?;
-                let n = lb.as_mut().map_or(0, |lb| lb.receive_authenticated(&guard.get_inner().0));
-                // A full batch leaves the rest for the next turn, still readable.
-                if n < crate::roles::load_balancer::auth::BATCH {
-                    guard.clear_ready();
-                }
+                auth_readable(ready?, lb.as_mut());
                 step_lb = event_steps.arrived(monotonic_ns());
             }
             ready = when_some(auth_v6.as_mut().map(|s| s.readable_mut())) => {
-                let mut guard = ready?;
-                let n = lb.as_mut().map_or(0, |lb| lb.receive_authenticated(&guard.get_inner().0));
-                if n < crate::roles::load_balancer::auth::BATCH {
-                    guard.clear_ready();
-                }
+                auth_readable(ready?, lb.as_mut());
                 step_lb = event_steps.arrived(monotonic_ns());
             }
             ready = when_some(routes.as_mut().map(|r| r.readable_mut())) => {

@@ -160,7 +160,7 @@ impl Signer {
         Ok(Self {
             path: path.to_path_buf(),
             chain,
-            sequence: SequenceSource::new(unix_now_s().max(0) as u64),
+            sequence: SequenceSource::new(crate::sys::clock::unix_s_now().max(0) as u64),
             signed: 0,
             no_send_key: 0,
             last_key: None,
@@ -176,13 +176,6 @@ impl Signer {
             .max()
             .unwrap_or(0)
     }
-}
-
-/// Now in Unix seconds (the key chain's lifetimes are wall-clock times).
-fn unix_now_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 struct Link {
@@ -536,7 +529,7 @@ impl HelperRole {
         let key = self
             .signer
             .as_ref()
-            .map(|s| s.chain.send_key(unix_now_s()).cloned());
+            .map(|s| s.chain.send_key(crate::sys::clock::unix_s_now()).cloned());
         let mut signed = Vec::new();
         for d in &out.datagrams {
             for link in &self.links {

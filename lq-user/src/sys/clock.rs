@@ -40,6 +40,12 @@ pub fn unix_ms_now() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Seconds since the UNIX epoch (0 if the clock is before it): the time key lifetimes are
+/// judged at (RFC 8177 key chains, issue 39).
+pub fn unix_s_now() -> i64 {
+    (unix_ms_now() / 1000) as i64
+}
+
 /// Nanoseconds since the UNIX epoch (0 if the clock is before it).
 pub fn unix_ns() -> u64 {
     std::time::SystemTime::now()

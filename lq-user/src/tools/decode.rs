@@ -109,15 +109,9 @@ fn authentication(
 /// The endpoints a frame's IP and UDP headers carry.
 fn frame_endpoints(frame: &[u8]) -> Option<Endpoints> {
     let e = lq_common::frame::udp_endpoints(frame)?;
-    let ip = |a: lq_common::frame::IpSource| -> std::net::IpAddr {
-        match a {
-            lq_common::frame::IpSource::V4(a) => a.into(),
-            lq_common::frame::IpSource::V6(a) => a.into(),
-        }
-    };
     Some(Endpoints {
-        source: std::net::SocketAddr::new(ip(e.source), e.source_port),
-        destination: std::net::SocketAddr::new(ip(e.destination), e.destination_port),
+        source: std::net::SocketAddr::new(e.source.into(), e.source_port),
+        destination: std::net::SocketAddr::new(e.destination.into(), e.destination_port),
     })
 }
 
@@ -398,10 +392,7 @@ pub fn run_frames(
                 );
             }
             if let Some(src) = lq_common::frame::ip_source(f.data) {
-                let ip: std::net::IpAddr = match src {
-                    lq_common::frame::IpSource::V4(a) => a.into(),
-                    lq_common::frame::IpSource::V6(a) => a.into(),
-                };
+                let ip = std::net::IpAddr::from(src);
                 record.insert("source".into(), ip.to_string().into());
             }
             if let Some((doc, _)) = &auth {

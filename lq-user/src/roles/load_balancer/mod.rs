@@ -1787,8 +1787,12 @@ impl LoadBalancer {
         let Some(a) = self.auth.as_mut() else {
             return 0;
         };
-        let now_s = crate::sys::clock::unix_ms_now() as i64 / 1000;
-        a.on_readable(socket, &mut self.receiver, now_s, monotonic_ns())
+        a.on_readable(
+            socket,
+            &mut self.receiver,
+            crate::sys::clock::unix_s_now(),
+            monotonic_ns(),
+        )
     }
 }
 
