@@ -309,7 +309,7 @@ fn classify_and_receive(ctx: &XdpContext, cfg: &ReceiverConfig) -> Outcome {
     // SAFETY: `ctx.ctx` is the program's context; `ingress_ifindex` is a plain field.
     let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
     // SAFETY: the value is only tested for presence.
-    if unsafe { LQ_AUTH_PASS.get(&ifindex) }.is_some() {
+    if unsafe { LQ_AUTH_PASS.get(ifindex) }.is_some() {
         return Outcome::Authenticate;
     }
     // Check 4.
