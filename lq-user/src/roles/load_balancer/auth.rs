@@ -136,8 +136,7 @@ impl AuthReceiver {
         if r.authentication == Authentication::None {
             return Ok(None);
         }
-        let key_chain = r.key_chain.clone().ok_or(AuthReceiverError::NoKeyChain)?;
-        let chain = crate::config::key_chain::load(&key_chain)?;
+        let (key_chain, chain) = Self::read_key_chain(cfg)?;
         info!(mode = ?r.authentication, key_chain = %key_chain.display(), keys = ?chain.keys().iter().map(|k| k.id).collect::<Vec<_>>(), interfaces = ?ifindexes, "authenticated advertisements: the XDP receiver passes LQ datagrams up for verification");
         Ok(Some(Self {
             mode: r.authentication,
@@ -160,18 +159,23 @@ impl AuthReceiver {
         &self.ifindexes
     }
 
-    /// Reads the key chain again (SIGHUP); a bad file changes nothing.
-    pub fn reload(&mut self, cfg: &Config) -> Result<(), AuthReceiverError> {
+    /// `cfg`'s `[receiver] key-chain`, read: at start and, on SIGHUP, before anything of
+    /// the reload changes state ([`AuthReceiver::set_key_chain`] applies it).
+    pub fn read_key_chain(cfg: &Config) -> Result<(PathBuf, KeyChain), AuthReceiverError> {
         let path = cfg
             .receiver
             .key_chain
             .clone()
             .ok_or(AuthReceiverError::NoKeyChain)?;
         let chain = crate::config::key_chain::load(&path)?;
+        Ok((path, chain))
+    }
+
+    /// Applies a key chain [`AuthReceiver::read_key_chain`] read (SIGHUP).
+    pub fn set_key_chain(&mut self, (path, chain): (PathBuf, KeyChain)) {
         info!(key_chain = %path.display(), keys = ?chain.keys().iter().map(|k| k.id).collect::<Vec<_>>(), "receiver key chain reloaded");
         self.chain = chain;
         self.key_chain = path;
-        Ok(())
     }
 
     /// Reads up to [`BATCH`] datagrams from `socket` and handles each; returns how many

@@ -483,11 +483,15 @@ impl LoadBalancer {
         } else {
             None
         };
-        if let Some(a) = self.auth.as_mut() {
-            a.reload(&cfg)?;
-        }
+        let key_chain = match self.auth {
+            Some(_) => Some(auth::AuthReceiver::read_key_chain(&cfg)?),
+            None => None,
+        };
         self.receiver
             .configure(&receiver_settings(&cfg, &controller))?;
+        if let (Some(a), Some(k)) = (self.auth.as_mut(), key_chain) {
+            a.set_key_chain(k);
+        }
         // The slow plane's destinations keep their permitted members and mapping until
         // `slow_plane_reload` brings them up to date with the new rules.
         let eligible = std::mem::take(&mut self.mapping.eligible);
