@@ -23,7 +23,25 @@ use cargo_metadata::{Message, PackageId};
 // A build-dependency only so that cargo reruns this script when lq-ebpf changes.
 use lq_ebpf as _;
 
+/// The gNMI service and messages (issue 40) from the vendored protos in `proto/`
+/// (openconfig/gnmi, Apache-2.0, `proto/github.com/openconfig/gnmi/LICENSE`), parsed by
+/// protox: no protoc on the build machine.
+fn gnmi_protos() -> anyhow::Result<()> {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR")?)
+        .join("proto");
+    let gnmi = root.join("github.com/openconfig/gnmi/proto/gnmi/gnmi.proto");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let fds = protox::compile([&gnmi], [&root]).context("parsing the gNMI protos")?;
+    tonic_prost_build::configure()
+        .build_client(false)
+        .build_server(true)
+        .compile_fds(fds)
+        .context("generating the gNMI service")?;
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
+    gnmi_protos()?;
     println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").context("OUT_DIR")?);
     let object = out_dir.join("lq");

@@ -115,7 +115,7 @@ smoothing and hold-down. Changed only by a restart (a reload with any of them is
 naming them): the role, a helper's identity (router-id, local-as, as-qualified,
 pfc-fabric), [udp], [[link]], [helper] t-sample-ms, mtu, send-to and ipv6, [receiver]
 interfaces and pin-dir, [nexthop-group] type, buckets, timers, weight-max, id-base and
-program-kernel, [local-quality], [pfc], [ipfix] and [metrics]. SIGHUP does the same;
+program-kernel, [local-quality], [pfc], [ipfix], [metrics] and [gnmi]. SIGHUP does the same;
 `lqd show status` shows the last outcome.
 
 Exit status: 0 applied, 1 refused or no answer.
@@ -188,7 +188,8 @@ ietf-lq-telemetry; `lqd check-config FILE` checks one). The role decides what ru
                  on a change, with TTL 255, out of every link.
   dual           both (a 5-stage spine, section 9).
 [pfc] counts received PFC frames per priority and [ipfix] exports them; [metrics] serves
-Prometheus text. lqd never touches nexthop objects or routes it did not create. SIGHUP
+Prometheus text; [gnmi] serves gNMI Get and Subscribe over the YANG state (TLS 1.3 with
+client certificates, read rules per client). lqd never touches nexthop objects or routes it did not create. SIGHUP
 reloads the file; SIGTERM leaves forwarding in place unless [nexthop-group]
 flush-on-exit = true. Once running it keeps only CAP_BPF and CAP_NET_ADMIN.
 

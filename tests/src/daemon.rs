@@ -313,6 +313,57 @@ impl Sender {
         self.socket.send_to(&self.buf[..n], to)?;
         Ok(())
     }
+
+    /// Sends one advertisement to `to` with the authentication trailer (docs/wire.md),
+    /// signed with `key` and the trailer's 64-bit `sequence`, as a helper with `[helper]
+    /// key-chain` sends it.
+    pub fn send_signed(
+        &mut self,
+        to: SocketAddr,
+        header: &Header,
+        entries: &[Entry],
+        key: &lq_user::core::auth::Key,
+        sequence: u64,
+    ) -> Result<()> {
+        if self.buf.len() < lq_common::auth::MAX_DATAGRAM_LEN {
+            self.buf.resize(lq_common::auth::MAX_DATAGRAM_LEN, 0);
+        }
+        let body = lq_common::wire::encode(header, entries, &mut self.buf)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let endpoints = lq_user::core::auth::Endpoints {
+            source: self.socket.local_addr()?,
+            destination: to,
+        };
+        let n = lq_user::core::auth::sign(&mut self.buf, body, key, sequence, &endpoints)?;
+        self.socket.send_to(&self.buf[..n], to)?;
+        Ok(())
+    }
+}
+
+/// A key for [`Sender::send_signed`] and the key-chain file (mode 0600, in `dir`) that
+/// gives lqd the same key: key id 1, HMAC-SHA-256, valid always.
+pub fn test_key(
+    dir: &std::path::Path,
+    secret: &str,
+) -> Result<(lq_user::core::auth::Key, std::path::PathBuf)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join("key-chain.toml");
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        &path,
+        format!(
+            "[[key]]\nkey-id = 1\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"{secret}\"\n"
+        ),
+    )?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let key = lq_user::core::auth::Key {
+        id: 1,
+        algorithm: lq_common::auth::Algorithm::HmacSha256,
+        secret: lq_user::core::auth::Secret::new(secret.as_bytes().to_vec()),
+        send: lq_user::core::auth::Lifetime::ALWAYS,
+        accept: lq_user::core::auth::Lifetime::ALWAYS,
+    };
+    Ok((key, path))
 }
 
 /// The group of `prefix` in `lqd show weights --json` (one group per remote node, seed 003

@@ -812,6 +812,7 @@ fn signed_advertisements_verify_independently_and_roll_over_keys() {
         "auth_key_not_accepted",
         "auth_bad_mac",
         "auth_replayed_sequence",
+        "auth_socket_overflows",
     ] {
         assert_eq!(counters[bad], 0, "{bad}: {counters}");
     }

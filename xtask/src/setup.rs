@@ -43,6 +43,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "jq",
     "ethtool",
     "python3-prometheus-client",
+    // Installs pygnmi and its grpcio (PYTHON_PACKAGES).
+    "python3-pip",
     // Runs the aarch64 build of lqd in the tests (SmartNIC Arm cores).
     "qemu-user",
     // zebra + bgpd per namespace: the slow-plane test with real BGP (tests/tests/bgp_frr.rs).
@@ -81,6 +83,7 @@ pub fn setup_for(needs: Needs) -> Result<()> {
     util::prepend_to_child_path(vec![dir.join("bin")]);
     if needs == Needs::Everything {
         step("setup", "Debian packages", ensure_debian_packages)?;
+        step("setup", "Python packages (PyPI)", ensure_python_packages)?;
     }
     step(
         "setup",
@@ -338,6 +341,67 @@ fn install_bpf_linker(dir: &Path, sysroot: &Path, major: u32) -> Result<()> {
 fn dpkg_installed(pkg: &str) -> bool {
     util::output(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))
         .is_some_and(|s| s.trim() == "install ok installed")
+}
+
+/// Python packages from PyPI the tests need, at the versions tested, for Debian's
+/// python3 (the one scapy is installed for): pygnmi, the gNMI client of the northbound's
+/// tests (issue 40), with the grpcio and protobuf it was tested with.
+const PYTHON_PACKAGES: &[(&str, &str)] = &[
+    ("pygnmi", "0.8.15"),
+    ("grpcio", "1.85.3"),
+    ("protobuf", "7.36.2"),
+];
+
+fn python_package_version(name: &str) -> Option<String> {
+    let out = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            &format!("import importlib.metadata as m; print(m.version({name:?}))"),
+        ])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn ensure_python_packages() -> Result<((), String)> {
+    let missing: Vec<String> = PYTHON_PACKAGES
+        .iter()
+        .filter(|(n, v)| python_package_version(n).as_deref() != Some(*v))
+        .map(|(n, v)| format!("{n}=={v}"))
+        .collect();
+    if missing.is_empty() {
+        return Ok(((), format!("{} present, skipped", PYTHON_PACKAGES.len())));
+    }
+    let pip = format!(
+        "/usr/bin/python3 -m pip install --break-system-packages --no-input {}",
+        missing.join(" ")
+    );
+    if !util::is_root() {
+        bail!(
+            "missing Python packages {}: run as root\n    sudo {pip}",
+            missing.join(", ")
+        );
+    }
+    util::run(
+        Command::new("/usr/bin/python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--break-system-packages",
+                "--no-input",
+            ])
+            .args(&missing),
+    )
+    .with_context(|| {
+        format!(
+            "installing {} failed: try `{pip}` by hand (needs PyPI)",
+            missing.join(" ")
+        )
+    })?;
+    Ok(((), format!("installed {}", missing.join(" "))))
 }
 
 fn ensure_debian_packages() -> Result<((), String)> {

@@ -1095,6 +1095,9 @@ pub struct Config {
     /// The Prometheus endpoint.
     #[serde(default)]
     pub metrics: Option<MetricsSection>,
+    /// The gNMI northbound (issue 40).
+    #[serde(default)]
+    pub gnmi: Option<GnmiSection>,
     /// The slow plane: follow the routing daemon's routes (seed 003 section 4.1).
     #[serde(default)]
     pub slow_plane: Option<SlowPlaneSection>,
@@ -1241,6 +1244,114 @@ pub struct MetricsSection {
     pub listen: std::net::SocketAddr,
 }
 
+/// `[gnmi]`: the gNMI northbound (seed 003 section 4.3's gRPC/gNMI binding; section 12.2:
+/// a secure transport with mutual authentication and access control). Get, Subscribe
+/// (ONCE, POLL, STREAM with SAMPLE and ON_CHANGE) and Capabilities over the YANG state;
+/// Set answers UNIMPLEMENTED (the configuration is this file).
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GnmiSection {
+    /// Address to listen on (gNMI's IANA port is 9339).
+    pub listen: std::net::SocketAddr,
+    /// The server's certificate chain, PEM, leaf first.
+    #[serde(default)]
+    pub certificate: Option<PathBuf>,
+    /// The server's private key, PEM; a file others may read is refused.
+    #[serde(default)]
+    pub private_key: Option<PathBuf>,
+    /// The CA certificate(s), PEM, that client certificates must chain to.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    /// Serve without TLS: only on a loopback address, for a collector on the same host.
+    /// Plaintext clients have no name: only `name = "*"` rules apply to them.
+    #[serde(default)]
+    pub plaintext: bool,
+    /// Concurrent Subscribe streams at most; more are refused with RESOURCE_EXHAUSTED.
+    #[serde(default = "default_gnmi_max_subscriptions")]
+    pub max_subscriptions: usize,
+    /// Read rules: which subtrees each client may read beyond the default.
+    #[serde(default)]
+    pub client: Vec<GnmiClientRule>,
+}
+
+fn default_gnmi_max_subscriptions() -> usize {
+    128
+}
+
+/// `[[gnmi.client]]`: a read rule (RFC 8341's spirit). Every authenticated client reads
+/// the tree except `/lq-telemetry/local`, `/lq-telemetry/neighbors` and
+/// `/lq-telemetry/weighted-ecmp`; a rule grants those (or parts of them) to the clients
+/// it names.
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GnmiClientRule {
+    /// A DNS name or IP address in the client certificate's subjectAltName, or `*` for
+    /// every client.
+    pub name: String,
+    /// Subtrees granted, e.g. `/lq-telemetry/neighbors` (`/` grants everything).
+    pub read: Vec<String>,
+}
+
+impl GnmiSection {
+    /// The read rules, parsed.
+    pub fn rules(&self) -> Result<Vec<crate::core::northbound::ReadRule>, String> {
+        self.client
+            .iter()
+            .map(|c| {
+                Ok(crate::core::northbound::ReadRule {
+                    name: c.name.clone(),
+                    read: c
+                        .read
+                        .iter()
+                        .map(|r| {
+                            crate::core::northbound::DataPath::parse(r)
+                                .map_err(|e| format!("[[gnmi.client]] {:?} read: {e}", c.name))
+                        })
+                        .collect::<Result<_, _>>()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Checks the transport (TLS files, or plaintext on loopback only), the bound and the
+    /// rules.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.plaintext {
+            if !self.listen.ip().is_loopback() {
+                return Err(format!(
+                    "[gnmi] plaintext = true with listen = \"{}\": plaintext is served only on a loopback address (the YANG data is sensitive, seed 003 section 12.2); configure certificate, private-key and client-ca instead",
+                    self.listen
+                ));
+            }
+        } else {
+            let missing: Vec<&str> = [
+                ("certificate", &self.certificate),
+                ("private-key", &self.private_key),
+                ("client-ca", &self.client_ca),
+            ]
+            .into_iter()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k)
+            .collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "[gnmi] needs {} for TLS with client certificates (or plaintext = true on a loopback address)",
+                    missing.join(", ")
+                ));
+            }
+        }
+        if !(1..=4096).contains(&self.max_subscriptions) {
+            return Err("[gnmi] max-subscriptions must be in 1..=4096".into());
+        }
+        for c in &self.client {
+            if c.name.is_empty() {
+                return Err("[[gnmi.client]] name is empty: a DNS name or IP address of the client's certificate, or \"*\"".into());
+            }
+        }
+        self.rules().map(|_| ())
+    }
+}
+
 impl Config {
     /// The settings that differ between `self` (in force) and `new` and that a running lqd
     /// cannot apply: a reload with any of them is refused as a whole, naming them (lqd
@@ -1340,6 +1451,7 @@ impl Config {
         check(a.pfc != b.pfc, "[pfc]");
         check(a.ipfix != b.ipfix, "[ipfix]");
         check(a.metrics != b.metrics, "[metrics]");
+        check(a.gnmi != b.gnmi, "[gnmi]");
         out.dedup();
         out
     }
@@ -1641,6 +1753,9 @@ impl Config {
                 [item("destination", 0, "prefix")],
                 "[[destination]] entries need at least one [[uplink]]",
             ));
+        }
+        if let Some(g) = &self.gnmi {
+            g.validate().map_err(|m| at([section("gnmi")], m))?;
         }
         if let Some(sp) = &self.slow_plane {
             sp.validate().map_err(|m| at([section("slow-plane")], m))?;
@@ -2272,6 +2387,41 @@ remote-node = "10.0.1.4"
 
     fn err(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn gnmi_needs_tls_or_loopback_plaintext_and_valid_read_paths() {
+        let tls = "[gnmi]\nlisten = \"192.0.2.1:9339\"\ncertificate = \"/c.pem\"\nprivate-key = \"/k.pem\"\nclient-ca = \"/ca.pem\"\n";
+        let c = parse(&format!(
+            "{LEAF}{tls}\n[[gnmi.client]]\nname = \"collector.example\"\nread = [\"/lq-telemetry/neighbors\"]\n"
+        ))
+        .unwrap();
+        let g = c.gnmi.as_ref().unwrap();
+        assert_eq!(g.max_subscriptions, 128);
+        assert_eq!(
+            g.rules().unwrap()[0].read[0].to_string(),
+            "/lq-telemetry/neighbors"
+        );
+        assert!(
+            parse(&format!(
+                "{LEAF}[gnmi]\nlisten = \"127.0.0.1:9339\"\nplaintext = true\n"
+            ))
+            .is_ok()
+        );
+        let e = err(&format!(
+            "{LEAF}[gnmi]\nlisten = \"192.0.2.1:9339\"\nplaintext = true\n"
+        ));
+        assert!(e.contains("loopback"), "{e}");
+        let e = err(&format!(
+            "{LEAF}[gnmi]\nlisten = \"192.0.2.1:9339\"\ncertificate = \"/c.pem\"\n"
+        ));
+        assert!(e.contains("private-key, client-ca"), "{e}");
+        let e = err(&format!(
+            "{LEAF}{tls}\n[[gnmi.client]]\nname = \"x\"\nread = [\"/interfaces\"]\n"
+        ));
+        assert!(e.contains("not in this target's data tree"), "{e}");
+        let e = err(&format!("{LEAF}{tls}max-subscriptions = 0\n"));
+        assert!(e.contains("max-subscriptions"), "{e}");
     }
 
     const HELPER: &str = r#"

@@ -8,6 +8,7 @@
 //! * [`bmp`]: the NNH mapping learned through BMP (RFC 7854; section 6.1).
 //! * [`controller`]: the load-balancer's controller (seed 003 section 6).
 //! * [`helper`]: the helper's congestion pipeline and advertiser (Appendix A, 7.2).
+//! * [`northbound`]: data paths, selections and read rules of the gNMI northbound (4.3, 12.2).
 //! * [`pfc`]: the PFC counter model (seed 000 section 5).
 //! * [`sim`]: the fabric simulator that drives both roles (`lqd sim`).
 //! * [`report`]: an error and its causes in one log line.
@@ -17,6 +18,7 @@ pub mod auth;
 pub mod bmp;
 pub mod controller;
 pub mod helper;
+pub mod northbound;
 pub mod pfc;
 pub mod report;
 pub mod sim;

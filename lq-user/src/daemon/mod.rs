@@ -26,12 +26,14 @@ use crate::{
 };
 
 mod clients;
+mod gnmi;
+mod published;
 
-use clients::Published;
 pub use clients::{
     MAX_CLIENTS, MAX_CONTROL_REQUEST, MAX_HTTP_REQUEST, RELOAD_DEADLINE, REQUEST_DEADLINE,
     WRITE_DEADLINE, monitor, query, query_within,
 };
+use published::Published;
 
 /// Default folder of control sockets.
 pub const RUN_DIR: &str = "/run/lq";
@@ -82,7 +84,7 @@ impl Instance {
 const MAX_SLEEP_NS: u64 = 10_000_000;
 
 /// How often at most the loop builds a snapshot for its clients, however many ask
-/// (`clients::Published`): requests inside the interval wait for its end and share a build.
+/// (`published::Published`): requests inside the interval wait for its end and share a build.
 const PUBLISH_EVERY_NS: u64 = 5_000_000;
 
 /// A snapshot's share of the loop's time at most (1/100), under any rate of requests: a
@@ -90,7 +92,7 @@ const PUBLISH_EVERY_NS: u64 = 5_000_000;
 /// entries) takes milliseconds to build. The interval stretches to 100 x the last build's
 /// CPU time, at most MAX_PUBLISH_EVERY_NS.
 const PUBLISH_COST_FACTOR: u64 = 100;
-/// The longest interval between two builds: below `clients::FRESH_SNAPSHOT_WAIT`, so a
+/// The longest interval between two builds: below `published::FRESH_SNAPSHOT_WAIT`, so a
 /// request is answered from a snapshot newer than itself unless a step holds the loop.
 const MAX_PUBLISH_EVERY_NS: u64 = 1_000_000_000;
 
@@ -233,6 +235,30 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         }
         None => None,
     };
+    // The gNMI endpoint: its TLS files are read and its socket bound now, so that a bad
+    // certificate or a taken port stops lqd at start with the reason.
+    let gnmi = match &cfg.gnmi {
+        Some(g) => {
+            let tls = match (&g.certificate, &g.private_key, &g.client_ca) {
+                (Some(c), Some(k), Some(ca)) if !g.plaintext => Some(
+                    crate::transport::tls::grpc_server_config(c, k, ca)
+                        .context("[gnmi] TLS configuration")?,
+                ),
+                _ => None,
+            };
+            let listener = clients::bind_tcp(g.listen)
+                .with_context(|| format!("bind the gNMI endpoint {}", g.listen))?;
+            let rules = g.rules().map_err(anyhow::Error::msg)?;
+            info!(listen = %g.listen, tls = tls.is_some(), rules = rules.len(), "gNMI endpoint (Capabilities, Get, Subscribe)");
+            Some(gnmi::GnmiEndpoint {
+                listener,
+                tls,
+                rules,
+                max_subscriptions: g.max_subscriptions,
+            })
+        }
+        None => None,
+    };
     let mut status = crate::views::snapshot::StatusView {
         instance: instance.name.clone(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -303,6 +329,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     clients::spawn_client_thread(
         control,
         metrics,
+        gnmi,
         snapshots.clone(),
         notify_tx.clone(),
         clients.clone(),
@@ -468,6 +495,10 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             }
         }
         if step_lb && let Some(lb) = lb.as_mut() {
+            // The authenticated datagrams already queued count before liveness is judged.
+            for s in [auth_v4.as_ref(), auth_v6.as_ref()].into_iter().flatten() {
+                lb.drain_authenticated(&s.get_ref().0);
+            }
             let now = monotonic_ns();
             event_steps.stepped(now);
             if let Err(e) = lb.step(now) {

@@ -151,6 +151,12 @@ pub fn advertisement_source(
     Ok(std::net::SocketAddr::new(ip, port))
 }
 
+/// The authentication socket's receive buffer, octets (the kernel doubles it for its
+/// bookkeeping, and charges each datagram its buffer's true size, a few KiB): some
+/// thousands of full advertisements, a 64-spine fabric's 384 datagrams of 20 ms many times
+/// over. `cargo xtask bench scale` counts the overflows of a leaf under fabric churn.
+pub const AUTH_RECEIVE_BUFFER: libc::c_int = 8 << 20;
+
 /// The socket lqd's authenticating receiver reads LQ datagrams from (issue 39): UDP on
 /// `port` of every address of one family, with each datagram's TTL / Hop Limit and its
 /// destination address and ingress interface (IP_PKTINFO / IPV6_PKTINFO) delivered beside
@@ -187,6 +193,25 @@ pub fn open_auth_socket(port: u16, ipv6: bool) -> io::Result<Socket> {
         set(libc::IPPROTO_IP, libc::IP_PKTINFO)?;
         (Ipv4Addr::UNSPECIFIED, port).into()
     };
+    // The datagrams a socket drops when its queue is full are counted (SO_RXQ_OVFL, read
+    // by `recv_with_info`), and the queue holds a 64-spine fabric's period many times
+    // over: 64 x 6 datagrams every 20 ms wait here whenever the loop is busy elsewhere.
+    set(libc::SOL_SOCKET, libc::SO_RXQ_OVFL)?;
+    let size: libc::c_int = AUTH_RECEIVE_BUFFER;
+    // SAFETY: valid fd and an int option. SO_RCVBUFFORCE passes rmem_max when privileged;
+    // otherwise SO_RCVBUF (capped by rmem_max) is the best there is.
+    let forced = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&raw const size).cast(),
+            size_of::<libc::c_int>() as u32,
+        )
+    } == 0;
+    if !forced {
+        s.set_recv_buffer_size(size as usize)?;
+    }
     s.bind(&any.into())?;
     s.set_nonblocking(true)?;
     Ok(s)
@@ -207,6 +232,9 @@ pub struct ReceivedInfo {
     pub ifindex: u32,
     /// Its TTL / Hop Limit.
     pub ttl: u8,
+    /// The datagrams the socket has dropped for a full queue since it opened
+    /// (SO_RXQ_OVFL's running count, present once it is not zero).
+    pub dropped: Option<u32>,
 }
 
 /// Reads one datagram from `s` (an [`open_auth_socket`] socket) with its TTL, destination
@@ -257,7 +285,7 @@ pub fn recv_with_info(s: &Socket, buf: &mut [u8]) -> io::Result<Option<ReceivedI
         }
         f => return Err(io::Error::other(format!("address family {f}"))),
     };
-    let (mut ttl, mut destination, mut ifindex) = (None, None, 0u32);
+    let (mut ttl, mut destination, mut ifindex, mut dropped) = (None, None, 0u32, None);
     // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&raw const msg);
@@ -271,6 +299,9 @@ pub fn recv_with_info(s: &Socket, buf: &mut [u8]) -> io::Result<Option<ReceivedI
                     let p = data.cast::<libc::in_pktinfo>().read_unaligned();
                     destination = Some(Ipv4Addr::from(u32::from_be(p.ipi_addr.s_addr)).into());
                     ifindex = p.ipi_ifindex as u32;
+                }
+                (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
+                    dropped = Some(data.cast::<u32>().read_unaligned());
                 }
                 (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
                     ttl = Some(data.cast::<libc::c_int>().read_unaligned() as u8);
@@ -293,6 +324,7 @@ pub fn recv_with_info(s: &Socket, buf: &mut [u8]) -> io::Result<Option<ReceivedI
             destination,
             ifindex,
             ttl,
+            dropped,
         })),
         _ => Err(io::Error::other(
             "a datagram without its TTL or destination",

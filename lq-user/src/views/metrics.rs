@@ -53,12 +53,18 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
                 "counter",
                 "XDP receiver outcomes: accepted and each discard reason of the wire spec.",
             );
-            for (name, v) in c {
+            for (name, v) in c.iter().filter(|(n, _)| !n.ends_with("_ns")) {
                 o.sample(
                     "lq_receiver_events_total",
                     &[("event", (*name).to_string())],
                     *v as f64,
                 );
+            }
+            // Times, not events (`auth_hand_back_run_ns`): in seconds, one family each.
+            for (name, v) in c.iter().filter(|(n, _)| n.ends_with("_ns")) {
+                let family = format!("lq_receiver_{}_seconds_total", name.trim_end_matches("_ns"));
+                o.family(&family, "counter", "Receiver time spent, seconds.");
+                o.sample(&family, &[], *v as f64 / 1e9);
             }
         }
         o.family(
@@ -324,9 +330,13 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
         o.family(
             "lq_client_connections_total",
             "counter",
-            "Client connections of the metrics endpoint and the control socket, by outcome (refused: at the bound; timed-out: missed a read or write deadline).",
+            "Client connections of the metrics endpoint, the control socket and the gNMI endpoint, by outcome (refused: at the bound; timed-out: missed a read or write deadline).",
         );
-        for (endpoint, stats) in [("metrics", &c.metrics), ("control", &c.control)] {
+        for (endpoint, stats) in [
+            ("metrics", &c.metrics),
+            ("control", &c.control),
+            ("gnmi", &c.gnmi),
+        ] {
             for (outcome, v) in stats.outcomes() {
                 o.sample(
                     "lq_client_connections_total",
@@ -339,6 +349,17 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             "lq_monitor_clients_dropped_total",
             "`lqd monitor` clients dropped because they fell behind the notifications.",
             c.monitors_dropped
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        o.counter(
+            "lq_gnmi_requests_refused_total",
+            "gNMI requests refused: no client certificate (UNAUTHENTICATED) or a path no rule grants (PERMISSION_DENIED).",
+            c.gnmi_refused.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        o.counter(
+            "lq_gnmi_subscribers_dropped_total",
+            "gNMI subscriptions closed because the subscriber did not keep up.",
+            c.gnmi_subscribers_dropped
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
     }

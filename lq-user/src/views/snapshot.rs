@@ -691,6 +691,13 @@ pub struct ClientStats {
     pub control: EndpointStats,
     /// `lqd monitor` clients dropped because they fell behind.
     pub monitors_dropped: AtomicU64,
+    /// The gNMI endpoint's connections (`[gnmi]`).
+    pub gnmi: EndpointStats,
+    /// gNMI requests refused: no client certificate (UNAUTHENTICATED) or a path not granted
+    /// (PERMISSION_DENIED).
+    pub gnmi_refused: AtomicU64,
+    /// gNMI subscriptions closed because the subscriber did not keep up.
+    pub gnmi_subscribers_dropped: AtomicU64,
 }
 
 /// A fraction as the augment's `decimal64 { fraction-digits 6; range "0..1"; }`.

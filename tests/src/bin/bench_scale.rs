@@ -38,6 +38,9 @@
 //! - `leaf_cpu_pct_64x512_still` (and its lqd and XDP parts): the cost of receiving the
 //!   fabric alone, with no replace. Printed beside it: the receiver's share were each
 //!   datagram at `xdp_lq_90_ns`'s goal.
+//! - `leaf_cpu_pct_64x512_auth`, `leaf_cpu_auth_ratio_64x512` and their parts: one window
+//!   of fabric churn with every datagram signed and lqd requiring authentication
+//!   (`measure_authenticated`).
 //! - `lqd_rss_mib_64x512`: lqd's resident set (VmRSS, the mapped path table included).
 //! - `bpf_map_bytes_64x512`: the memory the kernel charges for the maps of lqd's receiver
 //!   program (`bytes_memlock` of each, read with bpftool, the independent judge).
@@ -120,6 +123,8 @@ struct Sent {
     /// Of those, the ones that move a bucket of the destination's group once lqd's weights
     /// reach their target (`moves_bucket`).
     moving_events: AtomicU64,
+    /// The sender thread's id, for its CPU time (`window`).
+    tid: AtomicU64,
 }
 
 /// Whether changing spine `s`'s quality for one remote node from `before` to `after`
@@ -151,15 +156,26 @@ fn moves_bucket(q: &mut [u8], s: usize, before: u8, after: u8) -> bool {
 ///   `EVENT_SHARE_PER_S` of the entries a second, half of them a CL change (0 <-> 1) and
 ///   half an LQS level move between 200 and 150; and one spine failing (silent for
 ///   `SPINE_SILENT`) and returning every `SPINE_FAILURE_EVERY`.
+///
+/// While `sign` is set, every datagram carries the authentication trailer (docs/wire.md),
+/// signed with `key`, its 64-bit sequence counting up from the start time's seconds << 32.
 fn senders(
     ns: &NetNs,
     stop: Arc<AtomicBool>,
     mode: Arc<AtomicUsize>,
     sent: Arc<Sent>,
+    (sign, key): (Arc<AtomicBool>, lq_user::core::auth::Key),
 ) -> Result<std::thread::JoinHandle<Result<()>>> {
     ns.run_in(move || {
         std::thread::spawn(move || -> Result<()> {
             pin_to_cpu(0, 1);
+            // SAFETY: gettid has no preconditions.
+            sent.tid
+                .store(unsafe { libc::gettid() } as u64, Ordering::Relaxed);
+            let mut auth_sequence = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_secs()
+                << 32;
             let mut socks = (1..=SPINES)
                 .map(|k| Sender::bind(SocketAddr::new(IpAddr::V4(spine_addr(k)), 0), 255))
                 .collect::<Result<Vec<_>>>()?;
@@ -231,7 +247,12 @@ fn senders(
                             .collect();
                         let h = header(ip4(10, 0, 0, (s + 1) as u8), seq[s]);
                         seq[s] = seq[s].wrapping_add(1);
-                        sock.send(to, &h, &entries)?;
+                        if sign.load(Ordering::Relaxed) {
+                            auth_sequence += 1;
+                            sock.send_signed(to, &h, &entries, &key, auth_sequence)?;
+                        } else {
+                            sock.send(to, &h, &entries)?;
+                        }
                         sent.datagrams.fetch_add(1, Ordering::Relaxed);
                         sent.entries
                             .fetch_add(entries.len() as u64, Ordering::Relaxed);
@@ -264,6 +285,19 @@ fn process_cpu_ns(pid: u32) -> Result<u64> {
         }
     }
     Ok(total)
+}
+
+/// CPU time of this process's thread `tid`, in ns (schedstat's first field): here the
+/// sender's, which includes the softirq work its sends raise on its CPU (this kernel has
+/// no IRQ time accounting): the veth's delivery, the XDP program, and for a datagram the
+/// program passes up, the stack's delivery to lqd's socket.
+fn thread_cpu_ns(tid: u64) -> Result<u64> {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .with_context(|| format!("the sender thread {tid}'s schedstat"))?;
+    s.split_whitespace()
+        .next()
+        .and_then(|x| x.parse().ok())
+        .context("schedstat")
 }
 
 /// Pins every thread of `pid` to one CPU.
@@ -453,6 +487,15 @@ struct Window {
     moving_event_rate: f64,
     /// Of the replaces done, those that moved no resilient bucket.
     neutral_fraction: f64,
+    /// The sender thread's CPU (the spines' work, and the softirq work its sends raise:
+    /// see `thread_cpu_ns`), % of a core.
+    sender_pct: f64,
+    /// `[receiver] authentication`: the program's runs on datagrams lqd handed back
+    /// (`auth_hand_back_run_ns`), % of a core; counted in `lqd_pct` (the test runs are
+    /// lqd's system calls), so not in `xdp_pct`.
+    hand_back_pct: f64,
+    /// Authentication: datagrams verified and handed back a second.
+    verified_rate: f64,
 }
 
 /// Measures one WINDOW of lqd `pid` and receiver program `prog`, printed under `label`.
@@ -465,26 +508,41 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
             s.moving_events.load(Ordering::Relaxed),
         )
     };
-    let (cpu0, (rt0, _), m0, s0, g0, wall0) = (
+    let tid = sent.tid.load(Ordering::Relaxed);
+    let auth = |lqd: &Lqd| {
+        let c = lqd.show("counters").unwrap_or_default();
+        let n = |k: &str| c[k].as_u64().unwrap_or(0);
+        (n("auth_hand_back_run_ns"), n("auth_verified"))
+    };
+    // lqd's counters right after the sender's (they are as of lqd's last published
+    // snapshot, a few ms old at most).
+    let (cpu0, (rt0, _), m0, s0, a0, g0, t0, wall0) = (
         process_cpu_ns(pid)?,
         program_stats(prog)?,
         ProcStat::read()?.machine,
         counts(sent),
+        auth(lqd),
         replace_counts(lqd),
+        thread_cpu_ns(tid)?,
         Instant::now(),
     );
     std::thread::sleep(WINDOW);
-    let (cpu1, (rt1, _), m1, s1, g1) = (
+    let (cpu1, (rt1, _), m1, s1, a1, g1, t1) = (
         process_cpu_ns(pid)?,
         program_stats(prog)?,
         ProcStat::read()?.machine,
         counts(sent),
+        auth(lqd),
         replace_counts(lqd),
+        thread_cpu_ns(tid)?,
     );
     let wall = wall0.elapsed().as_nanos() as f64;
     let secs = wall / 1e9;
     let lqd_pct = (cpu1 - cpu0) as f64 / wall * 100.0;
-    let xdp_ns = (rt1 - rt0).as_nanos() as f64;
+    // The program's runs on the wire: its run time less the runs lqd made through
+    // BPF_PROG_TEST_RUN (in lqd's CPU time already).
+    let hand_back_ns = a1.0.saturating_sub(a0.0) as f64;
+    let xdp_ns = ((rt1 - rt0).as_nanos() as f64 - hand_back_ns).max(0.0);
     let xdp_pct = xdp_ns / wall * 100.0;
     let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
     let (sent_rate, entry_rate) = (rate(s0.0, s1.0), rate(s0.1, s1.1));
@@ -501,12 +559,15 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         event_rate,
         moving_event_rate,
         neutral_fraction: g1.neutral.saturating_sub(g0.neutral) as f64 / replaces.max(1) as f64,
+        sender_pct: t1.saturating_sub(t0) as f64 / wall * 100.0,
+        hand_back_pct: hand_back_ns / wall * 100.0,
+        verified_rate: rate(a0.1, a1.1),
     };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let machine =
         (m1.busy() - m0.busy()) as f64 / (m1.total() - m0.total()).max(1) as f64 * cpus * 100.0;
     eprintln!(
-        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computed changes/s not written, replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; machine busy {machine:.0} % of one core",
+        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computed changes/s not written, replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
         w.xdp_ns_per_entry,
         w.replace_rate,
         g1.neutral.saturating_sub(g0.neutral) as f64 / secs,
@@ -515,6 +576,9 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         rate(g0.causes[0], g1.causes[0]),
         rate(g0.causes[1], g1.causes[1]),
         rate(g0.causes[2], g1.causes[2]),
+        w.sender_pct,
+        w.verified_rate,
+        w.hand_back_pct,
     );
     Ok(w)
 }
@@ -530,11 +594,12 @@ fn full_groups(lqd: &Lqd) -> usize {
     })
 }
 
-/// The leaf's configuration: lqd's defaults, with `replace` as given.
-fn leaf_config(replace: &str) -> String {
+/// The leaf's configuration: lqd's defaults, with `replace` as given, and `receiver`'s
+/// lines added to `[receiver]`.
+fn leaf_config(replace: &str, receiver: &str) -> String {
     let ifaces: Vec<String> = (1..=SPINES).map(|k| format!("\"up{k}\"")).collect();
     let mut c = format!(
-        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [{}]\n\n[nexthop-group]\nreplace = \"{replace}\"\n",
+        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [{}]\n{receiver}\n[nexthop-group]\nreplace = \"{replace}\"\n",
         ifaces.join(", ")
     );
     for k in 1..=SPINES {
@@ -577,13 +642,22 @@ fn run() -> Result<()> {
     // printing the log's last lines about written weights.
     let filter: &'static str =
         std::env::var("LQ_BENCH_SCALE_LOG").map_or("info", |f| Box::leak(f.into_boxed_str()));
-    let lqd = Lqd::start_logging(&leaf, &leaf_config("forwarding-change"), filter)?;
+    let lqd = Lqd::start_logging(&leaf, &leaf_config("forwarding-change", ""), filter)?;
     let pid = lqd.pid().context("lqd has no pid")?;
     pin_process(pid, 0)?;
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(Sent::default());
     let mode = Arc::new(AtomicUsize::new(churn::FABRIC));
-    let sender = senders(&spines, stop.clone(), mode.clone(), sent.clone())?;
+    let sign = Arc::new(AtomicBool::new(false));
+    let key_dir = std::env::temp_dir().join(lq_tests::unique_name("bench-scale-keys"));
+    let (key, key_chain) = lq_tests::daemon::test_key(&key_dir, "bench scale fabric key")?;
+    let sender = senders(
+        &spines,
+        stop.clone(),
+        mode.clone(),
+        sent.clone(),
+        (sign.clone(), key),
+    )?;
     let result = measure(&leaf, &lqd, pid, &before, &sent, &mode);
     let counters = lqd.show("counters").ok();
     eprintln!(
@@ -606,15 +680,22 @@ fn run() -> Result<()> {
     // The same fabric with every computed change written (lqd before issue 41; a restart
     // that adopts the groups).
     let every_step = match result {
-        Ok(()) => measure_every_step(&leaf, &sent, &mode),
+        Ok(_) => measure_every_step(&leaf, &sent, &mode),
         Err(_) => Ok(()),
     };
+    // The same fabric signed, to a leaf that requires authentication (issue 39).
+    let authenticated = match &result {
+        Ok(plain) => measure_authenticated(&leaf, &sent, &mode, &sign, &key_chain, plain),
+        Err(_) => Ok(()),
+    };
+    let _ = std::fs::remove_dir_all(&key_dir);
     stop.store(true, Ordering::Relaxed);
     let sent_ok = sender
         .join()
         .map_err(|_| anyhow::anyhow!("the sender thread panicked"))?;
     result?;
     every_step?;
+    authenticated?;
     // A figure from a receiver that refused entries would be of a smaller fabric.
     let refused = counters
         .as_ref()
@@ -674,7 +755,7 @@ fn ready(lqd: &Lqd, before: &BTreeSet<u32>) -> Result<u32> {
 fn measure_every_step(ns: &NetNs, sent: &Sent, mode: &AtomicUsize) -> Result<()> {
     mode.store(churn::FABRIC, Ordering::Relaxed);
     let before = receiver_programs()?;
-    let lqd = Lqd::start_logging(ns, &leaf_config("every-step"), "info")?;
+    let lqd = Lqd::start_logging(ns, &leaf_config("every-step", ""), "info")?;
     let pid = lqd.pid().context("lqd has no pid")?;
     pin_process(pid, 0)?;
     let prog = ready(&lqd, &before)?;
@@ -737,6 +818,14 @@ fn med(w: &[Window], f: fn(&Window) -> f64) -> f64 {
     median(&w.iter().map(f).collect::<Vec<_>>())
 }
 
+/// The fabric churn's figures a later window is compared with (medians).
+struct Plain {
+    /// lqd + XDP, % of a core (`leaf_cpu_pct_64x512`).
+    leaf_pct: f64,
+    /// The sender thread, % of a core.
+    sender_pct: f64,
+}
+
 fn measure(
     ns: &NetNs,
     lqd: &Lqd,
@@ -744,7 +833,7 @@ fn measure(
     before: &BTreeSet<u32>,
     sent: &Sent,
     mode: &AtomicUsize,
-) -> Result<()> {
+) -> Result<Plain> {
     let prog = ready(lqd, before)?;
     std::thread::sleep(Duration::from_secs(2));
     let fabric = windows(lqd, pid, prog, sent, WINDOWS, "fabric churn")?;
@@ -938,6 +1027,109 @@ fn measure(
         "ns",
         None,
         None,
+    );
+    Ok(Plain {
+        leaf_pct: med(&fabric, |w| w.lqd_pct + w.xdp_pct),
+        sender_pct: med(&fabric, |w| w.sender_pct),
+    })
+}
+
+/// One window of fabric churn with every datagram signed (HMAC-SHA-256) and a leaf whose
+/// lqd requires authentication on every uplink (`[receiver] authentication = "required"`,
+/// lqd's defaults otherwise; a restart that adopts the groups), beside the plain windows
+/// of the same run (issue 39):
+/// - `leaf_cpu_pct_64x512_auth`: lqd (the socket reads, the MACs, the hand-back test
+///   runs) + the XDP program's runs on the wire, counted as `leaf_cpu_pct_64x512` is.
+/// - `leaf_auth_delivery_cpu_pct_64x512`: what the sender thread spent beyond the plain
+///   windows' share: the signing (the spines' cost, not the leaf's) and the stack's
+///   delivery of the passed-up datagrams to lqd's socket (the leaf's, run in the
+///   sender's softirq context here). Counted whole in the ratio, an upper bound.
+/// - `leaf_cpu_auth_ratio_64x512` = (`_auth` + delivery) / `leaf_cpu_pct_64x512`.
+fn measure_authenticated(
+    ns: &NetNs,
+    sent: &Sent,
+    mode: &AtomicUsize,
+    sign: &AtomicBool,
+    key_chain: &std::path::Path,
+    plain: &Plain,
+) -> Result<()> {
+    mode.store(churn::FABRIC, Ordering::Relaxed);
+    sign.store(true, Ordering::Relaxed);
+    let before = receiver_programs()?;
+    let receiver = format!(
+        "authentication = \"required\"\nkey-chain = \"{}\"\n",
+        key_chain.display()
+    );
+    let lqd = Lqd::start_logging(ns, &leaf_config("forwarding-change", &receiver), "info")?;
+    let pid = lqd.pid().context("lqd has no pid")?;
+    pin_process(pid, 0)?;
+    let prog = ready(&lqd, &before)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let c0 = lqd.show("counters")?;
+    let m = window(
+        &lqd,
+        pid,
+        prog,
+        sent,
+        "fabric churn, signed, [receiver] authentication = required",
+    )?;
+    let c1 = lqd.show("counters")?;
+    let moved = |k: &str| {
+        c1[k]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(c0[k].as_u64().unwrap_or(0))
+    };
+    let lost: Vec<(&str, u64)> = [
+        "auth_missing_trailer",
+        "auth_unknown_key_id",
+        "auth_key_not_accepted",
+        "auth_bad_mac",
+        "auth_replayed_sequence",
+        "auth_hand_back_errors",
+        "auth_socket_overflows",
+    ]
+    .into_iter()
+    .map(|k| (k, moved(k)))
+    .filter(|&(_, n)| n > 0)
+    .collect();
+    eprintln!(
+        "authenticated window: {:.0} datagrams/s verified of {:.0}/s sent; lost or refused: {lost:?}",
+        m.verified_rate, m.sent_rate
+    );
+    let delivery = (m.sender_pct - plain.sender_pct).max(0.0);
+    let leaf = m.lqd_pct + m.xdp_pct;
+    emit(
+        "leaf_cpu_pct_64x512_auth",
+        leaf,
+        "% of a core",
+        None,
+        Some(plain.leaf_pct),
+    );
+    emit(
+        "leaf_auth_hand_back_cpu_pct_64x512",
+        m.hand_back_pct,
+        "% of a core",
+        None,
+        None,
+    );
+    emit(
+        "leaf_auth_delivery_cpu_pct_64x512",
+        delivery,
+        "% of a core",
+        None,
+        None,
+    );
+    emit(
+        "leaf_cpu_auth_ratio_64x512",
+        (leaf + delivery) / plain.leaf_pct,
+        "ratio",
+        Some("<= 1.5"),
+        None,
+    );
+    ensure!(
+        lost.is_empty(),
+        "the authenticated leaf lost or refused datagrams: {lost:?}"
     );
     Ok(())
 }

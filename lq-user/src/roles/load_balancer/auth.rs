@@ -33,6 +33,11 @@ use crate::{
 /// costs an HMAC) cannot hold the daemon's loop; the rest wait for the next turn.
 pub const BATCH: usize = 256;
 
+/// At most this many batches are read before a step (`LoadBalancer::drain_authenticated`):
+/// a 64-spine fabric's 20 ms is 384 datagrams; a flood of forgeries still cannot hold the
+/// step back for more than about 16 ms.
+pub const DRAIN_BEFORE_STEP: usize = 8;
+
 /// One warning per neighbor and reason at most this often.
 const NOTICE_INTERVAL_NS: u64 = 60_000_000_000;
 /// At most this many such warnings a minute in all, and this many (neighbor, reason)
@@ -55,12 +60,19 @@ pub struct AuthCounters {
     /// Handed back to the XDP program (verified, unauthenticated accepted, or for it to
     /// discard: TTL, framing).
     pub handed_back: u64,
+    /// The XDP program's run time over those, ns (BPF_PROG_TEST_RUN's duration): what
+    /// handing back costs beyond the socket read and the MAC. The kernel's run-time
+    /// statistics of the program (bpftool) include these runs too.
+    pub hand_back_run_ns: u64,
     /// BPF_PROG_TEST_RUN failures (the datagram is lost; logged).
     pub hand_back_errors: u64,
     /// Datagrams on other interfaces (with `pass-through`), ignored.
     pub other_interface: u64,
     /// Datagrams longer than the receive buffer (truncated: dropped).
     pub oversized: u64,
+    /// Datagrams the kernel dropped because a socket's queue was full (SO_RXQ_OVFL): the
+    /// loop fell behind the uplinks by more than the socket's buffer.
+    pub socket_overflows: u64,
 }
 
 impl AuthCounters {
@@ -88,9 +100,11 @@ impl AuthCounters {
         }
         v.extend([
             ("auth_handed_back", self.handed_back),
+            ("auth_hand_back_run_ns", self.hand_back_run_ns),
             ("auth_hand_back_errors", self.hand_back_errors),
             ("auth_other_interface", self.other_interface),
             ("auth_oversized", self.oversized),
+            ("auth_socket_overflows", self.socket_overflows),
         ]);
         v
     }
@@ -126,6 +140,10 @@ pub struct AuthReceiver {
     notice_window: (u64, u32, u64),
     /// When datagrams of another interface were last warned about.
     other_interface_warned: Option<u64>,
+    /// The last SO_RXQ_OVFL count seen on the IPv4 and the IPv6 socket.
+    overflow_seen: [u32; 2],
+    /// When socket overflows were last warned about.
+    overflow_warned: Option<u64>,
 }
 
 impl AuthReceiver {
@@ -151,6 +169,8 @@ impl AuthReceiver {
             noticed: BTreeMap::new(),
             notice_window: (0, 0, 0),
             other_interface_warned: None,
+            overflow_seen: [0; 2],
+            overflow_warned: None,
         }))
     }
 
@@ -252,7 +272,34 @@ impl AuthReceiver {
         );
     }
 
+    /// Counts the datagrams a socket dropped for a full queue since the last one read
+    /// (its SO_RXQ_OVFL count moved), and says so once a minute at most.
+    fn count_overflows(&mut self, info: &ReceivedInfo, now_ns: u64) {
+        let Some(dropped) = info.dropped else {
+            return;
+        };
+        let seen = &mut self.overflow_seen[usize::from(info.source.is_ipv6())];
+        let new = dropped.wrapping_sub(*seen);
+        if new == 0 {
+            return;
+        }
+        *seen = dropped;
+        self.counters.socket_overflows += u64::from(new);
+        if self
+            .overflow_warned
+            .is_none_or(|t| now_ns.saturating_sub(t) >= NOTICE_INTERVAL_NS)
+        {
+            self.overflow_warned = Some(now_ns);
+            warn!(
+                dropped = new,
+                total = self.counters.socket_overflows,
+                "the authentication socket's queue overflowed: the kernel dropped LQ datagrams before lqd read them (the loop fell behind the uplinks)"
+            );
+        }
+    }
+
     fn handle(&mut self, info: ReceivedInfo, receiver: &mut XdpReceiver, now_s: i64, now_ns: u64) {
+        self.count_overflows(&info, now_ns);
         if !self.ifindexes.contains(&info.ifindex) {
             // Another interface's datagram (with `pass-through`, or on a VLAN
             // sub-interface, which IP_PKTINFO names where the XDP program saw the physical
@@ -316,7 +363,10 @@ impl AuthReceiver {
                     &mut self.frame,
                 );
                 match receiver.receive_verified(&self.frame) {
-                    Ok(_) => self.counters.handed_back += 1,
+                    Ok((_, run)) => {
+                        self.counters.handed_back += 1;
+                        self.counters.hand_back_run_ns += run.as_nanos() as u64;
+                    }
                     Err(e) => {
                         self.counters.hand_back_errors += 1;
                         warn!(error = %crate::core::report::Chain(&e as &PathTableError), "handing an authenticated datagram to the XDP receiver failed");

@@ -1798,6 +1798,20 @@ impl LoadBalancer {
             monotonic_ns(),
         )
     }
+
+    /// Reads what waits on an authentication socket before a step, up to
+    /// `auth::DRAIN_BEFORE_STEP` batches: the step judges each neighbor's liveness by its
+    /// last datagram (seed 003 section 6.5's dead interval), and a datagram that arrived
+    /// in time must not count as late because the loop was busy (a 512-group replace
+    /// takes tens of milliseconds) while it sat in the socket's queue. On the XDP path the
+    /// kernel writes the table as datagrams arrive; this gives the socket path the same.
+    pub fn drain_authenticated(&mut self, socket: &socket2::Socket) {
+        for _ in 0..auth::DRAIN_BEFORE_STEP {
+            if self.receive_authenticated(socket) < auth::BATCH {
+                break;
+            }
+        }
+    }
 }
 
 /// `mapping` with the capacity of every uplink the configuration gives none

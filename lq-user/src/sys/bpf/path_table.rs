@@ -423,8 +423,12 @@ impl XdpReceiver {
     /// Runs the receiver program on `frame`, an authenticated datagram the socket
     /// receiver rebuilt, as if it had arrived on the loopback (which is never in the
     /// authentication set): checks 1-11 and the path table exactly as for a datagram on
-    /// the wire (BPF_PROG_TEST_RUN, on the calling thread's CPU). Returns the verdict.
-    pub fn receive_verified(&mut self, frame: &[u8]) -> Result<u32, PathTableError> {
+    /// the wire (BPF_PROG_TEST_RUN, on the calling thread's CPU). Returns the verdict and
+    /// the program's run time as the kernel measured it.
+    pub fn receive_verified(
+        &mut self,
+        frame: &[u8],
+    ) -> Result<(u32, std::time::Duration), PathTableError> {
         // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
         // egress_ifindex; the kernel wants data 0 and data_end the frame's length.
         let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
@@ -441,7 +445,7 @@ impl XdpReceiver {
                 "XDP",
                 "test run (authenticated datagram)",
             ))?;
-        Ok(r.return_value)
+        Ok((r.return_value, r.duration))
     }
 
     /// The loaded object, for tests (TestRun) and benchmarks.

@@ -1,0 +1,959 @@
+//! The gNMI northbound (issue 40): seed 003 section 4.3's gRPC/gNMI binding for solicited
+//! retrieval of the YANG data, with section 12.2's secure transport, mutual
+//! authentication and access control.
+//!
+//! - Capabilities: `ietf-lq-telemetry` and lq's augment `lq-weighted-ecmp`, with their
+//!   revisions; JSON and JSON_IETF (both carry RFC 7951 JSON).
+//! - Get: any path or prefix under `/ietf-lq-telemetry:lq-telemetry`, the document `lqd
+//!   show state` prints (`views::yang_state`), from a snapshot taken after the request.
+//! - Subscribe: ONCE, POLL, and STREAM with SAMPLE (`sample_interval`,
+//!   `suppress_redundant`, `heartbeat_interval`) and ON_CHANGE (TARGET_DEFINED is
+//!   ON_CHANGE): initial updates, then `sync_response`. An ON_CHANGE update carries the
+//!   subscribed subtree whole when anything in it changed, at most once per snapshot the
+//!   loop publishes (every 5 ms at the fastest, `PUBLISH_EVERY_NS`).
+//! - Set: UNIMPLEMENTED; the configuration is the file (SIGHUP, `lqd reload`).
+//!
+//! Security: TLS 1.3 with ALPN h2 (`transport::tls::grpc_server_config`); a client whose
+//! certificate does not chain to `[gnmi] client-ca` never completes the handshake, one
+//! with no certificate is answered UNAUTHENTICATED. What a client may read is decided by
+//! `core::northbound::access` from the `[[gnmi.client]]` rules that name one of its
+//! certificate's subjectAltNames: a denied path is answered PERMISSION_DENIED with no
+//! data, an ancestor's read leaves the denied subtrees out. Plaintext only on loopback.
+//!
+//! Liveness: this runs on the client thread, never in the daemon's loop. It reads the
+//! snapshots the loop publishes (`Published`); one feed task renders each snapshot once
+//! for every stream; each stream has a bounded queue, and a subscriber that lets it fill
+//! is closed with RESOURCE_EXHAUSTED and counted, never slowing the others. Connections
+//! and subscriptions are bounded; a TLS handshake has a deadline.
+
+use std::{
+    collections::BTreeMap,
+    pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use serde_json::Value;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpListener,
+    sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch},
+};
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{info, warn};
+
+use super::published::{Published, RefusalLog, accept_failed, state_json};
+use crate::{
+    core::northbound::{
+        Access, DataPath, PathElem, ReadRule, access, grants, prune_selection, select,
+    },
+    sys::clock::unix_ns,
+    views::snapshot::{ClientStats, EndpointStats, Snapshot},
+};
+
+/// The generated gNMI messages and service (build.rs, from the vendored protos).
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    unreachable_pub,
+    unused_qualifications,
+    rustdoc::all
+)]
+pub mod proto {
+    /// gnmi_ext.proto.
+    pub mod gnmi_ext {
+        tonic::include_proto!("gnmi_ext");
+    }
+    /// gnmi.proto.
+    pub mod gnmi {
+        tonic::include_proto!("gnmi");
+    }
+}
+
+use proto::gnmi::{
+    CapabilityRequest, CapabilityResponse, Encoding, GetRequest, GetResponse, ModelData,
+    Notification, Path, SetRequest, SetResponse, SubscribeRequest, SubscribeResponse,
+    SubscriptionList, SubscriptionMode, TypedValue, Update,
+    g_nmi_server::{GNmi, GNmiServer},
+    subscribe_request, subscribe_response, subscription_list, typed_value,
+};
+
+/// The gNMI version of the vendored protos (gnmi.proto's `gnmi_service` option).
+pub const GNMI_VERSION: &str = "0.10.0";
+
+/// The models this target serves, with the revisions of `yang/`.
+const MODELS: [(&str, &str, &str); 2] = [
+    ("ietf-lq-telemetry", "IETF", "2026-07-07"),
+    ("lq-weighted-ecmp", "lq", "2026-12-04"),
+];
+
+/// Concurrent connections at most; more are closed at once and counted.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a client has to complete the TLS handshake.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a Subscribe has to send its SubscriptionList.
+pub const FIRST_REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// Responses queued per stream at most: a subscriber that lets more wait is closed.
+pub const STREAM_QUEUE: usize = 64;
+/// The shortest SAMPLE interval served (a shorter one, or 0, is raised to it).
+pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
+/// Largest request accepted.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// The document a snapshot renders to, shared by every stream.
+struct Rendered {
+    /// When the snapshot was taken, ns since the epoch (the notifications' timestamp).
+    taken_unix_ns: i64,
+    doc: Value,
+}
+
+/// The YANG state of a snapshot, as `lqd show state` prints it.
+fn render(snap: &Snapshot) -> Rendered {
+    let age = crate::sys::clock::monotonic_ns().saturating_sub(snap.taken_mono_ns);
+    Rendered {
+        taken_unix_ns: unix_ns().saturating_sub(age) as i64,
+        doc: state_json(snap),
+    }
+}
+
+/// How often the streams need a new document: each registered stream's interval (0 for
+/// ON_CHANGE: every snapshot the loop publishes).
+#[derive(Default)]
+struct Demand {
+    streams: Mutex<BTreeMap<u64, u64>>,
+    next_id: AtomicU64,
+    changed: Notify,
+}
+
+impl Demand {
+    fn register(&self, every_ns: u64) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut m) = self.streams.lock() {
+            m.insert(id, every_ns);
+        }
+        self.changed.notify_one();
+        id
+    }
+
+    fn unregister(&self, id: u64) {
+        if let Ok(mut m) = self.streams.lock() {
+            m.remove(&id);
+        }
+    }
+
+    fn every_ns(&self) -> Option<u64> {
+        self.streams
+            .lock()
+            .ok()
+            .and_then(|m| m.values().copied().min())
+    }
+}
+
+/// Removes a stream's demand when the stream ends, however it ends.
+struct Registered(Arc<Demand>, u64);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0.unregister(self.1);
+    }
+}
+
+/// Renders a snapshot for the streams as often as the most demanding one needs, and not
+/// at all while there is none.
+async fn feed(published: Published, tx: watch::Sender<Arc<Rendered>>, demand: Arc<Demand>) {
+    loop {
+        let changed = demand.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let Some(every_ns) = demand.every_ns() else {
+            changed.await;
+            continue;
+        };
+        let started = tokio::time::Instant::now();
+        let snap = published.fresh().await;
+        tx.send_replace(Arc::new(render(&snap)));
+        let wait = Duration::from_nanos(every_ns).saturating_sub(started.elapsed());
+        if !wait.is_zero() {
+            // A new, more demanding stream cuts the wait short.
+            let _ = tokio::time::timeout(wait, changed).await;
+        }
+    }
+}
+
+/// The service.
+#[derive(Clone)]
+struct Service {
+    published: Published,
+    latest: watch::Receiver<Arc<Rendered>>,
+    demand: Arc<Demand>,
+    rules: Arc<Vec<ReadRule>>,
+    tls: bool,
+    subscriptions: Arc<Semaphore>,
+    stats: Arc<ClientStats>,
+}
+
+/// Who is asking: the grants of the rules that name the client.
+struct Client {
+    grants: Vec<DataPath>,
+    peer: String,
+}
+
+impl Service {
+    fn refuse(&self, s: Status) -> Status {
+        EndpointStats::inc(&self.stats.gnmi_refused);
+        s
+    }
+
+    /// The client of a request: its certificate's names matched against the rules. A TLS
+    /// client without a certificate is refused.
+    fn identify<T>(&self, req: &Request<T>) -> Result<Client, Status> {
+        let peer = req
+            .remote_addr()
+            .map_or_else(|| "?".to_string(), |a| a.to_string());
+        let rules = self.rules.as_slice();
+        let grants: Vec<DataPath> = if self.tls {
+            let certs = req.peer_certs().filter(|c| !c.is_empty()).ok_or_else(|| {
+                self.refuse(Status::unauthenticated(
+                    "a client certificate is required (one that chains to the target's [gnmi] client-ca)",
+                ))
+            })?;
+            let leaf = webpki::EndEntityCert::try_from(&certs[0]).map_err(|e| {
+                self.refuse(Status::unauthenticated(format!(
+                    "the client certificate does not parse: {e}"
+                )))
+            })?;
+            let matches = |name: &str| {
+                rustls::pki_types::ServerName::try_from(name)
+                    .is_ok_and(|n| leaf.verify_is_valid_for_subject_name(&n).is_ok())
+            };
+            grants(rules, matches).into_iter().cloned().collect()
+        } else {
+            grants(rules, |_| false).into_iter().cloned().collect()
+        };
+        Ok(Client { grants, peer })
+    }
+
+    /// What `client` may read of `path`, or PERMISSION_DENIED naming the path.
+    fn check(&self, client: &Client, path: &DataPath) -> Result<Vec<DataPath>, Status> {
+        let g: Vec<&DataPath> = client.grants.iter().collect();
+        match access(&g, path) {
+            Access::Allowed { prune } => Ok(prune),
+            Access::Denied => {
+                warn!(peer = %client.peer, %path, "gNMI read refused: no [[gnmi.client]] rule grants it to this client");
+                Err(self.refuse(Status::permission_denied(format!(
+                    "{path}: not granted to this client (seed 003 section 12.2; [[gnmi.client]] read)"
+                ))))
+            }
+        }
+    }
+}
+
+/// `prefix` + `path` as a data path and as the wire path to echo.
+fn data_path(prefix: Option<&Path>, path: Option<&Path>) -> Result<(DataPath, Path), Status> {
+    let mut elems = Vec::new();
+    let mut origin = String::new();
+    for p in [prefix, path].into_iter().flatten() {
+        if !p.origin.is_empty() {
+            origin = p.origin.clone();
+        }
+        #[allow(deprecated)] // read only to refuse it
+        let old_form = !p.element.is_empty();
+        if old_form {
+            return Err(Status::invalid_argument(
+                "the deprecated `element` path form is not supported: use `elem`",
+            ));
+        }
+        elems.extend(p.elem.iter().map(|e| PathElem {
+            name: e.name.clone(),
+            keys: e.key.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        }));
+    }
+    let wire = Path {
+        origin: origin.clone(),
+        elem: elems
+            .iter()
+            .map(|e| proto::gnmi::PathElem {
+                name: e.name.clone(),
+                key: e.keys.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let dp = DataPath::from_elems(&origin, elems).map_err(|e| Status::not_found(e.to_string()))?;
+    Ok((dp, wire))
+}
+
+/// The encodings served: JSON and JSON_IETF, both RFC 7951.
+fn check_encoding(e: i32) -> Result<Encoding, Status> {
+    match Encoding::try_from(e) {
+        Ok(Encoding::Json) => Ok(Encoding::Json),
+        Ok(Encoding::JsonIetf) => Ok(Encoding::JsonIetf),
+        _ => Err(Status::unimplemented(format!(
+            "encoding {e}: this target serves JSON and JSON_IETF (RFC 7951)"
+        ))),
+    }
+}
+
+fn typed(value: &Value, encoding: Encoding) -> TypedValue {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    TypedValue {
+        value: Some(match encoding {
+            Encoding::Json => typed_value::Value::JsonVal(bytes),
+            _ => typed_value::Value::JsonIetfVal(bytes),
+        }),
+    }
+}
+
+/// One update of `path` from `r`, pruned; `None` when nothing is there.
+fn update_of(r: &Rendered, sub: &Sub) -> Option<(Value, Update)> {
+    let mut v = select(&r.doc, &sub.path)?;
+    prune_selection(&mut v, &sub.path, &sub.prune);
+    let u = Update {
+        path: Some(sub.wire.clone()),
+        val: Some(typed(&v, sub.encoding)),
+        ..Default::default()
+    };
+    Some((v, u))
+}
+
+fn notification(r: &Rendered, updates: Vec<Update>) -> Notification {
+    Notification {
+        timestamp: r.taken_unix_ns,
+        update: updates,
+        ..Default::default()
+    }
+}
+
+#[tonic::async_trait]
+impl GNmi for Service {
+    async fn capabilities(
+        &self,
+        req: Request<CapabilityRequest>,
+    ) -> Result<Response<CapabilityResponse>, Status> {
+        self.identify(&req)?;
+        Ok(Response::new(CapabilityResponse {
+            supported_models: MODELS
+                .iter()
+                .map(|(name, org, rev)| ModelData {
+                    name: (*name).into(),
+                    organization: (*org).into(),
+                    version: (*rev).into(),
+                })
+                .collect(),
+            supported_encodings: vec![Encoding::Json as i32, Encoding::JsonIetf as i32],
+            g_nmi_version: GNMI_VERSION.into(),
+            extension: Vec::new(),
+        }))
+    }
+
+    async fn get(&self, req: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        let client = self.identify(&req)?;
+        let r = req.into_inner();
+        let encoding = check_encoding(r.encoding)?;
+        let mut paths = Vec::new();
+        if r.path.is_empty() {
+            paths.push(data_path(r.prefix.as_ref(), None)?);
+        }
+        for p in &r.path {
+            paths.push(data_path(r.prefix.as_ref(), Some(p))?);
+        }
+        // Every path's access before any data.
+        let mut subs = Vec::new();
+        for (path, wire) in paths {
+            let prune = self.check(&client, &path)?;
+            subs.push(Sub::once(path, wire, prune, encoding));
+        }
+        let rendered = render(self.published.fresh().await.as_ref());
+        let mut notifications = Vec::new();
+        for sub in &subs {
+            let (_, u) = update_of(&rendered, sub)
+                .ok_or_else(|| Status::not_found(format!("{}: no data", sub.path)))?;
+            notifications.push(notification(&rendered, vec![u]));
+        }
+        Ok(Response::new(GetResponse {
+            notification: notifications,
+            ..Default::default()
+        }))
+    }
+
+    async fn set(&self, req: Request<SetRequest>) -> Result<Response<SetResponse>, Status> {
+        self.identify(&req)?;
+        Err(Status::unimplemented(
+            "lqd's configuration is its file: edit it and run `lqd reload` (or send SIGHUP)",
+        ))
+    }
+
+    type SubscribeStream = SubscriptionStream;
+
+    async fn subscribe(
+        &self,
+        req: Request<Streaming<SubscribeRequest>>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let client = self.identify(&req)?;
+        let permit = self
+            .subscriptions
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                Status::resource_exhausted(
+                    "too many subscriptions ([gnmi] max-subscriptions): try again later",
+                )
+            })?;
+        let mut inbound = req.into_inner();
+        let first = tokio::time::timeout(FIRST_REQUEST_DEADLINE, inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no SubscriptionList within 10 s"))??
+            .ok_or_else(|| Status::cancelled("the client closed before subscribing"))?;
+        let Some(subscribe_request::Request::Subscribe(list)) = first.request else {
+            return Err(Status::invalid_argument(
+                "the first SubscribeRequest must carry a SubscriptionList",
+            ));
+        };
+        let plan = self.plan(&client, &list)?;
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        let closed = Arc::new(Mutex::new(None));
+        let run = Subscription {
+            service: self.clone(),
+            tx,
+            closed: closed.clone(),
+            peer: client.peer.clone(),
+            _permit: permit,
+        };
+        info!(peer = %client.peer, mode = ?plan.mode, paths = plan.subs.len(), "gNMI subscription");
+        tokio::spawn(run.run(plan, inbound));
+        Ok(Response::new(SubscriptionStream {
+            rx,
+            closed,
+            done: false,
+        }))
+    }
+}
+
+/// One subscribed path.
+struct Sub {
+    path: DataPath,
+    wire: Path,
+    prune: Vec<DataPath>,
+    encoding: Encoding,
+    /// STREAM: SAMPLE's interval, or `None` for ON_CHANGE.
+    sample: Option<Duration>,
+    suppress_redundant: bool,
+    heartbeat: Option<Duration>,
+    /// The last value sent, and when.
+    last: Option<(Value, tokio::time::Instant)>,
+    /// SAMPLE: when the next sample is due.
+    due: tokio::time::Instant,
+}
+
+impl Sub {
+    fn once(path: DataPath, wire: Path, prune: Vec<DataPath>, encoding: Encoding) -> Self {
+        Self {
+            path,
+            wire,
+            prune,
+            encoding,
+            sample: None,
+            suppress_redundant: false,
+            heartbeat: None,
+            last: None,
+            due: tokio::time::Instant::now(),
+        }
+    }
+}
+
+/// A SubscriptionList, checked.
+struct Plan {
+    mode: subscription_list::Mode,
+    subs: Vec<Sub>,
+    updates_only: bool,
+}
+
+impl Service {
+    fn plan(&self, client: &Client, list: &SubscriptionList) -> Result<Plan, Status> {
+        let mode = subscription_list::Mode::try_from(list.mode)
+            .map_err(|_| Status::invalid_argument(format!("subscription mode {}", list.mode)))?;
+        let encoding = check_encoding(list.encoding)?;
+        if list.subscription.is_empty() {
+            return Err(Status::invalid_argument(
+                "a SubscriptionList without subscriptions",
+            ));
+        }
+        let mut subs = Vec::new();
+        for s in &list.subscription {
+            let (path, wire) = data_path(list.prefix.as_ref(), s.path.as_ref())?;
+            let prune = self.check(client, &path)?;
+            let mut sub = Sub::once(path, wire, prune, encoding);
+            if mode == subscription_list::Mode::Stream {
+                match SubscriptionMode::try_from(s.mode) {
+                    Ok(SubscriptionMode::Sample) => {
+                        sub.sample =
+                            Some(Duration::from_nanos(s.sample_interval).max(MIN_SAMPLE_INTERVAL));
+                        sub.suppress_redundant = s.suppress_redundant;
+                    }
+                    Ok(SubscriptionMode::OnChange | SubscriptionMode::TargetDefined) => {}
+                    Err(_) => {
+                        return Err(Status::invalid_argument(format!(
+                            "subscription mode {}",
+                            s.mode
+                        )));
+                    }
+                }
+                sub.heartbeat = (s.heartbeat_interval > 0)
+                    .then(|| Duration::from_nanos(s.heartbeat_interval).max(MIN_SAMPLE_INTERVAL));
+            }
+            subs.push(sub);
+        }
+        Ok(Plan {
+            mode,
+            subs,
+            updates_only: list.updates_only,
+        })
+    }
+}
+
+/// A running subscription: its queue to the client, and why it was closed.
+struct Subscription {
+    service: Service,
+    tx: mpsc::Sender<Result<SubscribeResponse, Status>>,
+    closed: Arc<Mutex<Option<Status>>>,
+    peer: String,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// The client went away, or fell behind and was closed.
+struct Ended;
+
+impl Subscription {
+    /// Queues one response; a full queue closes the subscription with a reason.
+    fn send(&self, r: subscribe_response::Response) -> Result<(), Ended> {
+        let msg = SubscribeResponse {
+            response: Some(r),
+            ..Default::default()
+        };
+        match self.tx.try_send(Ok(msg)) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                EndpointStats::inc(&self.service.stats.gnmi_subscribers_dropped);
+                warn!(peer = %self.peer, queued = STREAM_QUEUE, "gNMI subscriber closed: it did not keep up with its updates");
+                if let Ok(mut c) = self.closed.lock() {
+                    *c = Some(Status::resource_exhausted(format!(
+                        "the subscriber did not keep up: {STREAM_QUEUE} responses were waiting"
+                    )));
+                }
+                Err(Ended)
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Ended),
+        }
+    }
+
+    fn sync(&self) -> Result<(), Ended> {
+        self.send(subscribe_response::Response::SyncResponse(true))
+    }
+
+    /// Every subscribed path's value from `r`, as one notification.
+    fn all(&self, r: &Rendered, subs: &mut [Sub]) -> Result<(), Ended> {
+        let now = tokio::time::Instant::now();
+        let mut updates = Vec::new();
+        for sub in subs.iter_mut() {
+            if let Some((v, u)) = update_of(r, sub) {
+                sub.last = Some((v, now));
+                updates.push(u);
+            }
+        }
+        if updates.is_empty() {
+            return Ok(());
+        }
+        self.send(subscribe_response::Response::Update(notification(
+            r, updates,
+        )))
+    }
+
+    async fn run(self, mut plan: Plan, mut inbound: Streaming<SubscribeRequest>) {
+        let _ = self.serve(&mut plan, &mut inbound).await;
+    }
+
+    async fn serve(
+        &self,
+        plan: &mut Plan,
+        inbound: &mut Streaming<SubscribeRequest>,
+    ) -> Result<(), Ended> {
+        let first = render(self.service.published.fresh().await.as_ref());
+        if plan.updates_only {
+            // Remember the values without sending them (gNMI 3.5.2.3 updates_only).
+            let now = tokio::time::Instant::now();
+            for sub in plan.subs.iter_mut() {
+                sub.last = update_of(&first, sub).map(|(v, _)| (v, now));
+            }
+        } else {
+            self.all(&first, &mut plan.subs)?;
+        }
+        self.sync()?;
+        match plan.mode {
+            subscription_list::Mode::Once => Ok(()),
+            subscription_list::Mode::Poll => loop {
+                match inbound.message().await {
+                    Ok(Some(SubscribeRequest {
+                        request: Some(subscribe_request::Request::Poll(_)),
+                        ..
+                    })) => {
+                        let r = render(self.service.published.fresh().await.as_ref());
+                        self.all(&r, &mut plan.subs)?;
+                        self.sync()?;
+                    }
+                    Ok(Some(_)) => {
+                        if let Ok(mut c) = self.closed.lock() {
+                            *c = Some(Status::invalid_argument(
+                                "a POLL subscription takes only Poll requests",
+                            ));
+                        }
+                        return Err(Ended);
+                    }
+                    Ok(None) | Err(_) => return Ok(()),
+                }
+            },
+            subscription_list::Mode::Stream => self.stream(plan, inbound).await,
+        }
+    }
+
+    async fn stream(
+        &self,
+        plan: &mut Plan,
+        inbound: &mut Streaming<SubscribeRequest>,
+    ) -> Result<(), Ended> {
+        let every = plan
+            .subs
+            .iter()
+            .map(|s| s.sample.unwrap_or(Duration::ZERO))
+            .min()
+            .unwrap_or(Duration::ZERO);
+        let _registered = Registered(
+            self.service.demand.clone(),
+            self.service.demand.register(every.as_nanos() as u64),
+        );
+        let mut latest = self.service.latest.clone();
+        latest.mark_unchanged();
+        let start = tokio::time::Instant::now();
+        for sub in plan.subs.iter_mut() {
+            sub.due = start + sub.sample.unwrap_or(Duration::ZERO);
+        }
+        loop {
+            let next_due = plan
+                .subs
+                .iter()
+                .filter_map(|s| {
+                    let sample = s.sample.map(|_| s.due);
+                    let beat = s.heartbeat.zip(s.last.as_ref()).map(|(h, (_, t))| *t + h);
+                    sample.into_iter().chain(beat).min()
+                })
+                .min();
+            let sleep = async {
+                match next_due {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = latest.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    let r = latest.borrow_and_update().clone();
+                    self.on_change(&r, &mut plan.subs)?;
+                }
+                () = sleep => {
+                    let r = latest.borrow().clone();
+                    self.on_due(&r, &mut plan.subs)?;
+                }
+                msg = inbound.message() => {
+                    match msg {
+                        // Nothing more is expected from a STREAM client; its end ends it.
+                        Ok(Some(_)) => {}
+                        Ok(None) | Err(_) => return Ok(()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// ON_CHANGE paths whose value differs from the last sent (and any heartbeat due).
+    fn on_change(&self, r: &Rendered, subs: &mut [Sub]) -> Result<(), Ended> {
+        let now = tokio::time::Instant::now();
+        let mut updates = Vec::new();
+        for sub in subs.iter_mut().filter(|s| s.sample.is_none()) {
+            let Some((v, u)) = update_of(r, sub) else {
+                continue;
+            };
+            let same = sub.last.as_ref().is_some_and(|(last, _)| *last == v);
+            let beat = sub
+                .heartbeat
+                .zip(sub.last.as_ref())
+                .is_some_and(|(h, (_, t))| now >= *t + h);
+            if !same || beat {
+                sub.last = Some((v, now));
+                updates.push(u);
+            }
+        }
+        if updates.is_empty() {
+            return Ok(());
+        }
+        self.send(subscribe_response::Response::Update(notification(
+            r, updates,
+        )))
+    }
+
+    /// SAMPLE paths due (suppressed when unchanged, unless a heartbeat is due), and
+    /// ON_CHANGE heartbeats.
+    fn on_due(&self, r: &Rendered, subs: &mut [Sub]) -> Result<(), Ended> {
+        let now = tokio::time::Instant::now();
+        let mut updates = Vec::new();
+        for sub in subs.iter_mut() {
+            let beat = sub
+                .heartbeat
+                .zip(sub.last.as_ref())
+                .is_some_and(|(h, (_, t))| now >= *t + h);
+            let sample_due = sub.sample.is_some() && now >= sub.due;
+            if let Some(interval) = sub.sample
+                && sample_due
+            {
+                sub.due += interval;
+                if sub.due <= now {
+                    sub.due = now + interval;
+                }
+            }
+            if !(sample_due || beat) {
+                continue;
+            }
+            let Some((v, u)) = update_of(r, sub) else {
+                continue;
+            };
+            let same = sub.last.as_ref().is_some_and(|(last, _)| *last == v);
+            if sample_due && sub.suppress_redundant && same && !beat {
+                continue;
+            }
+            sub.last = Some((v, now));
+            updates.push(u);
+        }
+        if updates.is_empty() {
+            return Ok(());
+        }
+        self.send(subscribe_response::Response::Update(notification(
+            r, updates,
+        )))
+    }
+}
+
+/// A subscription's responses; after the last, the reason it was closed, if it was.
+pub struct SubscriptionStream {
+    rx: mpsc::Receiver<Result<SubscribeResponse, Status>>,
+    closed: Arc<Mutex<Option<Status>>>,
+    done: bool,
+}
+
+impl tokio_stream::Stream for SubscriptionStream {
+    type Item = Result<SubscribeResponse, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(None) => {
+                self.done = true;
+                let reason = self.closed.lock().ok().and_then(|mut c| c.take());
+                Poll::Ready(reason.map(Err))
+            }
+            other => other,
+        }
+    }
+}
+
+/// A connection that holds its place under [`MAX_CONNECTIONS`] while it lives.
+struct Conn<S> {
+    inner: S,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Conn<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Conn<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected for Conn<S> {
+    type ConnectInfo = S::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+/// What the gNMI endpoint needs from the daemon.
+pub(super) struct GnmiEndpoint {
+    /// The listening socket (bound by the daemon before it drops privileges).
+    pub listener: std::net::TcpListener,
+    /// TLS, or `None` for plaintext on loopback.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The read rules.
+    pub rules: Vec<ReadRule>,
+    /// Concurrent subscriptions at most.
+    pub max_subscriptions: usize,
+}
+
+/// Serves the gNMI endpoint until the client thread ends (spawned on its runtime).
+pub(super) async fn serve(endpoint: GnmiEndpoint, published: Published, stats: Arc<ClientStats>) {
+    let listener = match TcpListener::from_std(endpoint.listener) {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(error = %crate::core::report::Chain(&e), "gNMI endpoint: not served");
+            return;
+        }
+    };
+    let (latest_tx, latest) = watch::channel(Arc::new(Rendered {
+        taken_unix_ns: 0,
+        doc: Value::Null,
+    }));
+    let demand = Arc::new(Demand::default());
+    tokio::spawn(feed(published.clone(), latest_tx, demand.clone()));
+    let service = Service {
+        published,
+        latest,
+        demand,
+        rules: Arc::new(endpoint.rules),
+        tls: endpoint.tls.is_some(),
+        subscriptions: Arc::new(Semaphore::new(endpoint.max_subscriptions)),
+        stats: stats.clone(),
+    };
+    let server = GNmiServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES);
+    let router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(server);
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let result = match endpoint.tls {
+        Some(tls) => {
+            let (tx, rx) = mpsc::channel(64);
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+            tokio::spawn(accept(listener, stats, connections, move |tcp, permit| {
+                let acceptor = acceptor.clone();
+                let tx = tx.clone();
+                async move {
+                    match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = tx
+                                .send(Ok::<_, std::io::Error>(Conn {
+                                    inner: tls,
+                                    _permit: permit,
+                                }))
+                                .await;
+                            true
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "gNMI TLS handshake refused");
+                            true
+                        }
+                        Err(_) => false,
+                    }
+                }
+            }));
+            router
+                .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+        }
+        None => {
+            let (tx, rx) = mpsc::channel(64);
+            tokio::spawn(accept(listener, stats, connections, move |tcp, permit| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx
+                        .send(Ok::<_, std::io::Error>(Conn {
+                            inner: tcp,
+                            _permit: permit,
+                        }))
+                        .await;
+                    true
+                }
+            }));
+            router
+                .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+        }
+    };
+    if let Err(e) = result {
+        warn!(error = %crate::core::report::Chain(&e), "gNMI endpoint stopped");
+    }
+}
+
+/// Accepts connections while there is room (`connections`), each handed to `handshake`
+/// on a task of its own (which answers whether it was within its deadline).
+async fn accept<F, Fut>(
+    listener: TcpListener,
+    stats: Arc<ClientStats>,
+    connections: Arc<Semaphore>,
+    handshake: F,
+) where
+    F: Fn(tokio::net::TcpStream, OwnedSemaphorePermit) -> Fut,
+    Fut: std::future::Future<Output = bool> + Send + 'static,
+{
+    let mut refusals = RefusalLog::new("gnmi", MAX_CONNECTIONS);
+    loop {
+        let (tcp, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                accept_failed("gnmi", &stats.gnmi, &e).await;
+                continue;
+            }
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            refusals.refused(&stats.gnmi);
+            continue;
+        };
+        EndpointStats::inc(&stats.gnmi.accepted);
+        let _ = tcp.set_nodelay(true);
+        let stats = stats.clone();
+        let fut = handshake(tcp, permit);
+        tokio::spawn(async move {
+            if !fut.await {
+                EndpointStats::inc(&stats.gnmi.timed_out);
+            }
+        });
+    }
+}

@@ -1,0 +1,415 @@
+//! The gNMI northbound (issue 40; seed 003 sections 4.3 and 12.2), judged by pygnmi.
+//!
+//! A leaf in a namespace runs lqd with `[gnmi]` (TLS 1.3, client certificates from a test
+//! CA made here with rcgen) and two spines of ours advertising a remote leaf. pygnmi, in
+//! the spines' namespace, reads it: Capabilities, Get (validated with yanglint), Subscribe
+//! ONCE, POLL and STREAM (SAMPLE and ON_CHANGE while a spine's LQS drops and the weights
+//! move), and the read rules both ways: the granted client reads `/neighbors`, a client no
+//! rule names is refused it (PERMISSION_DENIED) and reads the root without it, a client
+//! without a certificate is refused (UNAUTHENTICATED), and one whose certificate another
+//! CA signed never gets a connection. None of the refused gets one leaf of data.
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU8, Ordering},
+    },
+    time::Duration,
+};
+
+use lq_tests::{
+    daemon::{Lqd, Sender},
+    netns::{NetNs, veth_pair},
+    packet::{entry, header, ip4},
+    poll::poll_until,
+    require_root, yanglint_data,
+};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use serde_json::Value;
+
+const LISTEN: &str = "10.1.1.2:9339";
+
+fn make_ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name.push(DnType::CommonName, name);
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let key = KeyPair::generate().unwrap();
+    let cert = p.self_signed(&key).unwrap();
+    (cert.pem(), Issuer::new(p, key))
+}
+
+/// A leaf certificate named `dns` (and `ip`), written as `NAME.pem` and `NAME.key` (0600).
+fn leaf(
+    dir: &Path,
+    file: &str,
+    issuer: &Issuer<'static, KeyPair>,
+    dns: &str,
+    ip: Option<IpAddr>,
+    server: bool,
+) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut p = CertificateParams::new(vec![dns.to_string()]).unwrap();
+    if let Some(ip) = ip {
+        p.subject_alt_names.push(SanType::IpAddress(ip));
+    }
+    p.distinguished_name.push(DnType::CommonName, dns);
+    p.extended_key_usages = vec![if server {
+        ExtendedKeyUsagePurpose::ServerAuth
+    } else {
+        ExtendedKeyUsagePurpose::ClientAuth
+    }];
+    let key = KeyPair::generate().unwrap();
+    let cert = p.signed_by(&key, issuer).unwrap();
+    let (c, k) = (
+        dir.join(format!("{file}.pem")),
+        dir.join(format!("{file}.key")),
+    );
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o600)).unwrap();
+    (c, k)
+}
+
+/// The two spines: every 20 ms each advertises the remote leaf 10.0.1.4 with its LQS.
+fn spines(ns: &NetNs, lqs: Arc<[AtomicU8; 2]>, stop: Arc<AtomicBool>) {
+    ns.run_in(move || {
+        std::thread::spawn(move || {
+            let mut socks: Vec<Sender> = (1..=2u8)
+                .map(|k| {
+                    Sender::bind(SocketAddr::new(Ipv4Addr::new(10, 1, k, 1).into(), 0), 255)
+                        .unwrap()
+                })
+                .collect();
+            let mut seq = 1u16;
+            while !stop.load(Ordering::Relaxed) {
+                for (k, s) in socks.iter_mut().enumerate() {
+                    let h = header(ip4(10, 0, 0, k as u8 + 1), seq);
+                    let q = lqs[k].load(Ordering::Relaxed);
+                    let to = SocketAddr::new(Ipv4Addr::new(10, 1, k as u8 + 1, 2).into(), 52525);
+                    let _ = s.send(to, &h, &[entry(ip4(10, 0, 1, 4), 1, q, 0)]);
+                }
+                seq = seq.wrapping_add(1);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+    })
+    .unwrap();
+}
+
+struct Client<'a> {
+    ns: &'a NetNs,
+    ca: PathBuf,
+    identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl Client<'_> {
+    /// Runs pygnmi_client.py in the spines' namespace: its JSON output, or its error.
+    fn run(&self, args: &[&str]) -> Result<Value, Value> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("gnmi/pygnmi_client.py");
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", self.ns.name(), "/usr/bin/python3"])
+            .arg(&script)
+            .args(["--target", LISTEN, "--override", "leaf.test", "--ca"])
+            .arg(&self.ca);
+        if let Some((cert, key)) = &self.identity {
+            c.arg("--cert").arg(cert).arg("--key").arg(key);
+        }
+        let out = c
+            .args(args)
+            .output()
+            .expect("python3 (cargo xtask setup installs pygnmi)");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let parsed: Vec<Value> = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        match (out.status.code(), parsed.as_slice()) {
+            (Some(0), [one]) => Ok(one.clone()),
+            (Some(0), many) => Ok(Value::Array(many.to_vec())),
+            (Some(3), [e]) => Err(e.clone()),
+            _ => panic!(
+                "pygnmi_client {args:?} failed: {}\n{stdout}\n{stderr}",
+                out.status
+            ),
+        }
+    }
+}
+
+/// The value of the first update of a pygnmi Get answer.
+fn get_val(v: &Value) -> &Value {
+    &v["notification"][0]["update"][0]["val"]
+}
+
+/// S2's kernel weight in a weighted-ecmp value (the container).
+fn s2_weight(w: &Value) -> Option<u64> {
+    w["group"][0]["member"]
+        .as_array()?
+        .iter()
+        .find(|m| m["uplink-id"] == 2)?["kernel-weight"]
+        .as_u64()
+}
+
+#[test]
+fn pygnmi_reads_and_subscribes_to_a_live_leaf_under_mutual_tls_and_read_rules() {
+    require_root();
+    let dir = std::env::temp_dir().join(lq_tests::unique_name("lq-gnmi"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ca_pem, ca) = make_ca("lq test CA");
+    let (_, other_ca) = make_ca("another CA");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    let ip: IpAddr = "10.1.1.2".parse().unwrap();
+    let (server_cert, server_key) = leaf(&dir, "server", &ca, "leaf.test", Some(ip), true);
+    let collector = leaf(&dir, "collector", &ca, "collector.test", None, false);
+    let viewer = leaf(&dir, "viewer", &ca, "viewer.test", None, false);
+    let stranger = leaf(&dir, "stranger", &other_ca, "collector.test", None, false);
+
+    let s = NetNs::new("lqt-gs").unwrap();
+    let l = NetNs::new("lqt-gl").unwrap();
+    veth_pair(&s, "s1", "10.1.1.1/24", &l, "up1", "10.1.1.2/24").unwrap();
+    veth_pair(&s, "s2", "10.1.2.1/24", &l, "up2", "10.1.2.2/24").unwrap();
+    let cfg = format!(
+        r#"
+[lq-telemetry]
+enabled = true
+role = "load-balancer"
+
+[receiver]
+interfaces = ["up1", "up2"]
+
+[[uplink]]
+id = 1
+spine = "10.0.0.1"
+interface = "up1"
+gateway = "10.1.1.1"
+
+[[uplink]]
+id = 2
+spine = "10.0.0.2"
+interface = "up2"
+gateway = "10.1.2.1"
+
+[[destination]]
+prefix = "10.4.0.0/24"
+remote-node = "10.0.1.4"
+
+[gnmi]
+listen = "{LISTEN}"
+certificate = "{}"
+private-key = "{}"
+client-ca = "{}"
+
+[[gnmi.client]]
+name = "collector.test"
+read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecmp"]
+"#,
+        server_cert.display(),
+        server_key.display(),
+        ca_file.display()
+    );
+    let lqs = Arc::new([AtomicU8::new(230), AtomicU8::new(230)]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let lqd = Lqd::start(&l, &cfg).unwrap();
+    spines(&s, lqs.clone(), stop.clone());
+    poll_until(
+        "both spines in the group",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            let w = lqd.show("weights").map_err(|e| e.to_string())?;
+            let n = w["groups"][0]["members"].as_array().map_or(0, Vec::len);
+            if n == 2 { Ok(()) } else { Err(w.to_string()) }
+        },
+        |w| format!("{w}\n{}", lqd.log_text()),
+    )
+    .unwrap();
+
+    let granted = Client {
+        ns: &s,
+        ca: ca_file.clone(),
+        identity: Some(collector),
+    };
+    let ungranted = Client {
+        ns: &s,
+        ca: ca_file.clone(),
+        identity: Some(viewer),
+    };
+
+    // Capabilities: the seed's module and lq's augment, with their revisions.
+    let caps = granted.run(&["caps"]).unwrap();
+    let models = caps["supported_models"].as_array().unwrap();
+    for (name, rev) in [
+        ("ietf-lq-telemetry", "2026-07-07"),
+        ("lq-weighted-ecmp", "2026-12-04"),
+    ] {
+        assert!(
+            models
+                .iter()
+                .any(|m| m["name"] == name && m["version"] == rev),
+            "{name}@{rev} missing: {caps}"
+        );
+    }
+    assert!(
+        caps["supported_encodings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "json_ietf"),
+        "{caps}"
+    );
+    assert_eq!(caps["gnmi_version"], "0.10.0", "{caps}");
+
+    // Get of the whole tree: valid against the YANG modules, neighbors included.
+    let root = granted
+        .run(&["get", "/ietf-lq-telemetry:lq-telemetry"])
+        .unwrap();
+    let tree = get_val(&root).clone();
+    let doc = serde_json::json!({ "ietf-lq-telemetry:lq-telemetry": tree });
+    yanglint_data(&doc).unwrap_or_else(|e| panic!("yanglint refused the Get: {e}\n{doc:#}"));
+    assert_eq!(
+        tree["neighbors"]["neighbor"].as_array().map(Vec::len),
+        Some(2),
+        "{tree:#}"
+    );
+    // A keyed path.
+    let one = granted
+        .run(&[
+            "get",
+            "/ietf-lq-telemetry:lq-telemetry/neighbors/neighbor[node-as=0][node-id=10.0.0.2]",
+        ])
+        .unwrap();
+    assert_eq!(get_val(&one)["node-id"], "10.0.0.2", "{one}");
+
+    // A client no rule names: /neighbors refused with nothing of it, and the root
+    // without the sensitive subtrees.
+    let denied = ungranted
+        .run(&["get", "/ietf-lq-telemetry:lq-telemetry/neighbors"])
+        .unwrap_err();
+    assert_eq!(denied["error"], "PERMISSION_DENIED", "{denied}");
+    assert!(!denied.to_string().contains("10.0.0.1"), "{denied}");
+    let pruned = ungranted
+        .run(&["get", "/ietf-lq-telemetry:lq-telemetry"])
+        .unwrap();
+    let pruned = get_val(&pruned);
+    assert_eq!(pruned["role"], "load-balancer", "{pruned}");
+    for s in [
+        "neighbors",
+        "local",
+        "lq-weighted-ecmp:weighted-ecmp",
+        "weighted-ecmp",
+    ] {
+        assert!(
+            pruned.get(s).is_none(),
+            "{s} shown to an ungranted client: {pruned}"
+        );
+    }
+
+    // No certificate: UNAUTHENTICATED. A certificate of another CA: no connection.
+    let nocert = Client {
+        ns: &s,
+        ca: ca_file.clone(),
+        identity: None,
+    };
+    let e = nocert
+        .run(&["nocert", "/ietf-lq-telemetry:lq-telemetry"])
+        .unwrap_err();
+    assert_eq!(e["error"], "UNAUTHENTICATED", "{e}");
+    let foreign = Client {
+        ns: &s,
+        ca: ca_file.clone(),
+        identity: Some(stranger),
+    };
+    let e = foreign
+        .run(&["--timeout", "2", "get", "/ietf-lq-telemetry:lq-telemetry"])
+        .unwrap_err();
+    assert!(
+        e["error"] == "UNAVAILABLE" || e["error"] == "UNAUTHENTICATED",
+        "{e}"
+    );
+
+    // Subscribe ONCE: the value, then sync_response.
+    let once = granted
+        .run(&["once", "/ietf-lq-telemetry:lq-telemetry/weighted-ecmp"])
+        .unwrap();
+    let once = once.as_array().unwrap();
+    assert!(
+        once.last()
+            .is_some_and(|m| m.get("sync_response").is_some()),
+        "{once:?}"
+    );
+    assert!(once.iter().any(|m| m.get("update").is_some()), "{once:?}");
+
+    // POLL: the initial sync and two polls, each ending with a sync.
+    let poll = granted
+        .run(&["poll", "/ietf-lq-telemetry:lq-telemetry/role", "2"])
+        .unwrap();
+    assert_eq!(poll.as_array().map(Vec::len), Some(3), "{poll}");
+
+    // STREAM SAMPLE every 100 ms for 1.5 s.
+    let sample = granted
+        .run(&[
+            "stream",
+            "/ietf-lq-telemetry:lq-telemetry/neighbors",
+            "sample",
+            "100",
+            "1.5",
+        ])
+        .unwrap();
+    let n = sample.as_array().map_or(1, Vec::len);
+    assert!(
+        (8..=20).contains(&n),
+        "{n} samples in 1.5 s at 100 ms: {sample}"
+    );
+    println!("  ok: {n} SAMPLE updates in 1.5 s at 100 ms");
+
+    // STREAM ON_CHANGE on the weights while S2's LQS drops: an update shows S2's kernel
+    // weight below its first value.
+    let flip = {
+        let lqs = lqs.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1200));
+            lqs[1].store(60, Ordering::Relaxed);
+        })
+    };
+    let changes = granted
+        .run(&[
+            "stream",
+            "/ietf-lq-telemetry:lq-telemetry/weighted-ecmp",
+            "on_change",
+            "0",
+            "4",
+        ])
+        .unwrap();
+    flip.join().unwrap();
+    let weights: Vec<u64> = changes
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| vec![changes.clone()])
+        .iter()
+        .filter_map(|m| m["update"]["update"].as_array()?.first().cloned())
+        .filter_map(|u| s2_weight(&u["val"]))
+        .collect();
+    assert!(
+        weights.len() >= 2 && weights.last() < weights.first(),
+        "S2's weight over the ON_CHANGE updates: {weights:?}\n{changes}"
+    );
+    println!("  ok: S2's kernel weight over the ON_CHANGE updates: {weights:?}");
+    println!("  ok: refusals: {denied} / no certificate and another CA refused");
+
+    stop.store(true, Ordering::Relaxed);
+    drop(lqd);
+    let _ = std::fs::remove_dir_all(&dir);
+}
