@@ -15,6 +15,9 @@ CMD:
                               with its receive time ("rx_unix_ns").
   nocert PATH                 Get over TLS without a client certificate (raw grpc with
                               pygnmi's own gNMI stubs: pygnmi always presents one).
+  load N PATH MS SECS         N clients (N connections), each a STREAM SAMPLE subscription
+                              every MS ms, for SECS seconds once all are subscribed: prints
+                              the updates received per client ("ready" on stderr first).
 """
 
 import argparse
@@ -68,6 +71,10 @@ def main():
         except grpc.RpcError as e:
             fail(e.code().name, e.details())
         print(json.dumps({"notifications": len(r.notification)}))
+        return
+
+    if a.cmd == "load":
+        load(a, host, int(port))
         return
 
     try:
@@ -143,6 +150,7 @@ def main():
                         break
                     continue
                 m["rx_unix_ns"] = time.time_ns()
+                m["rx_mono_ns"] = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
                 print(json.dumps(m), flush=True)
             if sub.error is not None:
                 r = rpc_error(sub.error)
@@ -155,6 +163,57 @@ def main():
         fail(*(r or ("CLIENT", repr(e))))
     finally:
         gc.close()
+
+
+def load(a, host, port):
+    n, path, ms, secs = int(a.args[0]), a.args[1], int(a.args[2]), float(a.args[3])
+    clients, subs = [], []
+    for _ in range(n):
+        gc = gNMIclient(
+            target=(host, port),
+            path_root=a.ca,
+            path_cert=a.cert,
+            path_key=a.key,
+            override=a.override,
+            gnmi_timeout=a.timeout,
+        )
+        gc.connect()
+        clients.append(gc)
+        subs.append(
+            gc.subscribe2(
+                subscribe={
+                    "subscription": [
+                        {"path": path, "mode": "sample", "sample_interval": ms * 1_000_000}
+                    ],
+                    "mode": "stream",
+                    "encoding": "json_ietf",
+                }
+            )
+        )
+    # Each subscription's initial values first, then the window.
+    for sub in subs:
+        sub.get_update(timeout=a.timeout)
+    for sub in subs:
+        while sub.peek():
+            sub.get_update(timeout=a.timeout)
+    print("ready", file=sys.stderr, flush=True)
+    counts = [0] * n
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        idle = True
+        for i, sub in enumerate(subs):
+            while sub.peek():
+                sub.get_update(timeout=a.timeout)
+                counts[i] += 1
+                idle = False
+        if idle:
+            time.sleep(0.005)
+    errors = [repr(s.error) for s in subs if s.error is not None]
+    for sub in subs:
+        sub.close()
+    for gc in clients:
+        gc.close()
+    print(json.dumps({"clients": n, "updates": counts, "errors": errors}))
 
 
 if __name__ == "__main__":

@@ -261,6 +261,22 @@ pub fn tick_ns() -> u64 {
     1_000_000_000 / hz
 }
 
+/// CPU time of every thread of `pid`, in ns (schedstat's first field).
+pub fn process_cpu_ns(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let t = t?.path();
+        if let Ok(s) = std::fs::read_to_string(t.join("schedstat")) {
+            total += s
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,8 +12,6 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
-    path::{Path, PathBuf},
-    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU8, Ordering},
@@ -23,64 +21,15 @@ use std::{
 
 use lq_tests::{
     daemon::{Lqd, Sender},
+    gnmi::{PyGnmi, leaf, make_ca},
     netns::{NetNs, veth_pair},
     packet::{entry, header, ip4},
     poll::poll_until,
     require_root, yanglint_data,
 };
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
 use serde_json::Value;
 
 const LISTEN: &str = "10.1.1.2:9339";
-
-fn make_ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
-    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-    p.distinguished_name.push(DnType::CommonName, name);
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let key = KeyPair::generate().unwrap();
-    let cert = p.self_signed(&key).unwrap();
-    (cert.pem(), Issuer::new(p, key))
-}
-
-/// A leaf certificate named `dns` (and `ip`), written as `NAME.pem` and `NAME.key` (0600).
-fn leaf(
-    dir: &Path,
-    file: &str,
-    issuer: &Issuer<'static, KeyPair>,
-    dns: &str,
-    ip: Option<IpAddr>,
-    server: bool,
-) -> (PathBuf, PathBuf) {
-    use std::os::unix::fs::PermissionsExt as _;
-    let mut p = CertificateParams::new(vec![dns.to_string()]).unwrap();
-    if let Some(ip) = ip {
-        p.subject_alt_names.push(SanType::IpAddress(ip));
-    }
-    p.distinguished_name.push(DnType::CommonName, dns);
-    p.extended_key_usages = vec![if server {
-        ExtendedKeyUsagePurpose::ServerAuth
-    } else {
-        ExtendedKeyUsagePurpose::ClientAuth
-    }];
-    let key = KeyPair::generate().unwrap();
-    let cert = p.signed_by(&key, issuer).unwrap();
-    let (c, k) = (
-        dir.join(format!("{file}.pem")),
-        dir.join(format!("{file}.key")),
-    );
-    std::fs::write(&c, cert.pem()).unwrap();
-    std::fs::write(&k, key.serialize_pem()).unwrap();
-    std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o600)).unwrap();
-    (c, k)
-}
 
 /// The two spines: every 20 ms each advertises the remote leaf 10.0.1.4 with its LQS.
 fn spines(ns: &NetNs, lqs: Arc<[AtomicU8; 2]>, stop: Arc<AtomicBool>) {
@@ -108,43 +57,14 @@ fn spines(ns: &NetNs, lqs: Arc<[AtomicU8; 2]>, stop: Arc<AtomicBool>) {
     .unwrap();
 }
 
-struct Client<'a> {
-    ns: &'a NetNs,
-    ca: PathBuf,
-    identity: Option<(PathBuf, PathBuf)>,
+/// pygnmi's answer, or the error it reported; a client that fails otherwise fails the test.
+trait Query {
+    fn q(&self, args: &[&str]) -> Result<Value, Value>;
 }
 
-impl Client<'_> {
-    /// Runs pygnmi_client.py in the spines' namespace: its JSON output, or its error.
-    fn run(&self, args: &[&str]) -> Result<Value, Value> {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("gnmi/pygnmi_client.py");
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", self.ns.name(), "/usr/bin/python3"])
-            .arg(&script)
-            .args(["--target", LISTEN, "--override", "leaf.test", "--ca"])
-            .arg(&self.ca);
-        if let Some((cert, key)) = &self.identity {
-            c.arg("--cert").arg(cert).arg("--key").arg(key);
-        }
-        let out = c
-            .args(args)
-            .output()
-            .expect("python3 (cargo xtask setup installs pygnmi)");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let parsed: Vec<Value> = stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
-        match (out.status.code(), parsed.as_slice()) {
-            (Some(0), [one]) => Ok(one.clone()),
-            (Some(0), many) => Ok(Value::Array(many.to_vec())),
-            (Some(3), [e]) => Err(e.clone()),
-            _ => panic!(
-                "pygnmi_client {args:?} failed: {}\n{stdout}\n{stderr}",
-                out.status
-            ),
-        }
+impl Query for PyGnmi<'_> {
+    fn q(&self, args: &[&str]) -> Result<Value, Value> {
+        self.run(args).unwrap()
     }
 }
 
@@ -167,15 +87,15 @@ fn pygnmi_reads_and_subscribes_to_a_live_leaf_under_mutual_tls_and_read_rules() 
     require_root();
     let dir = std::env::temp_dir().join(lq_tests::unique_name("lq-gnmi"));
     std::fs::create_dir_all(&dir).unwrap();
-    let (ca_pem, ca) = make_ca("lq test CA");
-    let (_, other_ca) = make_ca("another CA");
+    let (ca_pem, ca) = make_ca("lq test CA").unwrap();
+    let (_, other_ca) = make_ca("another CA").unwrap();
     let ca_file = dir.join("ca.pem");
     std::fs::write(&ca_file, ca_pem).unwrap();
     let ip: IpAddr = "10.1.1.2".parse().unwrap();
-    let (server_cert, server_key) = leaf(&dir, "server", &ca, "leaf.test", Some(ip), true);
-    let collector = leaf(&dir, "collector", &ca, "collector.test", None, false);
-    let viewer = leaf(&dir, "viewer", &ca, "viewer.test", None, false);
-    let stranger = leaf(&dir, "stranger", &other_ca, "collector.test", None, false);
+    let (server_cert, server_key) = leaf(&dir, "server", &ca, "leaf.test", Some(ip), true).unwrap();
+    let collector = leaf(&dir, "collector", &ca, "collector.test", None, false).unwrap();
+    let viewer = leaf(&dir, "viewer", &ca, "viewer.test", None, false).unwrap();
+    let stranger = leaf(&dir, "stranger", &other_ca, "collector.test", None, false).unwrap();
 
     let s = NetNs::new("lqt-gs").unwrap();
     let l = NetNs::new("lqt-gl").unwrap();
@@ -237,19 +157,23 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
     )
     .unwrap();
 
-    let granted = Client {
+    let granted = PyGnmi {
         ns: &s,
+        target: LISTEN.into(),
+        server_name: "leaf.test".into(),
         ca: ca_file.clone(),
         identity: Some(collector),
     };
-    let ungranted = Client {
+    let ungranted = PyGnmi {
         ns: &s,
+        target: LISTEN.into(),
+        server_name: "leaf.test".into(),
         ca: ca_file.clone(),
         identity: Some(viewer),
     };
 
     // Capabilities: the seed's module and lq's augment, with their revisions.
-    let caps = granted.run(&["caps"]).unwrap();
+    let caps = granted.q(&["caps"]).unwrap();
     let models = caps["supported_models"].as_array().unwrap();
     for (name, rev) in [
         ("ietf-lq-telemetry", "2026-07-07"),
@@ -274,7 +198,7 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
 
     // Get of the whole tree: valid against the YANG modules, neighbors included.
     let root = granted
-        .run(&["get", "/ietf-lq-telemetry:lq-telemetry"])
+        .q(&["get", "/ietf-lq-telemetry:lq-telemetry"])
         .unwrap();
     let tree = get_val(&root).clone();
     let doc = serde_json::json!({ "ietf-lq-telemetry:lq-telemetry": tree });
@@ -286,7 +210,7 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
     );
     // A keyed path.
     let one = granted
-        .run(&[
+        .q(&[
             "get",
             "/ietf-lq-telemetry:lq-telemetry/neighbors/neighbor[node-as=0][node-id=10.0.0.2]",
         ])
@@ -296,12 +220,12 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
     // A client no rule names: /neighbors refused with nothing of it, and the root
     // without the sensitive subtrees.
     let denied = ungranted
-        .run(&["get", "/ietf-lq-telemetry:lq-telemetry/neighbors"])
+        .q(&["get", "/ietf-lq-telemetry:lq-telemetry/neighbors"])
         .unwrap_err();
     assert_eq!(denied["error"], "PERMISSION_DENIED", "{denied}");
     assert!(!denied.to_string().contains("10.0.0.1"), "{denied}");
     let pruned = ungranted
-        .run(&["get", "/ietf-lq-telemetry:lq-telemetry"])
+        .q(&["get", "/ietf-lq-telemetry:lq-telemetry"])
         .unwrap();
     let pruned = get_val(&pruned);
     assert_eq!(pruned["role"], "load-balancer", "{pruned}");
@@ -318,22 +242,26 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
     }
 
     // No certificate: UNAUTHENTICATED. A certificate of another CA: no connection.
-    let nocert = Client {
+    let nocert = PyGnmi {
         ns: &s,
+        target: LISTEN.into(),
+        server_name: "leaf.test".into(),
         ca: ca_file.clone(),
         identity: None,
     };
     let e = nocert
-        .run(&["nocert", "/ietf-lq-telemetry:lq-telemetry"])
+        .q(&["nocert", "/ietf-lq-telemetry:lq-telemetry"])
         .unwrap_err();
     assert_eq!(e["error"], "UNAUTHENTICATED", "{e}");
-    let foreign = Client {
+    let foreign = PyGnmi {
         ns: &s,
+        target: LISTEN.into(),
+        server_name: "leaf.test".into(),
         ca: ca_file.clone(),
         identity: Some(stranger),
     };
     let e = foreign
-        .run(&["--timeout", "2", "get", "/ietf-lq-telemetry:lq-telemetry"])
+        .q(&["--timeout", "2", "get", "/ietf-lq-telemetry:lq-telemetry"])
         .unwrap_err();
     assert!(
         e["error"] == "UNAVAILABLE" || e["error"] == "UNAUTHENTICATED",
@@ -342,7 +270,7 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
 
     // Subscribe ONCE: the value, then sync_response.
     let once = granted
-        .run(&["once", "/ietf-lq-telemetry:lq-telemetry/weighted-ecmp"])
+        .q(&["once", "/ietf-lq-telemetry:lq-telemetry/weighted-ecmp"])
         .unwrap();
     let once = once.as_array().unwrap();
     assert!(
@@ -354,13 +282,13 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
 
     // POLL: the initial sync and two polls, each ending with a sync.
     let poll = granted
-        .run(&["poll", "/ietf-lq-telemetry:lq-telemetry/role", "2"])
+        .q(&["poll", "/ietf-lq-telemetry:lq-telemetry/role", "2"])
         .unwrap();
     assert_eq!(poll.as_array().map(Vec::len), Some(3), "{poll}");
 
     // STREAM SAMPLE every 100 ms for 1.5 s.
     let sample = granted
-        .run(&[
+        .q(&[
             "stream",
             "/ietf-lq-telemetry:lq-telemetry/neighbors",
             "sample",
@@ -385,7 +313,7 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
         })
     };
     let changes = granted
-        .run(&[
+        .q(&[
             "stream",
             "/ietf-lq-telemetry:lq-telemetry/weighted-ecmp",
             "on_change",

@@ -110,6 +110,9 @@ struct Rendered {
     /// When the snapshot was taken, ns since the epoch (the notifications' timestamp).
     taken_unix_ns: i64,
     doc: Value,
+    /// Each subscribed selection's JSON, encoded once for every stream that reads it
+    /// (`Sub::key`): 100 subscribers of one path cost one encoding per snapshot.
+    encoded: Mutex<BTreeMap<String, Option<Arc<Vec<u8>>>>>,
 }
 
 /// The YANG state of a snapshot, as `lqd show state` prints it.
@@ -118,6 +121,7 @@ fn render(snap: &Snapshot) -> Rendered {
     Rendered {
         taken_unix_ns: unix_ns().saturating_sub(age) as i64,
         doc: state_json(snap),
+        encoded: Mutex::new(BTreeMap::new()),
     }
 }
 
@@ -299,8 +303,7 @@ fn check_encoding(e: i32) -> Result<Encoding, Status> {
     }
 }
 
-fn typed(value: &Value, encoding: Encoding) -> TypedValue {
-    let bytes = serde_json::to_vec(value).unwrap_or_default();
+fn typed(bytes: Vec<u8>, encoding: Encoding) -> TypedValue {
     TypedValue {
         value: Some(match encoding {
             Encoding::Json => typed_value::Value::JsonVal(bytes),
@@ -309,16 +312,33 @@ fn typed(value: &Value, encoding: Encoding) -> TypedValue {
     }
 }
 
-/// One update of `path` from `r`, pruned; `None` when nothing is there.
-fn update_of(r: &Rendered, sub: &Sub) -> Option<(Value, Update)> {
-    let mut v = select(&r.doc, &sub.path)?;
-    prune_selection(&mut v, &sub.path, &sub.prune);
+/// The JSON of `sub`'s selection from `r`, pruned (encoded once per snapshot and
+/// selection); `None` when nothing is there.
+fn encoded(r: &Rendered, sub: &Sub) -> Option<Arc<Vec<u8>>> {
+    if let Ok(cache) = r.encoded.lock()
+        && let Some(e) = cache.get(&sub.key)
+    {
+        return e.clone();
+    }
+    let e = select(&r.doc, &sub.path).map(|mut v| {
+        prune_selection(&mut v, &sub.path, &sub.prune);
+        Arc::new(serde_json::to_vec(&v).unwrap_or_default())
+    });
+    if let Ok(mut cache) = r.encoded.lock() {
+        cache.insert(sub.key.clone(), e.clone());
+    }
+    e
+}
+
+/// One update of `sub` from `r`, with its encoded value; `None` when nothing is there.
+fn update_of(r: &Rendered, sub: &Sub) -> Option<(Arc<Vec<u8>>, Update)> {
+    let e = encoded(r, sub)?;
     let u = Update {
         path: Some(sub.wire.clone()),
-        val: Some(typed(&v, sub.encoding)),
+        val: Some(typed(e.as_ref().clone(), sub.encoding)),
         ..Default::default()
     };
-    Some((v, u))
+    Some((e, u))
 }
 
 fn notification(r: &Rendered, updates: Vec<Update>) -> Notification {
@@ -444,15 +464,22 @@ struct Sub {
     sample: Option<Duration>,
     suppress_redundant: bool,
     heartbeat: Option<Duration>,
-    /// The last value sent, and when.
-    last: Option<(Value, tokio::time::Instant)>,
+    /// The selection's key in `Rendered::encoded`: its path and what is pruned from it.
+    key: String,
+    /// The last value sent (its JSON), and when.
+    last: Option<(Arc<Vec<u8>>, tokio::time::Instant)>,
     /// SAMPLE: when the next sample is due.
     due: tokio::time::Instant,
 }
 
 impl Sub {
     fn once(path: DataPath, wire: Path, prune: Vec<DataPath>, encoding: Encoding) -> Self {
+        let key = std::iter::once(path.to_string())
+            .chain(prune.iter().map(ToString::to_string))
+            .collect::<Vec<_>>()
+            .join(" -");
         Self {
+            key,
             path,
             wire,
             prune,
@@ -850,6 +877,7 @@ pub(super) async fn serve(endpoint: GnmiEndpoint, published: Published, stats: A
     let (latest_tx, latest) = watch::channel(Arc::new(Rendered {
         taken_unix_ns: 0,
         doc: Value::Null,
+        encoded: Mutex::new(BTreeMap::new()),
     }));
     let demand = Arc::new(Demand::default());
     tokio::spawn(feed(published.clone(), latest_tx, demand.clone()));

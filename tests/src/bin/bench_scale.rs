@@ -59,7 +59,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 use lq_tests::{
-    bench::{ProcStat, emit, main_of, median, pin_to_cpu, spread},
+    bench::{ProcStat, emit, main_of, median, pin_to_cpu, process_cpu_ns, spread},
     daemon::{Lqd, Sender},
     netns::{NetNs, veth_pair},
     packet::{entry, header, ip4},
@@ -269,22 +269,6 @@ fn senders(
             Ok(())
         })
     })
-}
-
-/// CPU time of every thread of `pid`, in ns (schedstat's first field).
-fn process_cpu_ns(pid: u32) -> Result<u64> {
-    let mut total = 0;
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let t = t?.path();
-        if let Ok(s) = std::fs::read_to_string(t.join("schedstat")) {
-            total += s
-                .split_whitespace()
-                .next()
-                .and_then(|x| x.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    Ok(total)
 }
 
 /// CPU time of this process's thread `tid`, in ns (schedstat's first field): here the

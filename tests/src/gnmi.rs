@@ -1,0 +1,129 @@
+//! What the gNMI test and benchmark share (issue 40): a test PKI made with rcgen, and
+//! pygnmi (`tests/gnmi/pygnmi_client.py`) run in a namespace, the independent client.
+
+use std::{
+    net::IpAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+};
+
+use anyhow::{Context as _, Result};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use serde_json::Value;
+
+use crate::netns::NetNs;
+
+/// A CA: its PEM and the issuer that signs leaves.
+pub fn make_ca(name: &str) -> Result<(String, Issuer<'static, KeyPair>)> {
+    let mut p = CertificateParams::new(Vec::<String>::new())?;
+    p.distinguished_name.push(DnType::CommonName, name);
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let key = KeyPair::generate()?;
+    let cert = p.self_signed(&key)?;
+    Ok((cert.pem(), Issuer::new(p, key)))
+}
+
+/// A leaf certificate for `dns` (and `ip`), a server's or a client's, written as
+/// `DIR/FILE.pem` and `DIR/FILE.key` (mode 0600); returns both paths.
+pub fn leaf(
+    dir: &Path,
+    file: &str,
+    issuer: &Issuer<'static, KeyPair>,
+    dns: &str,
+    ip: Option<IpAddr>,
+    server: bool,
+) -> Result<(PathBuf, PathBuf)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut p = CertificateParams::new(vec![dns.to_string()])?;
+    if let Some(ip) = ip {
+        p.subject_alt_names.push(SanType::IpAddress(ip));
+    }
+    p.distinguished_name.push(DnType::CommonName, dns);
+    p.extended_key_usages = vec![if server {
+        ExtendedKeyUsagePurpose::ServerAuth
+    } else {
+        ExtendedKeyUsagePurpose::ClientAuth
+    }];
+    let key = KeyPair::generate()?;
+    let cert = p.signed_by(&key, issuer)?;
+    let (c, k) = (
+        dir.join(format!("{file}.pem")),
+        dir.join(format!("{file}.key")),
+    );
+    std::fs::write(&c, cert.pem())?;
+    std::fs::write(&k, key.serialize_pem())?;
+    std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o600))?;
+    Ok((c, k))
+}
+
+/// pygnmi in a namespace, as one client: its CA, its identity (none: no certificate).
+pub struct PyGnmi<'a> {
+    /// Where the client runs.
+    pub ns: &'a NetNs,
+    /// `HOST:PORT` of the target.
+    pub target: String,
+    /// The name the target's certificate must carry.
+    pub server_name: String,
+    /// The CA that signed the target's certificate.
+    pub ca: PathBuf,
+    /// The client's certificate and key.
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl PyGnmi<'_> {
+    fn command(&self, args: &[&str]) -> Command {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("gnmi/pygnmi_client.py");
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", self.ns.name(), "/usr/bin/python3"])
+            .arg(&script)
+            .args(["--target", &self.target, "--override", &self.server_name])
+            .arg("--ca")
+            .arg(&self.ca);
+        if let Some((cert, key)) = &self.identity {
+            c.arg("--cert").arg(cert).arg("--key").arg(key);
+        }
+        c.args(args);
+        c
+    }
+
+    /// Runs the client to its end: its JSON output (one value, or an array of its lines),
+    /// or the error it reported (`{"error": CODE, ...}`).
+    pub fn run(&self, args: &[&str]) -> Result<Result<Value, Value>> {
+        let out = self
+            .command(args)
+            .output()
+            .context("python3 (cargo xtask setup installs pygnmi)")?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let parsed: Vec<Value> = stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        Ok(match (out.status.code(), parsed.as_slice()) {
+            (Some(0), [one]) => Ok(one.clone()),
+            (Some(0), many) => Ok(Value::Array(many.to_vec())),
+            (Some(3), [e]) => Err(e.clone()),
+            _ => anyhow::bail!(
+                "pygnmi_client {args:?} failed: {}\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        })
+    }
+
+    /// Starts the client with its stdout and stderr piped (a `stream` or `load` command).
+    pub fn spawn(&self, args: &[&str]) -> Result<Child> {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("python3 (cargo xtask setup installs pygnmi)")
+    }
+}
