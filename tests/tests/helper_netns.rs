@@ -702,8 +702,9 @@ fn a_reload_changes_the_helpers_period_or_is_refused_as_a_whole() {
 
 /// Authenticated advertisements (seed 003 section 12.1, issue 39), sending side: a helper
 /// with `[helper] key-chain` signs every datagram with its newest active send key, here
-/// rolling over from an HMAC-SHA-256 key to an HMAC-SHA-512 one 2 s into the run. The leaf
-/// (XDP, no keys) steps over the trailer and accepts every datagram; `lqd decode --pcap
+/// rolling over across three keys with overlapping lifetimes: HMAC-SHA-256, then
+/// HMAC-SHA-512 2 s into the run, then HMAC-SHA-384 5 s into it. The leaf, which requires
+/// authentication with the same chain, loses no advertisement; `lqd decode --pcap
 /// --key-chain` verifies every captured one; and scapy with Python's `hmac` recomputes
 /// every MAC from the captured frames, the independent judge. A key chain others may read
 /// keeps lqd from starting, with the reason.
@@ -727,17 +728,21 @@ fn signed_advertisements_verify_independently_and_roll_over_keys() {
             .unwrap();
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     };
-    // Key 1 until 4 s from now, key 2 from 2 s from now: the rollover comes during the
-    // run (written again just before the helper starts).
+    // Key 1 until 4 s from now, key 2 from 2 s to 7 s from now, key 3 from 5 s from now:
+    // two rollovers during the run (written again just before the helper starts).
     let chain = |now: u64| {
         format!(
             "[[key]]\nkey-id = 1\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"spine key one\"\n\
              send-lifetime = {{ start-date-time = \"{}\", end-date-time = \"{}\" }}\n\n\
              [[key]]\nkey-id = 2\ncrypto-algorithm = \"hmac-sha-512\"\nkey-string = \"spine key two\"\n\
+             send-lifetime = {{ start-date-time = \"{}\", end-date-time = \"{}\" }}\n\n\
+             [[key]]\nkey-id = 3\ncrypto-algorithm = \"hmac-sha-384\"\nkey-string = \"spine key three\"\n\
              send-lifetime = {{ start-date-time = \"{}\" }}\n",
             rfc3339(now - 100),
             rfc3339(now + 4),
             rfc3339(now + 2),
+            rfc3339(now + 7),
+            rfc3339(now + 5),
         )
     };
     std::fs::write(&keys, chain(now())).unwrap();
@@ -778,15 +783,18 @@ fn signed_advertisements_verify_independently_and_roll_over_keys() {
         &spine,
         |(q, _)| q >= 240,
     );
-    // Past the rollover (key 2 from now + 2 s).
+    // Past both rollovers (key 2 from now + 2 s, key 3 from now + 5 s).
     local_when(&spine, "the rollover to key 2", |local| {
         local["authentication"]["send-key-id"] == 2
+    });
+    local_when(&spine, "the rollover to key 3", |local| {
+        local["authentication"]["send-key-id"] == 3
     });
     std::thread::sleep(Duration::from_millis(500));
     let local = spine.show("local").unwrap();
     let auth = &local["authentication"];
-    assert_eq!(auth["keys"], serde_json::json!([1, 2]), "{local}");
-    assert_eq!(auth["algorithm"], "hmac-sha-512", "{local}");
+    assert_eq!(auth["keys"], serde_json::json!([1, 2, 3]), "{local}");
+    assert_eq!(auth["algorithm"], "hmac-sha-384", "{local}");
     assert_eq!(auth["no-send-key"], 0, "{local}");
     assert!(
         !local.to_string().contains("spine key"),
@@ -859,7 +867,8 @@ fn signed_advertisements_verify_independently_and_roll_over_keys() {
     let script = r#"
 import hashlib, hmac, socket, struct, sys
 from scapy.all import rdpcap, IP, UDP
-keys = {1: (b"spine key one", hashlib.sha256), 2: (b"spine key two", hashlib.sha512)}
+keys = {1: (b"spine key one", hashlib.sha256), 2: (b"spine key two", hashlib.sha512),
+        3: (b"spine key three", hashlib.sha384)}
 ok = bad = 0
 ids = set()
 for p in rdpcap(sys.argv[1]):
@@ -894,7 +903,7 @@ print(ok, bad, ",".join(str(i) for i in sorted(ids)))
     );
     assert_eq!(
         judged,
-        format!("{} 0 1,2", records.len()),
+        format!("{} 0 1,2,3", records.len()),
         "scapy/hmac: ok bad key-ids"
     );
     let _ = std::fs::remove_file(&pcap);
@@ -1063,6 +1072,18 @@ print(len(genuine))
     let log = leaf.log_text();
     assert!(log.contains("not authentic"), "{log}");
     assert!(!log.contains("fabric key"), "a secret in the log");
+    // The same counters in the YANG state (lq's augment lq-authentication), valid for
+    // yanglint, the independent judge.
+    let state = leaf.show("state").unwrap();
+    lq_tests::yanglint_data(&state).unwrap_or_else(|e| panic!("{e}\n{state:#}"));
+    let a = &state["ietf-lq-telemetry:lq-telemetry"]["lq-authentication:authentication"];
+    assert_eq!(a["mode"], "required", "{state:#}");
+    assert_eq!(a["counters"]["bad-mac"], "2", "{state:#}");
+    assert_eq!(a["counters"]["replayed-sequence"], "1", "{state:#}");
+    assert!(
+        !state.to_string().contains("fabric key"),
+        "a secret in the state"
+    );
     drop(leaf);
 
     // Migration (`accept-unauthenticated`): signed datagrams are still verified, an

@@ -11,6 +11,10 @@
 //! Phase 1 runs the unqualified receiver of `settings()`, phase 2 (smaller) an AS-qualified
 //! receiver with an AS plan.
 //!
+//! A second test runs the same corpus through the socket path of `[receiver]
+//! authentication` (issue 39): every frame the kernel would deliver to lqd's socket,
+//! rebuilt as lqd hands it back to the program, against the wire frame.
+//!
 //! Environment: `LQ_DIFF_SEED` (u64) fixes the seed (printed either way), `LQ_DIFF_FRAMES`
 //! the total frame count (default 100 000; phase 2 gets a fifth of them).
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
@@ -1342,4 +1346,148 @@ fn xdp_and_reference_decide_every_frame_alike() {
         stats.events_with_slots,
         stats.events - stats.events_with_slots
     );
+}
+
+/// What the kernel would deliver to lqd's authentication socket from `frame`: an IPv4
+/// datagram without options or fragmentation, or an IPv6 one without extension headers,
+/// untagged, UDP to the LQ port, its lengths consistent with the frame (checksums aside:
+/// the frame builder writes none, the kernel would check them before the socket, and the
+/// XDP program does not read them). The source, the destination, the TTL / Hop Limit and
+/// the payload, as the socket reports them.
+fn deliverable(
+    frame: &[u8],
+    port: u16,
+) -> Option<(std::net::SocketAddr, std::net::IpAddr, u8, &[u8])> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let be16 = |b: &[u8], at: usize| Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]));
+    let (src, dst, ttl, udp) = match be16(frame, 12)? {
+        0x0800 => {
+            let ip = frame.get(14..34)?;
+            let total = usize::from(be16(ip, 2)?);
+            let fragmented = be16(ip, 6)? & 0x3fff != 0;
+            if ip[0] != 0x45 || fragmented || ip[9] != 17 || total != frame.len() - 14 {
+                return None;
+            }
+            let s = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+            let d = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+            (IpAddr::V4(s), IpAddr::V4(d), ip[8], &frame[34..])
+        }
+        0x86dd => {
+            let ip = frame.get(14..54)?;
+            let payload_len = usize::from(be16(ip, 4)?);
+            if ip[0] >> 4 != 6 || ip[6] != 17 || payload_len != frame.len() - 54 {
+                return None;
+            }
+            let s: [u8; 16] = ip[8..24].try_into().ok()?;
+            let d: [u8; 16] = ip[24..40].try_into().ok()?;
+            (
+                IpAddr::V6(Ipv6Addr::from(s)),
+                IpAddr::V6(Ipv6Addr::from(d)),
+                ip[7],
+                &frame[54..],
+            )
+        }
+        _ => return None,
+    };
+    let (sport, dport, len) = (be16(udp, 0)?, be16(udp, 2)?, usize::from(be16(udp, 4)?));
+    if dport != port || len != udp.len() || len < 8 {
+        return None;
+    }
+    Some((SocketAddr::new(src, sport), dst, ttl, &udp[8..]))
+}
+
+/// The socket path of `[receiver] authentication` (issue 39) against the wire: lqd reads
+/// a datagram from its socket, verifies it, and hands it back to the same XDP program
+/// rebuilt (`lq_user::core::auth::rebuild_frame`: the addresses, ports and TTL the socket
+/// reported, and the payload). Every frame of the corpus the kernel would deliver to that
+/// socket goes through both paths, the wire frame to one receiver and the rebuilt one to
+/// another: the verdict, every counter's delta and, at the end, the path and neighbor
+/// tables must be the same.
+#[test]
+fn the_socket_path_decides_every_deliverable_frame_as_the_wire_does() {
+    lq_tests::require_root();
+    let seed: u64 = match std::env::var("LQ_DIFF_SEED") {
+        Ok(s) => s.trim().parse().expect("LQ_DIFF_SEED must be a u64"),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    };
+    let total: usize = match std::env::var("LQ_DIFF_FRAMES") {
+        Ok(s) => s.trim().parse().expect("LQ_DIFF_FRAMES must be a count"),
+        Err(_) => DEFAULT_FRAMES,
+    };
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut universe = universe_unqualified(&mut rng);
+    let s = settings();
+    let mut wire = TestReceiver::load(&s).unwrap();
+    let mut socket = TestReceiver::load(&s).unwrap();
+    let mut rebuilt = Vec::new();
+    let (mut compared, mut accepted) = (0usize, 0u64);
+    for i in 0..total {
+        let g = generate(&mut rng, &mut universe);
+        let Some((source, destination, ttl, payload)) = deliverable(&g.frame, s.udp_port) else {
+            continue;
+        };
+        lq_user::core::auth::rebuild_frame(
+            source,
+            destination,
+            s.udp_port,
+            ttl,
+            payload,
+            &mut rebuilt,
+        );
+        let (w0, s0) = (wire.counters().unwrap(), socket.counters().unwrap());
+        let vw = wire.run(&g.frame).unwrap();
+        let vs = socket.run(&rebuilt).unwrap();
+        let (w1, s1) = (wire.counters().unwrap(), socket.counters().unwrap());
+        let dw: Vec<u64> = w1.iter().zip(w0).map(|(a, b)| a - b).collect();
+        let ds: Vec<u64> = s1.iter().zip(s0).map(|(a, b)| a - b).collect();
+        assert!(
+            vw == vs && dw == ds,
+            "\nSOCKET PATH MISMATCH, frame #{i} (seed {seed}), {:?}: {}\nwire ({} octets): {}\n\
+             rebuilt ({} octets): {}\nwire: verdict {}, counter deltas {dw:?}\n\
+             socket: verdict {}, counter deltas {ds:?}\n",
+            g.kind,
+            g.what,
+            g.frame.len(),
+            hex(&g.frame),
+            rebuilt.len(),
+            hex(&rebuilt),
+            xdp_name(vw),
+            xdp_name(vs),
+        );
+        accepted += dw[Counter::Accepted as usize];
+        compared += 1;
+    }
+    let tables = |rx: &TestReceiver| {
+        let p: BTreeMap<_, _> = rx
+            .reader
+            .paths()
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k, strip_path(v)))
+            .collect();
+        let n: BTreeMap<_, _> = rx
+            .reader
+            .neighbors()
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k, strip_neighbor(v)))
+            .collect();
+        (p, n)
+    };
+    let (wp, wn) = tables(&wire);
+    let (sp, sn) = tables(&socket);
+    let mut report = String::new();
+    diff_maps(&mut report, "path", &wp, &sp);
+    diff_maps(&mut report, "neighbor", &wn, &sn);
+    assert!(report.is_empty(), "TABLE MISMATCH (seed {seed}):\n{report}");
+    println!(
+        "socket path: {compared} of {total} frames deliverable to the socket, every one decided alike ({accepted} accepted), {} paths and {} neighbors alike (seed {seed})",
+        wp.len(),
+        wn.len()
+    );
+    assert!(compared > total / 4, "only {compared} deliverable frames");
+    assert!(!wp.is_empty());
 }

@@ -1344,8 +1344,14 @@ impl GnmiSection {
             return Err("[gnmi] max-subscriptions must be in 1..=4096".into());
         }
         for c in &self.client {
-            if c.name.is_empty() {
-                return Err("[[gnmi.client]] name is empty: a DNS name or IP address of the client's certificate, or \"*\"".into());
+            let name_ok = |n: &str| rustls_pki_types::ServerName::try_from(n).is_ok();
+            let ok =
+                c.name == "*" || name_ok(&c.name) || c.name.strip_prefix("*.").is_some_and(name_ok);
+            if !ok {
+                return Err(format!(
+                    "[[gnmi.client]] name = {:?}: not a DNS name or IP address (of the client certificate's subjectAltName, matched exactly), nor \"*\" for every client",
+                    c.name
+                ));
             }
         }
         self.rules().map(|_| ())
@@ -2420,6 +2426,10 @@ remote-node = "10.0.1.4"
             "{LEAF}{tls}\n[[gnmi.client]]\nname = \"x\"\nread = [\"/interfaces\"]\n"
         ));
         assert!(e.contains("not in this target's data tree"), "{e}");
+        let e = err(&format!(
+            "{LEAF}{tls}\n[[gnmi.client]]\nname = \"not a name\"\nread = [\"/\"]\n"
+        ));
+        assert!(e.contains("not a DNS name or IP address"), "{e}");
         let e = err(&format!("{LEAF}{tls}max-subscriptions = 0\n"));
         assert!(e.contains("max-subscriptions"), "{e}");
     }

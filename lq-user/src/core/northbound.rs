@@ -79,6 +79,22 @@ impl DataPath {
             .collect();
         // `elem` entries left empty by some clients ("/" as one empty element).
         elems.retain(|e| !e.name.is_empty());
+        // A node or key name is a YANG identifier: no path syntax inside one (an element
+        // named "neighbors/neighbor" is not the path /neighbors/neighbor).
+        let syntax = |s: &str| s.contains(['/', '[', ']', '=', ' ']);
+        if elems
+            .iter()
+            .any(|e| syntax(&e.name) || e.keys.keys().any(|k| syntax(k) || k.is_empty()))
+        {
+            return Err(PathError::Malformed {
+                path: elems
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                why: "a node or key name with path syntax in it",
+            });
+        }
         if let Some(first) = elems.first()
             && first.name != TOP
         {
@@ -372,6 +388,17 @@ mod tests {
         assert!(DataPath::parse("lq-telemetry").is_err());
         assert!(DataPath::parse("/lq-telemetry/neighbors/neighbor[node-as=0").is_err());
         assert!(DataPath::from_elems("openconfig", vec![]).is_err());
+        let elem = |n: &str| PathElem {
+            name: n.into(),
+            keys: BTreeMap::new(),
+        };
+        assert!(
+            DataPath::from_elems("", vec![elem("lq-telemetry"), elem("neighbors/neighbor")])
+                .is_err()
+        );
+        assert!(
+            DataPath::from_elems("", vec![elem("lq-telemetry"), elem("neighbors[x=1]")]).is_err()
+        );
     }
 
     #[test]

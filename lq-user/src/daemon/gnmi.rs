@@ -87,9 +87,10 @@ use proto::gnmi::{
 pub const GNMI_VERSION: &str = "0.10.0";
 
 /// The models this target serves, with the revisions of `yang/`.
-const MODELS: [(&str, &str, &str); 2] = [
+const MODELS: [(&str, &str, &str); 3] = [
     ("ietf-lq-telemetry", "IETF", "2026-07-07"),
     ("lq-weighted-ecmp", "lq", "2026-12-04"),
+    ("lq-authentication", "lq", "2026-12-05"),
 ];
 
 /// Concurrent connections at most; more are closed at once and counted.
@@ -104,6 +105,12 @@ pub const STREAM_QUEUE: usize = 64;
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
 /// Largest request accepted.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Paths per Get or subscriptions per SubscriptionList at most: each answer holds a copy
+/// of its selection, so a request of thousands of root paths would be that many copies
+/// of the whole tree.
+pub const MAX_PATHS_PER_REQUEST: usize = 64;
+/// Concurrent streams (calls) per connection at most (HTTP/2 SETTINGS).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 16;
 
 /// The document a snapshot renders to, shared by every stream.
 struct Rendered {
@@ -231,9 +238,16 @@ impl Service {
                     "the client certificate does not parse: {e}"
                 )))
             })?;
-            let matches = |name: &str| {
-                rustls::pki_types::ServerName::try_from(name)
-                    .is_ok_and(|n| leaf.verify_is_valid_for_subject_name(&n).is_ok())
+            // A rule names a DNS name or an IP address of the certificate's subjectAltName
+            // exactly: a wildcard SAN (*.example.net) matches only a rule that names that
+            // wildcard, never the rule of one host under it.
+            let matches = |name: &str| match name.parse::<std::net::IpAddr>() {
+                Ok(ip) => leaf
+                    .verify_is_valid_for_subject_name(&rustls::pki_types::ServerName::IpAddress(
+                        ip.into(),
+                    ))
+                    .is_ok(),
+                Err(_) => leaf.valid_dns_names().any(|d| d.eq_ignore_ascii_case(name)),
             };
             grants(rules, matches).into_iter().cloned().collect()
         } else {
@@ -375,6 +389,12 @@ impl GNmi for Service {
         let client = self.identify(&req)?;
         let r = req.into_inner();
         let encoding = check_encoding(r.encoding)?;
+        if r.path.len() > MAX_PATHS_PER_REQUEST {
+            return Err(Status::invalid_argument(format!(
+                "{} paths in one Get: at most {MAX_PATHS_PER_REQUEST}",
+                r.path.len()
+            )));
+        }
         let mut paths = Vec::new();
         if r.path.is_empty() {
             paths.push(data_path(r.prefix.as_ref(), None)?);
@@ -415,6 +435,12 @@ impl GNmi for Service {
         req: Request<Streaming<SubscribeRequest>>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let client = self.identify(&req)?;
+        let mut inbound = req.into_inner();
+        let first = tokio::time::timeout(FIRST_REQUEST_DEADLINE, inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no SubscriptionList within 10 s"))??
+            .ok_or_else(|| Status::cancelled("the client closed before subscribing"))?;
+        // Taken once the client has asked: an idle connection holds no subscription.
         let permit = self
             .subscriptions
             .clone()
@@ -424,11 +450,6 @@ impl GNmi for Service {
                     "too many subscriptions ([gnmi] max-subscriptions): try again later",
                 )
             })?;
-        let mut inbound = req.into_inner();
-        let first = tokio::time::timeout(FIRST_REQUEST_DEADLINE, inbound.message())
-            .await
-            .map_err(|_| Status::deadline_exceeded("no SubscriptionList within 10 s"))??
-            .ok_or_else(|| Status::cancelled("the client closed before subscribing"))?;
         let Some(subscribe_request::Request::Subscribe(list)) = first.request else {
             return Err(Status::invalid_argument(
                 "the first SubscribeRequest must carry a SubscriptionList",
@@ -474,10 +495,8 @@ struct Sub {
 
 impl Sub {
     fn once(path: DataPath, wire: Path, prune: Vec<DataPath>, encoding: Encoding) -> Self {
-        let key = std::iter::once(path.to_string())
-            .chain(prune.iter().map(ToString::to_string))
-            .collect::<Vec<_>>()
-            .join(" -");
+        // Debug quotes every name and key: two different selections never share a key.
+        let key = format!("{path:?} {prune:?}");
         Self {
             key,
             path,
@@ -510,6 +529,12 @@ impl Service {
                 "a SubscriptionList without subscriptions",
             ));
         }
+        if list.subscription.len() > MAX_PATHS_PER_REQUEST {
+            return Err(Status::invalid_argument(format!(
+                "{} subscriptions in one list: at most {MAX_PATHS_PER_REQUEST}",
+                list.subscription.len()
+            )));
+        }
         let mut subs = Vec::new();
         for s in &list.subscription {
             let (path, wire) = data_path(list.prefix.as_ref(), s.path.as_ref())?;
@@ -530,7 +555,10 @@ impl Service {
                         )));
                     }
                 }
-                sub.heartbeat = (s.heartbeat_interval > 0)
+                // gNMI 3.5.1.5.2: a heartbeat applies to ON_CHANGE, and to SAMPLE with
+                // suppress_redundant (otherwise every sample is sent anyway).
+                let beats = sub.sample.is_none() || sub.suppress_redundant;
+                sub.heartbeat = (beats && s.heartbeat_interval > 0)
                     .then(|| Duration::from_nanos(s.heartbeat_interval).max(MIN_SAMPLE_INTERVAL));
             }
             subs.push(sub);
@@ -668,12 +696,17 @@ impl Subscription {
         for sub in plan.subs.iter_mut() {
             sub.due = start + sub.sample.unwrap_or(Duration::ZERO);
         }
+        // A client may half-close its side after the SubscriptionList: the stream goes on
+        // until it cancels or goes away.
+        let mut inbound_open = true;
         loop {
+            // A sample is sent from the first document rendered after it is due; the timer
+            // is the fallback when none comes within another interval, and the heartbeats'.
             let next_due = plan
                 .subs
                 .iter()
                 .filter_map(|s| {
-                    let sample = s.sample.map(|_| s.due);
+                    let sample = s.sample.map(|i| s.due + i);
                     let beat = s.heartbeat.zip(s.last.as_ref()).map(|(h, (_, t))| *t + h);
                     sample.into_iter().chain(beat).min()
                 })
@@ -691,23 +724,26 @@ impl Subscription {
                     }
                     let r = latest.borrow_and_update().clone();
                     self.on_change(&r, &mut plan.subs)?;
+                    self.on_due(&r, &mut plan.subs)?;
                 }
                 () = sleep => {
                     let r = latest.borrow().clone();
                     self.on_due(&r, &mut plan.subs)?;
                 }
-                msg = inbound.message() => {
+                () = self.tx.closed() => return Ok(()),
+                msg = inbound.message(), if inbound_open => {
                     match msg {
-                        // Nothing more is expected from a STREAM client; its end ends it.
+                        // Nothing more is expected from a STREAM client.
                         Ok(Some(_)) => {}
-                        Ok(None) | Err(_) => return Ok(()),
+                        Ok(None) => inbound_open = false,
+                        Err(_) => return Ok(()),
                     }
                 }
             }
         }
     }
 
-    /// ON_CHANGE paths whose value differs from the last sent (and any heartbeat due).
+    /// ON_CHANGE paths whose value differs from the last sent.
     fn on_change(&self, r: &Rendered, subs: &mut [Sub]) -> Result<(), Ended> {
         let now = tokio::time::Instant::now();
         let mut updates = Vec::new();
@@ -715,12 +751,7 @@ impl Subscription {
             let Some((v, u)) = update_of(r, sub) else {
                 continue;
             };
-            let same = sub.last.as_ref().is_some_and(|(last, _)| *last == v);
-            let beat = sub
-                .heartbeat
-                .zip(sub.last.as_ref())
-                .is_some_and(|(h, (_, t))| now >= *t + h);
-            if !same || beat {
+            if sub.last.as_ref().is_none_or(|(last, _)| *last != v) {
                 sub.last = Some((v, now));
                 updates.push(u);
             }
@@ -733,8 +764,8 @@ impl Subscription {
         )))
     }
 
-    /// SAMPLE paths due (suppressed when unchanged, unless a heartbeat is due), and
-    /// ON_CHANGE heartbeats.
+    /// SAMPLE paths due (suppressed when unchanged, unless a heartbeat is due), and the
+    /// heartbeats due.
     fn on_due(&self, r: &Rendered, subs: &mut [Sub]) -> Result<(), Ended> {
         let now = tokio::time::Instant::now();
         let mut updates = Vec::new();
@@ -756,6 +787,11 @@ impl Subscription {
                 continue;
             }
             let Some((v, u)) = update_of(r, sub) else {
+                // Nothing there now: the heartbeat's clock still moves on (else its
+                // deadline stays in the past and the timer fires at once, forever).
+                if let Some((_, t)) = sub.last.as_mut() {
+                    *t = now;
+                }
                 continue;
             };
             let same = sub.last.as_ref().is_some_and(|(last, _)| *last == v);
@@ -787,6 +823,14 @@ impl tokio_stream::Stream for SubscriptionStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if self.done {
             return Poll::Ready(None);
+        }
+        // A subscriber closed for falling behind gets the reason at once; what was queued
+        // for it is dropped (it would only hold memory for a client that does not read).
+        if let Some(reason) = self.closed.lock().ok().and_then(|mut c| c.take()) {
+            self.done = true;
+            self.rx.close();
+            while self.rx.try_recv().is_ok() {}
+            return Poll::Ready(Some(Err(reason)));
         }
         match self.rx.poll_recv(cx) {
             Poll::Ready(None) => {
@@ -892,6 +936,7 @@ pub(super) async fn serve(endpoint: GnmiEndpoint, published: Published, stats: A
     };
     let server = GNmiServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES);
     let router = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(server);

@@ -192,5 +192,17 @@ pub(super) fn state_json(snap: &Snapshot) -> Value {
         .as_ref()
         .map(crate::views::snapshot::HelperSnapshot::local_yang);
     let weighted_ecmp = lb.map(|lb| crate::views::snapshot::weighted_ecmp_json(&lb.weights));
-    crate::views::yang_state::state_document(&snap.config, local, neighbors, weighted_ecmp)
+    let authentication = lb.and_then(|lb| {
+        crate::views::yang_state::authentication_json(
+            &snap.config,
+            lb.receiver_counters.as_deref().unwrap_or_default(),
+        )
+    });
+    crate::views::yang_state::state_document(
+        &snap.config,
+        local,
+        neighbors,
+        weighted_ecmp,
+        authentication,
+    )
 }

@@ -860,6 +860,7 @@ remote-node = "10.0.1.4"
             None,
             None,
             Some(weighted_ecmp_json(&weights())),
+            None,
         );
         let w = &doc["ietf-lq-telemetry:lq-telemetry"]["lq-weighted-ecmp:weighted-ecmp"];
         let g = &w["group"][0];

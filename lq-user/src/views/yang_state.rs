@@ -163,13 +163,44 @@ pub fn neighbors_json(
     }
 }
 
+/// A load-balancer's authenticating receiver as lq's augment `lq-authentication`
+/// (yang/lq-authentication@2026-12-05.yang; issue 39 item 4): its mode, its key chain
+/// file and the receiver's counters by outcome (`auth_*` of `lqd show counters`, 64-bit
+/// counters as RFC 7951 strings). `None` without `[receiver] authentication`.
+pub fn authentication_json(cfg: &Config, counters: &[(&str, u64)]) -> Option<Value> {
+    use crate::config::Authentication;
+    let mode = match cfg.receiver.authentication {
+        Authentication::None => return None,
+        Authentication::AcceptUnauthenticated => "accept-unauthenticated",
+        Authentication::Required => "required",
+    };
+    let c: Map<String, Value> = counters
+        .iter()
+        // The run time is a time, not an outcome; the metrics have it.
+        .filter(|(k, _)| !k.ends_with("_ns"))
+        .filter_map(|(k, v)| {
+            let name = k.strip_prefix("auth_")?.replace('_', "-");
+            Some((name, Value::String(v.to_string())))
+        })
+        .collect();
+    let mut o = Map::new();
+    o.insert("mode".into(), json!(mode));
+    if let Some(k) = &cfg.receiver.key_chain {
+        o.insert("key-chain".into(), json!(k.display().to_string()));
+    }
+    o.insert("counters".into(), Value::Object(c));
+    Some(Value::Object(o))
+}
+
 /// The whole `/ietf-lq-telemetry:lq-telemetry` document; a load-balancer's groups go in
-/// lq's augment, `lq-weighted-ecmp:weighted-ecmp` (yang/lq-weighted-ecmp@2026-12-04.yang).
+/// lq's augment, `lq-weighted-ecmp:weighted-ecmp` (yang/lq-weighted-ecmp@2026-12-04.yang),
+/// its authenticating receiver in `lq-authentication:authentication`.
 pub fn state_document(
     cfg: &Config,
     local: Option<Value>,
     neighbors: Option<Value>,
     weighted_ecmp: Option<Value>,
+    authentication: Option<Value>,
 ) -> Value {
     let mut o = config_leaves(cfg);
     if let Some(l) = local {
@@ -180,6 +211,9 @@ pub fn state_document(
     }
     if let Some(w) = weighted_ecmp {
         o.insert("lq-weighted-ecmp:weighted-ecmp".into(), w);
+    }
+    if let Some(a) = authentication {
+        o.insert("lq-authentication:authentication".into(), a);
     }
     json!({ "ietf-lq-telemetry:lq-telemetry": Value::Object(o) })
 }
@@ -220,6 +254,31 @@ pub fn rfc3339_ms(ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_authenticating_receiver_is_state_with_its_counters_as_strings() {
+        let leaf = "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [\"up1\"]\n";
+        let plain = Config::parse(leaf, std::path::Path::new("leaf.toml")).unwrap();
+        assert_eq!(authentication_json(&plain, &[("auth_bad_mac", 1)]), None);
+        let text =
+            format!("{leaf}authentication = \"required\"\nkey-chain = \"/etc/lq/keys.toml\"\n");
+        let cfg = Config::parse(&text, std::path::Path::new("leaf.toml")).unwrap();
+        let a = authentication_json(
+            &cfg,
+            &[
+                ("accepted", 5),
+                ("auth_bad_mac", 2),
+                ("auth_socket_overflows", 0),
+                ("auth_hand_back_run_ns", 12_345),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            json!({"mode": "required", "key-chain": "/etc/lq/keys.toml",
+                   "counters": {"bad-mac": "2", "socket-overflows": "0"}})
+        );
+    }
 
     #[test]
     fn date_and_time() {
