@@ -2,9 +2,14 @@
 //! pygnmi (`tests/gnmi/pygnmi_client.py`) run in a namespace, the independent client.
 
 use std::{
-    net::IpAddr,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU8, Ordering},
+    },
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result};
@@ -14,7 +19,36 @@ use rcgen::{
 };
 use serde_json::Value;
 
-use crate::netns::NetNs;
+use crate::{
+    daemon::Sender,
+    netns::NetNs,
+    packet::{entry, header, ip4},
+};
+
+/// Two spines in `ns` (10.1.1.1 and 10.1.2.1, node ids 10.0.0.1 and 10.0.0.2): every 20 ms
+/// each advertises the remote leaf 10.0.1.4 with its LQS from `lqs`, until `stop`.
+pub fn two_spines(ns: &NetNs, lqs: Arc<[AtomicU8; 2]>, stop: Arc<AtomicBool>) -> Result<()> {
+    ns.run_in(move || {
+        std::thread::spawn(move || -> Result<()> {
+            let mut socks: Vec<Sender> = (1..=2u8)
+                .map(|k| Sender::bind(SocketAddr::new(Ipv4Addr::new(10, 1, k, 1).into(), 0), 255))
+                .collect::<Result<_>>()?;
+            let mut seq = 1u16;
+            while !stop.load(Ordering::Relaxed) {
+                for (k, s) in socks.iter_mut().enumerate() {
+                    let h = header(ip4(10, 0, 0, k as u8 + 1), seq);
+                    let q = lqs[k].load(Ordering::Relaxed);
+                    let to = SocketAddr::new(Ipv4Addr::new(10, 1, k as u8 + 1, 2).into(), 52525);
+                    s.send(to, &h, &[entry(ip4(10, 0, 1, 4), 1, q, 0)])?;
+                }
+                seq = seq.wrapping_add(1);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(())
+        })
+    })?;
+    Ok(())
+}
 
 /// A CA: its PEM and the issuer that signs leaves.
 pub fn make_ca(name: &str) -> Result<(String, Issuer<'static, KeyPair>)> {

@@ -11,7 +11,7 @@
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
-    net::{IpAddr, Ipv4Addr, SocketAddr},
+    net::IpAddr,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU8, Ordering},
@@ -20,42 +20,15 @@ use std::{
 };
 
 use lq_tests::{
-    daemon::{Lqd, Sender},
-    gnmi::{PyGnmi, leaf, make_ca},
+    daemon::Lqd,
+    gnmi::{PyGnmi, leaf, make_ca, two_spines},
     netns::{NetNs, veth_pair},
-    packet::{entry, header, ip4},
     poll::poll_until,
     require_root, yanglint_data,
 };
 use serde_json::Value;
 
 const LISTEN: &str = "10.1.1.2:9339";
-
-/// The two spines: every 20 ms each advertises the remote leaf 10.0.1.4 with its LQS.
-fn spines(ns: &NetNs, lqs: Arc<[AtomicU8; 2]>, stop: Arc<AtomicBool>) {
-    ns.run_in(move || {
-        std::thread::spawn(move || {
-            let mut socks: Vec<Sender> = (1..=2u8)
-                .map(|k| {
-                    Sender::bind(SocketAddr::new(Ipv4Addr::new(10, 1, k, 1).into(), 0), 255)
-                        .unwrap()
-                })
-                .collect();
-            let mut seq = 1u16;
-            while !stop.load(Ordering::Relaxed) {
-                for (k, s) in socks.iter_mut().enumerate() {
-                    let h = header(ip4(10, 0, 0, k as u8 + 1), seq);
-                    let q = lqs[k].load(Ordering::Relaxed);
-                    let to = SocketAddr::new(Ipv4Addr::new(10, 1, k as u8 + 1, 2).into(), 52525);
-                    let _ = s.send(to, &h, &[entry(ip4(10, 0, 1, 4), 1, q, 0)]);
-                }
-                seq = seq.wrapping_add(1);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        });
-    })
-    .unwrap();
-}
 
 /// pygnmi's answer, or the error it reported; a client that fails otherwise fails the test.
 trait Query {
@@ -143,7 +116,7 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
     let lqs = Arc::new([AtomicU8::new(230), AtomicU8::new(230)]);
     let stop = Arc::new(AtomicBool::new(false));
     let lqd = Lqd::start(&l, &cfg).unwrap();
-    spines(&s, lqs.clone(), stop.clone());
+    two_spines(&s, lqs.clone(), stop.clone()).unwrap();
     poll_until(
         "both spines in the group",
         Duration::from_secs(10),

@@ -990,26 +990,38 @@ fn mismatch(
 }
 
 /// Compares the whole tables, timestamps aside.
-fn compare_tables(rx: &TestReceiver, r: &RefTables, phase: &str, at: usize, seed: u64) {
-    let kp: BTreeMap<_, _> = rx
+/// A receiver's path and neighbor tables, timestamps aside.
+#[allow(clippy::type_complexity)]
+fn kernel_tables(
+    rx: &TestReceiver,
+) -> (
+    BTreeMap<PathKey, PathValue>,
+    BTreeMap<NeighborKey, NeighborValue>,
+) {
+    let p = rx
         .reader
         .paths()
         .unwrap()
         .into_iter()
         .map(|(k, v)| (k, strip_path(v)))
         .collect();
-    let rp: BTreeMap<_, _> = r
-        .paths
-        .entries()
-        .into_iter()
-        .map(|(k, v)| (k, strip_path(v)))
-        .collect();
-    let kn: BTreeMap<_, _> = rx
+    let n = rx
         .reader
         .neighbors()
         .unwrap()
         .into_iter()
         .map(|(k, v)| (k, strip_neighbor(v)))
+        .collect();
+    (p, n)
+}
+
+fn compare_tables(rx: &TestReceiver, r: &RefTables, phase: &str, at: usize, seed: u64) {
+    let (kp, kn) = kernel_tables(rx);
+    let rp: BTreeMap<_, _> = r
+        .paths
+        .entries()
+        .into_iter()
+        .map(|(k, v)| (k, strip_path(v)))
         .collect();
     let rn: BTreeMap<_, _> = r
         .neighbors
@@ -1460,25 +1472,8 @@ fn the_socket_path_decides_every_deliverable_frame_as_the_wire_does() {
         accepted += dw[Counter::Accepted as usize];
         compared += 1;
     }
-    let tables = |rx: &TestReceiver| {
-        let p: BTreeMap<_, _> = rx
-            .reader
-            .paths()
-            .unwrap()
-            .into_iter()
-            .map(|(k, v)| (k, strip_path(v)))
-            .collect();
-        let n: BTreeMap<_, _> = rx
-            .reader
-            .neighbors()
-            .unwrap()
-            .into_iter()
-            .map(|(k, v)| (k, strip_neighbor(v)))
-            .collect();
-        (p, n)
-    };
-    let (wp, wn) = tables(&wire);
-    let (sp, sn) = tables(&socket);
+    let (wp, wn) = kernel_tables(&wire);
+    let (sp, sn) = kernel_tables(&socket);
     let mut report = String::new();
     diff_maps(&mut report, "path", &wp, &sp);
     diff_maps(&mut report, "neighbor", &wn, &sn);

@@ -610,6 +610,16 @@ impl Subscription {
         self.send(subscribe_response::Response::SyncResponse(true))
     }
 
+    /// `updates` of `r` as one notification, if there are any.
+    fn send_updates(&self, r: &Rendered, updates: Vec<Update>) -> Result<(), Ended> {
+        if updates.is_empty() {
+            return Ok(());
+        }
+        self.send(subscribe_response::Response::Update(notification(
+            r, updates,
+        )))
+    }
+
     /// Every subscribed path's value from `r`, as one notification.
     fn all(&self, r: &Rendered, subs: &mut [Sub]) -> Result<(), Ended> {
         let now = tokio::time::Instant::now();
@@ -620,12 +630,7 @@ impl Subscription {
                 updates.push(u);
             }
         }
-        if updates.is_empty() {
-            return Ok(());
-        }
-        self.send(subscribe_response::Response::Update(notification(
-            r, updates,
-        )))
+        self.send_updates(r, updates)
     }
 
     async fn run(self, mut plan: Plan, mut inbound: Streaming<SubscribeRequest>) {
@@ -756,12 +761,7 @@ impl Subscription {
                 updates.push(u);
             }
         }
-        if updates.is_empty() {
-            return Ok(());
-        }
-        self.send(subscribe_response::Response::Update(notification(
-            r, updates,
-        )))
+        self.send_updates(r, updates)
     }
 
     /// SAMPLE paths due (suppressed when unchanged, unless a heartbeat is due), and the
@@ -801,12 +801,7 @@ impl Subscription {
             sub.last = Some((v, now));
             updates.push(u);
         }
-        if updates.is_empty() {
-            return Ok(());
-        }
-        self.send(subscribe_response::Response::Update(notification(
-            r, updates,
-        )))
+        self.send_updates(r, updates)
     }
 }
 

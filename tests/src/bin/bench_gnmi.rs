@@ -22,7 +22,7 @@
 
 use std::{
     io::{BufRead as _, BufReader},
-    net::{Ipv4Addr, SocketAddr, UdpSocket},
+    net::UdpSocket,
     path::Path,
     process::ExitCode,
     sync::{
@@ -36,11 +36,10 @@ use std::{
 use anyhow::{Context as _, Result, bail, ensure};
 use lq_tests::{
     bench::{Trials, emit, main_of, process_cpu_ns},
-    daemon::{Lqd, Sender, enable_receive_timestamps, recv_stamped},
-    gnmi::{PyGnmi, leaf, make_ca},
+    daemon::{Lqd, enable_receive_timestamps, recv_stamped},
+    gnmi::{PyGnmi, leaf, make_ca, two_spines},
     netns::{NetNs, veth_pair},
     nexthop_listener::Listener,
-    packet::{entry, header, ip4},
     poll::poll_until,
     require_root,
 };
@@ -145,7 +144,7 @@ fn on_change(pki: &Pki) -> Result<()> {
     let lqs = Arc::new([AtomicU8::new(230), AtomicU8::new(230)]);
     let stop = Arc::new(AtomicBool::new(false));
     let lqd = Lqd::start_logging(&l, &cfg, "info")?;
-    spines(&s, lqs.clone(), stop.clone())?;
+    two_spines(&s, lqs.clone(), stop.clone())?;
     let result = (|| -> Result<()> {
         poll_until(
             "both spines in the group",
@@ -284,30 +283,6 @@ fn on_change(pki: &Pki) -> Result<()> {
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// Two spines: every 20 ms each advertises the remote leaf 10.0.1.4 with its LQS.
-fn spines(ns: &NetNs, lqs: Arc<[AtomicU8; 2]>, stop: Arc<AtomicBool>) -> Result<()> {
-    ns.run_in(move || {
-        std::thread::spawn(move || -> Result<()> {
-            let mut socks: Vec<Sender> = (1..=2u8)
-                .map(|k| Sender::bind(SocketAddr::new(Ipv4Addr::new(10, 1, k, 1).into(), 0), 255))
-                .collect::<Result<_>>()?;
-            let mut seq = 1u16;
-            while !stop.load(Ordering::Relaxed) {
-                for (k, s) in socks.iter_mut().enumerate() {
-                    let h = header(ip4(10, 0, 0, k as u8 + 1), seq);
-                    let q = lqs[k].load(Ordering::Relaxed);
-                    let to = SocketAddr::new(Ipv4Addr::new(10, 1, k as u8 + 1, 2).into(), 52525);
-                    s.send(to, &h, &[entry(ip4(10, 0, 1, 4), 1, q, 0)])?;
-                }
-                seq = seq.wrapping_add(1);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Ok(())
-        })
-    })?;
-    Ok(())
 }
 
 /// Receives the helper's advertisements in `ns` until `stop`; the kernel's receive times.
