@@ -1235,6 +1235,8 @@ fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() 
                 lq_tests::netns::enter_netns(&name).unwrap();
                 let mut senders = spine_senders();
                 let mut seq = 1u16;
+                // Paced on absolute deadlines: a late round does not delay the next.
+                let mut next = Instant::now();
                 while !s.load(Ordering::Relaxed) {
                     seq = seq.wrapping_add(1);
                     let absurd = d.load(Ordering::Relaxed);
@@ -1255,7 +1257,8 @@ fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() 
                         let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k + 1, 2)), 52525);
                         senders[k as usize].send(to, &h, &[e]).unwrap();
                     }
-                    std::thread::sleep(Duration::from_millis(20));
+                    next += Duration::from_millis(20);
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
                 }
             })
         };
@@ -1314,18 +1317,30 @@ fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() 
         .unwrap();
         // Two seconds (100 advertisements per spine, many integral steps): not one move.
         // The kernel holds what forwards as `shares` (issue 41: not necessarily those
-        // integers), and keeps it.
-        let installed = group_weights(&f.leaf);
-        assert!(forwards_as(&f.leaf, &shares), "{installed:?}");
-        let until = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < until {
-            assert_eq!(
-                group_weights(&f.leaf),
-                installed,
-                "{function}: diagnostics moved a weight\n{}",
-                lqd.log_text()
+        // integers), and keeps it. A window in which lqd declared a spine failed is not
+        // evidence either way (the test's sender thread stalled past 3 x T_notify on a
+        // loaded machine, section 6.5 did its job): it is run again, at most 4 times.
+        for attempt in 1.. {
+            wait_for(&format!("{function}: shares again"), &lqd, &f.leaf, &shares);
+            let failed_before = lqd.log_text().matches("LQ neighbor failed").count();
+            let installed = group_weights(&f.leaf);
+            let until = Instant::now() + Duration::from_secs(2);
+            let mut moved = None;
+            while moved.is_none() && Instant::now() < until {
+                let now = group_weights(&f.leaf);
+                if now != installed {
+                    moved = Some(now);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let Some(now) = moved else { break };
+            let log = lqd.log_text();
+            let stalled = log.matches("LQ neighbor failed").count() > failed_before;
+            assert!(
+                stalled && attempt < 4,
+                "{function}: diagnostics moved a weight: {installed:?} -> {now:?}\n{log}"
             );
-            std::thread::sleep(Duration::from_millis(50));
+            eprintln!("{function}: a spine was declared failed in window {attempt}; again");
         }
         stop.store(true, Ordering::Relaxed);
         sender.join().unwrap();
