@@ -188,7 +188,7 @@ ietf-lq-telemetry; `lqd check-config FILE` checks one). The role decides what ru
                  on a change, with TTL 255, out of every link.
   dual           both (a 5-stage spine, section 9).
 [pfc] counts received PFC frames per priority and [ipfix] exports them; [metrics] serves
-Prometheus text; [gnmi] serves gNMI Get and Subscribe over the YANG state (TLS 1.3 with
+Prometheus text (loopback by default; TLS and the read rules as [gnmi]); [gnmi] serves gNMI Get and Subscribe over the YANG state (TLS 1.3 with
 client certificates, read rules per client). lqd never touches nexthop objects or routes it did not create. SIGHUP
 reloads the file; SIGTERM leaves forwarding in place unless [nexthop-group]
 flush-on-exit = true. Once running it keeps only CAP_BPF and CAP_NET_ADMIN.

@@ -7,7 +7,11 @@
 //! move), and the read rules both ways: the granted client reads `/neighbors`, a client no
 //! rule names is refused it (PERMISSION_DENIED) and reads the root without it, a client
 //! without a certificate is refused (UNAUTHENTICATED), and one whose certificate another
-//! CA signed never gets a connection. None of the refused gets one leaf of data.
+//! CA signed never gets a connection. None of the refused gets one leaf of data. The
+//! Prometheus endpoint under the same TLS and `[[metrics.client]]` rules, scraped by
+//! Python's ssl and the Prometheus reference parser: the granted client reads the weight
+//! families, another the rest only, and one without a certificate (401), of another CA or
+//! in plain HTTP nothing.
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
@@ -29,6 +33,36 @@ use lq_tests::{
 use serde_json::Value;
 
 const LISTEN: &str = "10.1.1.2:9339";
+const METRICS: &str = "10.1.1.2:9464";
+
+/// One HTTPS scrape of the metrics endpoint by Python's ssl and http.client, the metric
+/// families parsed by the Prometheus reference client's parser: `{"status", "families"}`,
+/// or `{"error"}` when the connection failed (a refused handshake).
+const SCRAPE: &str = r#"
+import http.client, json, ssl, sys
+from prometheus_client.parser import text_string_to_metric_families
+host, port, ca, cert, key, plain = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6] == "1"
+try:
+    if plain:
+        c = http.client.HTTPConnection(host, port, timeout=5)
+    else:
+        ctx = ssl.create_default_context(cafile=ca)
+        ctx.check_hostname = False
+        if cert:
+            ctx.load_cert_chain(cert, key)
+        c = http.client.HTTPSConnection(host, port, context=ctx, timeout=5)
+    c.request("GET", "/metrics")
+    r = c.getresponse()
+    body = r.read().decode()
+    fams = {}
+    if r.status == 200:
+        for f in text_string_to_metric_families(body):
+            for s in f.samples:
+                fams.setdefault(s.name, []).append([s.labels, s.value])
+    print(json.dumps({"status": r.status, "families": fams, "body": body[:200]}))
+except Exception as e:
+    print(json.dumps({"error": repr(e)}))
+"#;
 
 /// pygnmi's answer, or the error it reported; a client that fails otherwise fails the test.
 trait Query {
@@ -66,9 +100,10 @@ fn pygnmi_reads_and_subscribes_to_a_live_leaf_under_mutual_tls_and_read_rules() 
     std::fs::write(&ca_file, ca_pem).unwrap();
     let ip: IpAddr = "10.1.1.2".parse().unwrap();
     let (server_cert, server_key) = leaf(&dir, "server", &ca, "leaf.test", Some(ip), true).unwrap();
-    let collector = leaf(&dir, "collector", &ca, "collector.test", None, false).unwrap();
-    let viewer = leaf(&dir, "viewer", &ca, "viewer.test", None, false).unwrap();
-    let stranger = leaf(&dir, "stranger", &other_ca, "collector.test", None, false).unwrap();
+    let collector_identity = leaf(&dir, "collector", &ca, "collector.test", None, false).unwrap();
+    let viewer_identity = leaf(&dir, "viewer", &ca, "viewer.test", None, false).unwrap();
+    let stranger_identity =
+        leaf(&dir, "stranger", &other_ca, "collector.test", None, false).unwrap();
 
     let s = NetNs::new("lqt-gs").unwrap();
     let l = NetNs::new("lqt-gl").unwrap();
@@ -101,13 +136,23 @@ remote-node = "10.0.1.4"
 
 [gnmi]
 listen = "{LISTEN}"
-certificate = "{}"
-private-key = "{}"
-client-ca = "{}"
+certificate = "{0}"
+private-key = "{1}"
+client-ca = "{2}"
 
 [[gnmi.client]]
 name = "collector.test"
 read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecmp"]
+
+[metrics]
+listen = "{METRICS}"
+certificate = "{0}"
+private-key = "{1}"
+client-ca = "{2}"
+
+[[metrics.client]]
+name = "collector.test"
+read = ["/lq-telemetry/weighted-ecmp"]
 "#,
         server_cert.display(),
         server_key.display(),
@@ -135,14 +180,14 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
         target: LISTEN.into(),
         server_name: "leaf.test".into(),
         ca: ca_file.clone(),
-        identity: Some(collector),
+        identity: Some(collector_identity.clone()),
     };
     let ungranted = PyGnmi {
         ns: &s,
         target: LISTEN.into(),
         server_name: "leaf.test".into(),
         ca: ca_file.clone(),
-        identity: Some(viewer),
+        identity: Some(viewer_identity.clone()),
     };
 
     // Capabilities: the seed's module and lq's augment, with their revisions.
@@ -231,7 +276,7 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
         target: LISTEN.into(),
         server_name: "leaf.test".into(),
         ca: ca_file.clone(),
-        identity: Some(stranger),
+        identity: Some(stranger_identity.clone()),
     };
     let e = foreign
         .q(&["--timeout", "2", "get", "/ietf-lq-telemetry:lq-telemetry"])
@@ -309,6 +354,84 @@ read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecm
     );
     println!("  ok: S2's kernel weight over the ON_CHANGE updates: {weights:?}");
     println!("  ok: refusals: {denied} / no certificate and another CA refused");
+
+    // The Prometheus endpoint under the same TLS and rules (issue 40): the granted
+    // client scrapes the weights, another of the same CA everything but them, and the
+    // clients without a certificate, of another CA or in plain HTTP get nothing.
+    let scrape = |identity: Option<&(std::path::PathBuf, std::path::PathBuf)>, plain: bool| {
+        let (cert, key) = identity.map_or((String::new(), String::new()), |(c, k)| {
+            (c.display().to_string(), k.display().to_string())
+        });
+        let ca = ca_file.display().to_string();
+        let out = s
+            .exec(
+                "/usr/bin/python3",
+                &[
+                    "-c",
+                    SCRAPE,
+                    "10.1.1.2",
+                    "9464",
+                    &ca,
+                    &cert,
+                    &key,
+                    if plain { "1" } else { "0" },
+                ],
+            )
+            .unwrap();
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let has = |v: &Value, family: &str| v["families"].get(family).is_some();
+    let sensitive = [
+        "lq_weight",
+        "lq_path_quality",
+        "lq_path_capacity_gbps",
+        "lq_neighbor_state",
+    ];
+    let g = scrape(Some(&collector_identity), false);
+    assert_eq!(g["status"], 200, "{g}");
+    assert!(has(&g, "lq_weight") && has(&g, "lq_path_quality"), "{g}");
+    assert!(
+        !has(&g, "lq_neighbor_state"),
+        "/neighbors is not granted: {g}"
+    );
+    let v = scrape(Some(&viewer_identity), false);
+    assert_eq!(v["status"], 200, "{v}");
+    assert!(
+        has(&v, "lq_up") && has(&v, "lq_group_replaces_total"),
+        "{v}"
+    );
+    for f in sensitive {
+        assert!(!has(&v, f), "{f} shown to a client no rule names: {v}");
+    }
+    let none = scrape(None, false);
+    assert_eq!(none["status"], 401, "{none}");
+    assert!(
+        none["families"].as_object().is_some_and(|o| o.is_empty()),
+        "{none}"
+    );
+    let other = scrape(Some(&stranger_identity), false);
+    assert!(
+        other.get("error").is_some(),
+        "another CA's certificate: {other}"
+    );
+    let plain = scrape(None, true);
+    assert!(
+        plain.get("status") != Some(&Value::from(200)),
+        "plain HTTP: {plain}"
+    );
+    let after = scrape(Some(&collector_identity), false);
+    let refused: f64 = after["families"]["lq_client_connections_total"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s[0]["endpoint"] == "metrics" && s[0]["outcome"] == "unauthenticated")
+        .map(|s| s[1].as_f64().unwrap())
+        .sum();
+    assert_eq!(
+        refused, 3.0,
+        "no certificate, another CA, plain HTTP: {after}"
+    );
+    println!("  ok: metrics over TLS: granted client reads lq_weight, others do not, 3 refused");
 
     stop.store(true, Ordering::Relaxed);
     drop(lqd);

@@ -1236,12 +1236,127 @@ impl SlowPlaneSection {
     }
 }
 
-/// `[metrics]`: an opt-in Prometheus text endpoint.
+/// `[metrics]`: an opt-in Prometheus text endpoint, on loopback unless `listen` says
+/// otherwise. Served over TLS 1.3 with client certificates when `certificate`,
+/// `private-key` and `client-ca` are given (seed 003 section 12.2), plain HTTP otherwise.
+/// The families that reveal `/lq-telemetry/local`, `/neighbors` or `/weighted-ecmp` are
+/// served only to clients a `[[metrics.client]]` rule grants them (the gNMI rules).
 #[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct MetricsSection {
-    /// Address to serve `GET /metrics` on (e.g. "127.0.0.1:9464").
+    /// Address to serve `GET /metrics` on.
+    #[serde(default = "default_metrics_listen")]
     pub listen: std::net::SocketAddr,
+    /// The server's certificate chain, PEM, leaf first (TLS).
+    #[serde(default)]
+    pub certificate: Option<PathBuf>,
+    /// The server's private key, PEM; a file others may read is refused.
+    #[serde(default)]
+    pub private_key: Option<PathBuf>,
+    /// The CA certificate(s), PEM, that client certificates must chain to.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    /// Read rules: which sensitive families each client may read.
+    #[serde(default)]
+    pub client: Vec<ClientReadRule>,
+}
+
+fn default_metrics_listen() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], 9464))
+}
+
+impl MetricsSection {
+    /// The TLS files, when all three are configured.
+    pub fn tls_files(&self) -> Option<(&Path, &Path, &Path)> {
+        match (&self.certificate, &self.private_key, &self.client_ca) {
+            (Some(c), Some(k), Some(ca)) => Some((c, k, ca)),
+            _ => None,
+        }
+    }
+
+    /// The read rules, parsed.
+    pub fn rules(&self) -> Result<Vec<crate::core::northbound::ReadRule>, String> {
+        parse_client_rules("metrics", &self.client)
+    }
+
+    /// Checks the TLS files (all three or none), and the rules: with plain HTTP a client
+    /// has no certificate, so only `name = "*"` rules can apply.
+    pub fn validate(&self) -> Result<(), String> {
+        let missing = missing_tls_files(&self.certificate, &self.private_key, &self.client_ca);
+        if !missing.is_empty() && missing.len() < 3 {
+            return Err(format!(
+                "[metrics] needs {} for TLS with client certificates (or none of certificate, private-key, client-ca for plain HTTP)",
+                missing.join(", ")
+            ));
+        }
+        validate_client_names("metrics", &self.client)?;
+        if self.tls_files().is_none()
+            && let Some(c) = self.client.iter().find(|c| c.name != "*")
+        {
+            return Err(format!(
+                "[[metrics.client]] name = {:?}: names are matched against client certificates, and [metrics] serves plain HTTP (configure certificate, private-key and client-ca, or name = \"*\")",
+                c.name
+            ));
+        }
+        self.rules().map(|_| ())
+    }
+}
+
+/// The TLS files of a northbound endpoint that are not configured.
+fn missing_tls_files(
+    certificate: &Option<PathBuf>,
+    private_key: &Option<PathBuf>,
+    client_ca: &Option<PathBuf>,
+) -> Vec<&'static str> {
+    [
+        ("certificate", certificate),
+        ("private-key", private_key),
+        ("client-ca", client_ca),
+    ]
+    .into_iter()
+    .filter(|(_, v)| v.is_none())
+    .map(|(k, _)| k)
+    .collect()
+}
+
+/// `[[<section>.client]]` rules parsed into read rules.
+fn parse_client_rules(
+    section: &str,
+    rules: &[ClientReadRule],
+) -> Result<Vec<crate::core::northbound::ReadRule>, String> {
+    rules
+        .iter()
+        .map(|c| {
+            Ok(crate::core::northbound::ReadRule {
+                name: c.name.clone(),
+                read: c
+                    .read
+                    .iter()
+                    .map(|r| {
+                        crate::core::northbound::DataPath::parse(r)
+                            .map_err(|e| format!("[[{section}.client]] {:?} read: {e}", c.name))
+                    })
+                    .collect::<Result<_, _>>()?,
+            })
+        })
+        .collect()
+}
+
+/// Each rule names `*`, a DNS name (or a wildcard one, matched as written) or an IP
+/// address.
+fn validate_client_names(section: &str, rules: &[ClientReadRule]) -> Result<(), String> {
+    for c in rules {
+        let name_ok = |n: &str| rustls_pki_types::ServerName::try_from(n).is_ok();
+        let ok =
+            c.name == "*" || name_ok(&c.name) || c.name.strip_prefix("*.").is_some_and(name_ok);
+        if !ok {
+            return Err(format!(
+                "[[{section}.client]] name = {:?}: not a DNS name or IP address (of the client certificate's subjectAltName, matched exactly), nor \"*\" for every client",
+                c.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `[gnmi]`: the gNMI northbound (seed 003 section 4.3's gRPC/gNMI binding; section 12.2:
@@ -1271,20 +1386,20 @@ pub struct GnmiSection {
     pub max_subscriptions: usize,
     /// Read rules: which subtrees each client may read beyond the default.
     #[serde(default)]
-    pub client: Vec<GnmiClientRule>,
+    pub client: Vec<ClientReadRule>,
 }
 
 fn default_gnmi_max_subscriptions() -> usize {
     128
 }
 
-/// `[[gnmi.client]]`: a read rule (RFC 8341's spirit). Every authenticated client reads
-/// the tree except `/lq-telemetry/local`, `/lq-telemetry/neighbors` and
-/// `/lq-telemetry/weighted-ecmp`; a rule grants those (or parts of them) to the clients
-/// it names.
+/// `[[gnmi.client]]`, `[[metrics.client]]`: a read rule (RFC 8341's spirit). Every
+/// authenticated client reads the tree except `/lq-telemetry/local`,
+/// `/lq-telemetry/neighbors` and `/lq-telemetry/weighted-ecmp`; a rule grants those (or
+/// parts of them) to the clients it names.
 #[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct GnmiClientRule {
+pub struct ClientReadRule {
     /// A DNS name or IP address in the client certificate's subjectAltName, or `*` for
     /// every client.
     pub name: String,
@@ -1295,22 +1410,7 @@ pub struct GnmiClientRule {
 impl GnmiSection {
     /// The read rules, parsed.
     pub fn rules(&self) -> Result<Vec<crate::core::northbound::ReadRule>, String> {
-        self.client
-            .iter()
-            .map(|c| {
-                Ok(crate::core::northbound::ReadRule {
-                    name: c.name.clone(),
-                    read: c
-                        .read
-                        .iter()
-                        .map(|r| {
-                            crate::core::northbound::DataPath::parse(r)
-                                .map_err(|e| format!("[[gnmi.client]] {:?} read: {e}", c.name))
-                        })
-                        .collect::<Result<_, _>>()?,
-                })
-            })
-            .collect()
+        parse_client_rules("gnmi", &self.client)
     }
 
     /// Checks the transport (TLS files, or plaintext on loopback only), the bound and the
@@ -1324,15 +1424,7 @@ impl GnmiSection {
                 ));
             }
         } else {
-            let missing: Vec<&str> = [
-                ("certificate", &self.certificate),
-                ("private-key", &self.private_key),
-                ("client-ca", &self.client_ca),
-            ]
-            .into_iter()
-            .filter(|(_, v)| v.is_none())
-            .map(|(k, _)| k)
-            .collect();
+            let missing = missing_tls_files(&self.certificate, &self.private_key, &self.client_ca);
             if !missing.is_empty() {
                 return Err(format!(
                     "[gnmi] needs {} for TLS with client certificates (or plaintext = true on a loopback address)",
@@ -1343,17 +1435,7 @@ impl GnmiSection {
         if !(1..=4096).contains(&self.max_subscriptions) {
             return Err("[gnmi] max-subscriptions must be in 1..=4096".into());
         }
-        for c in &self.client {
-            let name_ok = |n: &str| rustls_pki_types::ServerName::try_from(n).is_ok();
-            let ok =
-                c.name == "*" || name_ok(&c.name) || c.name.strip_prefix("*.").is_some_and(name_ok);
-            if !ok {
-                return Err(format!(
-                    "[[gnmi.client]] name = {:?}: not a DNS name or IP address (of the client certificate's subjectAltName, matched exactly), nor \"*\" for every client",
-                    c.name
-                ));
-            }
-        }
+        validate_client_names("gnmi", &self.client)?;
         self.rules().map(|_| ())
     }
 }
@@ -1762,6 +1844,9 @@ impl Config {
         }
         if let Some(g) = &self.gnmi {
             g.validate().map_err(|m| at([section("gnmi")], m))?;
+        }
+        if let Some(m) = &self.metrics {
+            m.validate().map_err(|e| at([section("metrics")], e))?;
         }
         if let Some(sp) = &self.slow_plane {
             sp.validate().map_err(|m| at([section("slow-plane")], m))?;
@@ -2432,6 +2517,44 @@ remote-node = "10.0.1.4"
         assert!(e.contains("not a DNS name or IP address"), "{e}");
         let e = err(&format!("{LEAF}{tls}max-subscriptions = 0\n"));
         assert!(e.contains("max-subscriptions"), "{e}");
+    }
+
+    /// `[metrics]` (issue 40): loopback by default, TLS with all three files or none, and
+    /// named rules only with TLS (plain HTTP clients have no certificate to match).
+    #[test]
+    fn metrics_listen_on_loopback_by_default_and_take_the_gnmi_rules() {
+        let c = parse(&format!("{LEAF}[metrics]\n")).unwrap();
+        let m = c.metrics.as_ref().unwrap();
+        assert_eq!(m.listen.to_string(), "127.0.0.1:9464");
+        assert!(m.tls_files().is_none());
+        let c = parse(&format!(
+            "{LEAF}[metrics]\n[[metrics.client]]\nname = \"*\"\nread = [\"/lq-telemetry/weighted-ecmp\"]\n"
+        ))
+        .unwrap();
+        let rules = c.metrics.unwrap().rules().unwrap();
+        assert_eq!(rules[0].read[0].to_string(), "/lq-telemetry/weighted-ecmp");
+        let e = err(&format!(
+            "{LEAF}[metrics]\nlisten = \"192.0.2.1:9464\"\ncertificate = \"/c.pem\"\n"
+        ));
+        assert!(e.contains("needs private-key, client-ca"), "{e}");
+        let e = err(&format!(
+            "{LEAF}[metrics]\n[[metrics.client]]\nname = \"prometheus.example\"\nread = [\"/\"]\n"
+        ));
+        assert!(e.contains("serves plain HTTP"), "{e}");
+        let tls = "[metrics]\nlisten = \"192.0.2.1:9464\"\ncertificate = \"/c.pem\"\nprivate-key = \"/k.pem\"\nclient-ca = \"/ca.pem\"\n";
+        let c = parse(&format!(
+            "{LEAF}{tls}[[metrics.client]]\nname = \"prometheus.example\"\nread = [\"/lq-telemetry/neighbors\"]\n"
+        ))
+        .unwrap();
+        assert!(c.metrics.unwrap().tls_files().is_some());
+        let e = err(&format!(
+            "{LEAF}{tls}[[metrics.client]]\nname = \"x y\"\nread = [\"/\"]\n"
+        ));
+        assert!(e.contains("[[metrics.client]]"), "{e}");
+        let e = err(&format!(
+            "{LEAF}{tls}[[metrics.client]]\nname = \"x\"\nread = [\"/interfaces\"]\n"
+        ));
+        assert!(e.contains("not in this target's data tree"), "{e}");
     }
 
     const HELPER: &str = r#"

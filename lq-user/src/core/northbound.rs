@@ -157,7 +157,8 @@ impl DataPath {
             })
     }
 
-    fn top_child(name: &str) -> DataPath {
+    /// `/lq-telemetry/<name>`: a child of the top container.
+    pub fn top_child(name: &str) -> DataPath {
         DataPath {
             elems: vec![
                 PathElem {
@@ -312,6 +313,16 @@ pub fn access(grants: &[&DataPath], path: &DataPath) -> Access {
         }
     }
     Access::Allowed { prune }
+}
+
+/// Whether a client with `grants` may read the whole top-level subtree `name` (one of
+/// [`SENSITIVE`], or any other child of the top container): what the metrics endpoint asks
+/// of each family it renders.
+pub fn readable_subtree(grants: &[&DataPath], name: &str) -> bool {
+    matches!(
+        access(grants, &DataPath::top_child(name)),
+        Access::Allowed { .. }
+    )
 }
 
 /// `doc` (the whole tree) without the `prune` subtrees: each is a child of the top

@@ -1,5 +1,6 @@
 //! The daemon's clients: the control socket (`lqd show`, `lqd monitor`) and the
-//! Prometheus metrics endpoint, served on a thread of their own from the snapshots the
+//! Prometheus metrics endpoint (plain HTTP, or TLS 1.3 with client certificates and the
+//! read rules of `[[metrics.client]]`), served on a thread of their own from the snapshots the
 //! event loop builds when they ask (`Published`). A client, however slow or silent, costs
 //! the loop nothing but CPU: the loop only try-locks the snapshot and builds at most one
 //! per publish interval, every request and answer has a deadline, and connections beyond
@@ -11,13 +12,14 @@ use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
-    net::{TcpListener, TcpStream, UnixListener, UnixStream},
+    net::{TcpListener, UnixListener, UnixStream},
     sync::{Notify, Semaphore, broadcast},
 };
 use tracing::warn;
 
 use super::published::{Published, RefusalLog, accept_failed, state_json};
 use crate::{
+    core::northbound::{DataPath, ReadRule, grants, readable_subtree},
     sys::clock::monotonic_ns,
     views::snapshot::{ClientStats, EndpointStats, Snapshot},
 };
@@ -69,6 +71,16 @@ pub(super) fn set_mode(path: &Path, mode: u32) -> Result<()> {
         .with_context(|| format!("chmod {mode:o} {}", path.display()))
 }
 
+/// What the metrics endpoint needs from the daemon.
+pub(super) struct MetricsEndpoint {
+    /// The listening socket (bound by the daemon at start).
+    pub listener: std::net::TcpListener,
+    /// TLS, or `None` for plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The read rules (`[[metrics.client]]`).
+    pub rules: Vec<ReadRule>,
+}
+
 /// What the client thread needs.
 struct Clients {
     snapshots: Published,
@@ -86,7 +98,7 @@ pub const RELOAD_DEADLINE: Duration = Duration::from_secs(10);
 /// connections competes with the loop only for CPU.
 pub(super) fn spawn_client_thread(
     control: std::os::unix::net::UnixListener,
-    metrics: Option<std::net::TcpListener>,
+    metrics: Option<MetricsEndpoint>,
     gnmi: Option<super::gnmi::GnmiEndpoint>,
     snapshots: Published,
     notify: broadcast::Sender<String>,
@@ -115,13 +127,14 @@ pub(super) fn spawn_client_thread(
                     }
                 };
                 let metrics = metrics.and_then(|m| {
-                    TcpListener::from_std(m)
+                    TcpListener::from_std(m.listener)
                         .inspect_err(|e| warn!(error = %crate::core::report::Chain(&e), "metrics endpoint: not served"))
                         .ok()
+                        .map(|l| (l, m.tls, Arc::new(m.rules)))
                 });
                 let c = tokio::spawn(accept_control(control, ctx.clone()));
-                if let Some(m) = metrics {
-                    tokio::spawn(accept_metrics(m, ctx.clone()));
+                if let Some((listener, tls, rules)) = metrics {
+                    tokio::spawn(accept_metrics(listener, tls, rules, ctx.clone()));
                 }
                 if let Some(g) = gnmi {
                     tokio::spawn(super::gnmi::serve(
@@ -161,9 +174,15 @@ async fn accept_control(listener: UnixListener, ctx: Arc<Clients>) {
     }
 }
 
-async fn accept_metrics(listener: TcpListener, ctx: Arc<Clients>) {
+async fn accept_metrics(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    rules: Arc<Vec<ReadRule>>,
+    ctx: Arc<Clients>,
+) {
     let permits = Arc::new(Semaphore::new(MAX_CLIENTS));
     let mut log = RefusalLog::new("metrics", MAX_CLIENTS);
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -177,9 +196,39 @@ async fn accept_metrics(listener: TcpListener, ctx: Arc<Clients>) {
             continue;
         };
         EndpointStats::inc(&ctx.stats.metrics.accepted);
-        let ctx = ctx.clone();
+        let (ctx, rules, acceptor) = (ctx.clone(), rules.clone(), acceptor.clone());
         tokio::spawn(async move {
-            serve_metrics(stream, &ctx).await;
+            // One deadline for the handshake and the request head: a scraper sends both
+            // at once, a client that trickles them holds a slot for a second at most.
+            let deadline = tokio::time::Instant::now() + REQUEST_DEADLINE;
+            match acceptor {
+                None => {
+                    let g = grants(&rules, |_| false).into_iter().cloned().collect();
+                    serve_metrics(stream, deadline, Ok(g), &ctx).await;
+                }
+                Some(acceptor) => {
+                    let stats = &ctx.stats.metrics;
+                    match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+                        Err(_) => EndpointStats::inc(&stats.timed_out),
+                        Ok(Err(e)) => {
+                            EndpointStats::inc(&stats.unauthenticated);
+                            tracing::debug!(error = %e, "metrics TLS handshake refused");
+                        }
+                        Ok(Ok(tls)) => {
+                            let g = match tls.get_ref().1.peer_certificates() {
+                                Some([leaf, ..]) => Ok(grants(&rules, |name| {
+                                    crate::transport::tls::certificate_names(leaf, name)
+                                })
+                                .into_iter()
+                                .cloned()
+                                .collect()),
+                                _ => Err(()),
+                            };
+                            serve_metrics(tls, deadline, g, &ctx).await;
+                        }
+                    }
+                }
+            }
             drop(permit);
         });
     }
@@ -203,11 +252,17 @@ async fn write_within(
 }
 
 /// One metrics request: reads the HTTP request head (up to [`MAX_HTTP_REQUEST`] octets,
-/// within [`REQUEST_DEADLINE`]) and answers with the metrics of the latest snapshot.
-async fn serve_metrics(mut stream: TcpStream, ctx: &Clients) {
+/// by `deadline`) and answers with the metrics of the latest snapshot that the client's
+/// `grants` let it read; a TLS client without a certificate (`Err`) gets 401.
+async fn serve_metrics(
+    mut stream: impl AsyncReadExt + AsyncWriteExt + Unpin,
+    deadline: tokio::time::Instant,
+    grants: Result<Vec<DataPath>, ()>,
+    ctx: &Clients,
+) {
     let stats = &ctx.stats.metrics;
     let mut head = Vec::with_capacity(512);
-    let read = tokio::time::timeout(REQUEST_DEADLINE, async {
+    let read = tokio::time::timeout_at(deadline, async {
         let mut chunk = [0u8; 1024];
         loop {
             let n = stream.read(&mut chunk).await?;
@@ -221,7 +276,7 @@ async fn serve_metrics(mut stream: TcpStream, ctx: &Clients) {
         }
     })
     .await;
-    let body = match read {
+    let answer = match read {
         Err(_) => {
             EndpointStats::inc(&stats.timed_out);
             return;
@@ -229,25 +284,27 @@ async fn serve_metrics(mut stream: TcpStream, ctx: &Clients) {
         Ok(Err(_)) => return,
         Ok(Ok(false)) => {
             EndpointStats::inc(&stats.too_large);
-            let _ = write_within(
-                &mut stream,
-                b"HTTP/1.0 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n",
-                stats,
-            )
-            .await;
-            return;
+            b"HTTP/1.0 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n".to_vec()
         }
-        Ok(Ok(true)) => {
-            let snap = ctx.snapshots.fresh().await;
-            crate::views::metrics::render(&snap, Some(&ctx.stats))
-        }
+        Ok(Ok(true)) => match grants {
+            Err(()) => {
+                EndpointStats::inc(&stats.unauthenticated);
+                warn!("metrics request refused: no client certificate ([metrics] client-ca)");
+                b"HTTP/1.0 401 Unauthorized\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\na client certificate is required (one that chains to [metrics] client-ca)\n".to_vec()
+            }
+            Ok(grants) => {
+                let g: Vec<&DataPath> = grants.iter().collect();
+                let readable = |subtree: &str| readable_subtree(&g, subtree);
+                let snap = ctx.snapshots.fresh().await;
+                let body = crate::views::metrics::render(&snap, Some(&ctx.stats), readable);
+                crate::views::metrics::http_response(&body).into_bytes()
+            }
+        },
     };
-    let _ = write_within(
-        &mut stream,
-        crate::views::metrics::http_response(&body).as_bytes(),
-        stats,
-    )
-    .await;
+    if write_within(&mut stream, &answer, stats).await {
+        // TLS: close_notify, so the client reads a clean end of the answer.
+        let _ = tokio::time::timeout(WRITE_DEADLINE, stream.shutdown()).await;
+    }
 }
 
 /// Answers one control request: a line naming a view, a JSON document back; `monitor`

@@ -233,22 +233,7 @@ impl Service {
                     "a client certificate is required (one that chains to the target's [gnmi] client-ca)",
                 ))
             })?;
-            let leaf = webpki::EndEntityCert::try_from(&certs[0]).map_err(|e| {
-                self.refuse(Status::unauthenticated(format!(
-                    "the client certificate does not parse: {e}"
-                )))
-            })?;
-            // A rule names a DNS name or an IP address of the certificate's subjectAltName
-            // exactly: a wildcard SAN (*.example.net) matches only a rule that names that
-            // wildcard, never the rule of one host under it.
-            let matches = |name: &str| match name.parse::<std::net::IpAddr>() {
-                Ok(ip) => leaf
-                    .verify_is_valid_for_subject_name(&rustls::pki_types::ServerName::IpAddress(
-                        ip.into(),
-                    ))
-                    .is_ok(),
-                Err(_) => leaf.valid_dns_names().any(|d| d.eq_ignore_ascii_case(name)),
-            };
+            let matches = |name: &str| crate::transport::tls::certificate_names(&certs[0], name);
             grants(rules, matches).into_iter().cloned().collect()
         } else {
             grants(rules, |_| false).into_iter().cloned().collect()
@@ -940,9 +925,11 @@ pub(super) async fn serve(endpoint: GnmiEndpoint, published: Published, stats: A
         Some(tls) => {
             let (tx, rx) = mpsc::channel(64);
             let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+            let handshake_stats = stats.clone();
             tokio::spawn(accept(listener, stats, connections, move |tcp, permit| {
                 let acceptor = acceptor.clone();
                 let tx = tx.clone();
+                let handshake_stats = handshake_stats.clone();
                 async move {
                     match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(tcp)).await {
                         Ok(Ok(tls)) => {
@@ -955,6 +942,7 @@ pub(super) async fn serve(endpoint: GnmiEndpoint, published: Published, stats: A
                             true
                         }
                         Ok(Err(e)) => {
+                            EndpointStats::inc(&handshake_stats.gnmi.unauthenticated);
                             tracing::debug!(error = %e, "gNMI TLS handshake refused");
                             true
                         }

@@ -228,10 +228,40 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     let (notify_tx, _) = broadcast::channel::<String>(1024);
     let metrics = match &cfg.metrics {
         Some(m) => {
-            let l = clients::bind_tcp(m.listen)
+            let tls = match m.tls_files() {
+                Some((c, k, ca)) => Some(
+                    crate::transport::tls::metrics_server_config(c, k, ca)
+                        .context("[metrics] TLS configuration")?,
+                ),
+                None => None,
+            };
+            let listener = clients::bind_tcp(m.listen)
                 .with_context(|| format!("bind the metrics endpoint {}", m.listen))?;
-            info!(listen = %m.listen, "Prometheus metrics at /metrics");
-            Some(l)
+            let rules = m.rules().map_err(anyhow::Error::msg)?;
+            let granted: Vec<&str> = crate::core::northbound::SENSITIVE
+                .into_iter()
+                .filter(|s| {
+                    rules.iter().any(|r| {
+                        r.read
+                            .iter()
+                            .any(|p| p.covers(&crate::core::northbound::DataPath::top_child(s)))
+                    })
+                })
+                .collect();
+            info!(
+                listen = %m.listen,
+                tls = tls.is_some(),
+                rules = rules.len(),
+                "Prometheus metrics at /metrics (families of /lq-telemetry/local, /neighbors and /weighted-ecmp only to clients a [[metrics.client]] rule grants them; granted to someone: {granted:?})"
+            );
+            if tls.is_none() && !m.listen.ip().is_loopback() && !granted.is_empty() {
+                warn!(listen = %m.listen, "metrics: {granted:?} served in plain HTTP to anyone who reaches a non-loopback address (seed 003 section 12.2 asks for a secure transport; configure certificate, private-key and client-ca)");
+            }
+            Some(clients::MetricsEndpoint {
+                listener,
+                tls,
+                rules,
+            })
         }
         None => None,
     };

@@ -199,15 +199,36 @@ impl TlsServerConfig {
     }
 }
 
-/// The gNMI server's TLS (issue 40): TLS 1.3 only, ALPN `h2` (gRPC), its certificate and
-/// key, and client certificates verified against `client_ca`. A client that presents a
-/// certificate from another CA is refused in the handshake; one that presents none
-/// completes it and is then refused by the service with UNAUTHENTICATED, which says why.
-/// The key file must not be readable by others.
+/// The gNMI server's TLS (issue 40): [`northbound_server_config`] with ALPN `h2` (gRPC).
 pub fn grpc_server_config(
     cert: &Path,
     key_file: &Path,
     client_ca: &Path,
+) -> Result<Arc<rustls::ServerConfig>, TlsConfigError> {
+    northbound_server_config(cert, key_file, client_ca, b"h2")
+}
+
+/// The Prometheus endpoint's TLS (issue 40): [`northbound_server_config`] with ALPN
+/// `http/1.1`.
+pub fn metrics_server_config(
+    cert: &Path,
+    key_file: &Path,
+    client_ca: &Path,
+) -> Result<Arc<rustls::ServerConfig>, TlsConfigError> {
+    northbound_server_config(cert, key_file, client_ca, b"http/1.1")
+}
+
+/// A northbound server's TLS (seed 003 section 12.2: a secure transport with mutual
+/// authentication): TLS 1.3 only, ALPN `alpn`, its certificate and key, and client
+/// certificates verified against `client_ca`. A client that presents a certificate from
+/// another CA is refused in the handshake; one that presents none completes it and is then
+/// refused by the service (gNMI UNAUTHENTICATED, HTTP 401), which says why. The key file
+/// must not be readable by others.
+fn northbound_server_config(
+    cert: &Path,
+    key_file: &Path,
+    client_ca: &Path,
+    alpn: &[u8],
 ) -> Result<Arc<rustls::ServerConfig>, TlsConfigError> {
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(key_file)
@@ -237,8 +258,24 @@ pub fn grpc_server_config(
             certs("certificate", &read(cert)?)?,
             key("key", &read(key_file)?)?,
         )?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(Arc::new(config))
+}
+
+/// Whether a read rule's `name` is one of a verified client certificate's names: a DNS
+/// name or an IP address of its subjectAltName, exactly. A wildcard SAN (*.example.net)
+/// matches only a rule that names that wildcard, never the rule of one host under it.
+/// A certificate that does not parse names nothing.
+pub fn certificate_names(cert: &CertificateDer<'_>, name: &str) -> bool {
+    let Ok(leaf) = webpki::EndEntityCert::try_from(cert) else {
+        return false;
+    };
+    match name.parse::<std::net::IpAddr>() {
+        Ok(ip) => leaf
+            .verify_is_valid_for_subject_name(&ServerName::IpAddress(ip.into()))
+            .is_ok(),
+        Err(_) => leaf.valid_dns_names().any(|d| d.eq_ignore_ascii_case(name)),
+    }
 }
 
 fn invalid(e: rustls::Error) -> io::Error {

@@ -41,8 +41,18 @@ impl Out {
 }
 
 /// Renders every metric the running roles have, from the loop's latest snapshot, and the
-/// client counters of the daemon's endpoints.
-pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
+/// client counters of the daemon's endpoints. The families that reveal a sensitive subtree
+/// of seed 003 section 12.2 (`/lq-telemetry/local`, `/neighbors`, and lq's
+/// `/weighted-ecmp`, [`crate::core::northbound::SENSITIVE`]) are rendered only when
+/// `readable` says the client may read that subtree (`[[metrics.client]]`).
+pub fn render(
+    snap: &Snapshot,
+    clients: Option<&ClientStats>,
+    readable: impl Fn(&str) -> bool,
+) -> String {
+    let neighbors = readable("neighbors");
+    let weighted_ecmp = readable("weighted-ecmp");
+    let local = readable("local");
     let mut o = Out(String::new());
     o.family("lq_up", "gauge", "1 while lqd runs.");
     o.sample("lq_up", &[], 1.0);
@@ -67,12 +77,14 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
                 o.sample(&family, &[], *v as f64 / 1e9);
             }
         }
-        o.family(
-            "lq_neighbor_state",
-            "gauge",
-            "1 for the neighbor's current state (active, stale, failed).",
-        );
-        for n in &lb.neighbors {
+        if neighbors {
+            o.family(
+                "lq_neighbor_state",
+                "gauge",
+                "1 for the neighbor's current state (active, stale, failed).",
+            );
+        }
+        for n in lb.neighbors.iter().filter(|_| neighbors) {
             o.sample(
                 "lq_neighbor_state",
                 &[
@@ -84,67 +96,69 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             );
         }
         let w = &lb.weights;
-        o.family(
-            "lq_path_quality",
-            "gauge",
-            "Path quality min(local, remote) per group (remote node) and member (seed 003 6.3).",
-        );
-        for d in &w.groups {
-            for m in &d.members {
-                let l = [
-                    ("remote", d.label.clone()),
-                    ("uplink", m.uplink.to_string()),
-                    ("spine", m.spine.to_string()),
-                ];
-                o.sample("lq_path_quality", &l, f64::from(m.path_quality));
-            }
-        }
-        o.family(
-            "lq_path_capacity_gbps",
-            "gauge",
-            "Path capacity per group (remote node) and member, Gbit/s (seed 003 4.1: min(uplink, slow plane's)), labelled with its source: bgp (Link Bandwidth over BMP), config, link (the uplink's speed) or unknown.",
-        );
-        for d in &w.groups {
-            for m in &d.members {
-                let l = [
-                    ("remote", d.label.clone()),
-                    ("uplink", m.uplink.to_string()),
-                    ("source", m.capacity_source.clone()),
-                ];
-                o.sample("lq_path_capacity_gbps", &l, m.capacity_gbps);
-            }
-        }
-        o.family(
-            "lq_uplink_local_quality",
-            "gauge",
-            "local_quality(S) per uplink (seed 003 6.3): 255 up / 0 down, or the LQS measured on the uplink with [local-quality] source = \"measured\".",
-        );
-        let local: std::collections::BTreeMap<u32, u8> = w
-            .groups
-            .iter()
-            .flat_map(|d| d.members.iter().map(|m| (m.uplink, m.local_quality)))
-            .collect();
-        for (uplink, q) in local {
-            o.sample(
-                "lq_uplink_local_quality",
-                &[("uplink", uplink.to_string())],
-                f64::from(q),
+        if weighted_ecmp {
+            o.family(
+                "lq_path_quality",
+                "gauge",
+                "Path quality min(local, remote) per group (remote node) and member (seed 003 6.3).",
             );
-        }
-        o.family("lq_weight", "gauge", "Weights per group (remote node) and member: target and applied fractions, kernel integer weight.");
-        for d in &w.groups {
-            for m in &d.members {
-                for (kind, value) in [
-                    ("target", m.target),
-                    ("applied", m.applied),
-                    ("kernel", f64::from(m.kernel_weight)),
-                ] {
+            for d in &w.groups {
+                for m in &d.members {
                     let l = [
                         ("remote", d.label.clone()),
                         ("uplink", m.uplink.to_string()),
-                        ("kind", kind.into()),
+                        ("spine", m.spine.to_string()),
                     ];
-                    o.sample("lq_weight", &l, value);
+                    o.sample("lq_path_quality", &l, f64::from(m.path_quality));
+                }
+            }
+            o.family(
+                "lq_path_capacity_gbps",
+                "gauge",
+                "Path capacity per group (remote node) and member, Gbit/s (seed 003 4.1: min(uplink, slow plane's)), labelled with its source: bgp (Link Bandwidth over BMP), config, link (the uplink's speed) or unknown.",
+            );
+            for d in &w.groups {
+                for m in &d.members {
+                    let l = [
+                        ("remote", d.label.clone()),
+                        ("uplink", m.uplink.to_string()),
+                        ("source", m.capacity_source.clone()),
+                    ];
+                    o.sample("lq_path_capacity_gbps", &l, m.capacity_gbps);
+                }
+            }
+            o.family(
+                "lq_uplink_local_quality",
+                "gauge",
+                "local_quality(S) per uplink (seed 003 6.3): 255 up / 0 down, or the LQS measured on the uplink with [local-quality] source = \"measured\".",
+            );
+            let local: std::collections::BTreeMap<u32, u8> = w
+                .groups
+                .iter()
+                .flat_map(|d| d.members.iter().map(|m| (m.uplink, m.local_quality)))
+                .collect();
+            for (uplink, q) in local {
+                o.sample(
+                    "lq_uplink_local_quality",
+                    &[("uplink", uplink.to_string())],
+                    f64::from(q),
+                );
+            }
+            o.family("lq_weight", "gauge", "Weights per group (remote node) and member: target and applied fractions, kernel integer weight.");
+            for d in &w.groups {
+                for m in &d.members {
+                    for (kind, value) in [
+                        ("target", m.target),
+                        ("applied", m.applied),
+                        ("kernel", f64::from(m.kernel_weight)),
+                    ] {
+                        let l = [
+                            ("remote", d.label.clone()),
+                            ("uplink", m.uplink.to_string()),
+                            ("kind", kind.into()),
+                        ];
+                        o.sample("lq_weight", &l, value);
+                    }
                 }
             }
         }
@@ -238,7 +252,7 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
             .iter()
             .filter_map(|l| l.report.as_ref().map(|r| (l.interface.as_str(), r)))
             .collect();
-        for (name, help, value) in [
+        let sensitive = [
             (
                 "lq_local_lqs",
                 "LQS this node computes for its egress link (Appendix A.4).",
@@ -249,7 +263,8 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
                 "Advertised CL of the egress link (after A.6 hysteresis).",
                 |r: &LinkReportView| r.cl,
             ),
-        ] {
+        ];
+        for (name, help, value) in sensitive.into_iter().filter(|_| local) {
             o.family(name, "gauge", help);
             for (iface, r) in &measured {
                 o.sample(
@@ -330,7 +345,7 @@ pub fn render(snap: &Snapshot, clients: Option<&ClientStats>) -> String {
         o.family(
             "lq_client_connections_total",
             "counter",
-            "Client connections of the metrics endpoint, the control socket and the gNMI endpoint, by outcome (refused: at the bound; timed-out: missed a read or write deadline).",
+            "Client connections of the metrics endpoint, the control socket and the gNMI endpoint, by outcome (refused: at the bound; timed-out: missed a read or write deadline; unauthenticated: a TLS handshake refused or no client certificate).",
         );
         for (endpoint, stats) in [
             ("metrics", &c.metrics),
@@ -385,7 +400,7 @@ mod tests {
             toml::from_str("[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n")
                 .expect("minimal config");
         let snap = Snapshot::empty(std::sync::Arc::new(cfg), Default::default());
-        let body = render(&snap, Some(&ClientStats::default()));
+        let body = render(&snap, Some(&ClientStats::default()), |_| true);
         assert!(body.contains("# TYPE lq_up gauge\nlq_up 1\n"), "{body}");
         assert!(
             body.contains(
@@ -393,5 +408,52 @@ mod tests {
             ),
             "{body}"
         );
+    }
+
+    /// Issue 40: a client without a grant gets no family of a sensitive subtree (seed 003
+    /// section 12.2), the counters that reveal no path still.
+    #[test]
+    fn sensitive_families_only_to_clients_granted_them() {
+        let cfg: crate::config::Config =
+            toml::from_str("[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n")
+                .expect("minimal config");
+        let mut snap = Snapshot::empty(std::sync::Arc::new(cfg), Default::default());
+        let member: crate::views::snapshot::MemberWeights =
+            serde_json::from_value(serde_json::json!({
+                "uplink": 1, "interface": "up1", "spine": "10.0.0.1", "spine-as": 0,
+                "local-quality": 255, "remote-lqs": 200, "path-quality": 200,
+                "capacity-gbps": 10.0, "capacity-source": "link", "target": 1.0, "applied": 1.0,
+                "kernel-weight": 255, "nexthop-id": 7
+            }))
+            .unwrap();
+        let mut lb = crate::views::snapshot::LoadBalancerSnapshot::default();
+        lb.weights
+            .groups
+            .push(crate::views::snapshot::GroupWeights {
+                label: "10.0.1.4".into(),
+                members: vec![member],
+                ..Default::default()
+            });
+        snap.load_balancer = Some(lb);
+        let none = render(&snap, None, |_| false);
+        for family in [
+            "lq_neighbor_state",
+            "lq_path_quality",
+            "lq_path_capacity_gbps",
+            "lq_uplink_local_quality",
+            "lq_weight",
+        ] {
+            assert!(!none.contains(family), "{family} in\n{none}");
+        }
+        assert!(none.contains("lq_group_replaces_total 0"), "{none}");
+        let ecmp = render(&snap, None, |s| s == "weighted-ecmp");
+        assert!(
+            ecmp.contains("lq_weight{remote=\"10.0.1.4\",uplink=\"1\",kind=\"kernel\"} 255"),
+            "{ecmp}"
+        );
+        assert!(ecmp.contains("lq_path_quality{"), "{ecmp}");
+        assert!(!ecmp.contains("lq_neighbor_state"), "{ecmp}");
+        let all = render(&snap, None, |_| true);
+        assert!(all.contains("# TYPE lq_neighbor_state gauge"), "{all}");
     }
 }

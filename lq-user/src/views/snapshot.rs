@@ -661,6 +661,9 @@ pub struct EndpointStats {
     pub too_large: AtomicU64,
     /// accept() failures (e.g. out of file descriptors).
     pub accept_errors: AtomicU64,
+    /// TLS endpoints: handshakes refused (a certificate of another CA, not TLS 1.3) and
+    /// clients without a certificate.
+    pub unauthenticated: AtomicU64,
 }
 
 impl EndpointStats {
@@ -670,7 +673,7 @@ impl EndpointStats {
     }
 
     /// (outcome, count) pairs, for the metrics endpoint.
-    pub fn outcomes(&self) -> [(&'static str, u64); 5] {
+    pub fn outcomes(&self) -> [(&'static str, u64); 6] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("accepted", g(&self.accepted)),
@@ -678,6 +681,7 @@ impl EndpointStats {
             ("timed-out", g(&self.timed_out)),
             ("too-large", g(&self.too_large)),
             ("accept-error", g(&self.accept_errors)),
+            ("unauthenticated", g(&self.unauthenticated)),
         ]
     }
 }
