@@ -132,17 +132,23 @@ fn render(snap: &Snapshot) -> Rendered {
     }
 }
 
-/// How often the streams need a new document: each registered stream's interval (0 for
-/// ON_CHANGE: every snapshot the loop publishes).
+/// What the ON_CHANGE streams also get, beside a document after every change the loop
+/// announces ([`Published::state_changed`]: groups, neighbor states, LQS and CL): a
+/// document re-read at this interval, for the values no event announces (counters,
+/// ages), so that an ON_CHANGE subscription to them is not starved.
+pub const ON_CHANGE_REREAD: Duration = Duration::from_millis(100);
+
+/// How often the streams need a new document: each registered stream's SAMPLE interval,
+/// or `None` for an ON_CHANGE stream (every change, [`ON_CHANGE_REREAD`] otherwise).
 #[derive(Default)]
 struct Demand {
-    streams: Mutex<BTreeMap<u64, u64>>,
+    streams: Mutex<BTreeMap<u64, Option<u64>>>,
     next_id: AtomicU64,
     changed: Notify,
 }
 
 impl Demand {
-    fn register(&self, every_ns: u64) -> u64 {
+    fn register(&self, every_ns: Option<u64>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut m) = self.streams.lock() {
             m.insert(id, every_ns);
@@ -157,11 +163,14 @@ impl Demand {
         }
     }
 
-    fn every_ns(&self) -> Option<u64> {
-        self.streams
-            .lock()
-            .ok()
-            .and_then(|m| m.values().copied().min())
+    /// The shortest interval a stream needs a document at (ON_CHANGE ones:
+    /// [`ON_CHANGE_REREAD`]), and whether an ON_CHANGE stream is open; `None` when no
+    /// stream is.
+    fn need(&self) -> Option<(u64, bool)> {
+        let m = self.streams.lock().ok()?;
+        let reread = ON_CHANGE_REREAD.as_nanos() as u64;
+        let every = m.values().map(|e| e.unwrap_or(reread)).min()?;
+        Some((every, m.values().any(Option::is_none)))
     }
 }
 
@@ -175,23 +184,36 @@ impl Drop for Registered {
 }
 
 /// Renders a snapshot for the streams as often as the most demanding one needs, and not
-/// at all while there is none.
+/// at all while there is none. While an ON_CHANGE stream is open it asks the loop for a
+/// snapshot after every change of state ([`Published::want_changes`]) and renders each
+/// one published, so an update leaves within the loop's publish interval of the change
+/// instead of waiting for the next poll.
 async fn feed(published: Published, tx: watch::Sender<Arc<Rendered>>, demand: Arc<Demand>) {
     loop {
         let changed = demand.changed.notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        let Some(every_ns) = demand.every_ns() else {
+        let Some((every_ns, on_change)) = demand.need() else {
+            published.want_changes(false);
             changed.await;
             continue;
         };
+        published.want_changes(on_change);
         let started = tokio::time::Instant::now();
         let snap = published.fresh().await;
+        let mut seen = published.generation();
         tx.send_replace(Arc::new(render(&snap)));
-        let wait = Duration::from_nanos(every_ns).saturating_sub(started.elapsed());
-        if !wait.is_zero() {
-            // A new, more demanding stream cuts the wait short.
-            let _ = tokio::time::timeout(wait, changed).await;
+        let until = started + Duration::from_nanos(every_ns);
+        loop {
+            tokio::select! {
+                // A new, more demanding stream cuts the wait short.
+                () = &mut changed => break,
+                () = tokio::time::sleep_until(until) => break,
+                () = published.published_after(seen), if on_change => {
+                    seen = published.generation();
+                    tx.send_replace(Arc::new(render(&published.latest())));
+                }
+            }
         }
     }
 }
@@ -670,15 +692,16 @@ impl Subscription {
         plan: &mut Plan,
         inbound: &mut Streaming<SubscribeRequest>,
     ) -> Result<(), Ended> {
+        // ON_CHANGE in the list: every change; else the shortest SAMPLE interval.
         let every = plan
             .subs
             .iter()
-            .map(|s| s.sample.unwrap_or(Duration::ZERO))
+            .map(|s| s.sample.map(|i| i.as_nanos() as u64))
             .min()
-            .unwrap_or(Duration::ZERO);
+            .flatten();
         let _registered = Registered(
             self.service.demand.clone(),
-            self.service.demand.register(every.as_nanos() as u64),
+            self.service.demand.register(every),
         );
         let mut latest = self.service.latest.clone();
         latest.mark_unchanged();

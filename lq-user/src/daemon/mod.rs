@@ -405,6 +405,10 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         // Whether the load balancer steps after this wake-up: on its timers and on change
         // events (paced by `event_steps`), not on the helper's or a client's business.
         let mut step_lb = lb.is_some();
+        // Whether the state a client sees changed without a group replace (an LQS or CL
+        // moved in the path table, a triggered advertisement, a reload): told to
+        // `snapshots` for the clients that want every change (gNMI ON_CHANGE).
+        let mut changed = false;
         tokio::select! {
             // The periodic timer first: when it is ready together with a sample, the send
             // goes out at the timer's deadline (seed 003 section 7.2), not after the sample.
@@ -436,7 +440,8 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                         if b.took_ns > SLOW_SAMPLE_NS {
                             tracing::debug!(took_ms = b.took_ns as f64 / 1e6, "reading the link counters was slow");
                         }
-                        h.on_batch(b, boottime_ns());
+                        // Sent on a sample: a triggered advertisement (an LQS or CL moved).
+                        changed = h.on_batch(b, boottime_ns()) > 0;
                         forward_notifications(h, &notify_tx);
                     }
                     _ => {
@@ -468,6 +473,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                 }
                 guard.clear_ready();
                 tracing::trace!(events = n, "path table changed");
+                changed = n > 0;
                 step_lb = event_steps.arrived(monotonic_ns());
             }
             ready = when_some(auth_v4.as_mut().map(|s| s.readable_mut())) => {
@@ -516,6 +522,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             } => {
                 step_lb = false;
                 let (new, outcome) = reload(&config_path, &config_now, lb.as_mut(), helper.as_mut());
+                changed = true;
                 status.reloads += 1;
                 status.last_reload = Some(outcome);
                 if let Some(new) = new {
@@ -531,9 +538,15 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             }
             let now = monotonic_ns();
             event_steps.stepped(now);
-            if let Err(e) = lb.step(now) {
-                warn!(error = %crate::core::report::Chain(&e), "control step failed");
+            match lb.step(now) {
+                Ok(replaced) => changed |= replaced > 0 || lb.take_neighbors_changed(),
+                Err(e) => {
+                    warn!(error = %crate::core::report::Chain(&e), "control step failed");
+                }
             }
+        }
+        if changed {
+            snapshots.state_changed();
         }
     }
     let _ = std::fs::remove_file(&instance.socket);
@@ -880,5 +893,42 @@ mod tests {
         assert!(to.latest().taken_mono_ns >= due);
         assert_eq!(p.due(&to), None);
         assert_eq!(builds, 2);
+    }
+
+    /// Issue 40: a change of state asks for a snapshot only while a client wants every
+    /// change (a gNMI ON_CHANGE stream), and such a client sees each publish, one that
+    /// happened while it was busy included.
+    #[test]
+    fn a_change_asks_for_a_snapshot_only_while_a_client_wants_changes() {
+        let cfg = Arc::new(
+            Config::parse(
+                "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n[receiver]\ninterfaces = [\"eth1\"]\n",
+                Path::new("test.toml"),
+            )
+            .expect("a minimal configuration"),
+        );
+        let to = Published::new(Snapshot::empty(cfg.clone(), Default::default()));
+        to.state_changed();
+        assert!(!to.is_wanted(), "nobody wants changes: nothing asked");
+        to.want_changes(true);
+        to.state_changed();
+        assert!(to.take_wanted(), "an ON_CHANGE client: the change asks");
+        let seen = to.generation();
+        assert!(to.try_publish(Snapshot::empty(cfg.clone(), Default::default())));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(1), to.published_after(seen))
+                .await
+                .expect("a publish before the wait is seen");
+            let now = to.generation();
+            let waiting = tokio::time::timeout(Duration::from_millis(50), to.published_after(now));
+            assert!(waiting.await.is_err(), "no publish since: it waits");
+        });
+        to.want_changes(false);
+        to.state_changed();
+        assert!(!to.is_wanted());
     }
 }

@@ -41,6 +41,10 @@ pub(super) struct Published {
     wake_loop: Arc<Notify>,
     /// Wakes the clients waiting in [`Published::fresh`] after each publish.
     published: Arc<Notify>,
+    /// Counts publishes, so that a client that was busy when one happened sees it.
+    generation: Arc<AtomicU64>,
+    /// A client (a gNMI ON_CHANGE stream) wants a snapshot after every change of state.
+    changes_wanted: Arc<AtomicBool>,
 }
 
 /// The longest a client waits for the loop to build a snapshot newer than its request
@@ -55,6 +59,8 @@ impl Published {
             wanted: Arc::new(AtomicBool::new(false)),
             wake_loop: Arc::new(Notify::new()),
             published: Arc::new(Notify::new()),
+            generation: Arc::new(AtomicU64::new(0)),
+            changes_wanted: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -66,6 +72,7 @@ impl Published {
                 // The old snapshot is dropped after the lock is released.
                 let _old = std::mem::replace(&mut *latest, snap);
                 drop(latest);
+                self.generation.fetch_add(1, Ordering::SeqCst);
                 self.published.notify_waiters();
                 true
             }
@@ -104,6 +111,41 @@ impl Published {
     /// since the last call).
     pub(super) async fn asked(&self) {
         self.wake_loop.notified().await;
+    }
+
+    /// The loop's side: its state changed (a group replaced, a spine failed or came back,
+    /// an LQS or CL moved, a reload). When a client wants every change
+    /// ([`Published::want_changes`]) this asks for a snapshot as that client would have,
+    /// so it is built at the top of the loop's next iteration, within the publish interval.
+    pub(super) fn state_changed(&self) {
+        if self.changes_wanted.load(Ordering::Relaxed) {
+            self.wanted.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The client's side: whether some client wants a snapshot after every change of the
+    /// loop's state ([`Published::state_changed`]).
+    pub(super) fn want_changes(&self, on: bool) {
+        self.changes_wanted.store(on, Ordering::Relaxed);
+    }
+
+    /// How many snapshots were published so far.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The client's side: completes at the next publish after the generation is not
+    /// `seen` (at once if it already is not).
+    pub(super) async fn published_after(&self, seen: u64) {
+        loop {
+            let next = self.published.notified();
+            tokio::pin!(next);
+            next.as_mut().enable();
+            if self.generation() != seen {
+                return;
+            }
+            next.await;
+        }
     }
 
     /// The client's side: a snapshot taken after this call, or after

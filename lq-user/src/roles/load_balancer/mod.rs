@@ -238,6 +238,9 @@ pub struct LoadBalancer {
     next_full_update_ns: u64,
     /// When the last step ran.
     last_step_ns: u64,
+    /// A neighbor changed state (failed, recovered, stale) since the loop last asked
+    /// ([`LoadBalancer::take_neighbors_changed`]).
+    neighbors_changed: bool,
     last_report: PathQualityReport,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
     /// The path table as the control step sees it, refreshed where it can have moved.
@@ -433,6 +436,7 @@ impl LoadBalancer {
             shared_digest: 0,
             next_full_update_ns: 0,
             last_step_ns: 0,
+            neighbors_changed: false,
             last_report: PathQualityReport::default(),
             neighbors: BTreeMap::new(),
             mirror: PathMirror::default(),
@@ -866,6 +870,12 @@ impl LoadBalancer {
         Ok(replaced)
     }
 
+    /// Whether a neighbor changed state (seed 003 section 6.5) since the last call: the
+    /// daemon tells the clients that want every change (gNMI ON_CHANGE).
+    pub fn take_neighbors_changed(&mut self) -> bool {
+        std::mem::take(&mut self.neighbors_changed)
+    }
+
     /// Seed 003 section 6.5: the receiver's neighbor table, when this step needs a fresh
     /// copy ([`TableReads`]), fed to the heartbeat; a spine that failed now leaves every
     /// group at once (`remove_failed_members`).
@@ -914,6 +924,7 @@ impl LoadBalancer {
         for e in &events {
             log_heartbeat(e);
         }
+        self.neighbors_changed |= !events.is_empty();
         let failed_now: Vec<NeighborKey> = events
             .iter()
             .filter_map(|e| match e {
