@@ -3,7 +3,10 @@
 northbound. Prints JSON on stdout; on a gRPC error prints {"error": CODE, "details": ...}
 and exits 3.
 
-  pygnmi_client.py --target HOST:PORT --ca CA [--cert C --key K] [--override NAME] CMD ...
+  pygnmi_client.py --target HOST:PORT (--ca CA [--cert C --key K] [--override NAME] |
+                    --insecure) CMD ...
+
+--insecure: plaintext gRPC (lqd serves it only on a loopback address).
 
 CMD:
   caps                        Capabilities.
@@ -46,7 +49,8 @@ def rpc_error(e):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
-    ap.add_argument("--ca", required=True)
+    ap.add_argument("--ca")
+    ap.add_argument("--insecure", action="store_true")
     ap.add_argument("--cert")
     ap.add_argument("--key")
     ap.add_argument("--override")
@@ -79,14 +83,17 @@ def main():
         return
 
     try:
-        gc = gNMIclient(
-            target=(host, int(port)),
-            path_root=a.ca,
-            path_cert=a.cert,
-            path_key=a.key,
-            override=a.override,
-            gnmi_timeout=a.timeout,
-        )
+        if a.insecure:
+            gc = gNMIclient(target=(host, int(port)), insecure=True, gnmi_timeout=a.timeout)
+        else:
+            gc = gNMIclient(
+                target=(host, int(port)),
+                path_root=a.ca,
+                path_cert=a.cert,
+                path_key=a.key,
+                override=a.override,
+                gnmi_timeout=a.timeout,
+            )
         gc.connect()
     except grpc.FutureTimeoutError:
         fail("UNAVAILABLE", "no gNMI connection within the timeout (TLS handshake refused?)")

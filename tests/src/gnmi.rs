@@ -106,8 +106,9 @@ pub struct PyGnmi<'a> {
     pub target: String,
     /// The name the target's certificate must carry.
     pub server_name: String,
-    /// The CA that signed the target's certificate.
-    pub ca: PathBuf,
+    /// The CA that signed the target's certificate; `None`: plaintext (`--insecure`, a
+    /// target on loopback).
+    pub ca: Option<PathBuf>,
     /// The client's certificate and key.
     pub identity: Option<(PathBuf, PathBuf)>,
 }
@@ -118,9 +119,17 @@ impl PyGnmi<'_> {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", self.ns.name(), "/usr/bin/python3"])
             .arg(&script)
-            .args(["--target", &self.target, "--override", &self.server_name])
-            .arg("--ca")
-            .arg(&self.ca);
+            .args(["--target", &self.target]);
+        match &self.ca {
+            Some(ca) => {
+                c.args(["--override", &self.server_name])
+                    .arg("--ca")
+                    .arg(ca);
+            }
+            None => {
+                c.arg("--insecure");
+            }
+        }
         if let Some((cert, key)) = &self.identity {
             c.arg("--cert").arg(cert).arg("--key").arg(key);
         }

@@ -179,14 +179,14 @@ read = ["/lq-telemetry/weighted-ecmp"]
         ns: &s,
         target: LISTEN.into(),
         server_name: "leaf.test".into(),
-        ca: ca_file.clone(),
+        ca: Some(ca_file.clone()),
         identity: Some(collector_identity.clone()),
     };
     let ungranted = PyGnmi {
         ns: &s,
         target: LISTEN.into(),
         server_name: "leaf.test".into(),
-        ca: ca_file.clone(),
+        ca: Some(ca_file.clone()),
         identity: Some(viewer_identity.clone()),
     };
 
@@ -264,7 +264,7 @@ read = ["/lq-telemetry/weighted-ecmp"]
         ns: &s,
         target: LISTEN.into(),
         server_name: "leaf.test".into(),
-        ca: ca_file.clone(),
+        ca: Some(ca_file.clone()),
         identity: None,
     };
     let e = nocert
@@ -275,7 +275,7 @@ read = ["/lq-telemetry/weighted-ecmp"]
         ns: &s,
         target: LISTEN.into(),
         server_name: "leaf.test".into(),
-        ca: ca_file.clone(),
+        ca: Some(ca_file.clone()),
         identity: Some(stranger_identity.clone()),
     };
     let e = foreign

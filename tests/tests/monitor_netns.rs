@@ -2,7 +2,9 @@
 //! overloads the link and then stops, `lqd monitor` (a separate process on the control
 //! socket) prints the `lq-threshold-crossed` notifications of seed 003 section 5.6 as JSON
 //! lines: the CL rising, then falling after the hold-down. Every line is a valid
-//! notification for yanglint, and the monitor ends when the daemon goes away.
+//! notification for yanglint, and the monitor ends when the daemon goes away. A gNMI
+//! subscriber (pygnmi, STREAM ON_CHANGE on `/ietf-lq-telemetry:lq-threshold-crossed`,
+//! issue 40) gets the same notifications, each valid for yanglint too.
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
@@ -19,6 +21,7 @@ use std::{
 
 use lq_tests::{
     daemon::{Lqd, lqd_bin},
+    gnmi::PyGnmi,
     netns::{NetNs, veth_pair},
     poll::poll_until,
     require_root,
@@ -33,6 +36,15 @@ router-id = "10.0.0.2"
 [[link]]
 interface = "s1"
 remote-node = ["10.0.1.1"]
+
+[gnmi]
+listen = "127.0.0.1:9339"
+plaintext = true
+
+# The notification tells the CL changes of the local links: granted with /local.
+[[gnmi.client]]
+name = "*"
+read = ["/lq-telemetry/local"]
 "#;
 
 /// The notification body of one monitor line, after checking its member name.
@@ -110,8 +122,24 @@ fn monitor_prints_valid_threshold_crossings_of_a_loaded_link() {
             }
         }
     });
-    // Let the subscription reach the daemon before the first crossing.
-    std::thread::sleep(Duration::from_millis(300));
+    let gnmi_client = PyGnmi {
+        ns: &s,
+        target: "127.0.0.1:9339".into(),
+        server_name: String::new(),
+        ca: None,
+        identity: None,
+    };
+    let mut gnmi = gnmi_client
+        .spawn(&[
+            "stream",
+            "/ietf-lq-telemetry:lq-threshold-crossed",
+            "on_change",
+            "0",
+            "60",
+        ])
+        .unwrap();
+    // Let the subscriptions reach the daemon before the first crossing.
+    std::thread::sleep(Duration::from_millis(1000));
 
     let stop = Arc::new(AtomicBool::new(false));
     let flood = s.udp_flood(
@@ -139,6 +167,42 @@ fn monitor_prints_valid_threshold_crossings_of_a_loaded_link() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         lq_tests::yanglint_notification(&v).unwrap_or_else(|e| panic!("{line}: {e}"));
     }
+    // The gNMI subscriber got the same notifications, in the same order.
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = gnmi.kill();
+    let out = gnmi.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let over_gnmi: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|m| m["update"]["update"].as_array()?.first().cloned())
+        .map(|u| u["val"].clone())
+        .collect();
+    // From the rise on (a notification raised while pygnmi was still connecting reaches
+    // `lqd monitor` alone).
+    let monitored: Vec<serde_json::Value> = seen.iter().map(|l| body(l)).collect();
+    let from = |v: &[serde_json::Value]| v.iter().position(|b| *b == rise);
+    let same = match (from(&monitored), from(&over_gnmi)) {
+        (Some(m), Some(g)) => {
+            let n = monitored.len() - m;
+            over_gnmi.len() >= g + n && over_gnmi[g..g + n] == monitored[m..]
+        }
+        _ => false,
+    };
+    assert!(
+        same,
+        "lqd monitor: {monitored:?}\ngNMI: {over_gnmi:?}\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for v in &over_gnmi {
+        let n = serde_json::json!({ "ietf-lq-telemetry:lq-threshold-crossed": v });
+        lq_tests::yanglint_notification(&n).unwrap_or_else(|e| panic!("{n}: {e}"));
+    }
+    println!(
+        "  ok: {} notifications over gNMI, the {} of lqd monitor first",
+        over_gnmi.len(),
+        monitored.len()
+    );
 
     // The monitor follows the daemon: it ends when the daemon goes away.
     spine.terminate();

@@ -140,6 +140,7 @@ pub(super) fn spawn_client_thread(
                     tokio::spawn(super::gnmi::serve(
                         g,
                         ctx.snapshots.clone(),
+                        ctx.notify.clone(),
                         ctx.stats.clone(),
                     ));
                 }

@@ -9,8 +9,13 @@
 //! - Subscribe: ONCE, POLL, and STREAM with SAMPLE (`sample_interval`,
 //!   `suppress_redundant`, `heartbeat_interval`) and ON_CHANGE (TARGET_DEFINED is
 //!   ON_CHANGE): initial updates, then `sync_response`. An ON_CHANGE update carries the
-//!   subscribed subtree whole when anything in it changed, at most once per snapshot the
-//!   loop publishes (every 5 ms at the fastest, `PUBLISH_EVERY_NS`).
+//!   subscribed subtree whole when anything in it changed; while one is open the loop
+//!   publishes a snapshot after every change of its state (every 5 ms at the fastest,
+//!   `PUBLISH_EVERY_NS`), and values no change announces are re-read every 100 ms.
+//! - The module's notification: a STREAM ON_CHANGE subscription to
+//!   `/ietf-lq-telemetry:lq-threshold-crossed` gets each `lq-threshold-crossed` (seed 003
+//!   section 5.6) as an update of that path, as `lqd monitor` prints them; readable with
+//!   `/lq-telemetry/local` (it tells the same CL changes).
 //! - Set: UNIMPLEMENTED; the configuration is the file (SIGHUP, `lqd reload`).
 //!
 //! Security: TLS 1.3 with ALPN h2 (`transport::tls::grpc_server_config`); a client whose
@@ -41,7 +46,7 @@ use serde_json::Value;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::TcpListener,
-    sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch},
+    sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, mpsc, watch},
 };
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
@@ -222,6 +227,8 @@ async fn feed(published: Published, tx: watch::Sender<Arc<Rendered>>, demand: Ar
 #[derive(Clone)]
 struct Service {
     published: Published,
+    /// The `lq-threshold-crossed` notifications, as JSON lines (`lqd monitor`'s feed).
+    notifications: broadcast::Sender<String>,
     latest: watch::Receiver<Arc<Rendered>>,
     demand: Arc<Demand>,
     rules: Arc<Vec<ReadRule>>,
@@ -276,6 +283,34 @@ impl Service {
             }
         }
     }
+}
+
+/// The module's notification as a gNMI path (RFC 7951 member name).
+const NOTIFICATION_PATH: &str = crate::core::helper::notification::JSON_MEMBER;
+
+/// The wire path to echo when `prefix` + `path` name the module's notification
+/// (`/ietf-lq-telemetry:lq-threshold-crossed`, the module in the origin or on the element).
+fn notification_path(prefix: Option<&Path>, path: Option<&Path>) -> Option<Path> {
+    let mut elems = Vec::new();
+    let mut origin = "";
+    for p in [prefix, path].into_iter().flatten() {
+        if !p.origin.is_empty() {
+            origin = &p.origin;
+        }
+        elems.extend(p.elem.iter().filter(|e| !e.name.is_empty()));
+    }
+    let [e] = elems.as_slice() else { return None };
+    let (module, name) = NOTIFICATION_PATH.split_once(':')?;
+    let named = e.name == NOTIFICATION_PATH
+        || (e.name == name && (origin.is_empty() || origin == module || origin == "rfc7951"));
+    (named && e.key.is_empty()).then(|| Path {
+        origin: origin.to_string(),
+        elem: vec![proto::gnmi::PathElem {
+            name: e.name.clone(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
 }
 
 /// `prefix` + `path` as a data path and as the wire path to echo.
@@ -407,6 +442,11 @@ impl GNmi for Service {
             paths.push(data_path(r.prefix.as_ref(), None)?);
         }
         for p in &r.path {
+            if notification_path(r.prefix.as_ref(), Some(p)).is_some() {
+                return Err(Status::invalid_argument(format!(
+                    "/{NOTIFICATION_PATH} is a notification, not data: subscribe in STREAM mode with ON_CHANGE"
+                )));
+            }
             paths.push(data_path(r.prefix.as_ref(), Some(p))?);
         }
         // Every path's access before any data.
@@ -524,6 +564,8 @@ struct Plan {
     mode: subscription_list::Mode,
     subs: Vec<Sub>,
     updates_only: bool,
+    /// The notification path as subscribed (its wire form and encoding), when it is.
+    notifications: Option<(Path, Encoding)>,
 }
 
 impl Service {
@@ -543,7 +585,30 @@ impl Service {
             )));
         }
         let mut subs = Vec::new();
+        let mut notifications = None;
         for s in &list.subscription {
+            if let Some(wire) = notification_path(list.prefix.as_ref(), s.path.as_ref()) {
+                let streamed = mode == subscription_list::Mode::Stream
+                    && matches!(
+                        SubscriptionMode::try_from(s.mode),
+                        Ok(SubscriptionMode::OnChange | SubscriptionMode::TargetDefined)
+                    );
+                if !streamed {
+                    return Err(Status::invalid_argument(format!(
+                        "/{NOTIFICATION_PATH} is a notification: subscribe in STREAM mode with ON_CHANGE"
+                    )));
+                }
+                // The notification tells the CL changes of this node's links: what
+                // /lq-telemetry/local holds (seed 003 section 12.2 names it sensitive).
+                let prune = self.check(client, &DataPath::top_child("local"))?;
+                if !prune.is_empty() {
+                    return Err(self.refuse(Status::permission_denied(format!(
+                        "/{NOTIFICATION_PATH}: not granted to this client (it needs /lq-telemetry/local)"
+                    ))));
+                }
+                notifications = Some((wire, encoding));
+                continue;
+            }
             let (path, wire) = data_path(list.prefix.as_ref(), s.path.as_ref())?;
             let prune = self.check(client, &path)?;
             let mut sub = Sub::once(path, wire, prune, encoding);
@@ -574,6 +639,7 @@ impl Service {
             mode,
             subs,
             updates_only: list.updates_only,
+            notifications,
         })
     }
 }
@@ -699,10 +765,17 @@ impl Subscription {
             .map(|s| s.sample.map(|i| i.as_nanos() as u64))
             .min()
             .flatten();
-        let _registered = Registered(
-            self.service.demand.clone(),
-            self.service.demand.register(every),
-        );
+        // A list of the notification alone needs no document.
+        let _registered = (!plan.subs.is_empty()).then(|| {
+            Registered(
+                self.service.demand.clone(),
+                self.service.demand.register(every),
+            )
+        });
+        let mut notifications = plan
+            .notifications
+            .as_ref()
+            .map(|_| self.service.notifications.subscribe());
         let mut latest = self.service.latest.clone();
         latest.mark_unchanged();
         let start = tokio::time::Instant::now();
@@ -744,6 +817,26 @@ impl Subscription {
                     self.on_due(&r, &mut plan.subs)?;
                 }
                 () = self.tx.closed() => return Ok(()),
+                n = async {
+                    match notifications.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => match n {
+                    Ok(line) => self.notify(plan, &line)?,
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        EndpointStats::inc(&self.service.stats.gnmi_subscribers_dropped);
+                        warn!(peer = %self.peer, missed, "gNMI subscriber closed: it fell behind the notifications");
+                        if let Ok(mut c) = self.closed.lock() {
+                            *c = Some(Status::resource_exhausted(format!(
+                                "the subscriber did not keep up: {missed} notifications missed"
+                            )));
+                        }
+                        return Err(Ended);
+                    }
+                    // The daemon is stopping.
+                    Err(broadcast::error::RecvError::Closed) => notifications = None,
+                },
                 msg = inbound.message(), if inbound_open => {
                     match msg {
                         // Nothing more is expected from a STREAM client.
@@ -754,6 +847,35 @@ impl Subscription {
                 }
             }
         }
+    }
+
+    /// One `lq-threshold-crossed` notification (a JSON line of `lqd monitor`'s feed) as an
+    /// update of the subscribed notification path, its body the value, stamped with the
+    /// time it reached the client thread (the loop forwards it as it is raised).
+    fn notify(&self, plan: &Plan, line: &str) -> Result<(), Ended> {
+        let Some((wire, encoding)) = &plan.notifications else {
+            return Ok(());
+        };
+        let body = serde_json::from_str::<Value>(line)
+            .ok()
+            .and_then(|mut v| v.get_mut(NOTIFICATION_PATH).map(Value::take));
+        let Some(body) = body else {
+            warn!(line, "not an lq-threshold-crossed notification: not sent");
+            return Ok(());
+        };
+        let update = Update {
+            path: Some(wire.clone()),
+            val: Some(typed(
+                serde_json::to_vec(&body).unwrap_or_default(),
+                *encoding,
+            )),
+            ..Default::default()
+        };
+        self.send(subscribe_response::Response::Update(Notification {
+            timestamp: unix_ns() as i64,
+            update: vec![update],
+            ..Default::default()
+        }))
     }
 
     /// ON_CHANGE paths whose value differs from the last sent.
@@ -913,7 +1035,12 @@ pub(super) struct GnmiEndpoint {
 }
 
 /// Serves the gNMI endpoint until the client thread ends (spawned on its runtime).
-pub(super) async fn serve(endpoint: GnmiEndpoint, published: Published, stats: Arc<ClientStats>) {
+pub(super) async fn serve(
+    endpoint: GnmiEndpoint,
+    published: Published,
+    notifications: broadcast::Sender<String>,
+    stats: Arc<ClientStats>,
+) {
     let listener = match TcpListener::from_std(endpoint.listener) {
         Ok(l) => l,
         Err(e) => {
@@ -930,6 +1057,7 @@ pub(super) async fn serve(endpoint: GnmiEndpoint, published: Published, stats: A
     tokio::spawn(feed(published.clone(), latest_tx, demand.clone()));
     let service = Service {
         published,
+        notifications,
         latest,
         demand,
         rules: Arc::new(endpoint.rules),
@@ -1034,5 +1162,50 @@ async fn accept<F, Fut>(
                 EndpointStats::inc(&stats.gnmi.timed_out);
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(origin: &str, names: &[&str]) -> Path {
+        Path {
+            origin: origin.into(),
+            elem: names
+                .iter()
+                .map(|n| proto::gnmi::PathElem {
+                    name: (*n).into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The notification is named with its module on the element or in the origin (how
+    /// pygnmi and gnmic split `/ietf-lq-telemetry:lq-threshold-crossed`), and nothing else
+    /// is taken for it.
+    #[test]
+    fn the_notification_path_in_each_form_and_nothing_else() {
+        for p in [
+            path("", &["ietf-lq-telemetry:lq-threshold-crossed"]),
+            path("ietf-lq-telemetry", &["lq-threshold-crossed"]),
+            path("", &["lq-threshold-crossed"]),
+            path("rfc7951", &["ietf-lq-telemetry:lq-threshold-crossed"]),
+        ] {
+            assert!(notification_path(None, Some(&p)).is_some(), "{p:?}");
+        }
+        let prefix = path("", &["ietf-lq-telemetry:lq-threshold-crossed"]);
+        assert!(notification_path(Some(&prefix), Some(&path("", &[]))).is_some());
+        for p in [
+            path("", &["ietf-lq-telemetry:lq-telemetry"]),
+            path("openconfig", &["lq-threshold-crossed"]),
+            path("", &["lq-threshold-crossed", "node-id"]),
+            path("", &["other-module:lq-threshold-crossed"]),
+            path("", &[]),
+        ] {
+            assert!(notification_path(None, Some(&p)).is_none(), "{p:?}");
+        }
     }
 }

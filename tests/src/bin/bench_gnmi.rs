@@ -161,7 +161,7 @@ fn on_change(pki: &Pki) -> Result<()> {
             ns: &s,
             target: "10.1.1.2:9339".into(),
             server_name: "leaf.test".into(),
-            ca: pki.ca.clone(),
+            ca: Some(pki.ca.clone()),
             identity: Some(pki.collector.clone()),
         };
         let secs = (FLIPS as f64 * 0.25 + 8.0).to_string();
@@ -355,7 +355,7 @@ fn subscribers(pki: &Pki) -> Result<()> {
             ns: &c,
             target: "10.2.0.1:9339".into(),
             server_name: "helper.test".into(),
-            ca: pki.ca.clone(),
+            ca: Some(pki.ca.clone()),
             identity: Some(pki.collector.clone()),
         };
         let secs = (WINDOW.as_secs_f64() + 2.0).to_string();
