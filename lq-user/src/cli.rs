@@ -109,13 +109,15 @@ The daemon reads the file again and applies it as a whole, or refuses it as a wh
 keeps the running configuration (the answer and the log say why). Applied at run time: the
 load-balancer's uplinks, destinations, mapping, capacities, damping and weight function,
 which weight changes are written ([nexthop-group] replace, hysteresis-buckets,
-replace-hold-ms), the receiver's checks (as-plan, pass-through, miss-count), the slow plane, and the
+replace-hold-ms), the receiver's checks (as-plan, pass-through, miss-count), the slow plane, the
 helper's notify-interval-ms, change-threshold, diagnostics-enabled and Appendix A
-smoothing and hold-down. Changed only by a restart (a reload with any of them is refused,
+smoothing and hold-down, and the read rules and TLS files (read again: a rotated
+certificate) of [gnmi] and [metrics]. Changed only by a restart (a reload with any of them is refused,
 naming them): the role, a helper's identity (router-id, local-as, as-qualified,
 pfc-fabric), [udp], [[link]], [helper] t-sample-ms, mtu, send-to and ipv6, [receiver]
 interfaces and pin-dir, [nexthop-group] type, buckets, timers, weight-max, id-base and
-program-kernel, [local-quality], [pfc], [ipfix], [metrics] and [gnmi]. SIGHUP does the same;
+program-kernel, [local-quality], [pfc], [ipfix], and of [metrics] and [gnmi] their listen
+address, TLS or plaintext, and max-subscriptions. SIGHUP does the same;
 `lqd show status` shows the last outcome.
 
 Exit status: 0 applied, 1 refused or no answer.

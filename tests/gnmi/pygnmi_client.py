@@ -152,7 +152,8 @@ def main():
             deadline = time.time() + secs
             while time.time() < deadline:
                 try:
-                    m = sub.get_update(timeout=max(0.05, deadline - time.time()))
+                    # Short waits: an error ending the stream is seen within 0.2 s.
+                    m = sub.get_update(timeout=min(0.2, max(0.05, deadline - time.time())))
                 except TimeoutError:
                     if sub.error is not None:
                         break

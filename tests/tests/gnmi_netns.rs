@@ -11,7 +11,8 @@
 //! Prometheus endpoint under the same TLS and `[[metrics.client]]` rules, scraped by
 //! Python's ssl and the Prometheus reference parser: the granted client reads the weight
 //! families, another the rest only, and one without a certificate (401), of another CA or
-//! in plain HTTP nothing.
+//! in plain HTTP nothing. A reload (SIGHUP) that withdraws a grant closes the running
+//! stream that used it with PERMISSION_DENIED, and a new metrics grant applies at once.
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
 use std::{
@@ -432,6 +433,68 @@ read = ["/lq-telemetry/weighted-ecmp"]
         "no certificate, another CA, plain HTTP: {after}"
     );
     println!("  ok: metrics over TLS: granted client reads lq_weight, others do not, 3 refused");
+
+    // A reload (SIGHUP) replaces the read rules: the running stream of a grant withdrawn
+    // is closed with PERMISSION_DENIED, a new metrics grant applies to the next scrape.
+    let mut stream = granted
+        .spawn(&[
+            "stream",
+            "/ietf-lq-telemetry:lq-telemetry/neighbors",
+            "sample",
+            "100",
+            "20",
+        ])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let reloaded = cfg
+        .replace(
+            r#"read = ["/lq-telemetry/neighbors", "/ietf-lq-telemetry:lq-telemetry/weighted-ecmp"]"#,
+            r#"read = ["/ietf-lq-telemetry:lq-telemetry/weighted-ecmp"]"#,
+        )
+        .replace(
+            "[[metrics.client]]\n",
+            "[[metrics.client]]\nname = \"viewer.test\"\nread = [\"/lq-telemetry/weighted-ecmp\"]\n\n[[metrics.client]]\n",
+        );
+    assert_ne!(reloaded, cfg);
+    lqd.reload(&reloaded, "configuration reloaded").unwrap();
+    let ended = poll_until(
+        "the /neighbors stream to be closed by the reload",
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        || stream.try_wait().unwrap().ok_or(()),
+        |()| lqd.log_text(),
+    );
+    if ended.is_err() {
+        let _ = stream.kill();
+    }
+    let out = stream.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last: Value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_default();
+    assert_eq!(
+        last["error"],
+        "PERMISSION_DENIED",
+        "{ended:?}\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.lines().count() >= 5,
+        "updates before the reload: {stdout}"
+    );
+    let denied_now = granted.q(&["get", "/ietf-lq-telemetry:lq-telemetry/neighbors"]);
+    assert_eq!(
+        denied_now.as_ref().err().map(|e| e["error"].clone()),
+        Some(Value::from("PERMISSION_DENIED")),
+        "{denied_now:?}"
+    );
+    let v = scrape(Some(&viewer_identity), false);
+    assert!(has(&v, "lq_weight"), "the reloaded metrics grant: {v}");
+    println!(
+        "  ok: a reload closed the withdrawn stream (PERMISSION_DENIED) and granted viewer.test the weights"
+    );
 
     stop.store(true, Ordering::Relaxed);
     drop(lqd);

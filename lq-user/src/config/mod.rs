@@ -1538,8 +1538,34 @@ impl Config {
         }
         check(a.pfc != b.pfc, "[pfc]");
         check(a.ipfix != b.ipfix, "[ipfix]");
-        check(a.metrics != b.metrics, "[metrics]");
-        check(a.gnmi != b.gnmi, "[gnmi]");
+        // The endpoints' sockets are bound at start; their read rules and TLS files are
+        // reloaded (a rotated certificate), TLS on or off is not.
+        let (ma, mb) = (a.metrics.as_ref(), b.metrics.as_ref());
+        check(ma.is_some() != mb.is_some(), "[metrics] (on or off)");
+        check(
+            ma.zip(mb).is_some_and(|(x, y)| x.listen != y.listen),
+            "[metrics] listen",
+        );
+        check(
+            ma.zip(mb)
+                .is_some_and(|(x, y)| x.tls_files().is_some() != y.tls_files().is_some()),
+            "[metrics] TLS (on or off)",
+        );
+        let (ga, gb) = (a.gnmi.as_ref(), b.gnmi.as_ref());
+        check(ga.is_some() != gb.is_some(), "[gnmi] (on or off)");
+        check(
+            ga.zip(gb).is_some_and(|(x, y)| x.listen != y.listen),
+            "[gnmi] listen",
+        );
+        check(
+            ga.zip(gb).is_some_and(|(x, y)| x.plaintext != y.plaintext),
+            "[gnmi] plaintext",
+        );
+        check(
+            ga.zip(gb)
+                .is_some_and(|(x, y)| x.max_subscriptions != y.max_subscriptions),
+            "[gnmi] max-subscriptions",
+        );
         out.dedup();
         out
     }
@@ -2517,6 +2543,30 @@ remote-node = "10.0.1.4"
         assert!(e.contains("not a DNS name or IP address"), "{e}");
         let e = err(&format!("{LEAF}{tls}max-subscriptions = 0\n"));
         assert!(e.contains("max-subscriptions"), "{e}");
+    }
+
+    /// Issue 40: a reload applies the northbound read rules and TLS files; the listen
+    /// address, TLS on or off and the subscription bound take a restart.
+    #[test]
+    fn northbound_rules_reload_and_their_sockets_take_a_restart() {
+        let tls = "certificate = \"/c.pem\"\nprivate-key = \"/k.pem\"\nclient-ca = \"/ca.pem\"\n";
+        let with = |listen: &str, rule: &str| {
+            parse(&format!(
+                "{LEAF}[gnmi]\nlisten = \"{listen}:9339\"\n{tls}[[gnmi.client]]\nname = \"c.example\"\nread = [\"{rule}\"]\n[metrics]\nlisten = \"{listen}:9464\"\n{tls}[[metrics.client]]\nname = \"c.example\"\nread = [\"{rule}\"]\n"
+            ))
+            .unwrap()
+        };
+        let a = with("192.0.2.1", "/lq-telemetry/neighbors");
+        let rules = with("192.0.2.1", "/lq-telemetry/weighted-ecmp");
+        assert!(a.restart_only_changes(&rules).is_empty());
+        let moved = with("192.0.2.2", "/lq-telemetry/neighbors");
+        assert_eq!(
+            a.restart_only_changes(&moved),
+            ["[metrics] listen", "[gnmi] listen"]
+        );
+        let mut off = a.clone();
+        off.gnmi = None;
+        assert_eq!(a.restart_only_changes(&off), ["[gnmi] (on or off)"]);
     }
 
     /// `[metrics]` (issue 40): loopback by default, TLS with all three files or none, and

@@ -17,7 +17,9 @@ use tokio::{
 };
 use tracing::warn;
 
-use super::published::{Published, RefusalLog, accept_failed, state_json};
+use super::published::{
+    Current, NorthboundReload, Published, RefusalLog, accept_failed, state_json,
+};
 use crate::{
     core::northbound::{DataPath, ReadRule, grants, readable_subtree},
     sys::clock::monotonic_ns,
@@ -75,10 +77,10 @@ pub(super) fn set_mode(path: &Path, mode: u32) -> Result<()> {
 pub(super) struct MetricsEndpoint {
     /// The listening socket (bound by the daemon at start).
     pub listener: std::net::TcpListener,
-    /// TLS, or `None` for plain HTTP.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// The read rules (`[[metrics.client]]`).
-    pub rules: Vec<ReadRule>,
+    /// TLS, or `None` for plain HTTP; a reload replaces it (new connections).
+    pub tls: Option<Arc<Current<rustls::ServerConfig>>>,
+    /// The read rules (`[[metrics.client]]`); a reload replaces them.
+    pub rules: Arc<Current<Vec<ReadRule>>>,
 }
 
 /// What the client thread needs.
@@ -93,18 +95,34 @@ struct Clients {
 /// How long `lqd reload` waits for the loop's outcome.
 pub const RELOAD_DEADLINE: Duration = Duration::from_secs(10);
 
+/// The client endpoints the daemon set up at start, and how its reloads reach them.
+pub(super) struct Endpoints {
+    /// The control socket (`lqd show`, `lqd monitor`, `lqd reload`).
+    pub control: std::os::unix::net::UnixListener,
+    /// The Prometheus endpoint, when configured.
+    pub metrics: Option<MetricsEndpoint>,
+    /// The gNMI endpoint, when configured.
+    pub gnmi: Option<super::gnmi::GnmiEndpoint>,
+    /// Each applied reload's read rules and TLS configurations.
+    pub reloads: tokio::sync::mpsc::UnboundedReceiver<NorthboundReload>,
+}
+
 /// Serves the control socket and the metrics endpoint on a thread of their own, from the
 /// snapshots the loop publishes: the loop never waits on a client, and a flood of
 /// connections competes with the loop only for CPU.
 pub(super) fn spawn_client_thread(
-    control: std::os::unix::net::UnixListener,
-    metrics: Option<MetricsEndpoint>,
-    gnmi: Option<super::gnmi::GnmiEndpoint>,
+    endpoints: Endpoints,
     snapshots: Published,
     notify: broadcast::Sender<String>,
     stats: Arc<ClientStats>,
     reload: Arc<Notify>,
 ) -> Result<()> {
+    let Endpoints {
+        control,
+        metrics,
+        gnmi,
+        reloads,
+    } = endpoints;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -126,11 +144,16 @@ pub(super) fn spawn_client_thread(
                         return;
                     }
                 };
+                tokio::spawn(apply_reloads(
+                    reloads,
+                    metrics.as_ref().map(|m| (m.tls.clone(), m.rules.clone())),
+                    gnmi.as_ref().map(|g| (g.tls.clone(), g.rules.clone())),
+                ));
                 let metrics = metrics.and_then(|m| {
                     TcpListener::from_std(m.listener)
                         .inspect_err(|e| warn!(error = %crate::core::report::Chain(&e), "metrics endpoint: not served"))
                         .ok()
-                        .map(|l| (l, m.tls, Arc::new(m.rules)))
+                        .map(|l| (l, m.tls, m.rules))
                 });
                 let c = tokio::spawn(accept_control(control, ctx.clone()));
                 if let Some((listener, tls, rules)) = metrics {
@@ -175,15 +198,47 @@ async fn accept_control(listener: UnixListener, ctx: Arc<Clients>) {
     }
 }
 
+/// The TLS configuration and read rules of one endpoint, as a reload replaces them.
+type EndpointCurrent = (
+    Option<Arc<Current<rustls::ServerConfig>>>,
+    Arc<Current<Vec<ReadRule>>>,
+);
+
+/// Applies each reload's TLS configurations and read rules (built and checked by the
+/// loop's reload) to the endpoints: new connections take the new certificate, new requests
+/// and running gNMI streams the new rules.
+async fn apply_reloads(
+    mut reloads: tokio::sync::mpsc::UnboundedReceiver<NorthboundReload>,
+    metrics: Option<EndpointCurrent>,
+    gnmi: Option<EndpointCurrent>,
+) {
+    while let Some(r) = reloads.recv().await {
+        for (name, current, new) in [("metrics", &metrics, r.metrics), ("gNMI", &gnmi, r.gnmi)] {
+            let (Some((tls, rules)), Some(new)) = (current, new) else {
+                continue;
+            };
+            if let (Some(tls), Some(config)) = (tls, new.tls) {
+                tls.set(config);
+            }
+            let n = new.rules.len();
+            rules.set(new.rules);
+            tracing::info!(
+                endpoint = name,
+                rules = n,
+                "read rules and TLS files reloaded"
+            );
+        }
+    }
+}
+
 async fn accept_metrics(
     listener: TcpListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    rules: Arc<Vec<ReadRule>>,
+    tls: Option<Arc<Current<rustls::ServerConfig>>>,
+    rules: Arc<Current<Vec<ReadRule>>>,
     ctx: Arc<Clients>,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_CLIENTS));
     let mut log = RefusalLog::new("metrics", MAX_CLIENTS);
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     loop {
         let stream = match listener.accept().await {
             Ok((s, _)) => s,
@@ -197,7 +252,12 @@ async fn accept_metrics(
             continue;
         };
         EndpointStats::inc(&ctx.stats.metrics.accepted);
-        let (ctx, rules, acceptor) = (ctx.clone(), rules.clone(), acceptor.clone());
+        // The configuration and rules of now: a reload's for new connections.
+        let acceptor = tls
+            .as_ref()
+            .map(|t| tokio_rustls::TlsAcceptor::from(t.get().1));
+        let rules = rules.get().1;
+        let ctx = ctx.clone();
         tokio::spawn(async move {
             // One deadline for the handshake and the request head: a scraper sends both
             // at once, a client that trickles them holds a slot for a second at most.

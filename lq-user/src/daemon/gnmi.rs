@@ -51,10 +51,11 @@ use tokio::{
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
 
-use super::published::{Published, RefusalLog, accept_failed, state_json};
+use super::published::{Current, Published, RefusalLog, accept_failed, state_json};
 use crate::{
     core::northbound::{
-        Access, DataPath, PathElem, ReadRule, access, grants, prune_selection, select,
+        Access, DataPath, PathElem, ReadRule, access, grants, prune_selection, readable_subtree,
+        select,
     },
     sys::clock::unix_ns,
     views::snapshot::{ClientStats, EndpointStats, Snapshot},
@@ -231,16 +232,36 @@ struct Service {
     notifications: broadcast::Sender<String>,
     latest: watch::Receiver<Arc<Rendered>>,
     demand: Arc<Demand>,
-    rules: Arc<Vec<ReadRule>>,
+    /// The read rules; a reload replaces them.
+    rules: Arc<Current<Vec<ReadRule>>>,
     tls: bool,
     subscriptions: Arc<Semaphore>,
     stats: Arc<ClientStats>,
 }
 
-/// Who is asking: the grants of the rules that name the client.
+/// Who is asking: the grants of the rules that name the client, from the rules of
+/// generation `rules_generation`, and its certificate, to match newer rules against.
 struct Client {
     grants: Vec<DataPath>,
     peer: String,
+    certificate: Option<rustls::pki_types::CertificateDer<'static>>,
+    rules_generation: u64,
+}
+
+impl Client {
+    /// The grants of `rules` (of `generation`) for this client.
+    fn regrant(&mut self, generation: u64, rules: &[ReadRule]) {
+        self.grants = match &self.certificate {
+            Some(c) => grants(rules, |name| {
+                crate::transport::tls::certificate_names(c, name)
+            }),
+            None => grants(rules, |_| false),
+        }
+        .into_iter()
+        .cloned()
+        .collect();
+        self.rules_generation = generation;
+    }
 }
 
 impl Service {
@@ -255,19 +276,25 @@ impl Service {
         let peer = req
             .remote_addr()
             .map_or_else(|| "?".to_string(), |a| a.to_string());
-        let rules = self.rules.as_slice();
-        let grants: Vec<DataPath> = if self.tls {
+        let certificate = if self.tls {
             let certs = req.peer_certs().filter(|c| !c.is_empty()).ok_or_else(|| {
                 self.refuse(Status::unauthenticated(
                     "a client certificate is required (one that chains to the target's [gnmi] client-ca)",
                 ))
             })?;
-            let matches = |name: &str| crate::transport::tls::certificate_names(&certs[0], name);
-            grants(rules, matches).into_iter().cloned().collect()
+            Some(certs[0].clone().into_owned())
         } else {
-            grants(rules, |_| false).into_iter().cloned().collect()
+            None
         };
-        Ok(Client { grants, peer })
+        let mut client = Client {
+            grants: Vec::new(),
+            peer,
+            certificate,
+            rules_generation: 0,
+        };
+        let (generation, rules) = self.rules.get();
+        client.regrant(generation, &rules);
+        Ok(client)
     }
 
     /// What `client` may read of `path`, or PERMISSION_DENIED naming the path.
@@ -505,14 +532,15 @@ impl GNmi for Service {
         let plan = self.plan(&client, &list)?;
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let closed = Arc::new(Mutex::new(None));
+        info!(peer = %client.peer, mode = ?plan.mode, paths = plan.subs.len(), "gNMI subscription");
         let run = Subscription {
             service: self.clone(),
             tx,
             closed: closed.clone(),
             peer: client.peer.clone(),
+            client,
             _permit: permit,
         };
-        info!(peer = %client.peer, mode = ?plan.mode, paths = plan.subs.len(), "gNMI subscription");
         tokio::spawn(run.run(plan, inbound));
         Ok(Response::new(SubscriptionStream {
             rx,
@@ -541,9 +569,14 @@ struct Sub {
 }
 
 impl Sub {
+    /// The key of a selection in `Rendered::encoded`. Debug quotes every name and key:
+    /// two different selections never share a key.
+    fn key_of(path: &DataPath, prune: &[DataPath]) -> String {
+        format!("{path:?} {prune:?}")
+    }
+
     fn once(path: DataPath, wire: Path, prune: Vec<DataPath>, encoding: Encoding) -> Self {
-        // Debug quotes every name and key: two different selections never share a key.
-        let key = format!("{path:?} {prune:?}");
+        let key = Self::key_of(&path, &prune);
         Self {
             key,
             path,
@@ -600,8 +633,9 @@ impl Service {
                 }
                 // The notification tells the CL changes of this node's links: what
                 // /lq-telemetry/local holds (seed 003 section 12.2 names it sensitive).
-                let prune = self.check(client, &DataPath::top_child("local"))?;
-                if !prune.is_empty() {
+                let g: Vec<&DataPath> = client.grants.iter().collect();
+                if !readable_subtree(&g, "local") {
+                    warn!(peer = %client.peer, "gNMI subscription refused: the notification needs /lq-telemetry/local");
                     return Err(self.refuse(Status::permission_denied(format!(
                         "/{NOTIFICATION_PATH}: not granted to this client (it needs /lq-telemetry/local)"
                     ))));
@@ -650,6 +684,8 @@ struct Subscription {
     tx: mpsc::Sender<Result<SubscribeResponse, Status>>,
     closed: Arc<Mutex<Option<Status>>>,
     peer: String,
+    /// Who subscribed: a reload of the rules is applied to the running stream.
+    client: Client,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -785,7 +821,9 @@ impl Subscription {
         // A client may half-close its side after the SubscriptionList: the stream goes on
         // until it cancels or goes away.
         let mut inbound_open = true;
+        let mut rules_seen = self.client.rules_generation;
         loop {
+            self.recheck(plan, &mut rules_seen)?;
             // A sample is sent from the first document rendered after it is due; the timer
             // is the fallback when none comes within another interval, and the heartbeats'.
             let next_due = plan
@@ -847,6 +885,56 @@ impl Subscription {
                 }
             }
         }
+    }
+
+    /// A reload replaced the read rules (their generation is not `seen`): every
+    /// subscription of the stream is checked again with the client's new grants. One no
+    /// longer granted closes the stream with PERMISSION_DENIED; a changed set of pruned
+    /// subtrees applies from the next update.
+    fn recheck(&self, plan: &mut Plan, seen: &mut u64) -> Result<(), Ended> {
+        let (generation, rules) = self.service.rules.get();
+        if generation == *seen {
+            return Ok(());
+        }
+        *seen = generation;
+        let mut client = Client {
+            grants: Vec::new(),
+            peer: self.peer.clone(),
+            certificate: self.client.certificate.clone(),
+            rules_generation: 0,
+        };
+        client.regrant(generation, &rules);
+        let g: Vec<&DataPath> = client.grants.iter().collect();
+        let denied = plan
+            .subs
+            .iter()
+            .find(|sub| access(&g, &sub.path) == Access::Denied)
+            .map(|sub| sub.path.to_string())
+            .or_else(|| {
+                plan.notifications
+                    .as_ref()
+                    .filter(|_| !readable_subtree(&g, "local"))
+                    .map(|_| format!("/{NOTIFICATION_PATH}"))
+            });
+        if let Some(path) = denied {
+            EndpointStats::inc(&self.service.stats.gnmi_refused);
+            warn!(peer = %self.peer, %path, "gNMI subscription closed: a reload of the [[gnmi.client]] rules withdrew its grant");
+            if let Ok(mut c) = self.closed.lock() {
+                *c = Some(Status::permission_denied(format!(
+                    "{path}: no longer granted to this client (the target's read rules were reloaded)"
+                )));
+            }
+            return Err(Ended);
+        }
+        for sub in plan.subs.iter_mut() {
+            if let Access::Allowed { prune } = access(&g, &sub.path)
+                && prune != sub.prune
+            {
+                sub.key = Sub::key_of(&sub.path, &prune);
+                sub.prune = prune;
+            }
+        }
+        Ok(())
     }
 
     /// One `lq-threshold-crossed` notification (a JSON line of `lqd monitor`'s feed) as an
@@ -1026,10 +1114,10 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
 pub(super) struct GnmiEndpoint {
     /// The listening socket (bound by the daemon before it drops privileges).
     pub listener: std::net::TcpListener,
-    /// TLS, or `None` for plaintext on loopback.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// The read rules.
-    pub rules: Vec<ReadRule>,
+    /// TLS, or `None` for plaintext on loopback; a reload replaces it (new connections).
+    pub tls: Option<Arc<Current<rustls::ServerConfig>>>,
+    /// The read rules; a reload replaces them (new requests and running streams).
+    pub rules: Arc<Current<Vec<ReadRule>>>,
     /// Concurrent subscriptions at most.
     pub max_subscriptions: usize,
 }
@@ -1060,7 +1148,7 @@ pub(super) async fn serve(
         notifications,
         latest,
         demand,
-        rules: Arc::new(endpoint.rules),
+        rules: endpoint.rules,
         tls: endpoint.tls.is_some(),
         subscriptions: Arc::new(Semaphore::new(endpoint.max_subscriptions)),
         stats: stats.clone(),
@@ -1075,10 +1163,10 @@ pub(super) async fn serve(
     let result = match endpoint.tls {
         Some(tls) => {
             let (tx, rx) = mpsc::channel(64);
-            let acceptor = tokio_rustls::TlsAcceptor::from(tls);
             let handshake_stats = stats.clone();
             tokio::spawn(accept(listener, stats, connections, move |tcp, permit| {
-                let acceptor = acceptor.clone();
+                // The configuration of now: a reload's certificate for new connections.
+                let acceptor = tokio_rustls::TlsAcceptor::from(tls.get().1);
                 let tx = tx.clone();
                 let handshake_stats = handshake_stats.clone();
                 async move {

@@ -33,7 +33,7 @@ pub use clients::{
     MAX_CLIENTS, MAX_CONTROL_REQUEST, MAX_HTTP_REQUEST, RELOAD_DEADLINE, REQUEST_DEADLINE,
     WRITE_DEADLINE, monitor, query, query_within,
 };
-use published::Published;
+use published::{Current, Published};
 
 /// Default folder of control sockets.
 pub const RUN_DIR: &str = "/run/lq";
@@ -226,22 +226,17 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     clients::set_mode(&instance.socket, 0o600)?;
     info!(socket = %instance.socket.display(), "control socket (root only)");
     let (notify_tx, _) = broadcast::channel::<String>(1024);
-    let metrics = match &cfg.metrics {
-        Some(m) => {
-            let tls = match m.tls_files() {
-                Some((c, k, ca)) => Some(
-                    crate::transport::tls::metrics_server_config(c, k, ca)
-                        .context("[metrics] TLS configuration")?,
-                ),
-                None => None,
-            };
+    // The northbound endpoints: their TLS files are read and their sockets bound now, so
+    // that a bad certificate or a taken port stops lqd at start with the reason.
+    let northbound = northbound_settings(&cfg)?;
+    let metrics = match (&cfg.metrics, northbound.metrics) {
+        (Some(m), Some(settings)) => {
             let listener = clients::bind_tcp(m.listen)
                 .with_context(|| format!("bind the metrics endpoint {}", m.listen))?;
-            let rules = m.rules().map_err(anyhow::Error::msg)?;
             let granted: Vec<&str> = crate::core::northbound::SENSITIVE
                 .into_iter()
                 .filter(|s| {
-                    rules.iter().any(|r| {
+                    settings.rules.iter().any(|r| {
                         r.read
                             .iter()
                             .any(|p| p.covers(&crate::core::northbound::DataPath::top_child(s)))
@@ -250,45 +245,36 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                 .collect();
             info!(
                 listen = %m.listen,
-                tls = tls.is_some(),
-                rules = rules.len(),
+                tls = settings.tls.is_some(),
+                rules = settings.rules.len(),
                 "Prometheus metrics at /metrics (families of /lq-telemetry/local, /neighbors and /weighted-ecmp only to clients a [[metrics.client]] rule grants them; granted to someone: {granted:?})"
             );
-            if tls.is_none() && !m.listen.ip().is_loopback() && !granted.is_empty() {
+            if settings.tls.is_none() && !m.listen.ip().is_loopback() && !granted.is_empty() {
                 warn!(listen = %m.listen, "metrics: {granted:?} served in plain HTTP to anyone who reaches a non-loopback address (seed 003 section 12.2 asks for a secure transport; configure certificate, private-key and client-ca)");
             }
             Some(clients::MetricsEndpoint {
                 listener,
-                tls,
-                rules,
+                tls: settings.tls.map(Current::new),
+                rules: Current::new(settings.rules),
             })
         }
-        None => None,
+        _ => None,
     };
-    // The gNMI endpoint: its TLS files are read and its socket bound now, so that a bad
-    // certificate or a taken port stops lqd at start with the reason.
-    let gnmi = match &cfg.gnmi {
-        Some(g) => {
-            let tls = match (&g.certificate, &g.private_key, &g.client_ca) {
-                (Some(c), Some(k), Some(ca)) if !g.plaintext => Some(
-                    crate::transport::tls::grpc_server_config(c, k, ca)
-                        .context("[gnmi] TLS configuration")?,
-                ),
-                _ => None,
-            };
+    let gnmi = match (&cfg.gnmi, northbound.gnmi) {
+        (Some(g), Some(settings)) => {
             let listener = clients::bind_tcp(g.listen)
                 .with_context(|| format!("bind the gNMI endpoint {}", g.listen))?;
-            let rules = g.rules().map_err(anyhow::Error::msg)?;
-            info!(listen = %g.listen, tls = tls.is_some(), rules = rules.len(), "gNMI endpoint (Capabilities, Get, Subscribe)");
+            info!(listen = %g.listen, tls = settings.tls.is_some(), rules = settings.rules.len(), "gNMI endpoint (Capabilities, Get, Subscribe)");
             Some(gnmi::GnmiEndpoint {
                 listener,
-                tls,
-                rules,
+                tls: settings.tls.map(Current::new),
+                rules: Current::new(settings.rules),
                 max_subscriptions: g.max_subscriptions,
             })
         }
-        None => None,
+        _ => None,
     };
+    let (northbound_tx, northbound_rx) = tokio::sync::mpsc::unbounded_channel();
     let mut status = crate::views::snapshot::StatusView {
         instance: instance.name.clone(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -357,9 +343,12 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
     };
     let clients = Arc::new(ClientStats::default());
     clients::spawn_client_thread(
-        control,
-        metrics,
-        gnmi,
+        clients::Endpoints {
+            control,
+            metrics,
+            gnmi,
+            reloads: northbound_rx,
+        },
         snapshots.clone(),
         notify_tx.clone(),
         clients.clone(),
@@ -521,7 +510,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                 }
             } => {
                 step_lb = false;
-                let (new, outcome) = reload(&config_path, &config_now, lb.as_mut(), helper.as_mut());
+                let (new, outcome) = reload(&config_path, &config_now, lb.as_mut(), helper.as_mut(), &northbound_tx);
                 changed = true;
                 status.reloads += 1;
                 status.last_reload = Some(outcome);
@@ -638,11 +627,49 @@ async fn when_some<F: std::future::Future>(f: Option<F>) -> F::Output {
 /// only at a restart, [`Config::restart_only_changes`]; a role's refusal). Everything that
 /// can refuse is checked before anything changes. Returns the new configuration when
 /// applied, and the outcome for `show status` and `lqd reload`.
+/// The northbound endpoints' TLS configurations (their files read and checked) and read
+/// rules, as `cfg` configures them: at start and at each reload.
+fn northbound_settings(cfg: &Config) -> Result<published::NorthboundReload> {
+    use published::EndpointReload;
+    let gnmi = cfg
+        .gnmi
+        .as_ref()
+        .map(|g| -> Result<EndpointReload> {
+            let tls = match (&g.certificate, &g.private_key, &g.client_ca) {
+                (Some(c), Some(k), Some(ca)) if !g.plaintext => Some(
+                    crate::transport::tls::grpc_server_config(c, k, ca)
+                        .context("[gnmi] TLS configuration")?,
+                ),
+                _ => None,
+            };
+            let rules = g.rules().map_err(anyhow::Error::msg)?;
+            Ok(EndpointReload { tls, rules })
+        })
+        .transpose()?;
+    let metrics = cfg
+        .metrics
+        .as_ref()
+        .map(|m| -> Result<EndpointReload> {
+            let tls = match m.tls_files() {
+                Some((c, k, ca)) => Some(
+                    crate::transport::tls::metrics_server_config(c, k, ca)
+                        .context("[metrics] TLS configuration")?,
+                ),
+                None => None,
+            };
+            let rules = m.rules().map_err(anyhow::Error::msg)?;
+            Ok(EndpointReload { tls, rules })
+        })
+        .transpose()?;
+    Ok(published::NorthboundReload { gnmi, metrics })
+}
+
 fn reload(
     config_path: &Path,
     current: &Config,
     lb: Option<&mut LoadBalancer>,
     helper: Option<&mut HelperRole>,
+    northbound: &tokio::sync::mpsc::UnboundedSender<published::NorthboundReload>,
 ) -> (Option<Config>, crate::views::snapshot::ReloadOutcome) {
     use crate::views::snapshot::ReloadOutcome;
     let at_unix_ms = crate::sys::clock::unix_ms_now();
@@ -672,6 +699,12 @@ fn reload(
             restart.iter().map(ToString::to_string).collect(),
         );
     }
+    // The northbound's files are read (a rotated certificate) and checked before anything
+    // is applied: a bad one refuses the whole reload.
+    let northbound_new = match northbound_settings(&new) {
+        Ok(n) => n,
+        Err(e) => return refuse(crate::core::report::Chain(&*e).to_string(), Vec::new()),
+    };
     if let Some(h) = helper.as_deref()
         && let Err(e) = h.check_reload(&new)
     {
@@ -694,6 +727,8 @@ fn reload(
         // check_reload accepted the same parameters: not expected.
         warn!(error = %crate::core::report::Chain(&e), "helper parameters not reloaded");
     }
+    // Applied by the client thread; never blocks the loop.
+    let _ = northbound.send(northbound_new);
     info!("configuration reloaded");
     (
         Some(new),

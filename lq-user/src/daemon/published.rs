@@ -248,3 +248,56 @@ pub(super) fn state_json(snap: &Snapshot) -> Value {
         authentication,
     )
 }
+
+/// A value the client thread's tasks read and a reload replaces (an endpoint's read rules
+/// and TLS configuration): only the client thread locks it, never the loop, which hands a
+/// reload's values over a channel ([`NorthboundReload`]). Each replacement moves the
+/// generation, so a long-lived reader (a gNMI stream) sees that it must look again.
+pub(super) struct Current<T> {
+    value: std::sync::RwLock<(u64, Arc<T>)>,
+}
+
+impl<T> Current<T> {
+    pub(super) fn new(value: impl Into<Arc<T>>) -> Arc<Self> {
+        Arc::new(Self {
+            value: std::sync::RwLock::new((0, value.into())),
+        })
+    }
+
+    /// The value now and its generation.
+    pub(super) fn get(&self) -> (u64, Arc<T>) {
+        match self.value.read() {
+            Ok(v) => (v.0, v.1.clone()),
+            Err(poisoned) => {
+                let v = poisoned.into_inner();
+                (v.0, v.1.clone())
+            }
+        }
+    }
+
+    /// Replaces the value.
+    pub(super) fn set(&self, value: impl Into<Arc<T>>) {
+        let mut v = match self.value.write() {
+            Ok(v) => v,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *v = (v.0 + 1, value.into());
+    }
+}
+
+/// What a reload (SIGHUP, `lqd reload`) changes of a northbound endpoint while it runs: its
+/// read rules and its TLS configuration (the files read again, for a rotated certificate or
+/// CA). Built and checked by the loop's reload, applied by the client thread.
+pub(super) struct EndpointReload {
+    /// The TLS configuration (`None`: plaintext, which a reload cannot change).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The read rules.
+    pub rules: Vec<crate::core::northbound::ReadRule>,
+}
+
+/// A reload's values for the endpoints that run.
+#[derive(Default)]
+pub(super) struct NorthboundReload {
+    pub gnmi: Option<EndpointReload>,
+    pub metrics: Option<EndpointReload>,
+}

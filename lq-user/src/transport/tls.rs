@@ -224,7 +224,7 @@ pub fn metrics_server_config(
 /// another CA is refused in the handshake; one that presents none completes it and is then
 /// refused by the service (gNMI UNAUTHENTICATED, HTTP 401), which says why. The key file
 /// must not be readable by others.
-fn northbound_server_config(
+pub fn northbound_server_config(
     cert: &Path,
     key_file: &Path,
     client_ca: &Path,
