@@ -10,8 +10,9 @@
 //!   `suppress_redundant`, `heartbeat_interval`) and ON_CHANGE (TARGET_DEFINED is
 //!   ON_CHANGE): initial updates, then `sync_response`. An ON_CHANGE update carries the
 //!   subscribed subtree whole when anything in it changed; while one is open the loop
-//!   publishes a snapshot after every change of its state (every 5 ms at the fastest,
-//!   `PUBLISH_EVERY_NS`), and values no change announces are re-read every 100 ms.
+//!   publishes a snapshot after every change of its state (every 1 ms at the fastest,
+//!   within 1 % of its time, `PublishPacing`), and values no change announces are re-read
+//!   every 100 ms.
 //! - The module's notification: a STREAM ON_CHANGE subscription to
 //!   `/ietf-lq-telemetry:lq-threshold-crossed` gets each `lq-threshold-crossed` (seed 003
 //!   section 5.6) as an update of that path, as `lqd monitor` prints them; readable with

@@ -535,7 +535,7 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             }
         }
         if changed {
-            snapshots.state_changed();
+            publish.state_changed(&snapshots);
         }
     }
     let _ = std::fs::remove_file(&instance.socket);
@@ -744,56 +744,88 @@ fn reload(
 /// When the loop builds a snapshot for its clients: when one asks ([`Published::fresh`]),
 /// at most once per interval: PUBLISH_EVERY_NS, stretched to PUBLISH_COST_FACTOR x the
 /// last build's CPU time (at most MAX_PUBLISH_EVERY_NS). Requests inside the interval wait
-/// for its end and share one build.
+/// for its end and share one build. After a change of the loop's state, while a client
+/// wants every change (a gNMI ON_CHANGE stream), at most once per PUBLISH_COST_FACTOR x
+/// the last build's CPU time, and never within CHANGE_PUBLISH_MIN_NS of the last build:
+/// the same share of the loop's time, without the request interval's delay.
 struct PublishPacing {
     last_ns: u64,
     every_ns: u64,
+    change_every_ns: u64,
+    /// The state changed since the last build and a client wants every change.
+    change_pending: bool,
 }
+
+/// The shortest interval between two builds for changes of state (a step can follow a
+/// step by MIN_EVENT_STEP_NS; this bounds a burst of reasons in one step's wake).
+const CHANGE_PUBLISH_MIN_NS: u64 = 1_000_000;
 
 impl Default for PublishPacing {
     fn default() -> Self {
         Self {
             last_ns: 0,
             every_ns: PUBLISH_EVERY_NS,
+            change_every_ns: CHANGE_PUBLISH_MIN_NS,
+            change_pending: false,
         }
     }
 }
 
 impl PublishPacing {
-    /// Builds and publishes a snapshot at `now_ns` when a client waits for one and the
-    /// interval allows. `build` gets the snapshot's time, taken after the request is.
+    /// The loop's state changed (a group replaced, a spine failed or came back, an LQS or
+    /// CL moved, a reload): a snapshot is due when a client wants every change.
+    fn state_changed(&mut self, to: &Published) {
+        if to.changes_wanted() {
+            self.change_pending = true;
+        }
+    }
+
+    /// Builds and publishes a snapshot at `now_ns` when a client waits for one, or the
+    /// state changed for a client that wants every change, and the interval allows.
+    /// `build` gets the snapshot's time, taken after the request is.
     fn publish_if_wanted(
         &mut self,
         now_ns: u64,
         to: &Published,
         build: impl FnOnce(u64) -> Snapshot,
     ) {
-        if !to.is_wanted() || now_ns.saturating_sub(self.last_ns) < self.every_ns {
+        let since = now_ns.saturating_sub(self.last_ns);
+        let asked = to.is_wanted() && since >= self.every_ns;
+        let change = self.change_pending && since >= self.change_every_ns;
+        if !(asked || change) {
             return;
         }
-        if !to.take_wanted() {
-            return;
-        }
+        // Every request raised before this is served by the build below.
+        let took_request = to.take_wanted();
+        let took_change = std::mem::take(&mut self.change_pending);
         let cpu0 = crate::sys::clock::thread_cpu_ns();
         // Read after the request is taken: the snapshot is newer than each request served.
         let taken_ns = monotonic_ns().max(now_ns);
         if to.try_publish(build(taken_ns)) {
             self.last_ns = taken_ns;
         } else {
-            to.still_wanted();
+            if took_request {
+                to.still_wanted();
+            }
+            self.change_pending |= took_change;
         }
         // The build's CPU time, not its wall time: a build preempted (by an interrupt, the
         // XDP softirq) for a millisecond once stretched the next interval to 100 ms.
         let took = crate::sys::clock::thread_cpu_ns().saturating_sub(cpu0);
-        self.every_ns = took
-            .saturating_mul(PUBLISH_COST_FACTOR)
-            .clamp(PUBLISH_EVERY_NS, MAX_PUBLISH_EVERY_NS);
+        let budget = took.saturating_mul(PUBLISH_COST_FACTOR);
+        self.every_ns = budget.clamp(PUBLISH_EVERY_NS, MAX_PUBLISH_EVERY_NS);
+        self.change_every_ns = budget.clamp(CHANGE_PUBLISH_MIN_NS, MAX_PUBLISH_EVERY_NS);
     }
 
-    /// When the loop must wake to serve a request that the interval held back.
+    /// When the loop must wake to serve a request or a change that the interval held back.
     fn due(&self, to: &Published) -> Option<u64> {
-        to.is_wanted()
-            .then(|| self.last_ns.saturating_add(self.every_ns))
+        let request = to
+            .is_wanted()
+            .then(|| self.last_ns.saturating_add(self.every_ns));
+        let change = self
+            .change_pending
+            .then(|| self.last_ns.saturating_add(self.change_every_ns));
+        request.into_iter().chain(change).min()
     }
 }
 
@@ -930,11 +962,12 @@ mod tests {
         assert_eq!(builds, 2);
     }
 
-    /// Issue 40: a change of state asks for a snapshot only while a client wants every
-    /// change (a gNMI ON_CHANGE stream), and such a client sees each publish, one that
-    /// happened while it was busy included.
+    /// Issue 40: a change of state is published only while a client wants every change (a
+    /// gNMI ON_CHANGE stream), without the request interval (at CHANGE_PUBLISH_MIN_NS at
+    /// the soonest), and such a client sees each publish, one that happened while it was
+    /// busy included.
     #[test]
-    fn a_change_asks_for_a_snapshot_only_while_a_client_wants_changes() {
+    fn a_change_is_published_only_while_a_client_wants_changes() {
         let cfg = Arc::new(
             Config::parse(
                 "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n[receiver]\ninterfaces = [\"eth1\"]\n",
@@ -943,13 +976,31 @@ mod tests {
             .expect("a minimal configuration"),
         );
         let to = Published::new(Snapshot::empty(cfg.clone(), Default::default()));
-        to.state_changed();
-        assert!(!to.is_wanted(), "nobody wants changes: nothing asked");
+        let mut p = PublishPacing::default();
+        let build = |taken| {
+            let mut s = Snapshot::empty(cfg.clone(), Default::default());
+            s.taken_mono_ns = taken;
+            s
+        };
+        let t0 = monotonic_ns();
+        p.state_changed(&to);
+        assert_eq!(p.due(&to), None, "nobody wants changes: nothing due");
         to.want_changes(true);
-        to.state_changed();
-        assert!(to.take_wanted(), "an ON_CHANGE client: the change asks");
+        p.state_changed(&to);
         let seen = to.generation();
-        assert!(to.try_publish(Snapshot::empty(cfg.clone(), Default::default())));
+        p.publish_if_wanted(t0, &to, build);
+        assert_eq!(to.generation(), seen + 1, "the change is published");
+        let first = to.latest().taken_mono_ns;
+        p.state_changed(&to);
+        p.publish_if_wanted(first + 1, &to, build);
+        assert_eq!(to.generation(), seen + 1, "within the minimum: held");
+        let due = p.due(&to).expect("the held change is due");
+        assert!(
+            due >= first + CHANGE_PUBLISH_MIN_NS && due < first + PUBLISH_EVERY_NS,
+            "{due} - {first}"
+        );
+        p.publish_if_wanted(due.max(monotonic_ns()), &to, build);
+        assert_eq!(to.generation(), seen + 2, "published at its due time");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -963,7 +1014,7 @@ mod tests {
             assert!(waiting.await.is_err(), "no publish since: it waits");
         });
         to.want_changes(false);
-        to.state_changed();
-        assert!(!to.is_wanted());
+        p.state_changed(&to);
+        assert_eq!(p.due(&to), None);
     }
 }

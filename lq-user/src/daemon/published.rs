@@ -113,18 +113,14 @@ impl Published {
         self.wake_loop.notified().await;
     }
 
-    /// The loop's side: its state changed (a group replaced, a spine failed or came back,
-    /// an LQS or CL moved, a reload). When a client wants every change
-    /// ([`Published::want_changes`]) this asks for a snapshot as that client would have,
-    /// so it is built at the top of the loop's next iteration, within the publish interval.
-    pub(super) fn state_changed(&self) {
-        if self.changes_wanted.load(Ordering::Relaxed) {
-            self.wanted.store(true, Ordering::SeqCst);
-        }
+    /// The loop's side: whether a client (a gNMI ON_CHANGE stream) wants a snapshot after
+    /// every change of the loop's state.
+    pub(super) fn changes_wanted(&self) -> bool {
+        self.changes_wanted.load(Ordering::Relaxed)
     }
 
     /// The client's side: whether some client wants a snapshot after every change of the
-    /// loop's state ([`Published::state_changed`]).
+    /// loop's state ([`Published::changes_wanted`]).
     pub(super) fn want_changes(&self, on: bool) {
         self.changes_wanted.store(on, Ordering::Relaxed);
     }
