@@ -140,7 +140,7 @@ fn render(snap: &Snapshot) -> Rendered {
 }
 
 /// What the ON_CHANGE streams also get, beside a document after every change the loop
-/// announces ([`Published::state_changed`]: groups, neighbor states, LQS and CL): a
+/// announces (groups, neighbor states, LQS and CL; `PublishPacing::state_changed`): a
 /// document re-read at this interval, for the values no event announces (counters,
 /// ages), so that an ON_CHANGE subscription to them is not starved.
 pub const ON_CHANGE_REREAD: Duration = Duration::from_millis(100);

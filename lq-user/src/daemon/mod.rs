@@ -745,28 +745,38 @@ fn reload(
 /// at most once per interval: PUBLISH_EVERY_NS, stretched to PUBLISH_COST_FACTOR x the
 /// last build's CPU time (at most MAX_PUBLISH_EVERY_NS). Requests inside the interval wait
 /// for its end and share one build. After a change of the loop's state, while a client
-/// wants every change (a gNMI ON_CHANGE stream), at most once per PUBLISH_COST_FACTOR x
-/// the last build's CPU time, and never within CHANGE_PUBLISH_MIN_NS of the last build:
-/// the same share of the loop's time, without the request interval's delay.
+/// wants every change (a gNMI ON_CHANGE stream): CHANGE_PUBLISH_MIN_NS after the last
+/// build at the soonest, when the build budget allows one. The budget is a token bucket of
+/// CPU time filled at 1 / PUBLISH_COST_FACTOR of wall time (at most CHANGE_BURST_NS, or
+/// two builds' worth) and spent by every build: over any window, builds for changes take
+/// no more than that share of the loop's time and a burst, and a change that follows a
+/// request's build by a millisecond is not held for the request interval.
 struct PublishPacing {
     last_ns: u64,
     every_ns: u64,
-    change_every_ns: u64,
     /// The state changed since the last build and a client wants every change.
     change_pending: bool,
+    /// The build budget (CPU ns) and when it was last filled.
+    credit_ns: u64,
+    credit_at_ns: u64,
+    /// The last build's CPU time: what the next one is expected to cost.
+    last_cost_ns: u64,
 }
 
-/// The shortest interval between two builds for changes of state (a step can follow a
-/// step by MIN_EVENT_STEP_NS; this bounds a burst of reasons in one step's wake).
+/// The shortest interval between two builds for changes of state.
 const CHANGE_PUBLISH_MIN_NS: u64 = 1_000_000;
+/// The build budget's capacity (CPU time), unless two builds cost more.
+const CHANGE_BURST_NS: u64 = 200_000;
 
 impl Default for PublishPacing {
     fn default() -> Self {
         Self {
             last_ns: 0,
             every_ns: PUBLISH_EVERY_NS,
-            change_every_ns: CHANGE_PUBLISH_MIN_NS,
             change_pending: false,
+            credit_ns: CHANGE_BURST_NS,
+            credit_at_ns: 0,
+            last_cost_ns: 0,
         }
     }
 }
@@ -780,8 +790,22 @@ impl PublishPacing {
         }
     }
 
+    /// The budget at `now_ns`, filled since the last call.
+    fn fill(&mut self, now_ns: u64) {
+        let earned = now_ns.saturating_sub(self.credit_at_ns) / PUBLISH_COST_FACTOR;
+        let cap = CHANGE_BURST_NS.max(self.last_cost_ns.saturating_mul(2));
+        self.credit_ns = self.credit_ns.saturating_add(earned).min(cap);
+        self.credit_at_ns = now_ns;
+    }
+
+    /// Whether a build for a change is allowed at `now_ns` (the budget filled).
+    fn change_allowed(&self, now_ns: u64) -> bool {
+        now_ns.saturating_sub(self.last_ns) >= CHANGE_PUBLISH_MIN_NS
+            && self.credit_ns >= self.last_cost_ns
+    }
+
     /// Builds and publishes a snapshot at `now_ns` when a client waits for one, or the
-    /// state changed for a client that wants every change, and the interval allows.
+    /// state changed for a client that wants every change, and the pacing allows.
     /// `build` gets the snapshot's time, taken after the request is.
     fn publish_if_wanted(
         &mut self,
@@ -789,9 +813,11 @@ impl PublishPacing {
         to: &Published,
         build: impl FnOnce(u64) -> Snapshot,
     ) {
-        let since = now_ns.saturating_sub(self.last_ns);
-        let asked = to.is_wanted() && since >= self.every_ns;
-        let change = self.change_pending && since >= self.change_every_ns;
+        self.fill(now_ns);
+        // The client that wanted every change may have gone since.
+        self.change_pending &= to.changes_wanted();
+        let asked = to.is_wanted() && now_ns.saturating_sub(self.last_ns) >= self.every_ns;
+        let change = self.change_pending && self.change_allowed(now_ns);
         if !(asked || change) {
             return;
         }
@@ -812,19 +838,25 @@ impl PublishPacing {
         // The build's CPU time, not its wall time: a build preempted (by an interrupt, the
         // XDP softirq) for a millisecond once stretched the next interval to 100 ms.
         let took = crate::sys::clock::thread_cpu_ns().saturating_sub(cpu0);
-        let budget = took.saturating_mul(PUBLISH_COST_FACTOR);
-        self.every_ns = budget.clamp(PUBLISH_EVERY_NS, MAX_PUBLISH_EVERY_NS);
-        self.change_every_ns = budget.clamp(CHANGE_PUBLISH_MIN_NS, MAX_PUBLISH_EVERY_NS);
+        self.last_cost_ns = took;
+        self.credit_ns = self.credit_ns.saturating_sub(took);
+        self.every_ns = took
+            .saturating_mul(PUBLISH_COST_FACTOR)
+            .clamp(PUBLISH_EVERY_NS, MAX_PUBLISH_EVERY_NS);
     }
 
-    /// When the loop must wake to serve a request or a change that the interval held back.
+    /// When the loop must wake to serve a request or a change that the pacing held back.
     fn due(&self, to: &Published) -> Option<u64> {
         let request = to
             .is_wanted()
             .then(|| self.last_ns.saturating_add(self.every_ns));
-        let change = self
-            .change_pending
-            .then(|| self.last_ns.saturating_add(self.change_every_ns));
+        let change = (self.change_pending && to.changes_wanted()).then(|| {
+            // When the budget covers the next build's expected cost.
+            let short = self.last_cost_ns.saturating_sub(self.credit_ns);
+            self.credit_at_ns
+                .saturating_add(short.saturating_mul(PUBLISH_COST_FACTOR))
+                .max(self.last_ns.saturating_add(CHANGE_PUBLISH_MIN_NS))
+        });
         request.into_iter().chain(change).min()
     }
 }
@@ -1001,6 +1033,26 @@ mod tests {
         );
         p.publish_if_wanted(due.max(monotonic_ns()), &to, build);
         assert_eq!(to.generation(), seen + 2, "published at its due time");
+        // A build that costs 1 ms of CPU spends the budget: the next change waits until
+        // 100 x that has passed (1 % of the loop's time).
+        let costly = |taken| {
+            let t = crate::sys::clock::thread_cpu_ns();
+            while crate::sys::clock::thread_cpu_ns() - t < 1_000_000 {
+                std::hint::spin_loop();
+            }
+            build(taken)
+        };
+        p.state_changed(&to);
+        let at = to.latest().taken_mono_ns + CHANGE_PUBLISH_MIN_NS;
+        p.publish_if_wanted(at, &to, costly);
+        assert_eq!(to.generation(), seen + 3);
+        p.state_changed(&to);
+        let held = p.due(&to).expect("held by the budget");
+        assert!(
+            held >= at + 80_000_000,
+            "due {} ms later",
+            (held - at) / 1_000_000
+        );
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
