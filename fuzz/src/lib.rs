@@ -29,6 +29,7 @@ pub type EntryPoint = fn(&[u8]);
 pub const TARGETS: &[(&str, EntryPoint)] = &[
     ("bmp_session", bmp_session),
     ("config_parse", config_parse),
+    ("gnmi_path", gnmi_path),
     ("ipfix_decode", ipfix_decode),
     ("ipfix_session", ipfix_session),
     ("key_chain_parse", key_chain_parse),
@@ -39,6 +40,125 @@ pub const TARGETS: &[(&str, EntryPoint)] = &[
     ("slow_plane_route", slow_plane_route),
     ("wire_decode", wire_decode),
 ];
+
+// ------------------------------------------------------------------ gnmi_path
+
+/// A state document with every top-level subtree, the sensitive ones included.
+fn northbound_doc() -> serde_json::Value {
+    serde_json::json!({
+        "ietf-lq-telemetry:lq-telemetry": {
+            "config": { "enabled": true, "role": "load-balancer" },
+            "local": { "link": [ { "link-id": 3, "lqs": 200, "congestion-level": 1 } ] },
+            "neighbors": { "neighbor": [
+                { "node-as": 0, "node-id": "10.0.0.1", "entry": [ { "remote-node-id": "10.0.1.4", "lqs": 230 } ] },
+                { "node-as": "4200000001", "node-id": "10.0.0.2", "entry": [] }
+            ] },
+            "lq-weighted-ecmp:weighted-ecmp": { "group": [
+                { "remote": "10.0.1.4", "member": [ { "uplink": 1, "kernel-weight": 255 } ] }
+            ] }
+        }
+    })
+}
+
+/// A gNMI path as a client or a read rule writes it (`lq_user::core::northbound`): the
+/// input's first line as text (`DataPath::parse`: rules, pygnmi's path strings), its third
+/// as elements (`name;key=value;...|name...`, `DataPath::from_elems`: a SubscribeRequest's
+/// elems), its second as grants (paths separated by spaces); each path is judged against
+/// the grants, selected from a state document and pruned. Promised: no panic; a parsed
+/// path prints and parses back to itself (when no key value holds a bracket); a path inside
+/// a sensitive subtree (seed 003 section 12.2) is refused unless a grant covers it; an
+/// allowed read of the root or the top container holds no sensitive subtree that no grant
+/// covers.
+pub fn gnmi_path(data: &[u8]) {
+    use lq_user::core::northbound::{
+        Access, DataPath, PathElem, SENSITIVE, access, prune_selection, select,
+    };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut lines = text.splitn(3, '\n');
+    let (first, second, third) = (
+        lines.next().unwrap_or(""),
+        lines.next().unwrap_or(""),
+        lines.next().unwrap_or(""),
+    );
+    let grants: Vec<DataPath> = second
+        .split(' ')
+        .filter_map(|t| DataPath::parse(t).ok())
+        .collect();
+    let g: Vec<&DataPath> = grants.iter().collect();
+    let mut paths = Vec::new();
+    if let Ok(p) = DataPath::parse(first) {
+        let bracket = p
+            .elems
+            .iter()
+            .any(|e| e.keys.values().any(|v| v.contains(['[', ']'])));
+        if !bracket {
+            let again = DataPath::parse(&p.to_string());
+            assert_eq!(again.as_ref(), Ok(&p), "{p} does not parse back");
+        }
+        paths.push(p);
+    }
+    if !third.is_empty() {
+        let elems = third
+            .split('|')
+            .map(|e| {
+                let mut parts = e.split(';');
+                PathElem {
+                    name: parts.next().unwrap_or("").to_string(),
+                    keys: parts
+                        .filter_map(|kv| kv.split_once('='))
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                }
+            })
+            .collect();
+        if let Ok(p) = DataPath::from_elems("", elems) {
+            paths.push(p);
+        }
+    }
+    let doc = northbound_doc();
+    for path in paths {
+        let covered = |p: &DataPath| g.iter().any(|x| x.covers(p));
+        match access(&g, &path) {
+            Access::Denied => assert!(
+                SENSITIVE
+                    .iter()
+                    .any(|s| DataPath::top_child(s).covers(&path))
+                    && !covered(&path),
+                "{path} refused outside a sensitive subtree or with a grant"
+            ),
+            Access::Allowed { prune } => {
+                for s in SENSITIVE {
+                    let subtree = DataPath::top_child(s);
+                    assert!(
+                        !subtree.covers(&path) || covered(&path),
+                        "{path} inside /{s} allowed without a grant"
+                    );
+                }
+                let Some(mut v) = select(&doc, &path) else {
+                    continue;
+                };
+                prune_selection(&mut v, &path, &prune);
+                let top = match path.elems.len() {
+                    0 => v.get("ietf-lq-telemetry:lq-telemetry").cloned(),
+                    1 => Some(v),
+                    _ => None,
+                };
+                let Some(serde_json::Value::Object(top)) = top else {
+                    continue;
+                };
+                for s in SENSITIVE {
+                    let held = top.keys().any(|k| k.rsplit(':').next() == Some(s));
+                    assert!(
+                        !held || covered(&DataPath::top_child(s)),
+                        "{path} read holds /{s}, granted {grants:?}"
+                    );
+                }
+            }
+        }
+    }
+}
 
 // ------------------------------------------------------------------ bmp_session
 
