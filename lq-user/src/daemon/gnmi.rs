@@ -145,20 +145,21 @@ fn render(snap: &Snapshot) -> Rendered {
 /// ages), so that an ON_CHANGE subscription to them is not starved.
 pub const ON_CHANGE_REREAD: Duration = Duration::from_millis(100);
 
-/// How often the streams need a new document: each registered stream's SAMPLE interval,
-/// or `None` for an ON_CHANGE stream (every change, [`ON_CHANGE_REREAD`] otherwise).
+/// How often the streams need a new document: each registered stream's shortest SAMPLE
+/// interval, and whether it has an ON_CHANGE path (every change, [`ON_CHANGE_REREAD`]
+/// otherwise).
 #[derive(Default)]
 struct Demand {
-    streams: Mutex<BTreeMap<u64, Option<u64>>>,
+    streams: Mutex<BTreeMap<u64, (Option<u64>, bool)>>,
     next_id: AtomicU64,
     changed: Notify,
 }
 
 impl Demand {
-    fn register(&self, every_ns: Option<u64>) -> u64 {
+    fn register(&self, sample_ns: Option<u64>, on_change: bool) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut m) = self.streams.lock() {
-            m.insert(id, every_ns);
+            m.insert(id, (sample_ns, on_change));
         }
         self.changed.notify_one();
         id
@@ -170,14 +171,20 @@ impl Demand {
         }
     }
 
-    /// The shortest interval a stream needs a document at (ON_CHANGE ones:
-    /// [`ON_CHANGE_REREAD`]), and whether an ON_CHANGE stream is open; `None` when no
-    /// stream is.
+    /// The shortest interval a stream needs a document at (its SAMPLE interval; an
+    /// ON_CHANGE path's [`ON_CHANGE_REREAD`]), and whether an ON_CHANGE path is open;
+    /// `None` when no stream is.
     fn need(&self) -> Option<(u64, bool)> {
         let m = self.streams.lock().ok()?;
         let reread = ON_CHANGE_REREAD.as_nanos() as u64;
-        let every = m.values().map(|e| e.unwrap_or(reread)).min()?;
-        Some((every, m.values().any(Option::is_none)))
+        let every = m
+            .values()
+            .map(|(sample, on_change)| {
+                let change = on_change.then_some(reread);
+                sample.iter().copied().chain(change).min().unwrap_or(reread)
+            })
+            .min()?;
+        Some((every, m.values().any(|(_, on_change)| *on_change)))
     }
 }
 
@@ -207,8 +214,11 @@ async fn feed(published: Published, tx: watch::Sender<Arc<Rendered>>, demand: Ar
         };
         published.want_changes(on_change);
         let started = tokio::time::Instant::now();
-        let snap = published.fresh().await;
+        // Read before the snapshot is: a publish after it is rendered below (at worst the
+        // same snapshot twice), never counted as seen unrendered.
         let mut seen = published.generation();
+        let snap = published.fresh().await;
+        let mut snap_taken = snap.taken_mono_ns;
         tx.send_replace(Arc::new(render(&snap)));
         let until = started + Duration::from_nanos(every_ns);
         loop {
@@ -218,7 +228,11 @@ async fn feed(published: Published, tx: watch::Sender<Arc<Rendered>>, demand: Ar
                 () = tokio::time::sleep_until(until) => break,
                 () = published.published_after(seen), if on_change => {
                     seen = published.generation();
-                    tx.send_replace(Arc::new(render(&published.latest())));
+                    let latest = published.latest();
+                    if latest.taken_mono_ns > snap_taken {
+                        snap_taken = latest.taken_mono_ns;
+                        tx.send_replace(Arc::new(render(&latest)));
+                    }
                 }
             }
         }
@@ -467,6 +481,11 @@ impl GNmi for Service {
         }
         let mut paths = Vec::new();
         if r.path.is_empty() {
+            if notification_path(r.prefix.as_ref(), None).is_some() {
+                return Err(Status::invalid_argument(format!(
+                    "/{NOTIFICATION_PATH} is a notification, not data: subscribe in STREAM mode with ON_CHANGE"
+                )));
+            }
             paths.push(data_path(r.prefix.as_ref(), None)?);
         }
         for p in &r.path {
@@ -753,6 +772,11 @@ impl Subscription {
         inbound: &mut Streaming<SubscribeRequest>,
     ) -> Result<(), Ended> {
         let first = render(self.service.published.fresh().await.as_ref());
+        // The rules may have been reloaded since the client was identified (it had 10 s to
+        // send its SubscriptionList): checked again before any data, and before every
+        // later send.
+        let mut rules_seen = self.client.rules_generation;
+        self.recheck(plan, &mut rules_seen)?;
         if plan.updates_only {
             // Remember the values without sending them (gNMI 3.5.2.3 updates_only).
             let now = tokio::time::Instant::now();
@@ -772,6 +796,7 @@ impl Subscription {
                         ..
                     })) => {
                         let r = render(self.service.published.fresh().await.as_ref());
+                        self.recheck(plan, &mut rules_seen)?;
                         self.all(&r, &mut plan.subs)?;
                         self.sync()?;
                     }
@@ -786,7 +811,7 @@ impl Subscription {
                     Ok(None) | Err(_) => return Ok(()),
                 }
             },
-            subscription_list::Mode::Stream => self.stream(plan, inbound).await,
+            subscription_list::Mode::Stream => self.stream(plan, inbound, rules_seen).await,
         }
     }
 
@@ -794,19 +819,20 @@ impl Subscription {
         &self,
         plan: &mut Plan,
         inbound: &mut Streaming<SubscribeRequest>,
+        mut rules_seen: u64,
     ) -> Result<(), Ended> {
-        // ON_CHANGE in the list: every change; else the shortest SAMPLE interval.
-        let every = plan
+        // The shortest SAMPLE interval, and whether an ON_CHANGE path is in the list.
+        let sample = plan
             .subs
             .iter()
-            .map(|s| s.sample.map(|i| i.as_nanos() as u64))
-            .min()
-            .flatten();
+            .filter_map(|s| s.sample.map(|i| i.as_nanos() as u64))
+            .min();
+        let on_change = plan.subs.iter().any(|s| s.sample.is_none());
         // A list of the notification alone needs no document.
         let _registered = (!plan.subs.is_empty()).then(|| {
             Registered(
                 self.service.demand.clone(),
-                self.service.demand.register(every),
+                self.service.demand.register(sample, on_change),
             )
         });
         let mut notifications = plan
@@ -822,7 +848,6 @@ impl Subscription {
         // A client may half-close its side after the SubscriptionList: the stream goes on
         // until it cancels or goes away.
         let mut inbound_open = true;
-        let mut rules_seen = self.client.rules_generation;
         loop {
             self.recheck(plan, &mut rules_seen)?;
             // A sample is sent from the first document rendered after it is due; the timer
@@ -848,11 +873,14 @@ impl Subscription {
                         return Ok(());
                     }
                     let r = latest.borrow_and_update().clone();
+                    // A reload since the top of the loop applies before this send.
+                    self.recheck(plan, &mut rules_seen)?;
                     self.on_change(&r, &mut plan.subs)?;
                     self.on_due(&r, &mut plan.subs)?;
                 }
                 () = sleep => {
                     let r = latest.borrow().clone();
+                    self.recheck(plan, &mut rules_seen)?;
                     self.on_due(&r, &mut plan.subs)?;
                 }
                 () = self.tx.closed() => return Ok(()),
@@ -862,7 +890,10 @@ impl Subscription {
                         None => std::future::pending().await,
                     }
                 } => match n {
-                    Ok(line) => self.notify(plan, &line)?,
+                    Ok(line) => {
+                        self.recheck(plan, &mut rules_seen)?;
+                        self.notify(plan, &line)?;
+                    }
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         EndpointStats::inc(&self.service.stats.gnmi_subscribers_dropped);
                         warn!(peer = %self.peer, missed, "gNMI subscriber closed: it fell behind the notifications");
@@ -1270,6 +1301,23 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    /// A stream with ON_CHANGE and a 10 ms SAMPLE path needs documents every 10 ms (not
+    /// the ON_CHANGE re-read's 100 ms), and marks ON_CHANGE open.
+    #[test]
+    fn demand_keeps_the_sample_interval_beside_on_change() {
+        let d = Demand::default();
+        assert_eq!(d.need(), None);
+        let mixed = d.register(Some(10_000_000), true);
+        assert_eq!(d.need(), Some((10_000_000, true)));
+        d.unregister(mixed);
+        let slow = d.register(Some(1_000_000_000), false);
+        assert_eq!(d.need(), Some((1_000_000_000, false)));
+        d.register(None, true);
+        assert_eq!(d.need(), Some((ON_CHANGE_REREAD.as_nanos() as u64, true)));
+        d.unregister(slow);
+        assert_eq!(d.need(), Some((ON_CHANGE_REREAD.as_nanos() as u64, true)));
     }
 
     /// The notification is named with its module on the element or in the origin (how

@@ -233,25 +233,13 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         (Some(m), Some(settings)) => {
             let listener = clients::bind_tcp(m.listen)
                 .with_context(|| format!("bind the metrics endpoint {}", m.listen))?;
-            let granted: Vec<&str> = crate::core::northbound::SENSITIVE
-                .into_iter()
-                .filter(|s| {
-                    settings.rules.iter().any(|r| {
-                        r.read
-                            .iter()
-                            .any(|p| p.covers(&crate::core::northbound::DataPath::top_child(s)))
-                    })
-                })
-                .collect();
+            let granted = log_metrics_grants(m, &settings);
             info!(
                 listen = %m.listen,
                 tls = settings.tls.is_some(),
                 rules = settings.rules.len(),
                 "Prometheus metrics at /metrics (families of /lq-telemetry/local, /neighbors and /weighted-ecmp only to clients a [[metrics.client]] rule grants them; granted to someone: {granted:?})"
             );
-            if settings.tls.is_none() && !m.listen.ip().is_loopback() && !granted.is_empty() {
-                warn!(listen = %m.listen, "metrics: {granted:?} served in plain HTTP to anyone who reaches a non-loopback address (seed 003 section 12.2 asks for a secure transport; configure certificate, private-key and client-ca)");
-            }
             Some(clients::MetricsEndpoint {
                 listener,
                 tls: settings.tls.map(Current::new),
@@ -528,7 +516,11 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
             let now = monotonic_ns();
             event_steps.stepped(now);
             match lb.step(now) {
-                Ok(replaced) => changed |= replaced > 0 || lb.take_neighbors_changed(),
+                Ok(replaced) => {
+                    // Taken every step: a flag left set would publish at a later one.
+                    let neighbors = lb.take_neighbors_changed();
+                    changed |= replaced > 0 || neighbors;
+                }
                 Err(e) => {
                     warn!(error = %crate::core::report::Chain(&e), "control step failed");
                 }
@@ -627,6 +619,28 @@ async fn when_some<F: std::future::Future>(f: Option<F>) -> F::Output {
 /// only at a restart, [`Config::restart_only_changes`]; a role's refusal). Everything that
 /// can refuse is checked before anything changes. Returns the new configuration when
 /// applied, and the outcome for `show status` and `lqd reload`.
+/// The sensitive subtrees some `[[metrics.client]]` rule grants, with a warning when a
+/// plain-HTTP endpoint on a non-loopback address serves them (at start and each reload).
+fn log_metrics_grants(
+    m: &crate::config::MetricsSection,
+    settings: &published::EndpointReload,
+) -> Vec<&'static str> {
+    let granted: Vec<&'static str> = crate::core::northbound::SENSITIVE
+        .into_iter()
+        .filter(|s| {
+            settings.rules.iter().any(|r| {
+                r.read
+                    .iter()
+                    .any(|p| p.covers(&crate::core::northbound::DataPath::top_child(s)))
+            })
+        })
+        .collect();
+    if settings.tls.is_none() && !m.listen.ip().is_loopback() && !granted.is_empty() {
+        warn!(listen = %m.listen, "metrics: {granted:?} served in plain HTTP to anyone who reaches a non-loopback address (seed 003 section 12.2 asks for a secure transport; configure certificate, private-key and client-ca)");
+    }
+    granted
+}
+
 /// The northbound endpoints' TLS configurations (their files read and checked) and read
 /// rules, as `cfg` configures them: at start and at each reload.
 fn northbound_settings(cfg: &Config) -> Result<published::NorthboundReload> {
@@ -726,6 +740,9 @@ fn reload(
     {
         // check_reload accepted the same parameters: not expected.
         warn!(error = %crate::core::report::Chain(&e), "helper parameters not reloaded");
+    }
+    if let (Some(m), Some(settings)) = (&new.metrics, &northbound_new.metrics) {
+        log_metrics_grants(m, settings);
     }
     // Applied by the client thread; never blocks the loop.
     let _ = northbound.send(northbound_new);

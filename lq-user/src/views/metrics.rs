@@ -345,7 +345,7 @@ pub fn render(
         o.family(
             "lq_client_connections_total",
             "counter",
-            "Client connections of the metrics endpoint, the control socket and the gNMI endpoint, by outcome (refused: at the bound; timed-out: missed a read or write deadline; unauthenticated: a TLS handshake refused or no client certificate).",
+            "Client connections of the metrics endpoint, the control socket and the gNMI endpoint, by outcome (refused: at the bound; timed-out: missed a read or write deadline; unauthenticated: a TLS handshake refused, or at the metrics endpoint a request without a client certificate; gNMI counts those in lq_gnmi_requests_refused_total).",
         );
         for (endpoint, stats) in [
             ("metrics", &c.metrics),
