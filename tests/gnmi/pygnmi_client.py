@@ -46,6 +46,24 @@ def rpc_error(e):
     return None
 
 
+def client(a, host, port):
+    """A connected pygnmi client: TLS with the CA (and the identity, if any), or plaintext
+    with --insecure."""
+    if a.insecure:
+        gc = gNMIclient(target=(host, port), insecure=True, gnmi_timeout=a.timeout)
+    else:
+        gc = gNMIclient(
+            target=(host, port),
+            path_root=a.ca,
+            path_cert=a.cert,
+            path_key=a.key,
+            override=a.override,
+            gnmi_timeout=a.timeout,
+        )
+    gc.connect()
+    return gc
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
@@ -83,18 +101,7 @@ def main():
         return
 
     try:
-        if a.insecure:
-            gc = gNMIclient(target=(host, int(port)), insecure=True, gnmi_timeout=a.timeout)
-        else:
-            gc = gNMIclient(
-                target=(host, int(port)),
-                path_root=a.ca,
-                path_cert=a.cert,
-                path_key=a.key,
-                override=a.override,
-                gnmi_timeout=a.timeout,
-            )
-        gc.connect()
+        gc = client(a, host, int(port))
     except grpc.FutureTimeoutError:
         fail("UNAVAILABLE", "no gNMI connection within the timeout (TLS handshake refused?)")
     except Exception as e:  # pygnmi wraps the gRPC error of its Capabilities call
@@ -178,15 +185,7 @@ def load(a, host, port):
     n, path, ms, secs = int(a.args[0]), a.args[1], int(a.args[2]), float(a.args[3])
     clients, subs = [], []
     for _ in range(n):
-        gc = gNMIclient(
-            target=(host, port),
-            path_root=a.ca,
-            path_cert=a.cert,
-            path_key=a.key,
-            override=a.override,
-            gnmi_timeout=a.timeout,
-        )
-        gc.connect()
+        gc = client(a, host, port)
         clients.append(gc)
         subs.append(
             gc.subscribe2(

@@ -1250,20 +1250,27 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
     started.elapsed()
 }
 
-#[test]
-fn xdp_and_reference_decide_every_frame_alike() {
-    lq_tests::require_root();
-    let seed: u64 = match std::env::var("LQ_DIFF_SEED") {
+/// The seed (`LQ_DIFF_SEED`, else the clock) and the frame count (`LQ_DIFF_FRAMES`, else
+/// [`DEFAULT_FRAMES`]) both tests draw from.
+fn seed_and_frames() -> (u64, usize) {
+    let seed = match std::env::var("LQ_DIFF_SEED") {
         Ok(s) => s.trim().parse().expect("LQ_DIFF_SEED must be a u64"),
         Err(_) => std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos() as u64,
     };
-    let total: usize = match std::env::var("LQ_DIFF_FRAMES") {
+    let total = match std::env::var("LQ_DIFF_FRAMES") {
         Ok(s) => s.trim().parse().expect("LQ_DIFF_FRAMES must be a count"),
         Err(_) => DEFAULT_FRAMES,
     };
+    (seed, total)
+}
+
+#[test]
+fn xdp_and_reference_decide_every_frame_alike() {
+    lq_tests::require_root();
+    let (seed, total) = seed_and_frames();
     println!(
         "xdp_differential: seed {seed} (LQ_DIFF_SEED={seed} reproduces it), {total} frames \
          (LQ_DIFF_FRAMES)"
@@ -1418,17 +1425,8 @@ fn deliverable(
 #[test]
 fn the_socket_path_decides_every_deliverable_frame_as_the_wire_does() {
     lq_tests::require_root();
-    let seed: u64 = match std::env::var("LQ_DIFF_SEED") {
-        Ok(s) => s.trim().parse().expect("LQ_DIFF_SEED must be a u64"),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    };
-    let total: usize = match std::env::var("LQ_DIFF_FRAMES") {
-        Ok(s) => s.trim().parse().expect("LQ_DIFF_FRAMES must be a count"),
-        Err(_) => DEFAULT_FRAMES,
-    };
+    let (seed, total) = seed_and_frames();
+    println!("socket path: seed {seed} (LQ_DIFF_SEED={seed} reproduces it), {total} frames");
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut universe = universe_unqualified(&mut rng);
     let s = settings();
