@@ -1408,6 +1408,14 @@ pub struct ClientReadRule {
 }
 
 impl GnmiSection {
+    /// The TLS files, when all three are configured and `plaintext` is off.
+    pub fn tls_files(&self) -> Option<(&Path, &Path, &Path)> {
+        match (&self.certificate, &self.private_key, &self.client_ca) {
+            (Some(c), Some(k), Some(ca)) if !self.plaintext => Some((c, k, ca)),
+            _ => None,
+        }
+    }
+
     /// The read rules, parsed.
     pub fn rules(&self) -> Result<Vec<crate::core::northbound::ReadRule>, String> {
         parse_client_rules("gnmi", &self.client)

@@ -649,12 +649,12 @@ fn northbound_settings(cfg: &Config) -> Result<published::NorthboundReload> {
         .gnmi
         .as_ref()
         .map(|g| -> Result<EndpointReload> {
-            let tls = match (&g.certificate, &g.private_key, &g.client_ca) {
-                (Some(c), Some(k), Some(ca)) if !g.plaintext => Some(
+            let tls = match g.tls_files() {
+                Some((c, k, ca)) => Some(
                     crate::transport::tls::grpc_server_config(c, k, ca)
                         .context("[gnmi] TLS configuration")?,
                 ),
-                _ => None,
+                None => None,
             };
             let rules = g.rules().map_err(anyhow::Error::msg)?;
             Ok(EndpointReload { tls, rules })
