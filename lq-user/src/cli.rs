@@ -56,8 +56,9 @@ pub enum Command {
     /// (paths, counters and pfc also after a stop or crash).
     #[command(long_about = SHOW_LONG_ABOUT)]
     Show(ShowArgs),
-    /// Follow lq-threshold-crossed notifications (CL changes of this node's links) as
-    /// RFC 7951 JSON lines, until interrupted.
+    /// Follow notifications as RFC 7951 JSON lines, until interrupted: lq-threshold-crossed
+    /// (CL changes of this node's links) and lq-authentication-failure (advertisements an
+    /// authenticating uplink dropped, one per neighbor and reason a minute).
     Monitor(MonitorArgs),
     /// Simulate a fabric in virtual time (no kernel): the real helper pipeline and
     /// advertiser, receiver and controller on any fabric; JSON lines of LQS, CL, targets and

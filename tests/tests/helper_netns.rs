@@ -1140,3 +1140,177 @@ for _ in range(3):
     let _ = std::fs::remove_file(&pcap);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A mode per uplink (`[receiver.interface-authentication]`, issue 39 item 3): a leaf with
+/// three uplinks, `required` by default, one migrating (`accept-unauthenticated`) and one
+/// left on the XDP path (`none`). scapy sends the same unsigned advertisement on each,
+/// from three spines: the `required` uplink drops and counts it (missing trailer), the
+/// migrating one accepts and counts it, the `none` one reads it in XDP without the socket
+/// seeing it. The path table holds exactly the two accepted spines, and the YANG state
+/// (yanglint) names each interface's mode.
+#[test]
+fn each_uplink_authenticates_in_its_own_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let dir = std::env::temp_dir().join(lq_tests::unique_name("lq-pkeys"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("leaf.toml");
+    std::fs::write(
+        &keys,
+        "[[key]]\nkey-id = 1\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"fabric key\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let s = NetNs::new("lqt-rps").unwrap();
+    let l = NetNs::new("lqt-rpl").unwrap();
+    for i in 1..=3 {
+        veth_pair(
+            &s,
+            &format!("s{i}"),
+            &format!("10.9.{i}.1/24"),
+            &l,
+            &format!("l{i}"),
+            &format!("10.9.{i}.2/24"),
+        )
+        .unwrap();
+    }
+    let leaf_cfg = format!(
+        "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n\
+         [receiver]\ninterfaces = [\"l1\", \"l2\", \"l3\"]\n\
+         authentication = \"required\"\nkey-chain = \"{}\"\n\n\
+         [receiver.interface-authentication]\nl2 = \"accept-unauthenticated\"\nl3 = \"none\"\n\n\
+         [gnmi]\nlisten = \"127.0.0.1:9339\"\nplaintext = true\n\n\
+         [[gnmi.client]]\nname = \"*\"\nread = [\"/lq-telemetry/neighbors\"]\n",
+        keys.display()
+    );
+    let leaf = Lqd::start(&l, &leaf_cfg).unwrap();
+    // The drop is also a notification: `lqd monitor` prints it, a gNMI subscriber
+    // granted /neighbors streams it.
+    let monitor = Command::new(lqd_bin().unwrap())
+        .args(["monitor", "--instance", &leaf.instance])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let gnmi = lq_tests::gnmi::PyGnmi {
+        ns: &l,
+        target: "127.0.0.1:9339".into(),
+        server_name: String::new(),
+        ca: None,
+        identity: None,
+    }
+    .spawn(&[
+        "stream",
+        "/lq-authentication:lq-authentication-failure",
+        "on_change",
+        "0",
+        "30",
+    ])
+    .unwrap();
+    // Let both subscriptions reach the daemon first.
+    std::thread::sleep(Duration::from_millis(1500));
+    // Spine 10.0.0.<i> on uplink i, each advertising its link to remote 10.0.1.1.
+    let script = r#"
+import struct
+from scapy.all import Ether, IP, UDP, Raw, sendp
+for i in (1, 2, 3):
+    h = struct.pack(">BBHIIHBB", 0x10, 0, 1, 0x0A000000 + i, 1, 1, 16, 0)
+    e = struct.pack(">IIfBBH", 0x0A000101, 100 + i, 100.0, 200, 0, 0)
+    p = Ether(dst="01:00:5e:00:00:01") / IP(src="10.9.%d.1" % i, dst="224.0.0.1", ttl=255) / UDP(sport=40000, dport=52525) / Raw(h + e)
+    sendp(p, iface="s%d" % i, verbose=False)
+"#;
+    let out = s
+        .command("/usr/bin/python3")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (c, spines) = poll_until(
+        "the required uplink's datagram refused, the others accepted",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let c = leaf.show("counters").unwrap();
+            let paths = leaf.show("paths").unwrap();
+            let mut spines: Vec<String> = paths
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| p["spine-node-id"].as_str().unwrap_or("?").to_string())
+                .collect();
+            spines.sort();
+            if c["auth_missing_trailer"].as_u64() == Some(1)
+                && c["auth_unauthenticated_accepted"].as_u64() == Some(1)
+                && spines.len() == 2
+            {
+                Ok((c, spines))
+            } else {
+                Err((c, spines))
+            }
+        },
+        |(c, spines)| {
+            format!(
+                "leaf counters {c}\npath table spines {spines:?}\n{}",
+                leaf.log_text()
+            )
+        },
+    )
+    .unwrap();
+    assert_eq!(spines, ["10.0.0.2", "10.0.0.3"], "{c}");
+    // The `none` uplink's datagram never went to the socket: two received there.
+    assert_eq!(c["auth_received"].as_u64(), Some(2), "{c}");
+    assert_eq!(c["auth_other_interface"].as_u64(), Some(0), "{c}");
+    let state = leaf.show("state").unwrap();
+    lq_tests::yanglint_data(&state).unwrap_or_else(|e| panic!("{e}\n{state:#}"));
+    let a = &state["ietf-lq-telemetry:lq-telemetry"]["lq-authentication:authentication"];
+    assert_eq!(a["mode"], "required", "{state:#}");
+    assert_eq!(
+        a["interface"],
+        serde_json::json!([
+            {"name": "l1", "mode": "required"},
+            {"name": "l2", "mode": "accept-unauthenticated"},
+            {"name": "l3", "mode": "none"},
+        ]),
+        "{state:#}"
+    );
+    assert_eq!(a["counters"]["missing-trailer"], "1", "{state:#}");
+    // The notification, once, as lqd monitor printed it and gNMI streamed it; valid for
+    // yanglint against lq's augment module.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut gnmi = gnmi;
+    let _ = gnmi.kill();
+    let streamed = gnmi.wait_with_output().unwrap();
+    drop(leaf);
+    let out = monitor.wait_with_output().unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert_eq!(lines.len(), 1, "lqd monitor printed {lines:?}");
+    lq_tests::yanglint_notification(&lines[0]).unwrap_or_else(|e| panic!("{}: {e}", lines[0]));
+    let body = &lines[0]["lq-authentication:lq-authentication-failure"];
+    assert_eq!(
+        *body,
+        serde_json::json!({"interface": "l1", "neighbor-node-as": 0,
+                           "neighbor-node-id": "10.0.0.1", "source-address": "10.9.1.1",
+                           "reason": "missing-trailer"})
+    );
+    let stdout = String::from_utf8_lossy(&streamed.stdout);
+    let over_gnmi: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|m| m["update"]["update"].as_array()?.first().cloned())
+        .map(|u| u["val"].clone())
+        .collect();
+    assert_eq!(
+        over_gnmi,
+        std::slice::from_ref(body),
+        "gNMI: {stdout}\n{}",
+        String::from_utf8_lossy(&streamed.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,6 +8,7 @@
 //! file, the line and the allowed range.
 
 use std::{
+    collections::BTreeMap,
     fmt,
     net::{IpAddr, Ipv4Addr},
     path::{Path, PathBuf},
@@ -400,13 +401,40 @@ pub struct Receiver {
     /// Whether advertisements on these interfaces must carry a valid authentication
     /// trailer (seed 003 section 12.1; issue 39): `none` (the XDP path, trailers stepped
     /// over), `accept-unauthenticated` (migration: verified when signed, accepted and
-    /// counted when not) or `required`.
+    /// counted when not) or `required`. The mode of every interface that
+    /// `interface-authentication` does not name.
     #[serde(default)]
     pub authentication: Authentication,
+    /// `[receiver.interface-authentication]`: a mode per uplink (`eth2 =
+    /// "accept-unauthenticated"`), over `authentication`: one spine migrated at a time,
+    /// or a trusted uplink left on the XDP path beside authenticating ones.
+    #[serde(default)]
+    pub interface_authentication: BTreeMap<String, Authentication>,
     /// The key chain the trailers are verified with (`config::key_chain`); needed unless
     /// `authentication = "none"`. Read again on SIGHUP.
     #[serde(default)]
     pub key_chain: Option<PathBuf>,
+}
+
+impl Receiver {
+    /// The authentication mode of `interface`: its `[receiver.interface-authentication]`
+    /// entry, else `[receiver] authentication`.
+    pub fn authentication_of(&self, interface: &str) -> Authentication {
+        self.interface_authentication
+            .get(interface)
+            .copied()
+            .unwrap_or(self.authentication)
+    }
+
+    /// The interfaces whose datagrams are verified (mode other than `none`), with their
+    /// modes, in `interfaces` order.
+    pub fn authenticating_interfaces(&self) -> Vec<(&str, Authentication)> {
+        self.interfaces
+            .iter()
+            .map(|i| (i.as_str(), self.authentication_of(i)))
+            .filter(|(_, m)| *m != Authentication::None)
+            .collect()
+    }
 }
 
 /// `[receiver] authentication`.
@@ -1505,6 +1533,10 @@ impl Config {
                 "[receiver] authentication",
             );
             check(
+                a.receiver.interface_authentication != b.receiver.interface_authentication,
+                "[receiver.interface-authentication]",
+            );
+            check(
                 a.receiver.key_chain.is_some() != b.receiver.key_chain.is_some(),
                 "[receiver] key-chain (on or off)",
             );
@@ -2037,10 +2069,29 @@ impl Config {
         for n in &self.receiver.interfaces {
             name(n, key("receiver", "interfaces"), "[receiver] interfaces:")?;
         }
-        if self.receiver.authentication != Authentication::None && self.receiver.key_chain.is_none()
+        if let Some(n) = self
+            .receiver
+            .interface_authentication
+            .keys()
+            .find(|n| !self.receiver.interfaces.contains(n))
         {
             return Err(at(
-                [key("receiver", "authentication")],
+                [section("receiver.interface-authentication")],
+                format!(
+                    "[receiver.interface-authentication] names {n:?}, which is not in [receiver] interfaces (a mode for an interface the XDP receiver is not attached to would never apply)"
+                ),
+            ));
+        }
+        if !self.receiver.authenticating_interfaces().is_empty()
+            && self.receiver.key_chain.is_none()
+        {
+            let loc = if self.receiver.authentication != Authentication::None {
+                key("receiver", "authentication")
+            } else {
+                section("receiver.interface-authentication")
+            };
+            return Err(at(
+                [loc],
                 "[receiver] authentication needs [receiver] key-chain (the keys the trailers are verified with)".to_string(),
             ));
         }
@@ -2658,6 +2709,48 @@ remote-node = ["10.0.1.1"]
                 .contains(&"[helper] key-chain (on or off)")
         );
         assert!(h.restart_only_changes(&h).is_empty());
+        // A mode per uplink (`[receiver.interface-authentication]`): over the default,
+        // only for receiver interfaces, and a key chain as soon as one authenticates.
+        let per = |modes: &str, extra: &str| format!("{}{modes}", auth(extra));
+        let e = err(&per(
+            "\n[receiver.interface-authentication]\neth2 = \"required\"\n",
+            "",
+        ));
+        assert!(e.contains("needs [receiver] key-chain"), "{e}");
+        let e = err(&per(
+            "\n[receiver.interface-authentication]\neth9 = \"required\"\n",
+            "key-chain = \"/k.toml\"",
+        ));
+        assert!(
+            e.contains("\"eth9\", which is not in [receiver] interfaces"),
+            "{e}"
+        );
+        let mixed = parse(&per(
+            "\n[receiver.interface-authentication]\neth2 = \"none\"\n",
+            "authentication = \"required\"\nkey-chain = \"/k.toml\"",
+        ))
+        .unwrap();
+        assert_eq!(
+            mixed.receiver.authentication_of("eth1"),
+            Authentication::Required
+        );
+        assert_eq!(
+            mixed.receiver.authentication_of("eth2"),
+            Authentication::None
+        );
+        assert_eq!(
+            mixed.receiver.authenticating_interfaces(),
+            vec![("eth1", Authentication::Required)]
+        );
+        let all = parse(&per(
+            "",
+            "authentication = \"required\"\nkey-chain = \"/k.toml\"",
+        ))
+        .unwrap();
+        assert!(
+            all.restart_only_changes(&mixed)
+                .contains(&"[receiver.interface-authentication]")
+        );
     }
 
     /// Issue 43's configurations that misbehaved with `check-config` saying ok: each is now

@@ -206,6 +206,40 @@ impl std::fmt::Display for Reject {
     }
 }
 
+/// lq's `lq-authentication-failure` notification (yang/lq-authentication@2026-12-05.yang;
+/// issue 39 item 4): an advertisement an authenticating interface dropped. The receiver
+/// raises at most one per neighbor and reason a minute.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthFailure {
+    /// The receiver interface it arrived on.
+    pub interface: String,
+    /// The AS qualifier and Router-ID its header carries (a forger's choice).
+    pub neighbor_as: u32,
+    /// See `neighbor_as`.
+    pub neighbor_id: u32,
+    /// Its IP source address.
+    pub source: std::net::IpAddr,
+    /// Why it was dropped.
+    pub reason: Reject,
+}
+
+impl AuthFailure {
+    /// The notification's RFC 7951 member name.
+    pub const JSON_MEMBER: &str = "lq-authentication:lq-authentication-failure";
+
+    /// The notification as one RFC 7951 JSON line (`lqd monitor`'s feed).
+    pub fn to_json_string(&self) -> String {
+        serde_json::json!({ Self::JSON_MEMBER: {
+            "interface": self.interface,
+            "neighbor-node-as": self.neighbor_as,
+            "neighbor-node-id": std::net::Ipv4Addr::from(self.neighbor_id).to_string(),
+            "source-address": self.source.to_string(),
+            "reason": self.reason.name(),
+        }})
+        .to_string()
+    }
+}
+
 fn ring_algorithm(a: Algorithm) -> hmac::Algorithm {
     match a {
         Algorithm::HmacSha256 => hmac::HMAC_SHA256,

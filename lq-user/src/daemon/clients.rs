@@ -369,7 +369,8 @@ async fn serve_metrics(
 }
 
 /// Answers one control request: a line naming a view, a JSON document back; `monitor`
-/// instead streams `lq-threshold-crossed` notifications as JSON lines until the client
+/// instead streams notifications (`lq-threshold-crossed`, `lq-authentication-failure`) as
+/// JSON lines until the client
 /// goes away or falls behind.
 async fn serve_control(stream: UnixStream, ctx: &Clients) {
     let stats = &ctx.stats.control;
@@ -509,7 +510,7 @@ fn answer(request: &str, snap: &Snapshot) -> String {
     }
 }
 
-/// Follows `lq-threshold-crossed` notifications of a running instance: calls `each` with
+/// Follows the notifications of a running instance: calls `each` with
 /// every JSON line until the daemon goes away.
 pub fn monitor(socket: &Path, mut each: impl FnMut(&str) -> bool) -> Result<()> {
     use std::io::{BufRead as _, Write as _};

@@ -16,7 +16,9 @@
 //! - The module's notification: a STREAM ON_CHANGE subscription to
 //!   `/ietf-lq-telemetry:lq-threshold-crossed` gets each `lq-threshold-crossed` (seed 003
 //!   section 5.6) as an update of that path, as `lqd monitor` prints them; readable with
-//!   `/lq-telemetry/local` (it tells the same CL changes).
+//!   `/lq-telemetry/local` (it tells the same CL changes). lq's augment's
+//!   `/lq-authentication:lq-authentication-failure` (a leaf's dropped forgeries, issue 39)
+//!   the same way, readable with `/lq-telemetry/neighbors` (it names neighbors).
 //! - Set: UNIMPLEMENTED; the configuration is the file (SIGHUP, `lqd reload`).
 //!
 //! Security: TLS 1.3 with ALPN h2 (`transport::tls::grpc_server_config`); a client whose
@@ -327,12 +329,36 @@ impl Service {
     }
 }
 
-/// The module's notification as a gNMI path (RFC 7951 member name).
-const NOTIFICATION_PATH: &str = crate::core::helper::notification::JSON_MEMBER;
+/// A notification lqd raises, readable by a client granted the subtree that holds what it
+/// tells.
+#[derive(Debug)]
+struct NotificationKind {
+    /// Its RFC 7951 member name (module-qualified).
+    member: &'static str,
+    /// The child of `/lq-telemetry` whose grant reads it.
+    needs: &'static str,
+}
 
-/// The wire path to echo when `prefix` + `path` name the module's notification
-/// (`/ietf-lq-telemetry:lq-threshold-crossed`, the module in the origin or on the element).
-fn notification_path(prefix: Option<&Path>, path: Option<&Path>) -> Option<Path> {
+/// The module's `lq-threshold-crossed` (seed 003 section 5.6: the CL changes of this
+/// node's links, what `/lq-telemetry/local` holds) and lq's augment's
+/// `lq-authentication-failure` (issue 39: dropped forgeries, naming neighbors).
+static NOTIFICATIONS: [NotificationKind; 2] = [
+    NotificationKind {
+        member: crate::core::helper::notification::JSON_MEMBER,
+        needs: "local",
+    },
+    NotificationKind {
+        member: crate::core::auth::AuthFailure::JSON_MEMBER,
+        needs: "neighbors",
+    },
+];
+
+/// The notification `prefix` + `path` name (`/ietf-lq-telemetry:lq-threshold-crossed`,
+/// the module in the origin or on the element), and the wire path to echo.
+fn notification_path(
+    prefix: Option<&Path>,
+    path: Option<&Path>,
+) -> Option<(&'static NotificationKind, Path)> {
     let mut elems = Vec::new();
     let mut origin = "";
     for p in [prefix, path].into_iter().flatten() {
@@ -342,17 +368,27 @@ fn notification_path(prefix: Option<&Path>, path: Option<&Path>) -> Option<Path>
         elems.extend(p.elem.iter().filter(|e| !e.name.is_empty()));
     }
     let [e] = elems.as_slice() else { return None };
-    let (module, name) = NOTIFICATION_PATH.split_once(':')?;
-    let named = e.name == NOTIFICATION_PATH
-        || (e.name == name && (origin.is_empty() || origin == module || origin == "rfc7951"));
-    (named && e.key.is_empty()).then(|| Path {
-        origin: origin.to_string(),
-        elem: vec![proto::gnmi::PathElem {
-            name: e.name.clone(),
+    if !e.key.is_empty() {
+        return None;
+    }
+    let kind = NOTIFICATIONS.iter().find(|k| {
+        let Some((module, name)) = k.member.split_once(':') else {
+            return false;
+        };
+        e.name == k.member
+            || (e.name == name && (origin.is_empty() || origin == module || origin == "rfc7951"))
+    })?;
+    Some((
+        kind,
+        Path {
+            origin: origin.to_string(),
+            elem: vec![proto::gnmi::PathElem {
+                name: e.name.clone(),
+                ..Default::default()
+            }],
             ..Default::default()
-        }],
-        ..Default::default()
-    })
+        },
+    ))
 }
 
 /// `prefix` + `path` as a data path and as the wire path to echo.
@@ -481,17 +517,19 @@ impl GNmi for Service {
         }
         let mut paths = Vec::new();
         if r.path.is_empty() {
-            if notification_path(r.prefix.as_ref(), None).is_some() {
+            if let Some((kind, _)) = notification_path(r.prefix.as_ref(), None) {
                 return Err(Status::invalid_argument(format!(
-                    "/{NOTIFICATION_PATH} is a notification, not data: subscribe in STREAM mode with ON_CHANGE"
+                    "/{} is a notification, not data: subscribe in STREAM mode with ON_CHANGE",
+                    kind.member
                 )));
             }
             paths.push(data_path(r.prefix.as_ref(), None)?);
         }
         for p in &r.path {
-            if notification_path(r.prefix.as_ref(), Some(p)).is_some() {
+            if let Some((kind, _)) = notification_path(r.prefix.as_ref(), Some(p)) {
                 return Err(Status::invalid_argument(format!(
-                    "/{NOTIFICATION_PATH} is a notification, not data: subscribe in STREAM mode with ON_CHANGE"
+                    "/{} is a notification, not data: subscribe in STREAM mode with ON_CHANGE",
+                    kind.member
                 )));
             }
             paths.push(data_path(r.prefix.as_ref(), Some(p))?);
@@ -617,8 +655,8 @@ struct Plan {
     mode: subscription_list::Mode,
     subs: Vec<Sub>,
     updates_only: bool,
-    /// The notification path as subscribed (its wire form and encoding), when it is.
-    notifications: Option<(Path, Encoding)>,
+    /// The notifications subscribed: their wire paths as subscribed and encodings.
+    notifications: Vec<(&'static NotificationKind, Path, Encoding)>,
 }
 
 impl Service {
@@ -638,9 +676,9 @@ impl Service {
             )));
         }
         let mut subs = Vec::new();
-        let mut notifications = None;
+        let mut notifications = Vec::new();
         for s in &list.subscription {
-            if let Some(wire) = notification_path(list.prefix.as_ref(), s.path.as_ref()) {
+            if let Some((kind, wire)) = notification_path(list.prefix.as_ref(), s.path.as_ref()) {
                 let streamed = mode == subscription_list::Mode::Stream
                     && matches!(
                         SubscriptionMode::try_from(s.mode),
@@ -648,19 +686,26 @@ impl Service {
                     );
                 if !streamed {
                     return Err(Status::invalid_argument(format!(
-                        "/{NOTIFICATION_PATH} is a notification: subscribe in STREAM mode with ON_CHANGE"
+                        "/{} is a notification: subscribe in STREAM mode with ON_CHANGE",
+                        kind.member
                     )));
                 }
-                // The notification tells the CL changes of this node's links: what
-                // /lq-telemetry/local holds (seed 003 section 12.2 names it sensitive).
+                // What the notification tells is what its subtree holds (seed 003 section
+                // 12.2 names both sensitive).
                 let g: Vec<&DataPath> = client.grants.iter().collect();
-                if !readable_subtree(&g, "local") {
-                    warn!(peer = %client.peer, "gNMI subscription refused: the notification needs /lq-telemetry/local");
+                if !readable_subtree(&g, kind.needs) {
+                    warn!(peer = %client.peer, notification = kind.member, needs = kind.needs, "gNMI subscription refused: the notification needs its subtree's grant");
                     return Err(self.refuse(Status::permission_denied(format!(
-                        "/{NOTIFICATION_PATH}: not granted to this client (it needs /lq-telemetry/local)"
+                        "/{}: not granted to this client (it needs /lq-telemetry/{})",
+                        kind.member, kind.needs
                     ))));
                 }
-                notifications = Some((wire, encoding));
+                if !notifications
+                    .iter()
+                    .any(|(k, _, _): &(&NotificationKind, _, _)| k.member == kind.member)
+                {
+                    notifications.push((kind, wire, encoding));
+                }
                 continue;
             }
             let (path, wire) = data_path(list.prefix.as_ref(), s.path.as_ref())?;
@@ -835,10 +880,8 @@ impl Subscription {
                 self.service.demand.register(sample, on_change),
             )
         });
-        let mut notifications = plan
-            .notifications
-            .as_ref()
-            .map(|_| self.service.notifications.subscribe());
+        let mut notifications =
+            (!plan.notifications.is_empty()).then(|| self.service.notifications.subscribe());
         let mut latest = self.service.latest.clone();
         latest.mark_unchanged();
         let start = tokio::time::Instant::now();
@@ -944,9 +987,9 @@ impl Subscription {
             .map(|sub| sub.path.to_string())
             .or_else(|| {
                 plan.notifications
-                    .as_ref()
-                    .filter(|_| !readable_subtree(&g, "local"))
-                    .map(|_| format!("/{NOTIFICATION_PATH}"))
+                    .iter()
+                    .find(|(kind, _, _)| !readable_subtree(&g, kind.needs))
+                    .map(|(kind, _, _)| format!("/{}", kind.member))
             });
         if let Some(path) = denied {
             EndpointStats::inc(&self.service.stats.gnmi_refused);
@@ -969,18 +1012,22 @@ impl Subscription {
         Ok(())
     }
 
-    /// One `lq-threshold-crossed` notification (a JSON line of `lqd monitor`'s feed) as an
-    /// update of the subscribed notification path, its body the value, stamped with the
-    /// time it reached the client thread (the loop forwards it as it is raised).
+    /// One notification (a JSON line of `lqd monitor`'s feed) as an update of its
+    /// subscribed path, its body the value, stamped with the time it reached the client
+    /// thread (the loop forwards it as it is raised). A notification of a kind this
+    /// stream did not subscribe to is not its business.
     fn notify(&self, plan: &Plan, line: &str) -> Result<(), Ended> {
-        let Some((wire, encoding)) = &plan.notifications else {
+        let Ok(Value::Object(mut members)) = serde_json::from_str::<Value>(line) else {
+            warn!(line, "not a notification (RFC 7951 JSON object): not sent");
             return Ok(());
         };
-        let body = serde_json::from_str::<Value>(line)
-            .ok()
-            .and_then(|mut v| v.get_mut(NOTIFICATION_PATH).map(Value::take));
-        let Some(body) = body else {
-            warn!(line, "not an lq-threshold-crossed notification: not sent");
+        let Some((body, wire, encoding)) =
+            plan.notifications
+                .iter()
+                .find_map(|(kind, wire, encoding)| {
+                    Some((members.remove(kind.member)?, wire, encoding))
+                })
+        else {
             return Ok(());
         };
         let update = Update {
@@ -1335,6 +1382,27 @@ mod tests {
         }
         let prefix = path("", &["ietf-lq-telemetry:lq-threshold-crossed"]);
         assert!(notification_path(Some(&prefix), Some(&path("", &[]))).is_some());
+        // lq's augment's notification, told apart from the module's.
+        for p in [
+            path("", &["lq-authentication:lq-authentication-failure"]),
+            path("lq-authentication", &["lq-authentication-failure"]),
+        ] {
+            let (kind, _) = notification_path(None, Some(&p)).unwrap();
+            assert_eq!(kind.needs, "neighbors", "{p:?}");
+        }
+        let (kind, _) = notification_path(
+            None,
+            Some(&path("", &["ietf-lq-telemetry:lq-threshold-crossed"])),
+        )
+        .unwrap();
+        assert_eq!(kind.needs, "local");
+        assert!(
+            notification_path(
+                None,
+                Some(&path("ietf-lq-telemetry", &["lq-authentication-failure"]))
+            )
+            .is_none()
+        );
         for p in [
             path("", &["ietf-lq-telemetry:lq-telemetry"]),
             path("openconfig", &["lq-threshold-crossed"]),

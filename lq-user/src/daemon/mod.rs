@@ -526,6 +526,9 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                 }
             }
         }
+        if let Some(lb) = lb.as_mut() {
+            forward_auth_notifications(lb, &notify_tx);
+        }
         if changed {
             publish.state_changed(&snapshots);
         }
@@ -920,6 +923,14 @@ fn forward_notifications(h: &mut HelperRole, notify: &broadcast::Sender<String>)
         let line = n.to_json_string();
         info!(notification = %line, "lq-threshold-crossed");
         let _ = notify.send(line);
+    }
+}
+
+/// The authenticating receiver's `lq-authentication-failure` notifications to `lqd
+/// monitor` and gNMI subscribers (the receiver already logged each).
+fn forward_auth_notifications(lb: &mut LoadBalancer, notify: &broadcast::Sender<String>) {
+    for n in lb.take_auth_notifications() {
+        let _ = notify.send(n.to_json_string());
     }
 }
 

@@ -164,16 +164,26 @@ pub fn neighbors_json(
 }
 
 /// A load-balancer's authenticating receiver as lq's augment `lq-authentication`
-/// (yang/lq-authentication@2026-12-05.yang; issue 39 item 4): its mode, its key chain
-/// file and the receiver's counters by outcome (`auth_*` of `lqd show counters`, 64-bit
-/// counters as RFC 7951 strings). `None` without `[receiver] authentication`.
+/// (yang/lq-authentication@2026-12-05.yang; issue 39 item 4): its default mode, each
+/// interface's mode, its key chain file and the receiver's counters by outcome (`auth_*`
+/// of `lqd show counters`, 64-bit counters as RFC 7951 strings). `None` when no
+/// interface authenticates.
 pub fn authentication_json(cfg: &Config, counters: &[(&str, u64)]) -> Option<Value> {
     use crate::config::Authentication;
-    let mode = match cfg.receiver.authentication {
-        Authentication::None => return None,
+    let r = &cfg.receiver;
+    if r.authenticating_interfaces().is_empty() {
+        return None;
+    }
+    let name = |m: Authentication| match m {
+        Authentication::None => "none",
         Authentication::AcceptUnauthenticated => "accept-unauthenticated",
         Authentication::Required => "required",
     };
+    let interfaces: Vec<Value> = r
+        .interfaces
+        .iter()
+        .map(|i| json!({"name": i, "mode": name(r.authentication_of(i))}))
+        .collect();
     let c: Map<String, Value> = counters
         .iter()
         // The run time is a time, not an outcome; the metrics have it.
@@ -184,7 +194,8 @@ pub fn authentication_json(cfg: &Config, counters: &[(&str, u64)]) -> Option<Val
         })
         .collect();
     let mut o = Map::new();
-    o.insert("mode".into(), json!(mode));
+    o.insert("mode".into(), json!(name(r.authentication)));
+    o.insert("interface".into(), Value::Array(interfaces));
     if let Some(k) = &cfg.receiver.key_chain {
         o.insert("key-chain".into(), json!(k.display().to_string()));
     }
@@ -275,8 +286,21 @@ mod tests {
         .unwrap();
         assert_eq!(
             a,
-            json!({"mode": "required", "key-chain": "/etc/lq/keys.toml",
+            json!({"mode": "required",
+                   "interface": [{"name": "up1", "mode": "required"}],
+                   "key-chain": "/etc/lq/keys.toml",
                    "counters": {"bad-mac": "2", "socket-overflows": "0"}})
+        );
+        // A mode per uplink: the default none, one uplink migrating.
+        let text = leaf.replace("[\"up1\"]", "[\"up1\", \"up2\"]")
+            + "key-chain = \"/etc/lq/keys.toml\"\n\n[receiver.interface-authentication]\nup2 = \"accept-unauthenticated\"\n";
+        let cfg = Config::parse(&text, std::path::Path::new("leaf.toml")).unwrap();
+        let a = authentication_json(&cfg, &[]).unwrap();
+        assert_eq!(a["mode"], "none");
+        assert_eq!(
+            a["interface"],
+            json!([{"name": "up1", "mode": "none"},
+                   {"name": "up2", "mode": "accept-unauthenticated"}])
         );
     }
 

@@ -13,7 +13,8 @@
 //!
 //! A datagram that fails is dropped and counted by reason (missing trailer, unknown key
 //! id, key outside its accept-lifetime, bad MAC, replayed sequence); one warning per
-//! neighbor and reason per minute says so.
+//! neighbor and reason per minute says so, with an `lq-authentication-failure`
+//! notification (lq's augment module) for `lqd monitor` and gNMI subscribers.
 
 use std::{collections::BTreeMap, path::PathBuf};
 
@@ -22,7 +23,7 @@ use tracing::{info, warn};
 
 use crate::{
     config::{Authentication, Config},
-    core::auth::{self, Endpoints, KeyChain, Reject, ReplayGuard, rebuild_frame},
+    core::auth::{self, AuthFailure, Endpoints, KeyChain, Reject, ReplayGuard, rebuild_frame},
     sys::{
         bpf::path_table::{PathTableError, XdpReceiver},
         socket::{ReceivedInfo, recv_with_info},
@@ -123,11 +124,11 @@ pub enum AuthReceiverError {
 
 /// The receive path of `[receiver] authentication`.
 pub struct AuthReceiver {
-    mode: Authentication,
     key_chain: PathBuf,
     chain: KeyChain,
-    /// The interfaces that require authentication.
-    ifindexes: Vec<u32>,
+    /// Every receiver interface (ifindex, name) with its mode (`[receiver]
+    /// authentication` and `[receiver.interface-authentication]`), `none` included.
+    modes: Vec<(u32, String, Authentication)>,
     port: u16,
     replay: ReplayGuard,
     /// The counters.
@@ -138,6 +139,9 @@ pub struct AuthReceiver {
     noticed: BTreeMap<(u32, u32, Reject), u64>,
     /// The current minute's start, the warnings logged and those suppressed in it.
     notice_window: (u64, u32, u64),
+    /// Notifications raised and not yet taken by the loop (at most
+    /// [`NOTICES_PER_INTERVAL`] a minute are raised).
+    notifications: Vec<AuthFailure>,
     /// When datagrams of another interface were last warned about.
     other_interface_warned: Option<u64>,
     /// The last SO_RXQ_OVFL count seen on the IPv4 and the IPv6 socket.
@@ -147,20 +151,21 @@ pub struct AuthReceiver {
 }
 
 impl AuthReceiver {
-    /// The receive path for `cfg`'s `[receiver]` on `ifindexes`; `None` with
-    /// `authentication = "none"`.
-    pub fn new(cfg: &Config, ifindexes: Vec<u32>) -> Result<Option<Self>, AuthReceiverError> {
-        let r = &cfg.receiver;
-        if r.authentication == Authentication::None {
+    /// The receive path for `cfg`'s `[receiver]`, given every receiver interface's
+    /// ifindex, name and mode; `None` when no interface authenticates.
+    pub fn new(
+        cfg: &Config,
+        modes: Vec<(u32, String, Authentication)>,
+    ) -> Result<Option<Self>, AuthReceiverError> {
+        if modes.iter().all(|(_, _, m)| *m == Authentication::None) {
             return Ok(None);
         }
         let (key_chain, chain) = Self::read_key_chain(cfg)?;
-        info!(mode = ?r.authentication, key_chain = %key_chain.display(), keys = ?chain.keys().iter().map(|k| k.id).collect::<Vec<_>>(), interfaces = ?ifindexes, "authenticated advertisements: the XDP receiver passes LQ datagrams up for verification");
+        info!(key_chain = %key_chain.display(), keys = ?chain.keys().iter().map(|k| k.id).collect::<Vec<_>>(), interfaces = ?cfg.receiver.authenticating_interfaces(), "authenticated advertisements: the XDP receiver passes these interfaces' LQ datagrams up for verification");
         Ok(Some(Self {
-            mode: r.authentication,
             key_chain,
             chain,
-            ifindexes,
+            modes,
             port: cfg.udp.port,
             replay: ReplayGuard::default(),
             counters: AuthCounters::default(),
@@ -168,15 +173,25 @@ impl AuthReceiver {
             frame: Vec::with_capacity(lq_common::auth::MAX_DATAGRAM_LEN + 80),
             noticed: BTreeMap::new(),
             notice_window: (0, 0, 0),
+            notifications: Vec::new(),
             other_interface_warned: None,
             overflow_seen: [0; 2],
             overflow_warned: None,
         }))
     }
 
-    /// The interfaces that require authentication.
-    pub fn ifindexes(&self) -> &[u32] {
-        &self.ifindexes
+    /// The `lq-authentication-failure` notifications raised since the last call.
+    pub fn take_notifications(&mut self) -> Vec<AuthFailure> {
+        std::mem::take(&mut self.notifications)
+    }
+
+    /// The interfaces that authenticate (mode other than `none`).
+    pub fn ifindexes(&self) -> Vec<u32> {
+        self.modes
+            .iter()
+            .filter(|(_, _, m)| *m != Authentication::None)
+            .map(|(i, _, _)| *i)
+            .collect()
     }
 
     /// `cfg`'s `[receiver] key-chain`, read: at start and, on SIGHUP, before anything of
@@ -229,6 +244,7 @@ impl AuthReceiver {
     /// the next minute begins.
     fn notice(
         &mut self,
+        interface: usize,
         node_as: u32,
         node_id: u32,
         reason: Reject,
@@ -263,13 +279,22 @@ impl AuthReceiver {
         }
         *logged += 1;
         self.noticed.insert(key, now_ns);
+        let failure = AuthFailure {
+            interface: self.modes[interface].1.clone(),
+            neighbor_as: node_as,
+            neighbor_id: node_id,
+            source: source.ip(),
+            reason,
+        };
         warn!(
+            interface = %failure.interface,
             neighbor = %std::net::Ipv4Addr::from(node_id),
             node_as,
             %source,
             reason = reason.name(),
-            "LQ advertisement not authentic: dropped (one warning per neighbor and reason per minute)"
+            "LQ advertisement not authentic: dropped (one warning and lq-authentication-failure notification per neighbor and reason per minute)"
         );
+        self.notifications.push(failure);
     }
 
     /// Counts the datagrams a socket dropped for a full queue since the last one read
@@ -300,7 +325,7 @@ impl AuthReceiver {
 
     fn handle(&mut self, info: ReceivedInfo, receiver: &mut XdpReceiver, now_s: i64, now_ns: u64) {
         self.count_overflows(&info, now_ns);
-        if !self.ifindexes.contains(&info.ifindex) {
+        let Some(at) = self.modes.iter().position(|(i, _, _)| *i == info.ifindex) else {
             // Another interface's datagram (with `pass-through`, or on a VLAN
             // sub-interface, which IP_PKTINFO names where the XDP program saw the physical
             // one): ignored, and said once a minute at most.
@@ -312,6 +337,12 @@ impl AuthReceiver {
                 self.other_interface_warned = Some(now_ns);
                 warn!(ifindex = info.ifindex, source = %info.source, total = self.counters.other_interface, "an LQ datagram on an interface that is not an authenticated receiver interface: ignored (a VLAN sub-interface of one is not supported yet)");
             }
+            return;
+        };
+        let mode = self.modes[at].2;
+        if mode == Authentication::None {
+            // An interface of `authentication = "none"` with `pass-through`: the XDP
+            // program read this datagram already; the stack's copy is not ours.
             return;
         }
         self.counters.received += 1;
@@ -337,9 +368,7 @@ impl AuthReceiver {
                             Ok(()) => Ok(Some(true)),
                             Err(r) => Err((sender, r)),
                         },
-                        Err(Reject::Missing)
-                            if self.mode == Authentication::AcceptUnauthenticated =>
-                        {
+                        Err(Reject::Missing) if mode == Authentication::AcceptUnauthenticated => {
                             Ok(Some(false))
                         }
                         Err(r) => Err((sender, r)),
@@ -377,7 +406,7 @@ impl AuthReceiver {
                 if let Some(i) = Reject::ALL.iter().position(|r| *r == reason) {
                     self.counters.refused[i] += 1;
                 }
-                self.notice(node_as, node_id, reason, info.source, now_ns);
+                self.notice(at, node_as, node_id, reason, info.source, now_ns);
             }
         }
     }

@@ -388,16 +388,15 @@ impl LoadBalancer {
         // Issue 39: the interfaces whose datagrams are verified on the socket path, their
         // key chain read and the program told before it is attached: attached first, it
         // would take unsigned datagrams into the (pinned) table until then.
-        let auth_ifindexes = if cfg.receiver.authentication == crate::config::Authentication::None {
-            Vec::new()
-        } else {
-            cfg.receiver
-                .interfaces
-                .iter()
-                .map(|i| ifindex(i))
-                .collect::<Result<Vec<u32>, _>>()?
-        };
-        let auth = auth::AuthReceiver::new(&cfg, auth_ifindexes.clone())?;
+        // Each uplink in its own mode (`[receiver.interface-authentication]`).
+        let modes = cfg
+            .receiver
+            .interfaces
+            .iter()
+            .map(|i| Ok((ifindex(i)?, i.clone(), cfg.receiver.authentication_of(i))))
+            .collect::<Result<Vec<_>, LoadBalancerError>>()?;
+        let auth = auth::AuthReceiver::new(&cfg, modes)?;
+        let auth_ifindexes = auth.as_ref().map(|a| a.ifindexes()).unwrap_or_default();
         receiver.set_authenticated_interfaces(&auth_ifindexes)?;
         for iface in &cfg.receiver.interfaces {
             let mode = receiver.attach(iface)?;
@@ -1808,6 +1807,15 @@ impl LoadBalancer {
             crate::sys::clock::unix_s_now(),
             monotonic_ns(),
         )
+    }
+
+    /// The `lq-authentication-failure` notifications the authenticating receiver raised
+    /// since the last call (none without one).
+    pub fn take_auth_notifications(&mut self) -> Vec<crate::core::auth::AuthFailure> {
+        self.auth
+            .as_mut()
+            .map(auth::AuthReceiver::take_notifications)
+            .unwrap_or_default()
     }
 
     /// Reads what waits on an authentication socket before a step, up to
