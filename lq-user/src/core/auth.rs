@@ -22,16 +22,42 @@ use lq_common::{
 };
 use ring::hmac;
 
-/// A key's secret octets (RFC 8177 `key-string`): never shown, never logged.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(Vec<u8>);
+/// A key's secret octets (RFC 8177 `key-string`): never shown, never logged. It keeps
+/// the HMAC key schedule made from them (the padded key's two hashed blocks), made on
+/// first use: every signed or verified datagram would otherwise hash them again.
+#[derive(Clone)]
+pub struct Secret(Vec<u8>, std::sync::OnceLock<(Algorithm, hmac::Key)>);
 
 impl Secret {
     /// A secret from its octets.
     pub fn new(octets: Vec<u8>) -> Self {
-        Self(octets)
+        Self(octets, std::sync::OnceLock::new())
+    }
+
+    /// The HMAC key of these octets for `algorithm`: the schedule made at the first use,
+    /// or a new one for another algorithm than that use's.
+    fn hmac_key(&self, algorithm: Algorithm) -> std::borrow::Cow<'_, hmac::Key> {
+        let (made_for, key) = self.1.get_or_init(|| {
+            (
+                algorithm,
+                hmac::Key::new(ring_algorithm(algorithm), &self.0),
+            )
+        });
+        if *made_for == algorithm {
+            std::borrow::Cow::Borrowed(key)
+        } else {
+            std::borrow::Cow::Owned(hmac::Key::new(ring_algorithm(algorithm), &self.0))
+        }
     }
 }
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Secret {}
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -280,7 +306,7 @@ impl Endpoints {
 /// The MAC of a datagram whose trailer's fixed part is written (`datagram` up to
 /// `body_len + 16`), with `key`.
 fn mac_of(key: &Key, pseudo: &[u8], covered: &[u8]) -> hmac::Tag {
-    let k = hmac::Key::new(ring_algorithm(key.algorithm), &key.secret.0);
+    let k = key.secret.hmac_key(key.algorithm);
     let mut ctx = hmac::Context::with_key(&k);
     ctx.update(pseudo);
     ctx.update(covered);
@@ -349,8 +375,8 @@ pub fn verify(
     let mut input = Vec::with_capacity(n + covered.len());
     input.extend_from_slice(&pseudo[..n]);
     input.extend_from_slice(covered);
-    let k = hmac::Key::new(ring_algorithm(key.algorithm), &key.secret.0);
-    hmac::verify(&k, &input, trailer.mac).map_err(|_| Reject::BadMac)?;
+    hmac::verify(&key.secret.hmac_key(key.algorithm), &input, trailer.mac)
+        .map_err(|_| Reject::BadMac)?;
     Ok(Verified {
         key_id: trailer.key_id,
         sequence: trailer.sequence,
