@@ -161,6 +161,17 @@ impl PyGnmi<'_> {
         })
     }
 
+    /// The values a `stream` command printed (its stdout): each update's first value, in
+    /// the order received.
+    pub fn streamed_values(stdout: &str) -> Vec<Value> {
+        stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|m| m["update"]["update"].as_array()?.first().cloned())
+            .map(|u| u["val"].clone())
+            .collect()
+    }
+
     /// Starts the client with its stdout and stderr piped (a `stream` or `load` command).
     pub fn spawn(&self, args: &[&str]) -> Result<Child> {
         self.command(args)

@@ -39,6 +39,30 @@ interfaces = ["l1"]
 pass-through = true
 "#;
 
+/// Runs a Python script (scapy, hmac) in `ns` with `args`; its stdout, or a panic with its
+/// stderr.
+fn python(ns: &NetNs, script: &str, args: &[&str]) -> String {
+    let out = ns
+        .command("/usr/bin/python3")
+        .args(["-c", script])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Writes a key chain file that only its owner may read (lqd refuses any other).
+fn write_key_chain(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 fn lqs_of(lqd: &Lqd) -> Option<(u64, u64)> {
     let p = lqd.show("paths").ok()?;
     let e = p.as_array()?.first()?;
@@ -921,28 +945,22 @@ print(ok, bad, ",".join(str(i) for i in sorted(ids)))
 /// the forged LQS 0 never reaches the path table.
 #[test]
 fn a_leaf_that_requires_authentication_drops_forgeries_by_reason() {
-    use std::os::unix::fs::PermissionsExt;
     require_root();
     let dir = std::env::temp_dir().join(lq_tests::unique_name("lq-rkeys"));
     std::fs::create_dir_all(&dir).unwrap();
     let spine_keys = dir.join("spine.toml");
     let leaf_keys = dir.join("leaf.toml");
-    std::fs::write(
+    write_key_chain(
         &spine_keys,
         "[[key]]\nkey-id = 1\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"fabric key\"\n",
-    )
-    .unwrap();
+    );
     // The leaf accepts key 1, and knows key 3 only for a lifetime that ended in 2020.
-    std::fs::write(
+    write_key_chain(
         &leaf_keys,
         "[[key]]\nkey-id = 1\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"fabric key\"\n\n\
          [[key]]\nkey-id = 3\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"old key\"\n\
          accept-lifetime = { start-date-time = \"2019-01-01T00:00:00Z\", end-date-time = \"2020-01-01T00:00:00Z\" }\n",
-    )
-    .unwrap();
-    for k in [&spine_keys, &leaf_keys] {
-        std::fs::set_permissions(k, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
+    );
     let s = NetNs::new("lqt-ras").unwrap();
     let l = NetNs::new("lqt-ral").unwrap();
     veth_pair(&s, "s1", "10.9.0.1/24", &l, "l1", "10.9.0.2/24").unwrap();
@@ -1024,18 +1042,7 @@ send(bytes(flipped), sport)                                  # bad-mac (one flip
 send(g, sport)                                               # replayed-sequence
 print(len(genuine))
 "#;
-    let out = s
-        .command("/usr/bin/python3")
-        .args(["-c", script])
-        .arg(&pcap)
-        .arg(link_id.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python(&s, script, &[pcap.to_str().unwrap(), &link_id.to_string()]);
     let c = poll_until(
         "every forgery counted under its reason",
         Duration::from_secs(5),
@@ -1108,17 +1115,7 @@ e = struct.pack(">IIfBBH", 0x0A000101, link_id, 100.0, 0, 7 << 5, 0)
 for _ in range(3):
     sendp(Ether(dst="01:00:5e:00:00:01") / IP(src="10.9.0.1", dst="224.0.0.1", ttl=255) / UDP(sport=40998, dport=52525) / Raw(h + e), iface="s1", verbose=False)
 "#;
-    let out = s
-        .command("/usr/bin/python3")
-        .args(["-c", unsigned])
-        .arg(link_id.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python(&s, unsigned, &[&link_id.to_string()]);
     poll_until(
         "the unsigned datagram accepted and counted",
         Duration::from_secs(5),
@@ -1150,17 +1147,14 @@ for _ in range(3):
 /// (yanglint) names each interface's mode.
 #[test]
 fn each_uplink_authenticates_in_its_own_mode() {
-    use std::os::unix::fs::PermissionsExt;
     require_root();
     let dir = std::env::temp_dir().join(lq_tests::unique_name("lq-pkeys"));
     std::fs::create_dir_all(&dir).unwrap();
     let keys = dir.join("leaf.toml");
-    std::fs::write(
+    write_key_chain(
         &keys,
         "[[key]]\nkey-id = 1\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"fabric key\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).unwrap();
+    );
     let s = NetNs::new("lqt-rps").unwrap();
     let l = NetNs::new("lqt-rpl").unwrap();
     for i in 1..=3 {
@@ -1219,16 +1213,7 @@ for i in (1, 2, 3):
     p = Ether(dst="01:00:5e:00:00:01") / IP(src="10.9.%d.1" % i, dst="224.0.0.1", ttl=255) / UDP(sport=40000, dport=52525) / Raw(h + e)
     sendp(p, iface="s%d" % i, verbose=False)
 "#;
-    let out = s
-        .command("/usr/bin/python3")
-        .args(["-c", script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python(&s, script, &[]);
     let (c, spines) = poll_until(
         "the required uplink's datagram refused, the others accepted",
         Duration::from_secs(5),
@@ -1300,12 +1285,7 @@ for i in (1, 2, 3):
                            "reason": "missing-trailer"})
     );
     let stdout = String::from_utf8_lossy(&streamed.stdout);
-    let over_gnmi: Vec<serde_json::Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|m| m["update"]["update"].as_array()?.first().cloned())
-        .map(|u| u["val"].clone())
-        .collect();
+    let over_gnmi = lq_tests::gnmi::PyGnmi::streamed_values(&stdout);
     assert_eq!(
         over_gnmi,
         std::slice::from_ref(body),

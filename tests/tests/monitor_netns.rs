@@ -172,12 +172,7 @@ fn monitor_prints_valid_threshold_crossings_of_a_loaded_link() {
     let _ = gnmi.kill();
     let out = gnmi.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let over_gnmi: Vec<serde_json::Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|m| m["update"]["update"].as_array()?.first().cloned())
-        .map(|u| u["val"].clone())
-        .collect();
+    let over_gnmi = PyGnmi::streamed_values(&stdout);
     // From the rise on (a notification raised while pygnmi was still connecting reaches
     // `lqd monitor` alone).
     let monitored: Vec<serde_json::Value> = seen.iter().map(|l| body(l)).collect();
