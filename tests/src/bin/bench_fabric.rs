@@ -24,7 +24,10 @@ use serde_json::Value;
 /// The unit of a report metric, from its name: `_s` seconds, `_ms` milliseconds, counts of
 /// failures, flows or intervals, fractions of swing, share and delivery, and the ratios.
 fn unit_of(metric: &str) -> &'static str {
-    if metric.ends_with("_ms") {
+    if metric.contains("_vs_") {
+        // A ratio, whatever it compares (`remote_fault_share_vs_static`).
+        "x"
+    } else if metric.ends_with("_ms") {
         "ms"
     } else if metric.ends_with("_s") {
         "s"
@@ -197,6 +200,8 @@ mod tests {
         assert_eq!(unit_of("false_spine_failures"), "count");
         assert_eq!(unit_of("weight_swing_job_whole"), "fraction");
         assert_eq!(unit_of("jct_vs_static_cross"), "x");
+        assert_eq!(unit_of("remote_fault_share_vs_static"), "x");
+        assert_eq!(unit_of("remote_fault_share_lq"), "fraction");
     }
 
     #[test]

@@ -16,7 +16,10 @@
 //!
 //! Everything runs inside `lqf-*` network namespaces that are deleted on exit, Ctrl-C
 //! included.
-#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
+#![allow(unused_crate_dependencies)]
+// a test or binary root: the package's dependency list is shared by all its targets
+// The report's definitions are one `json!` literal, deeper than the default limit.
+#![recursion_limit = "256"]
 
 mod metrics;
 mod plot;
@@ -496,6 +499,8 @@ struct DrawResult {
     dyn_ecmp: DynResult,
     dyn_static: DynResult,
     remote_fault: RemoteFaultResult,
+    /// The same fault under static capacity weights (the same kind of group, no lqd).
+    remote_fault_static: RemoteFaultResult,
     /// Congestion only the fast plane sees (issue 38 item 3a).
     cross: CrossResult,
     /// Member nexthops L1's lqd deleted on a spine failure over its runs of the draw: no
@@ -844,6 +849,9 @@ fn run() -> Result<()> {
             "delivered_fraction_static",
             "degraded_share_job_whole",
             "degraded_share_cut_whole",
+            "remote_fault_share_lq",
+            "remote_fault_share_static",
+            "remote_fault_share_vs_static",
         ])
     {
         let values: Vec<Option<f64>> = per_draw.iter().map(|(m, _)| m[name].as_f64()).collect();
@@ -921,6 +929,9 @@ fn run() -> Result<()> {
             "p99_fct_vs_static_dynamic": "dynamic load: lq's p99 flow completion time / static capacity weights' (told of the cut as lqd is: plain mode the group's weights replaced at the cut and the restore, --bgp FRR's UCMP following the Link Bandwidth), same draw",
             "buckets_moved_per_run": "per draw, per run (a cut or restore inside it included): buckets of L1's resilient group towards L4 whose member changed between consecutive 0.5 s samples (`ip -j nexthop bucket`), a lower bound; null where no group of lq's forwards (FRR's UCMP route with --bgp)",
             "remote_fault_detection_ms": "S3->L4 shaped to 1 Mbit/s with a 2 000-octet bucket and a 1 ms queue (nearly every packet offered dropped at once) while its link, BGP session and capacity stay, under 24 flows paced at 2 Mbit/s: from just before the qdisc change to the first 1 ms poll of L1's group without S3",
+            "remote_fault_share_lq": "the same fault: the share of L1's octets on its four spine links sent towards S3 from the fault to its end (/proc/net/dev in L1's namespace, the 1 ms polls), with lq",
+            "remote_fault_share_static": "the same, run beside it under static capacity weights (every capacity equal here: ECMP's group, created the same way with lqd's timers, no lqd): the flows hashed to S3 stay there for the whole fault, and TCP's losses there hold what they send far below their pacing, so this share is below their count's (about 4 of 24)",
+            "remote_fault_share_vs_static": "remote_fault_share_lq / remote_fault_share_static: how much of what static weights send into the broken path lq still sends (seed 003 section 6.3 gives a path with drops, LQS <= 25 by Appendix A.4, a weight in proportion; only LQS 0 is pruned)",
             "remote_fault_traffic_after_detection_ms": "the same fault: from lq's prune of S3 (its earliest) to the end of the last poll interval in which L1 still sent > 1 000 octets towards S3 (over the whole fault: S3 readmitted while it lasts, as an idle broken link reads healthy, counts against lq)",
             "weight_swing_job_whole": "weight_swing over the whole lq job (its start to its last flow's end, or the time limit)",
             "weight_swing_cut_whole": "weight_swing over the whole cut of the dynamic lq run (S2->L4 cut to restored)",
@@ -989,7 +1000,14 @@ fn run() -> Result<()> {
                 ),
             ),
             ("capacity cut, dynamic load", String::new()),
-            ("remote fault", r.remote_fault.line()),
+            (
+                "remote fault",
+                format!(
+                    "{}; {}",
+                    r.remote_fault.line(),
+                    r.remote_fault_static.line()
+                ),
+            ),
             (
                 "BGP withdrawal",
                 r.withdraw
@@ -1243,7 +1261,10 @@ fn run_draw(
     )?;
     println!("    static capacity weights: {}", dyn_line(&dyn_static));
     c.mark("settle");
-    let remote_fault = run_remote_fault(c, leaves, d, run_id(8))?;
+    let remote_fault_static = run_remote_fault(c, leaves, d, run_id(9), false)?;
+    println!("    {}", remote_fault_static.line());
+    c.mark("settle");
+    let remote_fault = run_remote_fault(c, leaves, d, run_id(8), true)?;
     println!("    {}", remote_fault.line());
     c.mark("settle");
     let withdraw = if a.bgp {
@@ -1269,6 +1290,7 @@ fn run_draw(
         dyn_ecmp,
         dyn_static,
         remote_fault,
+        remote_fault_static,
         cross,
         false_spine_failures,
         other_leaves_spine_failures: failures_logged(&leaves[1..])
@@ -1549,6 +1571,9 @@ fn draw_report(
         "delivered_fraction_static": r.dyn_static.delivered_fraction,
         "remote_fault_detection_ms": r.remote_fault.detection_ms(),
         "remote_fault_traffic_after_detection_ms": r.remote_fault.traffic_after_detection_ms(),
+        "remote_fault_share_lq": r.remote_fault.share_during_fault(),
+        "remote_fault_share_static": r.remote_fault_static.share_during_fault(),
+        "remote_fault_share_vs_static": ratio(r.remote_fault.share_during_fault(), r.remote_fault_static.share_during_fault()),
         "weight_swing_job_whole": metrics::weight_swing(wsamples, d, job_whole.0, job_whole.1),
         "weight_swing_cut_whole": metrics::weight_swing(wsamples, d, cut_whole.0, cut_whole.1),
         "degraded_share_job_whole": metrics::mean_share(wsamples, d, 1, job_whole.0, job_whole.1),
@@ -1594,6 +1619,7 @@ fn draw_report(
         },
         "cross": r.cross.json(),
         "remote_fault": r.remote_fault.json(),
+        "remote_fault_static": r.remote_fault_static.json(),
         "buckets_moved_per_run": buckets_moved_per_run,
         "windows_s": {
             "job": [job_window.0, job_window.1], "dynamic": [dyn_window.0, dyn_window.1],

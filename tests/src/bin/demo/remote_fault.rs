@@ -59,9 +59,22 @@ pub struct RemoteFaultResult {
     octets_before_prune: u64,
     polls: usize,
     max_gap_ms: f64,
+    /// Whether lqd ran (lq) or the group stayed as created (static capacity weights: here
+    /// every capacity is equal, so static is ECMP's group).
+    with_lq: bool,
+    /// The share of L1's octets on its spine links sent towards S`SPINE` from the fault to
+    /// its end, and from lq's prune to the fault's end.
+    share_fault: Option<f64>,
+    share_after_prune: Option<f64>,
 }
 
 impl RemoteFaultResult {
+    /// The share of L1's octets on its spine links that went towards S`SPINE` from the
+    /// fault to its end.
+    pub fn share_during_fault(&self) -> Option<f64> {
+        self.share_fault
+    }
+
     /// From the fault to lq's group without S3 (at most: the first read without it).
     pub fn detection_ms(&self) -> Option<f64> {
         Some((self.pruned_s?.1 - self.fault_s) * 1e3)
@@ -79,6 +92,9 @@ impl RemoteFaultResult {
 
     pub fn json(&self) -> Value {
         json!({
+            "variant": if self.with_lq { "lq" } else { "static" },
+            "share_towards_spine_during_fault": self.share_fault,
+            "share_towards_spine_after_prune": self.share_after_prune,
             "fault": format!("S{SPINE}->L{LEAF} shaped to {FAULT_MBIT} Mbit/s (bucket {} octets, queue {} ms) for {} ms; link, BGP session and capacity unchanged", FAULT_SHAPING.burst_bytes, FAULT_SHAPING.latency_ms, FAULT.as_millis()),
             "flows": self.flows, "flows_via_faulty_spine": self.flows_via_spine,
             "pacing_mbit": PACING_BPS / 1_000_000,
@@ -96,8 +112,17 @@ impl RemoteFaultResult {
 
     pub fn line(&self) -> String {
         let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1} ms"));
+        let share = self
+            .share_fault
+            .map_or("-".into(), |v| format!("{:.1} %", v * 100.0));
+        if !self.with_lq {
+            return format!(
+                "static capacity weights: S{SPINE}->L{LEAF} stops forwarding ({} of {} flows on S{SPINE}): {share} of L1's octets sent towards S{SPINE} while it lasted",
+                self.flows_via_spine, self.flows
+            );
+        }
         format!(
-            "S{SPINE}->L{LEAF} stops forwarding ({} of {} flows on S{SPINE}): lq pruned S{SPINE} after {}, data towards S{SPINE} {} after that, {} readmission(s) while the fault lasted (poll gap max {:.1} ms)",
+            "S{SPINE}->L{LEAF} stops forwarding ({} of {} flows on S{SPINE}): lq pruned S{SPINE} after {}, data towards S{SPINE} {} after that, {} readmission(s) while the fault lasted, {share} of L1's octets sent towards S{SPINE} while it lasted (poll gap max {:.1} ms)",
             self.flows_via_spine,
             self.flows,
             f(self.detection_ms()),
@@ -108,20 +133,33 @@ impl RemoteFaultResult {
     }
 }
 
-/// Runs the phase: lqd started on L1 on a fresh equal group, the load, the fault, the
-/// repair; lqd stopped at the end.
+/// Runs the phase: on a fresh group of equal weights (every capacity is the same), lqd
+/// started on L1 (`with_lq`) or not (static capacity weights, created the same way, the
+/// same timers), the load, the fault, the repair; lqd stopped at the end.
 pub fn run_remote_fault(
     c: &Ctx,
     leaves: &mut [Option<Daemon>],
     draw: u32,
     run: u32,
+    with_lq: bool,
 ) -> Result<RemoteFaultResult> {
     stop_daemon(&mut leaves[0]);
     c.fresh_group(&[(1, 255), (2, 255), (3, 255), (4, 255)])?;
-    leaves[0] = Some(c.start_l1(&format!("f{draw}"))?);
-    c.mark("remote fault");
+    if with_lq {
+        leaves[0] = Some(c.start_l1(&format!("f{draw}"))?);
+    }
+    c.mark(if with_lq {
+        "remote fault"
+    } else {
+        "remote fault static"
+    });
     println!(
-        "==> demo: remote fault: {FLOWS} flows paced at {} Mbit/s from H1 to H4, then S{SPINE}->L{LEAF} drops nearly everything ({FAULT_MBIT} Mbit/s) while its link, BGP and capacity stay",
+        "==> demo: remote fault ({}): {FLOWS} flows paced at {} Mbit/s from H1 to H4, then S{SPINE}->L{LEAF} drops nearly everything ({FAULT_MBIT} Mbit/s) while its link, BGP and capacity stay",
+        if with_lq {
+            "lq"
+        } else {
+            "static capacity weights"
+        },
         PACING_BPS / 1_000_000
     );
     let result = WatchedLoad::start(c, run, SPORT, false).and_then(|mut load| {
@@ -137,14 +175,20 @@ pub fn run_remote_fault(
         faulted?;
         slept?;
         repaired?;
-        Ok(judge(&polls, fault_s, FLOWS, flows_via_spine))
+        Ok(judge(&polls, fault_s, FLOWS, flows_via_spine, with_lq))
     });
     stop_daemon(&mut leaves[0]);
     result
 }
 
 /// The measurements from the polls (pure, for the unit test).
-fn judge(polls: &[Poll], fault_s: f64, flows: u16, flows_via_spine: u32) -> RemoteFaultResult {
+fn judge(
+    polls: &[Poll],
+    fault_s: f64,
+    flows: u16,
+    flows_via_spine: u32,
+    with_lq: bool,
+) -> RemoteFaultResult {
     let pruned_s = change(polls, fault_s, |p| (p.t_lq, p.lq));
     let after_prune: Vec<&[Poll]> = match pruned_s {
         Some((at, _)) => polls.windows(2).filter(|w| w[0].t_lq >= at).collect(),
@@ -178,7 +222,19 @@ fn judge(polls: &[Poll], fault_s: f64, flows: u16, flows_via_spine: u32) -> Remo
         octets_before_prune,
         polls: polls.len(),
         max_gap_ms,
+        with_lq,
+        share_fault: share_towards_spine(polls, fault_s),
+        share_after_prune: pruned_s.and_then(|(at, _)| share_towards_spine(polls, at)),
     }
+}
+
+/// The share of L1's octets on its spine links sent towards S`SPINE` from the last poll
+/// at or before `from` to the last poll; `None` without such polls or without octets.
+fn share_towards_spine(polls: &[Poll], from: f64) -> Option<f64> {
+    let start = polls.iter().rev().find(|p| p.t_tx <= from)?;
+    let end = polls.last()?;
+    let all = end.tx_all.checked_sub(start.tx_all)?;
+    (all > 0).then(|| end.tx.saturating_sub(start.tx) as f64 / all as f64)
 }
 
 #[cfg(test)]
@@ -193,6 +249,8 @@ mod tests {
             lq,
             t_tx: t,
             tx,
+            // The other three spine links carry three times as much.
+            tx_all: 4 * tx,
         }
     }
 
@@ -211,20 +269,21 @@ mod tests {
             p(10.310, true, 20_000),  // data after the readmission: charged
             p(10.320, false, 20_000),
         ];
-        let r = judge(&polls, 10.005, 24, 5);
+        let r = judge(&polls, 10.005, 24, 5, true);
         assert!((r.detection_ms().unwrap() - 25.0).abs() < 1e-6);
+        assert!((r.share_during_fault().unwrap() - 0.25).abs() < 1e-9);
         assert!((r.traffic_after_detection_ms().unwrap() - 290.0).abs() < 1e-6);
         // Without the readmission's data: the drain right after the prune.
         let mut quiet = polls;
         quiet[7].tx = 14_100;
         quiet[8].tx = 14_100;
-        let r = judge(&quiet, 10.005, 24, 5);
+        let r = judge(&quiet, 10.005, 24, 5, true);
         assert!((r.traffic_after_detection_ms().unwrap() - 15.0).abs() < 1e-6);
         assert_eq!(r.readmissions, 1);
         assert_eq!(r.octets_before_prune, 12_000);
         // Never pruned: nothing measured.
         let never = [p(10.0, true, 0), p(10.1, true, 9_000)];
-        let r = judge(&never, 10.0, 24, 5);
+        let r = judge(&never, 10.0, 24, 5, true);
         assert_eq!(r.detection_ms(), None);
         assert_eq!(r.traffic_after_detection_ms(), None);
     }

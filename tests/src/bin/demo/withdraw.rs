@@ -19,7 +19,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use lq_tests::fabric::{Clos3, Daemon, flow_egress};
 use lq_user::sys::netlink::{Rtnl, RtnlError, route::RouteMsg};
 use serde_json::{Value, json};
@@ -123,7 +123,10 @@ pub(super) struct Poll {
     pub(super) t_lq: f64,
     pub(super) lq: bool,
     pub(super) t_tx: f64,
+    /// Octets L1 sent on its link to S`SPINE`.
     pub(super) tx: u64,
+    /// Octets L1 sent on all its spine links (the same read).
+    pub(super) tx_all: u64,
 }
 
 /// When a route lost S3 according to the polls (`read` gives a poll's read time and state):
@@ -391,7 +394,7 @@ pub(super) fn poll(
                 .any(|m| u64::from(m.id) == lq_tests::fabric::ID_BASE + SPINE as u64)
         });
         let t_tx = now_s();
-        let tx = tx_octets(oif_name)?;
+        let (tx, tx_all) = tx_octets(oif_name)?;
         out.push(Poll {
             t_bgp,
             bgp,
@@ -399,6 +402,7 @@ pub(super) fn poll(
             lq,
             t_tx,
             tx,
+            tx_all,
         });
         std::thread::sleep(Duration::from_micros(500));
     }
@@ -437,20 +441,39 @@ fn bgp_route_uses(rtnl: &mut Rtnl, prefix: (Ipv4Addr, u8), oif: u32) -> Result<b
 }
 
 /// Octets transmitted on `ifname` (this thread's namespace: /proc/thread-self/net/dev).
-fn tx_octets(ifname: &str) -> Result<u64> {
+/// The octets this namespace's `ifname` transmitted, and those of all its spine links
+/// (a leaf names them `s1`, `s2`, ...: `ifname` among them), from one read of
+/// /proc/net/dev.
+fn tx_octets(ifname: &str) -> Result<(u64, u64)> {
     let t = std::fs::read_to_string("/proc/thread-self/net/dev")?;
+    let (mut one, mut all) = (None, 0);
     for line in t.lines() {
-        if let Some((name, rest)) = line.split_once(':')
-            && name.trim() == ifname
-        {
-            // rx: octets packets errs drop fifo frame compressed multicast; tx: octets ...
-            return rest
-                .split_whitespace()
-                .nth(8)
-                .context("short /proc/net/dev line")?
-                .parse()
-                .context("tx octets");
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let name = name.trim();
+        let spine_link = name
+            .strip_prefix('s')
+            .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()));
+        if name != ifname && !spine_link {
+            continue;
+        }
+        // rx: octets packets errs drop fifo frame compressed multicast; tx: octets ...
+        let tx: u64 = rest
+            .split_whitespace()
+            .nth(8)
+            .context("short /proc/net/dev line")?
+            .parse()
+            .context("tx octets")?;
+        if name == ifname {
+            one = Some(tx);
+        }
+        if spine_link {
+            all += tx;
         }
     }
-    bail!("{ifname} is not in /proc/thread-self/net/dev")
+    Ok((
+        one.with_context(|| format!("{ifname} is not in /proc/thread-self/net/dev"))?,
+        all,
+    ))
 }
