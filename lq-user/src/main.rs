@@ -475,6 +475,22 @@ fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
                     lq_user::config::GroupType::HashThreshold => String::new(),
                 }
             )?;
+            let authenticating = cfg.receiver.authenticating_interfaces();
+            if !authenticating.is_empty() {
+                let modes: Vec<String> = authenticating
+                    .iter()
+                    .map(|(i, m)| format!("{i} {}", m.as_str()))
+                    .collect();
+                writeln!(
+                    out,
+                    "  authentication: {}; key chain {}",
+                    modes.join(", "),
+                    cfg.receiver
+                        .key_chain
+                        .as_ref()
+                        .map_or("-".into(), |k| k.display().to_string())
+                )?;
+            }
             if let Some(sp) = &cfg.slow_plane {
                 writeln!(
                     out,

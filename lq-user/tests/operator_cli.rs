@@ -99,6 +99,46 @@ fn warnings_are_printed_with_their_line_and_strict_makes_them_errors() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `check-config` says which uplinks authenticate and how (issue 39), reading the key
+/// chain as lqd would.
+#[test]
+fn check_config_names_each_uplinks_authentication() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lq-operator-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.toml");
+    std::fs::write(
+        &keys,
+        "[[key]]\nkey-id = 1\ncrypto-algorithm = \"hmac-sha-256\"\nkey-string = \"k\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = dir.join("leaf.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[lq-telemetry]\nenabled = true\nrole = \"load-balancer\"\n\n[receiver]\ninterfaces = [\"eth1\", \"eth2\", \"eth3\"]\nauthentication = \"required\"\nkey-chain = \"{}\"\n\n[receiver.interface-authentication]\neth2 = \"accept-unauthenticated\"\neth3 = \"none\"\n",
+            keys.display()
+        ),
+    )
+    .unwrap();
+    let out = lqd(&["check-config", file.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!(
+            "authentication: eth1 required, eth2 accept-unauthenticated; key chain {}",
+            keys.display()
+        )),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn every_subcommand_teaches_its_use() {
     for sub in [

@@ -451,6 +451,17 @@ pub enum Authentication {
     Required,
 }
 
+impl Authentication {
+    /// The configuration's (and the YANG module's) name of the mode.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::AcceptUnauthenticated => "accept-unauthenticated",
+            Self::Required => "required",
+        }
+    }
+}
+
 /// `[damping]`: receiver damping (section 6.4).
 #[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]

@@ -169,20 +169,14 @@ pub fn neighbors_json(
 /// of `lqd show counters`, 64-bit counters as RFC 7951 strings). `None` when no
 /// interface authenticates.
 pub fn authentication_json(cfg: &Config, counters: &[(&str, u64)]) -> Option<Value> {
-    use crate::config::Authentication;
     let r = &cfg.receiver;
     if r.authenticating_interfaces().is_empty() {
         return None;
     }
-    let name = |m: Authentication| match m {
-        Authentication::None => "none",
-        Authentication::AcceptUnauthenticated => "accept-unauthenticated",
-        Authentication::Required => "required",
-    };
     let interfaces: Vec<Value> = r
         .interfaces
         .iter()
-        .map(|i| json!({"name": i, "mode": name(r.authentication_of(i))}))
+        .map(|i| json!({"name": i, "mode": r.authentication_of(i).as_str()}))
         .collect();
     let c: Map<String, Value> = counters
         .iter()
@@ -194,7 +188,7 @@ pub fn authentication_json(cfg: &Config, counters: &[(&str, u64)]) -> Option<Val
         })
         .collect();
     let mut o = Map::new();
-    o.insert("mode".into(), json!(name(r.authentication)));
+    o.insert("mode".into(), json!(r.authentication.as_str()));
     o.insert("interface".into(), Value::Array(interfaces));
     if let Some(k) = &cfg.receiver.key_chain {
         o.insert("key-chain".into(), json!(k.display().to_string()));
