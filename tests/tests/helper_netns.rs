@@ -1201,8 +1201,28 @@ fn each_uplink_authenticates_in_its_own_mode() {
         "30",
     ])
     .unwrap();
-    // Let both subscriptions reach the daemon first.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Both subscriptions reach the daemon first (each logs it as it subscribes; pygnmi
+    // takes a second or more to start on a loaded machine).
+    poll_until(
+        "lqd monitor and the gNMI subscription to follow the notifications",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || {
+            let log = leaf.log_text();
+            if log.contains("a client follows the notifications")
+                && log.contains("notifications=1")
+                && log.contains("gNMI subscription")
+            {
+                Ok(())
+            } else {
+                Err(())
+            }
+        },
+        |()| leaf.log_text(),
+    )
+    .unwrap();
+    // The stream task subscribes just after the log line.
+    std::thread::sleep(Duration::from_millis(300));
     // Spine 10.0.0.<i> on uplink i, each advertising its link to remote 10.0.1.1.
     let script = r#"
 import struct

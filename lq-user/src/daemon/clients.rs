@@ -15,7 +15,7 @@ use tokio::{
     net::{TcpListener, UnixListener, UnixStream},
     sync::{Notify, Semaphore, broadcast},
 };
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::published::{
     Current, NorthboundReload, Published, RefusalLog, accept_failed, state_json,
@@ -435,6 +435,7 @@ async fn reload(ctx: &Clients) -> String {
 /// dropped (and counted) so it holds back nobody else.
 async fn follow_notifications(mut w: tokio::net::unix::OwnedWriteHalf, ctx: &Clients) {
     let mut rx = ctx.notify.subscribe();
+    info!("lqd monitor: a client follows the notifications");
     loop {
         match rx.recv().await {
             Ok(n) => {

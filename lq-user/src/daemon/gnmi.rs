@@ -590,7 +590,7 @@ impl GNmi for Service {
         let plan = self.plan(&client, &list)?;
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let closed = Arc::new(Mutex::new(None));
-        info!(peer = %client.peer, mode = ?plan.mode, paths = plan.subs.len(), "gNMI subscription");
+        info!(peer = %client.peer, mode = ?plan.mode, paths = plan.subs.len(), notifications = plan.notifications.len(), "gNMI subscription");
         let run = Subscription {
             service: self.clone(),
             tx,
