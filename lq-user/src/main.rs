@@ -475,6 +475,13 @@ fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
                     lq_user::config::GroupType::HashThreshold => String::new(),
                 }
             )?;
+            if let Some(g) = c.gray_failure {
+                writeln!(
+                    out,
+                    "  gray-failure prune: on (an opt-in departure from seed 003 section 6.3): a path whose spine reports loss (CL 7) while at least {:.0} % of its capacity is available counts as path quality 0",
+                    g.min_available * 100.0
+                )?;
+            }
             let authenticating = cfg.receiver.authenticating_interfaces();
             if !authenticating.is_empty() {
                 let modes: Vec<String> = authenticating

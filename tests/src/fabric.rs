@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use aya::programs::{SchedClassifier, TcAttachType};
 
 use crate::{
@@ -460,6 +460,8 @@ pub struct LbOptions {
     pub weight_function: Option<String>,
     /// `[nexthop-group] replace`; lqd's default when `None`.
     pub replace: Option<String>,
+    /// `[damping] gray-failure-prune = true` (the opt-in departure from 6.3; off in lqd).
+    pub gray_failure_prune: bool,
 }
 
 impl Default for LbOptions {
@@ -471,6 +473,7 @@ impl Default for LbOptions {
             gain: 0.5,
             weight_function: None,
             replace: None,
+            gray_failure_prune: false,
         }
     }
 }
@@ -491,13 +494,18 @@ pub fn lb_sections(
         .as_deref()
         .map(|w| format!("weight-function = \"{w}\"\n"))
         .unwrap_or_default();
+    let gray_failure = if o.gray_failure_prune {
+        "gray-failure-prune = true\n"
+    } else {
+        ""
+    };
     let replace = o
         .replace
         .as_deref()
         .map(|r| format!("replace = \"{r}\"\n"))
         .unwrap_or_default();
     let mut c = format!(
-        "\n[receiver]\ninterfaces = [{}]\n\n[damping]\ngain = {}\n{weight_function}\n[nexthop-group]\ntype = \"resilient\"\nbuckets = {}\nidle-timer-ms = {}\nunbalanced-timer-ms = {}\n{replace}",
+        "\n[receiver]\ninterfaces = [{}]\n\n[damping]\ngain = {}\n{weight_function}{gray_failure}\n[nexthop-group]\ntype = \"resilient\"\nbuckets = {}\nidle-timer-ms = {}\nunbalanced-timer-ms = {}\n{replace}",
         ifaces.join(", "),
         o.gain,
         o.buckets,
@@ -1194,6 +1202,16 @@ impl Clos3 {
 
     /// Changes the shaping rate of spine i's link towards leaf j (both 1-based).
     pub fn set_spine_rate(&self, i: usize, j: usize, rate_mbit: u32) -> Result<()> {
+        // A fresh root (`replace` of a tbf keeps a child queue that replaced its own, as
+        // `stop_spine_forwarding` does): deleted first when it has such a child.
+        let ns = &self.spines[i - 1];
+        let dev = format!("l{j}");
+        if ns
+            .exec("tc", &["qdisc", "show", "dev", &dev])
+            .is_ok_and(|s| s.contains("pfifo"))
+        {
+            ns.exec("tc", &["qdisc", "del", "dev", &dev, "root"])?;
+        }
         let s = Shaping {
             rate_mbit,
             ..self.shaping
@@ -1204,6 +1222,41 @@ impl Clos3 {
     /// Shapes spine `i`'s link to leaf `j` with `s` (bucket and queue too).
     pub fn set_spine_shaping(&self, i: usize, j: usize, s: Shaping) -> Result<()> {
         shape(&self.spines[i - 1], &format!("l{j}"), s)
+    }
+
+    /// Spine `i`'s link to leaf `j` stops forwarding while it stays up at its rate, a gray
+    /// failure: the root tbf keeps its rate (the link speed the helper reads, Appendix
+    /// A.2's `link_speed`) and its queue becomes a pfifo of limit 0, which drops every
+    /// packet offered; the drops count as the root qdisc's (A.1's drop counter).
+    /// [`Self::set_spine_rate`] repairs it.
+    pub fn stop_spine_forwarding(&self, i: usize, j: usize) -> Result<()> {
+        let ns = &self.spines[i - 1];
+        let dev = format!("l{j}");
+        let shown = ns.exec("tc", &["-j", "qdisc", "show", "dev", &dev])?;
+        let qdiscs: serde_json::Value = serde_json::from_str(&shown)
+            .map_err(|e| anyhow!("tc -j qdisc show dev {dev}: {e}: {shown}"))?;
+        let handle = qdiscs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|q| q["root"] == true && q["kind"] == "tbf")
+            .and_then(|q| q["handle"].as_str())
+            .ok_or_else(|| anyhow!("{dev} in {} has no root tbf: {shown}", ns.name()))?;
+        ns.exec(
+            "tc",
+            &[
+                "qdisc",
+                "replace",
+                "dev",
+                &dev,
+                "parent",
+                &format!("{handle}1"),
+                "pfifo",
+                "limit",
+                "0",
+            ],
+        )?;
+        Ok(())
     }
 }
 

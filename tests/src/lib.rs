@@ -61,7 +61,7 @@ fn yanglint(kind: &str, json: &serde_json::Value) -> anyhow::Result<()> {
         .args(["-t", kind])
         .arg(dir.join("ietf-lq-telemetry@2026-07-07.yang"))
         // lq's augment: a load-balancer's groups, capacities and their sources.
-        .arg(dir.join("lq-weighted-ecmp@2026-12-04.yang"))
+        .arg(dir.join("lq-weighted-ecmp@2026-12-05.yang"))
         .arg(dir.join("lq-authentication@2026-12-05.yang"))
         .arg(&file)
         .output()

@@ -196,7 +196,7 @@ read = ["/lq-telemetry/weighted-ecmp"]
     let models = caps["supported_models"].as_array().unwrap();
     for (name, rev) in [
         ("ietf-lq-telemetry", "2026-07-07"),
-        ("lq-weighted-ecmp", "2026-12-04"),
+        ("lq-weighted-ecmp", "2026-12-05"),
     ] {
         assert!(
             models

@@ -1362,3 +1362,149 @@ fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() 
         sender.join().unwrap();
     }
 }
+
+/// `[damping] gray-failure-prune` (an opt-in departure from seed 003 section 6.3,
+/// docs/weights.md "Gray failures"): S2 reports loss (CL 7) on its link to the remote node
+/// while 99 of its 100 Gbit/s are available (LQS 25, Appendix A.4 with X = 1), S3 reports
+/// loss at 99 % utilisation (LQS 2). With the prune the failing S2 leaves the group and the
+/// congested S3 stays; without it (lqd's default, 6.3 as written) both stay. The views say
+/// why, the YANG state carries it (yanglint), and S2 is back once its loss ends.
+#[test]
+fn a_lossy_idle_path_is_pruned_only_with_the_gray_failure_prune() {
+    require_root();
+    for prune in [false, true] {
+        let f = fabric();
+        // Per spine: (LQS, CL, available Gbit/s).
+        let healthy = (237u8, 0u8, 90.0f32);
+        let spines = Arc::new(Mutex::new([healthy; 4]));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sender = {
+            let (st, s) = (spines.clone(), stop.clone());
+            let name = f.spines.name().to_string();
+            std::thread::spawn(move || {
+                lq_tests::netns::enter_netns(&name).unwrap();
+                let mut senders = spine_senders();
+                let mut seq = 1u16;
+                let mut next = Instant::now();
+                while !s.load(Ordering::Relaxed) {
+                    seq = seq.wrapping_add(1);
+                    let now = *st.lock().unwrap();
+                    for k in 0..4u8 {
+                        let (lqs, cl, available) = now[k as usize];
+                        let h = header(ip4(10, 0, 0, k + 1), seq);
+                        let mut e = entry(REMOTE, 1, lqs, cl);
+                        e.available_bandwidth = available;
+                        let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k + 1, 2)), 52525);
+                        senders[k as usize].send(to, &h, &[e]).unwrap();
+                    }
+                    next += Duration::from_millis(20);
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                }
+            })
+        };
+        let mut config = leaf_config();
+        if prune {
+            config = config.replacen(
+                "[receiver]",
+                "[damping]\ngray-failure-prune = true\n\n[receiver]",
+                1,
+            );
+        }
+        // The slow plane's capacity of every path: 100 Gbit/s (below the veths' speed).
+        for k in 1..=4 {
+            config.push_str(&format!(
+                "\n[[path-capacity]]\nspine = \"10.0.0.{k}\"\nremote-node = \"10.0.1.4\"\ncapacity-gbps = 100\n"
+            ));
+        }
+        let lqd = Lqd::start(&f.leaf, &config).unwrap();
+        let equal = [(1, 255), (2, 255), (3, 255), (4, 255)];
+        wait_for(&format!("prune {prune}: equal"), &lqd, &f.leaf, &equal);
+        {
+            let mut s = spines.lock().unwrap();
+            s[1] = (25, 7, 99.0);
+            s[2] = (2, 7, 1.0);
+        }
+        if prune {
+            // S2 out at once (6.4: a transition to 0), S3 kept at its small share.
+            poll_until(
+                "S2 leaves the group, S3 stays",
+                Duration::from_secs(5),
+                Duration::from_millis(10),
+                || match group_weights(&f.leaf) {
+                    Some(w) if w.iter().all(|&(m, _)| m != 2) && w.iter().any(|&(m, _)| m == 3) => {
+                        Ok(())
+                    }
+                    got => Err(got),
+                },
+                |got| format!("group {got:?}\n{}", lqd.log_text()),
+            )
+            .unwrap();
+            let w = lqd.show("weights").unwrap();
+            let m = &w["groups"][0]["members"];
+            assert_eq!(m[1]["gray-failure"], true, "{w:#}");
+            assert_eq!(m[1]["path-quality"], 0, "{w:#}");
+            assert_eq!(m[1]["remote-lqs"], 25, "{w:#}");
+            assert_eq!(m[2]["gray-failure"], false, "{w:#}");
+            assert_eq!(m[2]["path-quality"], 2, "{w:#}");
+            assert!(w["gray-failure-prunes"].as_u64() >= Some(1), "{w:#}");
+            let log = lqd.log_text();
+            assert!(
+                log.contains("gray failure: pruned uplink 2 (spine 10.0.0.2)"),
+                "{log}"
+            );
+            let state = lqd.show("state").unwrap();
+            lq_tests::yanglint_data(&state).unwrap();
+            let members = &state["ietf-lq-telemetry:lq-telemetry"]["lq-weighted-ecmp:weighted-ecmp"]
+                ["group"][0]["member"];
+            assert_eq!(members[1]["gray-failure"], true, "{state:#}");
+            assert_eq!(members[2].get("gray-failure"), None, "{state:#}");
+            // The explanation names the departure.
+            let out = std::process::Command::new(lq_tests::daemon::lqd_bin().unwrap())
+                .args([
+                    "show",
+                    "weights",
+                    "--instance",
+                    &lqd.instance,
+                    "--explain",
+                    "10.4.0.9",
+                ])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("gray failure"), "{text}");
+            // The loss ends: S2 is back.
+            spines.lock().unwrap()[1] = healthy;
+            poll_until(
+                "S2 back in the group",
+                Duration::from_secs(5),
+                Duration::from_millis(10),
+                || match group_weights(&f.leaf) {
+                    Some(w) if w.iter().any(|&(m, _)| m == 2) => Ok(()),
+                    got => Err(got),
+                },
+                |got| format!("group {got:?}\n{}", lqd.log_text()),
+            )
+            .unwrap();
+            assert!(lqd.log_text().contains("gray failure over: uplink 2"));
+        } else {
+            // 6.3 as written: S2 and S3 both keep members (targets 25 and 2 of 762 x 100
+            // Gbit/s): after two seconds, every member is still in the group.
+            let until = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < until {
+                let w = group_weights(&f.leaf).unwrap_or_default();
+                assert!(
+                    [1, 2, 3, 4].iter().all(|k| w.iter().any(|&(m, _)| m == *k)),
+                    "without the prune a member left: {w:?}\n{}",
+                    lqd.log_text()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let w = lqd.show("weights").unwrap();
+            assert_eq!(w["groups"][0]["members"][1]["path-quality"], 25, "{w:#}");
+            assert_eq!(w["groups"][0]["members"][1]["gray-failure"], false, "{w:#}");
+            assert_eq!(w["gray-failure-prunes"], 0, "{w:#}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        sender.join().unwrap();
+    }
+}

@@ -51,6 +51,12 @@ pub struct DemoArgs {
     /// `every-step` writes every change, for comparison.
     #[arg(long, value_name = "MODE")]
     pub replace: Option<String>,
+    /// The leaves prune a path whose spine reports loss (CL 7) while most of its capacity
+    /// is available (`[damping] gray-failure-prune`): an opt-in departure from seed 003
+    /// section 6.3, which prunes only at LQS 0 (docs/weights.md "Gray failures"). Off in
+    /// lqd and in the demo unless given.
+    #[arg(long)]
+    pub gray_failure_prune: bool,
     /// The spines also send the diagnostics block (seed 003 section 5.5), which no weight
     /// function reads (receivers MUST NOT use it for forwarding); the leaves' path
     /// capacities come from the slow plane (`[[path-capacity]]`).
@@ -117,6 +123,9 @@ pub fn demo(args: &DemoArgs) -> Result<i32> {
     }
     if let Some(r) = &args.replace {
         cmd.args(["--replace", r]);
+    }
+    if args.gray_failure_prune {
+        cmd.arg("--gray-failure-prune");
     }
     if args.diagnostics {
         cmd.arg("--diagnostics");

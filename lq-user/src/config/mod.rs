@@ -23,7 +23,8 @@ use serde::{Deserialize, Deserializer, de};
 
 use crate::core::controller::{
     config::{
-        ControllerConfig, GroupKind, IntegralParams, ParallelLinkAggregation, WeightFunction,
+        ControllerConfig, GRAY_FAILURE_MIN_AVAILABLE_DEFAULT, GRAY_FAILURE_MIN_AVAILABLE_RANGE,
+        GrayFailurePrune, GroupKind, IntegralParams, ParallelLinkAggregation, WeightFunction,
         WeightResolution,
     },
     path_quality::{Capacity, CapacitySource, NnhMapping, Prefix, Uplink, UplinkId, node},
@@ -507,6 +508,15 @@ pub struct Damping {
     /// Integral function: half-life of the peak-held available bandwidth (ms).
     #[serde(default)]
     pub integral_capacity_half_life_ms: Option<u64>,
+    /// `gray-failure-prune`: an opt-in departure from section 6.3 (docs/weights.md "Gray
+    /// failures"): a path whose spine reports loss (CL 7) while its link advertises at
+    /// least `gray-failure-min-available` of the path's capacity as available counts as
+    /// path quality 0. Off by default.
+    #[serde(default)]
+    pub gray_failure_prune: bool,
+    /// `gray-failure-min-available`: 0.1..=1.0, default 0.5.
+    #[serde(default)]
+    pub gray_failure_min_available: Option<f64>,
 }
 
 impl Default for Damping {
@@ -525,6 +535,8 @@ impl Default for Damping {
             integral_floor_estimated: None,
             integral_hysteresis: None,
             integral_capacity_half_life_ms: None,
+            gray_failure_prune: false,
+            gray_failure_min_available: None,
         }
     }
 }
@@ -541,6 +553,15 @@ pub enum WeightFunctionName {
 }
 
 impl Damping {
+    /// The gray-failure prune, `None` unless `gray-failure-prune = true`.
+    pub fn gray_failure(&self) -> Option<GrayFailurePrune> {
+        self.gray_failure_prune.then(|| GrayFailurePrune {
+            min_available: self
+                .gray_failure_min_available
+                .unwrap_or(GRAY_FAILURE_MIN_AVAILABLE_DEFAULT),
+        })
+    }
+
     /// The weight function with its parameters (defaults for the keys not given).
     pub fn weight_function(&self) -> WeightFunction {
         match self.weight_function {
@@ -1840,6 +1861,33 @@ impl Config {
             p.validate()
                 .map_err(|e| at([section("damping")], format!("[damping] {e}")))?;
         }
+        if let Some(v) = self.damping.gray_failure_min_available {
+            if !GRAY_FAILURE_MIN_AVAILABLE_RANGE.contains(&v) {
+                return Err(at(
+                    [key("damping", "gray-failure-min-available")],
+                    format!(
+                        "[damping] gray-failure-min-available = {v} is outside 0.1..=1.0 (the fraction of the path's capacity a lossy link must still advertise as available to count as a gray failure)"
+                    ),
+                ));
+            }
+            if !self.damping.gray_failure_prune {
+                return Err(at(
+                    [key("damping", "gray-failure-min-available")],
+                    "[damping] gray-failure-min-available is set but gray-failure-prune is not true: set gray-failure-prune = true to enable the prune, or remove the key".to_string(),
+                ));
+            }
+        }
+        if self.damping.gray_failure_prune
+            && self.damping.weight_function == WeightFunctionName::Integral
+        {
+            return Err(at(
+                [
+                    key("damping", "gray-failure-prune"),
+                    key("damping", "weight-function"),
+                ],
+                "[damping] gray-failure-prune = true needs weight-function = \"seed\": the integral function does not prune by path quality".to_string(),
+            ));
+        }
         let max = self.nexthop_group.weight_max;
         if max != 255 && max != 65535 {
             return Err(at(
@@ -2362,6 +2410,7 @@ impl Config {
             },
             capacity_weighting: self.damping.capacity_weighting,
             weight_function: self.damping.weight_function(),
+            gray_failure: self.damping.gray_failure(),
             group: match ng.group_type {
                 GroupType::Resilient => GroupKind::Resilient {
                     buckets: ng.buckets.0,
@@ -3068,6 +3117,39 @@ remote-node = ["10.0.1.1"]
             e.contains("weight-function") || e.contains("unknown variant"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn gray_failure_keys() {
+        let with =
+            |keys: &str| LEAF.replace("[receiver]", &format!("[damping]\n{keys}\n[receiver]"));
+        assert_eq!(parse(LEAF).unwrap().controller().gray_failure, None);
+        let c = parse(&with("gray-failure-prune = true")).unwrap();
+        assert_eq!(
+            c.controller().gray_failure,
+            Some(GrayFailurePrune { min_available: 0.5 })
+        );
+        let c = parse(&with(
+            "gray-failure-prune = true\ngray-failure-min-available = 0.8",
+        ))
+        .unwrap();
+        assert_eq!(
+            c.controller().gray_failure,
+            Some(GrayFailurePrune { min_available: 0.8 })
+        );
+        let e = err(&with(
+            "gray-failure-prune = true\ngray-failure-min-available = 0.05",
+        ));
+        assert!(
+            e.contains("gray-failure-min-available = 0.05 is outside 0.1..=1.0"),
+            "{e}"
+        );
+        let e = err(&with("gray-failure-min-available = 0.8"));
+        assert!(e.contains("gray-failure-prune is not true"), "{e}");
+        let e = err(&with(
+            "gray-failure-prune = true\nweight-function = \"integral\"",
+        ));
+        assert!(e.contains("needs weight-function = \"seed\""), "{e}");
     }
 
     #[test]

@@ -98,7 +98,7 @@ pub const GNMI_VERSION: &str = "0.10.0";
 /// The models this target serves, with the revisions of `yang/`.
 const MODELS: [(&str, &str, &str); 3] = [
     ("ietf-lq-telemetry", "IETF", "2026-07-07"),
-    ("lq-weighted-ecmp", "lq", "2026-12-04"),
+    ("lq-weighted-ecmp", "lq", "2026-12-05"),
     ("lq-authentication", "lq", "2026-12-05"),
 ];
 

@@ -244,6 +244,11 @@ pub fn render(
             "Member nexthops deleted on a spine failure, each leaving every group at once (seed 003 6.5).",
             w.member_deletes,
         );
+        o.counter(
+            "lq_gray_failure_prunes_total",
+            "Paths pruned by the opt-in gray-failure prune ([damping] gray-failure-prune): loss (CL 7) on a spine link with most of its capacity available; per group and member, each transition into the pruned state.",
+            w.gray_failure_prunes,
+        );
     }
     if let Some(h) = &snap.helper {
         let h = &h.local;

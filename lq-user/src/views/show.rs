@@ -220,7 +220,9 @@ pub fn weights_view_table(w: &WeightsView) -> String {
             "APPLIED",
             "KERNEL"
         );
+        let mut gray_failures = false;
         for m in &d.members {
+            gray_failures |= m.gray_failure;
             let pct = |x: f64| format!("{:.2}%", x * 100.0);
             let _ = writeln!(
                 s,
@@ -230,18 +232,32 @@ pub fn weights_view_table(w: &WeightsView) -> String {
                 m.spine,
                 m.local_quality,
                 m.remote_lqs.map_or_else(|| "-".into(), |r| r.to_string()),
-                m.path_quality,
+                if m.gray_failure {
+                    format!("{}*", m.path_quality)
+                } else {
+                    m.path_quality.to_string()
+                },
                 capacity_cell(m.capacity_gbps, &m.capacity_source),
                 pct(m.target),
                 pct(m.applied),
                 m.kernel_weight
             );
         }
+        if gray_failures {
+            let _ = writeln!(
+                s,
+                "  * gray failure: loss (CL 7) with most of the link's capacity available, pruned ([damping] gray-failure-prune)"
+            );
+        }
     }
     let _ = write!(
         s,
-        "group replaces: {} (moving no bucket: {})  refused: {}  member deletes on spine failure: {}",
-        w.group_replaces, w.bucket_neutral_replaces, w.group_errors, w.member_deletes
+        "group replaces: {} (moving no bucket: {})  refused: {}  member deletes on spine failure: {}  gray-failure prunes: {}",
+        w.group_replaces,
+        w.bucket_neutral_replaces,
+        w.group_errors,
+        w.member_deletes,
+        w.gray_failure_prunes
     );
     s.push('\n');
     let _ = writeln!(
@@ -523,6 +539,7 @@ mod tests {
                     local_quality: 255,
                     remote_lqs: Some(72),
                     path_quality: 72,
+                    gray_failure: false,
                     capacity_gbps: 0.025,
                     capacity_source: "bgp".into(),
                     target: 0.25,
@@ -908,12 +925,21 @@ pub fn explain(weights: &Value, neighbors: &Value, paths: &Value, destination: &
                     ));
                 }
             }
-            why.push(format!(
-                "path quality {} = min(local quality {}, remote LQS {}) (6.3)",
-                m["path-quality"],
-                m["local-quality"],
-                m["remote-lqs"].as_u64().map_or_else(|| "-".into(), |v| v.to_string())
-            ));
+            if m["gray-failure"] == true {
+                why.push(format!(
+                    "path quality 0: the spine reports loss (CL 7) on a link with most of its capacity available, a gray failure ([damping] gray-failure-prune, an opt-in departure from 6.3; min(local quality {}, remote LQS {}) would be {})",
+                    m["local-quality"],
+                    m["remote-lqs"].as_u64().map_or_else(|| "-".into(), |v| v.to_string()),
+                    m["local-quality"].as_u64().unwrap_or(0).min(m["remote-lqs"].as_u64().unwrap_or(255))
+                ));
+            } else {
+                why.push(format!(
+                    "path quality {} = min(local quality {}, remote LQS {}) (6.3)",
+                    m["path-quality"],
+                    m["local-quality"],
+                    m["remote-lqs"].as_u64().map_or_else(|| "-".into(), |v| v.to_string())
+                ));
+            }
             why.push(format!(
                 "capacity {} Gbit/s from {} (4.1)",
                 m["capacity-gbps"], m["capacity-source"].as_str().unwrap_or("?")
@@ -936,6 +962,7 @@ pub fn explain(weights: &Value, neighbors: &Value, paths: &Value, destination: &
                 "local-quality": m["local-quality"],
                 "remote-lqs": m["remote-lqs"],
                 "path-quality": m["path-quality"],
+                "gray-failure": m["gray-failure"].as_bool().unwrap_or(false),
                 "capacity-gbps": m["capacity-gbps"],
                 "capacity-source": m["capacity-source"],
                 "target": m["target"],

@@ -196,6 +196,10 @@ pub struct WeightsView {
     /// Member nexthops deleted on a spine failure (each left every group at once, 6.5).
     #[serde(default)]
     pub member_deletes: u64,
+    /// Paths the opt-in gray-failure prune took out of a group (`[damping]
+    /// gray-failure-prune`): transitions into the pruned state, per group and member.
+    #[serde(default)]
+    pub gray_failure_prunes: u64,
     /// Nexthop group replaces the kernel refused.
     pub group_errors: u64,
     /// Replaces done that moved no resilient bucket (the forwarding stayed the same).
@@ -343,8 +347,12 @@ pub struct MemberWeights {
     pub local_quality: u8,
     /// Remote LQS through the spine, `None` without an entry.
     pub remote_lqs: Option<u8>,
-    /// min(local, remote) (6.3).
+    /// min(local, remote) (6.3), or 0 when `gray_failure`.
     pub path_quality: u8,
+    /// The opt-in gray-failure prune (`[damping] gray-failure-prune`) set the path quality
+    /// to 0: loss (CL 7) on a spine link with most of its capacity available.
+    #[serde(default)]
+    pub gray_failure: bool,
     /// Path capacity in Gbit/s (section 4.1's FARE capacity: the smaller of the uplink's
     /// and the slow plane's for the path).
     #[serde(default)]
@@ -710,7 +718,7 @@ fn fraction(x: f64) -> Value {
 }
 
 /// The load-balancer's groups as lq's augment of the YANG state, `weighted-ecmp`
-/// (yang/lq-weighted-ecmp@2026-12-04.yang): each member's path quality (6.3), capacity and
+/// (yang/lq-weighted-ecmp@2026-12-05.yang): each member's path quality (6.3), capacity and
 /// its source (4.1), and its target, applied and kernel weight.
 pub fn weighted_ecmp_json(w: &WeightsView) -> Value {
     let groups: Vec<Value> = w
@@ -753,6 +761,9 @@ pub fn weighted_ecmp_json(w: &WeightsView) -> Value {
                     }
                     if let Some(r) = m.remote_lqs {
                         e["remote-lqs"] = json!(r);
+                    }
+                    if m.gray_failure {
+                        e["gray-failure"] = json!(true);
                     }
                     // An unknown capacity has no value to show (the source says so).
                     if m.capacity_source != "unknown"
@@ -813,6 +824,7 @@ remote-node = "10.0.1.4"
             local_quality: 255,
             remote_lqs,
             path_quality: remote_lqs.unwrap_or(255),
+            gray_failure: false,
             capacity_gbps: 0.025,
             capacity_source: capacity_source.into(),
             target: 0.25,
@@ -895,7 +907,7 @@ remote-node = "10.0.1.4"
                 .arg(&modules)
                 .args(["-t", "data"])
                 .arg(modules.join("ietf-lq-telemetry@2026-07-07.yang"))
-                .arg(modules.join("lq-weighted-ecmp@2026-12-04.yang"))
+                .arg(modules.join("lq-weighted-ecmp@2026-12-05.yang"))
                 .arg(&file)
                 .output()
                 .unwrap()

@@ -198,7 +198,7 @@ pub fn authentication_json(cfg: &Config, counters: &[(&str, u64)]) -> Option<Val
 }
 
 /// The whole `/ietf-lq-telemetry:lq-telemetry` document; a load-balancer's groups go in
-/// lq's augment, `lq-weighted-ecmp:weighted-ecmp` (yang/lq-weighted-ecmp@2026-12-04.yang),
+/// lq's augment, `lq-weighted-ecmp:weighted-ecmp` (yang/lq-weighted-ecmp@2026-12-05.yang),
 /// its authenticating receiver in `lq-authentication:authentication`.
 pub fn state_document(
     cfg: &Config,

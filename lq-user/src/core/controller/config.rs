@@ -85,6 +85,60 @@ pub enum WeightFunction {
     Integral(IntegralParams),
 }
 
+/// An opt-in departure from section 6.3 (docs/weights.md "Gray failures"): a member whose
+/// spine reports data loss on its link to the remote node (CL 7, section 5.3: "Data loss
+/// occurring or link unusable") while that link advertises at least `min_available` of the
+/// path's capacity as available (section 5.4) counts as `path_quality` 0: pruned at once
+/// (6.4's exception for a transition to 0) and back as soon as either condition ends.
+///
+/// Why: Appendix A.4 bounds the LQS of a dropping link at 25 ("multiplication by 0.1"),
+/// and 6.3 prunes only at LQS 0, so a link that loses most of what it is offered while
+/// nearly idle (a gray failure: a bad optic, a corrupting ASIC port) keeps a target of up
+/// to 25 / (25 + 3 x 255) = 3 % of a four-spine group, and a resilient group keeps every
+/// busy flow already on it. Section 5.2's monotonicity keeps a helper from scoring such a
+/// link below a congested one (more utilisation must not raise the LQS), so only the
+/// receiver can tell the two apart: a congested link that drops has little available
+/// bandwidth, a failing one has most of it. Only interoperability fields are read (CL and
+/// available bandwidth, Tier 1 and 2); never the diagnostics (5.5).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GrayFailurePrune {
+    /// The smallest fraction of the path's capacity the lossy link must still advertise as
+    /// available, in [[`GRAY_FAILURE_MIN_AVAILABLE_RANGE`]].
+    pub min_available: f64,
+}
+
+/// Default [`GrayFailurePrune::min_available`]: a link that drops while at most half
+/// utilised (`U_smooth <= 0.5` with Appendix A's available bandwidth).
+pub const GRAY_FAILURE_MIN_AVAILABLE_DEFAULT: f64 = 0.5;
+/// Permitted [`GrayFailurePrune::min_available`]: below 0.1 a congested link's transient
+/// drops at 90 % utilisation would prune it; 1.0 prunes only a link with no traffic at all.
+pub const GRAY_FAILURE_MIN_AVAILABLE_RANGE: std::ops::RangeInclusive<f64> = 0.1..=1.0;
+
+impl Default for GrayFailurePrune {
+    fn default() -> Self {
+        Self {
+            min_available: GRAY_FAILURE_MIN_AVAILABLE_DEFAULT,
+        }
+    }
+}
+
+impl GrayFailurePrune {
+    /// Whether a member with the spine's worst CL `cl`, its summed available bandwidth
+    /// `available_gbps` and the capacity `capacity_gbps` to compare it with is a gray
+    /// failure. `false` without an entry or without a known capacity.
+    pub fn applies(
+        &self,
+        cl: Option<u8>,
+        available_gbps: Option<f64>,
+        capacity_gbps: Option<f64>,
+    ) -> bool {
+        match (cl, available_gbps, capacity_gbps) {
+            (Some(7), Some(a), Some(c)) if c > 0.0 && c.is_finite() => a >= self.min_available * c,
+            _ => false,
+        }
+    }
+}
+
 /// Parameters of [`WeightFunction::Integral`] (see `controller::integral`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct IntegralParams {
@@ -208,6 +262,15 @@ pub enum ConfigError {
          (0, 1], decrease in [0, 1), hysteresis in [0, 0.5), capacity half-life > 0 ({0:?})"
     )]
     Integral(IntegralParams),
+    /// The gray-failure prune's threshold out of range.
+    #[error("gray-failure-min-available {0} is outside 0.1..=1.0")]
+    GrayFailureMinAvailable(f64),
+    /// The gray-failure prune sets a path quality, which only the seed's function reads.
+    #[error(
+        "gray-failure-prune needs weight-function = \"seed\": the integral function does not \
+         prune by path quality"
+    )]
+    GrayFailureWithIntegral,
     /// The kernel carries the resilient timers as u32 clock_t (centiseconds).
     #[error("resilient group timer {0:?} does not fit a u32 of centiseconds")]
     Timer(Duration),
@@ -236,6 +299,9 @@ pub struct ControllerConfig {
     pub weight_resolution: WeightResolution,
     /// The weight function.
     pub weight_function: WeightFunction,
+    /// The gray-failure prune, an opt-in departure from 6.3 ([`GrayFailurePrune`]); off
+    /// (`None`) by default.
+    pub gray_failure: Option<GrayFailurePrune>,
 }
 
 impl Default for ControllerConfig {
@@ -251,6 +317,7 @@ impl Default for ControllerConfig {
             group: GroupKind::default(),
             weight_resolution: WeightResolution::default(),
             weight_function: WeightFunction::default(),
+            gray_failure: None,
         }
     }
 }
@@ -286,6 +353,14 @@ impl ControllerConfig {
         }
         if let WeightFunction::Integral(p) = &self.weight_function {
             p.validate()?;
+        }
+        if let Some(g) = self.gray_failure {
+            if !GRAY_FAILURE_MIN_AVAILABLE_RANGE.contains(&g.min_available) {
+                return Err(ConfigError::GrayFailureMinAvailable(g.min_available));
+            }
+            if matches!(self.weight_function, WeightFunction::Integral(_)) {
+                return Err(ConfigError::GrayFailureWithIntegral);
+            }
         }
         if let GroupKind::Resilient {
             buckets,
@@ -358,6 +433,45 @@ mod tests {
         assert_eq!(c.weight_resolution.max_weight(), 255);
         assert_eq!(c.dead_interval_ns(), 60_000_000);
         assert_eq!(c.stale_after_ns(), 22_000_000);
+        // The gray-failure prune departs from 6.3: never on unless asked for.
+        assert_eq!(c.gray_failure, None);
+    }
+
+    #[test]
+    fn gray_failure_prune_is_checked_and_judges_loss_with_spare_capacity() {
+        let on = |min_available| ControllerConfig {
+            gray_failure: Some(GrayFailurePrune { min_available }),
+            ..ControllerConfig::default()
+        };
+        assert_eq!(on(0.5).validate(), Ok(()));
+        assert_eq!(on(0.1).validate(), Ok(()));
+        assert_eq!(on(1.0).validate(), Ok(()));
+        for bad in [0.09, 1.01, f64::NAN, -1.0] {
+            assert!(matches!(
+                on(bad).validate(),
+                Err(ConfigError::GrayFailureMinAvailable(_))
+            ));
+        }
+        let integral = ControllerConfig {
+            weight_function: WeightFunction::Integral(IntegralParams::default()),
+            ..on(0.5)
+        };
+        assert_eq!(
+            integral.validate(),
+            Err(ConfigError::GrayFailureWithIntegral)
+        );
+        let g = GrayFailurePrune::default();
+        // Loss on a link with 99 of its 100 Mbit/s available: a failing link.
+        assert!(g.applies(Some(7), Some(0.099), Some(0.1)));
+        // Exactly half available still counts; less does not (a congested link drops).
+        assert!(g.applies(Some(7), Some(0.05), Some(0.1)));
+        assert!(!g.applies(Some(7), Some(0.049), Some(0.1)));
+        // No loss, no entry, no capacity known: never.
+        assert!(!g.applies(Some(6), Some(0.1), Some(0.1)));
+        assert!(!g.applies(None, Some(0.1), Some(0.1)));
+        assert!(!g.applies(Some(7), None, Some(0.1)));
+        assert!(!g.applies(Some(7), Some(0.1), None));
+        assert!(!g.applies(Some(7), Some(0.1), Some(0.0)));
     }
 
     #[test]

@@ -355,8 +355,12 @@ pub struct MemberQuality {
     pub remote: Option<u8>,
     /// `min(local, remote)`. When `remote` is `None`: `local` if no member's spine has
     /// an entry for the destination's remote node (local-only fallback, 6.1), else 0 (a
-    /// spine that has not advertised R is not confirmed healthy, 4.1).
+    /// spine that has not advertised R is not confirmed healthy, 4.1). 0 when
+    /// `gray_failure`.
     pub quality: u8,
+    /// The opt-in gray-failure prune ([`super::config::GrayFailurePrune`]) set `quality` to
+    /// 0: the spine reports loss (CL 7) on a link with most of its capacity available.
+    pub gray_failure: bool,
 }
 
 /// The qualities of every member of one group (the destinations of one remote node).
@@ -757,7 +761,8 @@ pub fn compute_some_groups<'g>(
         .values()
         .map(|u| spines.binary_search(&u.spine).unwrap_or(usize::MAX))
         .collect();
-    // Only the integral weight function reads the members' signals.
+    // Only the integral weight function reads the members' signals (and the opt-in
+    // gray-failure prune reads one member's at a time).
     let with_signals = matches!(config.weight_function, WeightFunction::Integral(_));
     for key in groups {
         let remote = &key.remote;
@@ -788,22 +793,40 @@ pub fn compute_some_groups<'g>(
                 )
             });
             any_remote |= remote_q.is_some();
-            if with_signals {
-                signals.push(member_signal(
+            let signal = (with_signals || config.gray_failure.is_some()).then(|| {
+                member_signal(
                     uplink,
                     entries.map_or(&[][..], |e| e.signals_near(u.spine, rank)),
-                ));
+                )
+            });
+            let remote_capacity =
+                remote.and_then(|r| mapping.remote_capacity.get(&(r, uplink)).copied());
+            let capacity = Capacity::path(u.capacity, remote_capacity);
+            // The opt-in departure from 6.3 (`GrayFailurePrune`): the spine's link loses
+            // data (CL 7) though most of its capacity is available. Its capacity is the
+            // slow plane's for the path when known (the remote link's, not the uplink's),
+            // else the member's path capacity; unknown, the prune does not apply.
+            let gray_failure = config.gray_failure.zip(signal).is_some_and(|(g, sig)| {
+                let against = remote_capacity
+                    .or((capacity.source != CapacitySource::Unknown).then_some(capacity))
+                    .map(|c| c.gbps);
+                g.applies(sig.cl, sig.available_gbps, against)
+            });
+            if with_signals && let Some(sig) = signal {
+                signals.push(sig);
             }
             members.push(MemberQuality {
                 uplink,
                 spine: u.spine,
-                capacity: Capacity::path(
-                    u.capacity,
-                    remote.and_then(|r| mapping.remote_capacity.get(&(r, uplink)).copied()),
-                ),
+                capacity,
                 local: local_q,
                 remote: remote_q,
-                quality: remote_q.map_or(local_q, |r| r.min(local_q)),
+                quality: if gray_failure {
+                    0
+                } else {
+                    remote_q.map_or(local_q, |r| r.min(local_q))
+                },
+                gray_failure,
             });
         }
         if any_remote {
@@ -1308,5 +1331,76 @@ pub(crate) mod tests {
         );
         assert_eq!(Capacity::new(f64::NAN, CapacitySource::Bgp), None);
         assert_eq!(Capacity::new(0.0, CapacitySource::Bgp), None);
+    }
+
+    #[test]
+    fn the_gray_failure_prune_takes_a_lossy_idle_path_out_and_only_when_asked() {
+        use crate::core::controller::config::GrayFailurePrune;
+        let (mut m, l) = fabric();
+        let r4 = node(0, 104);
+        // The slow plane's capacity of every path to R4: 100 Gbit/s (the remote link's,
+        // smaller than the 400 G uplinks).
+        for u in 11..=14 {
+            m.remote_capacity.insert(
+                (r4, u),
+                Capacity::new(100.0, CapacitySource::Config).unwrap(),
+            );
+        }
+        let entry = |lqs, cl, available_gbps: f32| PathValue {
+            last_update_ns: 0,
+            lqs,
+            cl,
+            available_bandwidth_bits: available_gbps.to_bits(),
+            ..Default::default()
+        };
+        let mut t = BTreeMap::new();
+        // S1: healthy. S2: loss while 99 of 100 Gbit/s are free (Appendix A.4 with X = 1
+        // and U ~ 0.01: LQS 25): a failing link. S3: loss at 95 % utilisation (LQS 1): a
+        // congested link. S4: loss, exactly half free.
+        t.insert(key(1, 104, 7), entry(240, 0, 90.0));
+        t.insert(key(2, 104, 7), entry(25, 7, 99.0));
+        t.insert(key(3, 104, 7), entry(1, 7, 5.0));
+        t.insert(key(4, 104, 7), entry(12, 7, 50.0));
+        let seed = ControllerConfig::default();
+        let r = run(&seed, &m, &l, &t, 0);
+        // Section 6.3 as written: every LQS is its path quality, nothing is pruned.
+        assert_eq!(qualities(&r, &m, prefix(4)), [240, 25, 1, 12]);
+        assert!(
+            of(&r, &m, prefix(4))
+                .members
+                .iter()
+                .all(|x| !x.gray_failure)
+        );
+        let on = ControllerConfig {
+            gray_failure: Some(GrayFailurePrune::default()),
+            ..seed
+        };
+        let r = run(&on, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, &m, prefix(4)), [240, 0, 1, 0]);
+        let gray: Vec<bool> = of(&r, &m, prefix(4))
+            .members
+            .iter()
+            .map(|x| x.gray_failure)
+            .collect();
+        assert_eq!(gray, [false, true, false, true]);
+        // The remote LQS is kept for the views.
+        assert_eq!(of(&r, &m, prefix(4)).members[1].remote, Some(25));
+        // A stricter threshold keeps the half-free link.
+        let strict = ControllerConfig {
+            gray_failure: Some(GrayFailurePrune { min_available: 0.9 }),
+            ..seed
+        };
+        let r = run(&strict, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, &m, prefix(4)), [240, 0, 1, 12]);
+        // Without the slow plane's capacity the member's path capacity is the reference
+        // (the 400 G uplink: 99 is not half of it); with none known, nothing is pruned.
+        m.remote_capacity.clear();
+        let r = run(&on, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, &m, prefix(4)), [240, 25, 1, 12]);
+        for u in m.uplinks.values_mut() {
+            u.capacity = Capacity::UNKNOWN;
+        }
+        let r = run(&on, &m, &l, &t, 0);
+        assert_eq!(qualities(&r, &m, prefix(4)), [240, 25, 1, 12]);
     }
 }

@@ -986,6 +986,7 @@ mod tests {
                     local: 255,
                     remote: Some(quality),
                     quality,
+                    gray_failure: false,
                 })
                 .collect();
             r.groups.insert(

@@ -27,8 +27,8 @@ use crate::{
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
         path_mirror::{PathMirror, RefreshClock, TableRows},
         path_quality::{
-            Digest, GroupKey, LocalQuality, NnhMapping, NodeId, PathQualityReport, Prefix,
-            UplinkId, compute_some_groups, unused_entries,
+            DestinationQuality, Digest, GroupKey, LocalQuality, NnhMapping, NodeId,
+            PathQualityReport, Prefix, UplinkId, compute_some_groups, unused_entries,
         },
         replace::{self, GroupShape, Hold, ReplaceCause, ReplacePolicy, Verdict},
         weights::{self, Application, WeightController, moves_no_bucket, remap},
@@ -214,6 +214,8 @@ pub struct LoadBalancer {
     removed_members: BTreeSet<UplinkId>,
     /// Member nexthops deleted on a spine failure (each one left every group at once).
     pub member_deletes: u64,
+    /// Transitions of a (group, member) into the opt-in gray-failure prune.
+    pub gray_failure_prunes: u64,
     /// When the next step reads every slot of the path table, not only the known ones.
     next_full_scan_ns: u64,
     /// When the step last read the receiver's neighbor table and its counters.
@@ -424,6 +426,7 @@ impl LoadBalancer {
             regroup_needed: true,
             removed_members: BTreeSet::new(),
             member_deletes: 0,
+            gray_failure_prunes: 0,
             next_full_scan_ns: 0,
             table_reads: TableReads::default(),
             slots_claimed: 0,
@@ -1150,6 +1153,9 @@ impl LoadBalancer {
             let mut present = SortedProbe::new(groups.keys());
             last.signals.retain(|k, _| present.contains(k));
         }
+        if self.controller.gray_failure.is_some() {
+            self.gray_failure_prunes += note_gray_failures(&last.groups, &report.groups);
+        }
         last.groups.extend(report.groups);
         last.signals.extend(report.signals);
         if todo.full {
@@ -1686,6 +1692,7 @@ impl LoadBalancer {
                     local_quality: m.local,
                     remote_lqs: m.remote,
                     path_quality: m.quality,
+                    gray_failure: m.gray_failure,
                     capacity_gbps: m.capacity.gbps,
                     capacity_source: m.capacity.source.as_str().to_string(),
                     target: target.get(&m.uplink).copied().unwrap_or(0.0),
@@ -1712,6 +1719,7 @@ impl LoadBalancer {
             group_replaces: self.group_replaces,
             step_timing: self.step_times.view(),
             member_deletes: self.member_deletes,
+            gray_failure_prunes: self.gray_failure_prunes,
             group_errors: self.group_errors,
             bucket_neutral_replaces: self.bucket_neutral_replaces,
             bucket_neutral_skipped: self.bucket_neutral_skipped,
@@ -1927,6 +1935,60 @@ fn check_sysctls() {
             "net.ipv4.fib_multipath_hash_policy = 0 hashes on addresses only: flows between two hosts share one path (1 hashes the L4 ports too)"
         );
     }
+}
+
+/// Logs the members the opt-in gray-failure prune took out of a group or let back in since
+/// the last report (`before`), one line each way per step with up to four examples, and
+/// returns how many were taken out.
+fn note_gray_failures(
+    before: &BTreeMap<GroupKey, DestinationQuality>,
+    now: &BTreeMap<GroupKey, DestinationQuality>,
+) -> u64 {
+    let (mut pruned, mut back) = (Vec::new(), Vec::new());
+    for (key, dq) in now {
+        let was = before.get(key);
+        for m in &dq.members {
+            let was_gray = was
+                .and_then(|w| w.members.iter().find(|x| x.uplink == m.uplink))
+                .is_some_and(|x| x.gray_failure);
+            let what = || {
+                format!(
+                    "uplink {} (spine {}) to {}",
+                    m.uplink,
+                    std::net::Ipv4Addr::from(m.spine.node_id),
+                    key.label()
+                )
+            };
+            match (was_gray, m.gray_failure) {
+                (false, true) => pruned.push(what()),
+                (true, false) => back.push(what()),
+                _ => {}
+            }
+        }
+    }
+    let examples = |v: &[String]| {
+        let shown = v.iter().take(4).cloned().collect::<Vec<_>>().join(", ");
+        if v.len() > 4 {
+            format!("{shown}, ...")
+        } else {
+            shown
+        }
+    };
+    if !pruned.is_empty() {
+        warn!(
+            paths = pruned.len(),
+            "gray failure: pruned {} (the spine reports loss, CL 7, on a link with most of its capacity available; [damping] gray-failure-prune)",
+            examples(&pruned)
+        );
+    }
+    if !back.is_empty() {
+        info!(
+            paths = back.len(),
+            "gray failure over: {} back in the group (no loss reported, or the link's traffic is back above the threshold)",
+            examples(&back)
+        );
+    }
+    pruned.len() as u64
 }
 
 #[cfg(test)]

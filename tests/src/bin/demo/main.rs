@@ -140,7 +140,7 @@ fn now_s() -> f64 {
     now_ns() as f64 / 1e9
 }
 
-const USAGE: &str = "usage: demo --lqd PATH [--out DIR] [--quick] [--draws N] [--seed-base S] [--weight-function NAME] [--replace MODE] [--diagnostics] [--miss-count N] [--bgp] [--job-flows N] [--job-mib N] [--dynamic-secs S]";
+const USAGE: &str = "usage: demo --lqd PATH [--out DIR] [--quick] [--draws N] [--seed-base S] [--weight-function NAME] [--gray-failure-prune] [--replace MODE] [--diagnostics] [--miss-count N] [--bgp] [--job-flows N] [--job-mib N] [--dynamic-secs S]";
 
 /// lqd's own miss-count (seed 003 section 6.5 and 10: default 3).
 const MISS_COUNT_DEFAULT: u8 = 3;
@@ -164,6 +164,10 @@ struct Args {
     /// The leaves' `[nexthop-group] replace`: lqd's default (`forwarding-change`, issue 41)
     /// unless given; `--replace every-step` writes every computed weight change.
     replace: Option<String>,
+    /// The leaves prune a path whose spine reports loss (CL 7) with most of its capacity
+    /// available (`[damping] gray-failure-prune`, an opt-in departure from section 6.3;
+    /// docs/weights.md "Gray failures").
+    gray_failure_prune: bool,
     /// The spines send the diagnostics block (seed 003 section 5.5; `--diagnostics`). No
     /// weight function reads it (5.5: receivers MUST NOT use it for forwarding): the
     /// leaves' path capacities come from `[[path-capacity]]`, the slow plane.
@@ -186,6 +190,7 @@ fn args() -> Result<Args> {
         seed_base: 1,
         weight_function: None,
         replace: None,
+        gray_failure_prune: false,
         diagnostics: false,
         miss_count: MISS_COUNT_DEFAULT,
         bgp: false,
@@ -209,6 +214,7 @@ fn args() -> Result<Args> {
             "--seed-base" => a.seed_base = v()?.parse().context("--seed-base")?,
             "--weight-function" => a.weight_function = Some(v()?),
             "--replace" => a.replace = Some(v()?),
+            "--gray-failure-prune" => a.gray_failure_prune = true,
             "--no-diagnostics" => a.diagnostics = false,
             "--diagnostics" => a.diagnostics = true,
             "--miss-count" => a.miss_count = v()?.parse().context("--miss-count")?,
@@ -507,8 +513,12 @@ struct DrawResult {
     /// spine fails in these scenarios, so each is a false failure (seed 003 section 6.5).
     false_spine_failures: u64,
     /// Spine failures L2, L3 and L4 logged during the draw ("LQ neighbor failed", seed
-    /// 003 section 6.5): their lqd runs through every scenario.
+    /// 003 section 6.5): their lqd runs through every scenario. L4's failures of S3 during
+    /// the remote fault are not counted here (`remote_fault_detected_by_l4`).
     other_leaves_spine_failures: u64,
+    /// L4's failures of S3 while S3->L4 forwarded nothing (both remote fault runs): S3's
+    /// advertisements to L4 cross the dead link, so L4's heartbeat detects it (6.5).
+    remote_fault_detected_by_l4: u64,
     /// With `--bgp`: a path withdrawn by BGP under load.
     withdraw: Option<WithdrawResult>,
 }
@@ -580,6 +590,7 @@ fn run() -> Result<()> {
         gain: 0.5,
         weight_function: a.weight_function.clone(),
         replace: a.replace.clone(),
+        gray_failure_prune: a.gray_failure_prune,
     };
     let defaults_differ: Vec<String> = [
         a.weight_function
@@ -588,6 +599,10 @@ fn run() -> Result<()> {
         a.replace
             .as_ref()
             .map(|r| format!("replace = \"{r}\" (lqd: \"forwarding-change\")")),
+        a.gray_failure_prune.then(|| {
+            "gray-failure-prune = true (lqd: off; an opt-in departure from seed 003 section 6.3)"
+                .to_string()
+        }),
         (a.miss_count != MISS_COUNT_DEFAULT)
             .then(|| format!("miss-count = {} (lqd: {MISS_COUNT_DEFAULT})", a.miss_count)),
         a.diagnostics.then(|| {
@@ -896,6 +911,7 @@ fn run() -> Result<()> {
         "helper": {"real": true, "diagnostics": a.diagnostics, "note": "lqd helper role on S1..S4 (kernel counters); with --diagnostics the spines send the diagnostics block (link capacity = tbf rate), which no weight function reads (seed 003 section 5.5)"},
         "weight_function": a.weight_function.as_deref().unwrap_or("seed (lqd's default)"),
         "replace": a.replace.as_deref().unwrap_or("forwarding-change (lqd's default)"),
+        "gray_failure_prune": a.gray_failure_prune,
         "leaf_miss_count": a.miss_count,
         "settings_differing_from_lqd_defaults": defaults_differ,
         "l1_config_at_start": std::fs::read_to_string(logs.join(format!("lqf-l1-{pid}.toml"))).ok(),
@@ -1136,7 +1152,6 @@ fn run_draw(
     c.mark("warm-up");
     sleep(Duration::from_secs(if d == 0 { 2 } else { 1 }))?;
 
-    let failures_logged_before = failures_logged(&leaves[1..]);
     let equal: Vec<(u64, u64)> = (1..=4).map(|k| (k, 255)).collect();
     let capacity = static_weights(DEGRADED_MBIT);
     let h1 = c.fab.hosts[0].name().to_string();
@@ -1267,6 +1282,37 @@ fn run_draw(
     let remote_fault = run_remote_fault(c, leaves, d, run_id(8), true)?;
     println!("    {}", remote_fault.line());
     c.mark("settle");
+    // The failures L2-L4 logged during the draw. L4 losing S3 while S3->L4 forwards
+    // nothing is no false failure: S3's advertisements to L4 cross that link, and L4's
+    // heartbeat (6.5) detects the dead link, as it should.
+    let other = {
+        let windows = [&remote_fault_static, &remote_fault].map(|r| r.window());
+        let s3 = u32::from(std::net::Ipv4Addr::new(
+            10,
+            0,
+            0,
+            remote_fault::FAULTY_SPINE as u8,
+        ));
+        let (mut expected, mut false_failures) = (0, 0);
+        for (t, leaf, node) in failures_logged(&leaves[1..]) {
+            if t < start_s {
+                continue;
+            }
+            // leaves[1..][2] is L4.
+            if leaf + 2 == remote_fault::FAULTY_LINK_LEAF
+                && node == s3
+                && windows.iter().any(|(a, b)| (*a..=*b).contains(&t))
+            {
+                expected += 1;
+            } else {
+                false_failures += 1;
+            }
+        }
+        OtherLeavesFailures {
+            expected,
+            false_failures,
+        }
+    };
     let withdraw = if a.bgp {
         let w = run_withdraw(c, leaves, d, run_id(6))?;
         println!("    {}", w.line());
@@ -1293,23 +1339,64 @@ fn run_draw(
         remote_fault_static,
         cross,
         false_spine_failures,
-        other_leaves_spine_failures: failures_logged(&leaves[1..])
-            .saturating_sub(failures_logged_before),
+        other_leaves_spine_failures: other.false_failures,
+        remote_fault_detected_by_l4: other.expected,
         withdraw,
     })
 }
 
 /// Spine failures the running leaves' lqd have logged so far (seed 003 section 6.5's
 /// "LQ neighbor failed" warning in each log file).
-fn failures_logged(leaves: &[Option<Daemon>]) -> u64 {
-    leaves
-        .iter()
-        .flatten()
-        .map(|d| {
-            std::fs::read_to_string(&d.log)
-                .map_or(0, |t| t.matches("LQ neighbor failed").count() as u64)
-        })
-        .sum()
+fn failures_logged(leaves: &[Option<Daemon>]) -> Vec<(f64, usize, u32)> {
+    let mut out = Vec::new();
+    for (i, d) in leaves.iter().enumerate() {
+        let Some(d) = d else { continue };
+        let Ok(text) = std::fs::read_to_string(&d.log) else {
+            continue;
+        };
+        for line in text.lines().filter(|l| l.contains("LQ neighbor failed")) {
+            let t = line.split_whitespace().next().and_then(rfc3339_utc_s);
+            let node = line
+                .split("node_id: ")
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<u32>().ok());
+            // A line that does not parse still counts (as a failure at the draw's time).
+            out.push((t.unwrap_or(f64::MAX), i, node.unwrap_or(0)));
+        }
+    }
+    out
+}
+
+/// The failures L2-L4 logged during a draw, split.
+struct OtherLeavesFailures {
+    /// L4's failures of S3 while S3->L4 forwarded nothing (the remote fault): true ones.
+    expected: u64,
+    /// Every other: no spine fails in the demo, so each is false.
+    false_failures: u64,
+}
+
+/// `2026-12-05T20:42:37.716078Z` (tracing's UTC timestamp) as seconds since the epoch.
+fn rfc3339_utc_s(s: &str) -> Option<f64> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let mut t = time.split(':');
+    let (hh, mm) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+    );
+    let ss = t.next()?.parse::<f64>().ok()?;
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + hh * 3600 + mm * 60) as f64 + ss)
 }
 
 /// `member-deletes` of a running lqd (0 when it is not running or does not answer).
@@ -1582,6 +1669,7 @@ fn draw_report(
         "false_spine_failures": r.false_spine_failures + r.other_leaves_spine_failures,
         "false_spine_failures_l1": r.false_spine_failures,
         "false_spine_failures_other_leaves": r.other_leaves_spine_failures,
+        "remote_fault_s3_failed_on_l4": r.remote_fault_detected_by_l4,
         "jct_lq_cross_s": r.cross.job_lq.jct_s,
         "jct_static_cross_s": r.cross.job_ecmp.jct_s,
     });
@@ -2331,6 +2419,19 @@ impl Sample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_timestamps_are_read_as_utc_seconds() {
+        // Python: datetime(2026, 12, 5, 20, 42, 37, 500000, tzinfo=utc).timestamp().
+        assert_eq!(
+            rfc3339_utc_s("2026-12-05T20:42:37.500000Z"),
+            Some(1_796_503_357.5)
+        );
+        assert_eq!(rfc3339_utc_s("2000-02-29T00:00:00Z"), Some(951_782_400.0));
+        assert_eq!(rfc3339_utc_s("1970-01-01T00:00:00Z"), Some(0.0));
+        assert_eq!(rfc3339_utc_s("2026-12-05 20:42:37"), None);
+        assert_eq!(rfc3339_utc_s("garbage"), None);
+    }
 
     fn sample(phase: &str, buckets: Option<Vec<u32>>) -> Sample {
         Sample {

@@ -1,10 +1,15 @@
-//! Issue 38 item 3b, a remote fault BGP does not see: S3's link to L4 all but stops
-//! forwarding (its egress shaped to [`FAULT_MBIT`], so nearly every packet offered to it is
-//! dropped) while the link stays up, the L4-S3 BGP session and S3's route stay, and the
-//! slow plane's capacity (configuration or Link Bandwidth) is unchanged. Static weights
-//! keep sending a quarter of L1's traffic into it; only S3's LQ telemetry (drops, a full
-//! queue: LQS 0, CL 7, seed 003 Appendix A) tells L1, whose lqd prunes the path at once
-//! (sections 6.3/6.4).
+//! Issue 38 item 3b, a remote fault BGP does not see: S3's link to L4 stops forwarding
+//! (`Clos3::stop_spine_forwarding`: its egress queue drops every packet offered, at the
+//! link's unchanged rate) while the link stays up, the L4-S3 BGP session and S3's route
+//! stay, and the slow plane's capacity (configuration or Link Bandwidth) is unchanged: a
+//! gray failure. Static weights keep sending a quarter of L1's traffic into it; only S3's
+//! LQ telemetry (drops while idle: CL 7, LQS at most 25, seed 003 Appendix A.4/A.5) tells
+//! L1. Section 6.3 prunes only at LQS 0, so lqd's default lowers S3's target to a few
+//! percent; the opt-in gray-failure prune (`--gray-failure-prune`) takes it out at once.
+//!
+//! Until session 33 the fault was a 1 Mbit/s tbf on S3->L4: the helper reads a root tbf's
+//! rate as the link's speed (A.2's `link_speed`), so it saw a capacity cut to 1 Mbit/s
+//! (U ~ 1, a full queue, LQS 0), not a failing link of unchanged capacity.
 //!
 //! A light load (24 flows paced at 2 Mbit/s) runs from H1 to H4 under L1's lqd; a thread
 //! in L1's namespace polls lq's group and the octets L1 sends on its link to S3 every
@@ -17,7 +22,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use lq_tests::fabric::{Daemon, Shaping};
+use lq_tests::fabric::Daemon;
 use serde_json::{Value, json};
 
 use super::{
@@ -27,16 +32,6 @@ use super::{
 
 /// Source ports of the load (the withdrawal's start at 40000).
 const SPORT: u16 = 41000;
-/// S3->L4's rate during the fault, Mbit/s: the flows through it offer ~10.
-const FAULT_MBIT: u32 = 1;
-/// The fault's bucket and queue: a link that drops what it cannot send at once, as a faulty
-/// link does, rather than the demo's 32 KiB bucket and 20 ms queue, which would delay the
-/// first drop by ~100 ms of emulation (measured: LQS 0 at 150 ms with them).
-const FAULT_SHAPING: Shaping = Shaping {
-    rate_mbit: FAULT_MBIT,
-    burst_bytes: 2000,
-    latency_ms: 1,
-};
 /// How long the fault lasts.
 const FAULT: Duration = Duration::from_millis(2500);
 
@@ -68,7 +63,18 @@ pub struct RemoteFaultResult {
     share_after_prune: Option<f64>,
 }
 
+/// The spine whose link fails.
+pub const FAULTY_SPINE: usize = SPINE;
+/// The leaf at the far end of the failing link.
+pub const FAULTY_LINK_LEAF: usize = LEAF;
+
 impl RemoteFaultResult {
+    /// From the fault to a second after its repair (seconds since the epoch): when L4 may
+    /// rightly declare S3 failed (its advertisements cross the dead link) and recover it.
+    pub fn window(&self) -> (f64, f64) {
+        (self.fault_s, self.fault_s + FAULT.as_secs_f64() + 1.0)
+    }
+
     /// The share of L1's octets on its spine links that went towards S`SPINE` from the
     /// fault to its end.
     pub fn share_during_fault(&self) -> Option<f64> {
@@ -95,7 +101,7 @@ impl RemoteFaultResult {
             "variant": if self.with_lq { "lq" } else { "static" },
             "share_towards_spine_during_fault": self.share_fault,
             "share_towards_spine_after_prune": self.share_after_prune,
-            "fault": format!("S{SPINE}->L{LEAF} shaped to {FAULT_MBIT} Mbit/s (bucket {} octets, queue {} ms) for {} ms; link, BGP session and capacity unchanged", FAULT_SHAPING.burst_bytes, FAULT_SHAPING.latency_ms, FAULT.as_millis()),
+            "fault": format!("S{SPINE}->L{LEAF} stops forwarding for {} ms: its root tbf keeps its rate (the link speed the helper reads), its queue is a pfifo of limit 0 that drops every packet; link, BGP session and capacity unchanged", FAULT.as_millis()),
             "flows": self.flows, "flows_via_faulty_spine": self.flows_via_spine,
             "pacing_mbit": PACING_BPS / 1_000_000,
             "fault_at_s": self.fault_s,
@@ -119,6 +125,12 @@ impl RemoteFaultResult {
             return format!(
                 "static capacity weights: S{SPINE}->L{LEAF} stops forwarding ({} of {} flows on S{SPINE}): {share} of L1's octets sent towards S{SPINE} while it lasted",
                 self.flows_via_spine, self.flows
+            );
+        }
+        if self.pruned_s.is_none() {
+            return format!(
+                "S{SPINE}->L{LEAF} stops forwarding ({} of {} flows on S{SPINE}): lq never took S{SPINE} out of the group (section 6.3 prunes at LQS 0 only; a dropping idle link reads LQS <= 25), {share} of L1's octets sent towards S{SPINE} while it lasted (poll gap max {:.1} ms)",
+                self.flows_via_spine, self.flows, self.max_gap_ms
             );
         }
         format!(
@@ -154,7 +166,7 @@ pub fn run_remote_fault(
         "remote fault static"
     });
     println!(
-        "==> demo: remote fault ({}): {FLOWS} flows paced at {} Mbit/s from H1 to H4, then S{SPINE}->L{LEAF} drops nearly everything ({FAULT_MBIT} Mbit/s) while its link, BGP and capacity stay",
+        "==> demo: remote fault ({}): {FLOWS} flows paced at {} Mbit/s from H1 to H4, then S{SPINE}->L{LEAF} stops forwarding (drops every packet) while its link, its rate, BGP and capacity stay",
         if with_lq {
             "lq"
         } else {
@@ -164,7 +176,7 @@ pub fn run_remote_fault(
     );
     let result = WatchedLoad::start(c, run, SPORT, false).and_then(|mut load| {
         let fault_s = now_s();
-        let faulted = c.fab.set_spine_shaping(SPINE, LEAF, FAULT_SHAPING);
+        let faulted = c.fab.stop_spine_forwarding(SPINE, LEAF);
         let slept = sleep(FAULT);
         let polls = load.polls();
         // Repair whatever happened, then stop the load.
