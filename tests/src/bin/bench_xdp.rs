@@ -16,6 +16,14 @@
 //!    of the run (both threads of this process, the sender's inline receive softirq
 //!    included, plus ksoftirqd), not only the receiving thread's; /proc/stat's whole-machine
 //!    busy time is printed beside it (on a shared machine it also counts other tenants).
+//!    3b. `xdp_vs_socket_alike_ratio` (issue 41 item 4: both sides counted alike): the
+//!    same one-entry datagrams from the same sender thread over the same veth pair between
+//!    two namespaces, received by `lq_receiver` attached natively (`xdp_alike_ns`) or, with
+//!    no XDP program, by a UDP socket + `process_payload`; on both sides the CPU of the
+//!    whole run (this process's threads, with the veth transmit and the receive softirq the
+//!    kernel runs inline on the sender's CPU, plus ksoftirqd) per datagram accepted;
+//!    interleaved rounds, median of the per-round ratios. The sender's own cost is in
+//!    both, so the ratio is bounded below by sender / (sender + socket receive).
 //! 4. `veth_pps_ratio_vs_empty_xdp` (the goal): pps received over a veth pair between two
 //!    namespaces this program creates with `lq_receiver` attached natively on the receiving
 //!    veth, relative to `lq_baseline_pass` attached the same way (median of the per-trial
@@ -168,6 +176,22 @@ fn run() -> Result<()> {
         SOCKET_DATAGRAMS - socket.received,
         socket.wall_ns_per_datagram,
         ratio
+    ));
+
+    // 3b. Counted alike: the same sender, datagrams and veth pair; the whole run's CPU on
+    // both sides (issue 41 item 4).
+    let (rx, alike) = bench_alike(rx)?;
+    emit(
+        "xdp_vs_socket_alike_ratio",
+        alike.ratio,
+        "ratio",
+        None,
+        Some(alike.socket_ns),
+    );
+    emit("xdp_alike_ns", alike.xdp_ns, "ns", None, None);
+    summary.push(format!(
+        "alike (the same sender, datagrams and veth pair; CPU of the whole run, the sender's included on both sides): XDP {:.1} ns, socket + process_payload {:.1} ns per datagram: XDP/socket {:.3} (median of {ALIKE_ROUNDS} interleaved rounds)",
+        alike.xdp_ns, alike.socket_ns, alike.ratio
     ));
 
     let veth = bench_veth(rx)?;
@@ -814,6 +838,290 @@ fn socket_trial(prefill: bool) -> Result<SocketResult> {
         wall_ns_per_datagram: wall.as_nanos() as f64 / received as f64,
         received,
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// 3b. The same datagrams over the same veth pair, counted alike (issue 41 item 4).
+
+/// Datagrams per alike trial.
+const ALIKE_DATAGRAMS: u64 = 100_000;
+/// Rounds of the alike comparison (each: one XDP trial, one socket trial, order alternating).
+const ALIKE_ROUNDS: usize = 5;
+const ALIKE_TX_IF: &str = "lqbatx0";
+const ALIKE_RX_IF: &str = "lqbarx0";
+const ALIKE_TX_ADDR: [u8; 4] = [10, 232, 0, 1];
+const ALIKE_RX_ADDR: [u8; 4] = [10, 232, 0, 2];
+
+/// One alike trial: CPU of the whole run per datagram received.
+struct AlikeTrial {
+    /// This process's CPU (the sender thread with the veth transmit and the receive
+    /// softirq the kernel runs inline on its CPU; the socket side's receiving thread) plus
+    /// every ksoftirqd's, per datagram the receiver accepted.
+    ns_per_datagram: f64,
+    accepted: u64,
+}
+
+/// Sends `n` one-entry triggered LQ datagrams (TTL 255, a new sequence number each) from a
+/// thread inside `ns` to `ALIKE_RX_ADDR`, as fast as sendmmsg goes. Returns those sent.
+fn alike_send(ns: &NetNs, n: u64, sender: u8) -> Result<u64> {
+    ns.run_in(move || -> Result<u64> {
+        let a = ALIKE_TX_ADDR;
+        let sock = UdpSocket::bind((std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]), 0))?;
+        sock.set_ttl(255)?;
+        set_int_opt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20)?;
+        let r = ALIKE_RX_ADDR;
+        sock.connect((
+            std::net::Ipv4Addr::new(r[0], r[1], r[2], r[3]),
+            lq_common::wire::DEFAULT_PORT,
+        ))?;
+        let e = entries(1);
+        let mut h = header(ip4(10, 0, 1, sender), 0);
+        h.mode = wire::Mode::Triggered;
+        let payloads: Vec<Vec<u8>> = (0..=u16::MAX)
+            .map(|seq| {
+                h.sequence = seq;
+                payload(&h, &e)
+            })
+            .collect();
+        let fd = sock.as_raw_fd();
+        let (mut i, mut sent) = (0u64, 0u64);
+        while i < n {
+            let batch = (n - i).min(SOCKET_BATCH as u64) as usize;
+            let mut iovs: Vec<libc::iovec> = (0..batch as u64)
+                .map(|k| {
+                    let p = &payloads[usize::from((i + k + 1) as u16)];
+                    libc::iovec {
+                        iov_base: p.as_ptr() as *mut libc::c_void,
+                        iov_len: p.len(),
+                    }
+                })
+                .collect();
+            let mut msgs: Vec<libc::mmsghdr> = iovs
+                .iter_mut()
+                .map(|iov| {
+                    // SAFETY: all zeroes is a valid mmsghdr (null pointers, zero lengths).
+                    let mut m = unsafe { std::mem::zeroed::<libc::mmsghdr>() };
+                    m.msg_hdr.msg_iov = iov;
+                    m.msg_hdr.msg_iovlen = 1;
+                    m
+                })
+                .collect();
+            // SAFETY: msgs holds `batch` valid headers on a connected socket; the iovecs
+            // and payloads outlive the call.
+            let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), batch as u32, 0) };
+            if r <= 0 {
+                // ENOBUFS and the like: the batch is skipped, the sequence numbers move on.
+                i += batch as u64;
+                continue;
+            }
+            sent += r as u64;
+            i += r as u64;
+        }
+        Ok(sent)
+    })?
+}
+
+/// The socket side: a thread in `ns` bound to the LQ port of `ALIKE_RX_ADDR` that runs
+/// `process_payload` into hash maps for every datagram until `stop` is set and its queue is
+/// empty. Returns (received, accepted).
+fn alike_socket_receiver(
+    ns: &NetNs,
+    stop: Arc<AtomicBool>,
+    ready: std::sync::mpsc::Sender<()>,
+) -> Result<std::thread::JoinHandle<Result<(u64, u64)>>> {
+    let name = ns.name().to_string();
+    Ok(std::thread::spawn(move || -> Result<(u64, u64)> {
+        lq_tests::netns::enter_netns(&name)?;
+        let cfg: ReceiverConfig = settings().to_config()?;
+        let a = ALIKE_RX_ADDR;
+        let sock = UdpSocket::bind((
+            std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]),
+            lq_common::wire::DEFAULT_PORT,
+        ))?;
+        set_int_opt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            SOCKET_RCVBUF,
+        )?;
+        sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let _ = ready.send(());
+        let mut tables = HashTables::default();
+        let mut counters = [0u64; COUNTER_COUNT as usize];
+        let mut buf = vec![0u8; 65536];
+        let (mut received, mut accepted) = (0u64, 0u64);
+        loop {
+            match sock.recv(&mut buf) {
+                Ok(n) => {
+                    received += 1;
+                    let now = clock_ns(libc::CLOCK_MONOTONIC);
+                    if let Verdict::Accept { .. } =
+                        process_payload(&buf[..n], &cfg, now, &mut tables, &mut counters)
+                    {
+                        accepted += 1;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if stop.load(Ordering::Acquire) {
+                        return Ok((received, accepted));
+                    }
+                }
+                Err(e) => return Err(e).context("recv"),
+            }
+        }
+    }))
+}
+
+/// One trial: with `xdp`, `lq_receiver` attached natively to the receiving veth (it drops
+/// each datagram it consumes); without, no XDP program and the socket receiver. Everything
+/// else is the same: the sender, the datagrams, the veth pair, the CPU counted.
+/// `trial` names the sender (a new Router-ID each trial: no sequence number is ever old).
+fn alike_trial(
+    tx_ns: &NetNs,
+    rx_ns: &NetNs,
+    rx: &mut Option<TestReceiver>,
+    xdp: bool,
+    trial: u8,
+) -> Result<AlikeTrial> {
+    let mut link = None;
+    let mut socket = None;
+    let stop = Arc::new(AtomicBool::new(false));
+    let accepted_before = if xdp {
+        let (r, id) = attach_in(
+            rx_ns,
+            rx.take().context("receiver")?,
+            XDP_PROGRAM,
+            ALIKE_RX_IF,
+        )?;
+        let before = r.counters()?[Counter::Accepted as usize];
+        *rx = Some(r);
+        link = Some(id);
+        before
+    } else {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        socket = Some(alike_socket_receiver(rx_ns, stop.clone(), ready_tx)?);
+        ready_rx
+            .recv_timeout(Duration::from_secs(5))
+            .context("the socket receiver did not start")?;
+        0
+    };
+    let process_start = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
+    let softirqd_start = ksoftirqd_ns()?;
+    let sent = alike_send(tx_ns, ALIKE_DATAGRAMS, trial)?;
+    let accepted = if let Some(handle) = socket {
+        // The receiver drains what is queued, then sees the stop.
+        std::thread::sleep(Duration::from_millis(20));
+        stop.store(true, Ordering::Release);
+        let (received, accepted) = handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("socket receiver panicked"))??;
+        ensure!(
+            accepted == received,
+            "socket receiver: {accepted} accepted of {received}"
+        );
+        accepted
+    } else {
+        // XDP ran in the softirqs of the sends; give a deferred one time to finish.
+        std::thread::sleep(Duration::from_millis(20));
+        rx.as_ref().context("receiver")?.counters()?[Counter::Accepted as usize] - accepted_before
+    };
+    let process = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - process_start;
+    let softirqd = ksoftirqd_ns()? - softirqd_start;
+    if let Some(id) = link {
+        *rx = Some(detach_in(
+            rx_ns,
+            rx.take().context("receiver")?,
+            XDP_PROGRAM,
+            id,
+        )?);
+    }
+    ensure!(
+        accepted > 0,
+        "alike trial (xdp {xdp}): nothing accepted of {sent} sent"
+    );
+    // The sleeps above are idle time, not CPU: they add nothing to the clocks read.
+    Ok(AlikeTrial {
+        ns_per_datagram: (process + softirqd) as f64 / accepted as f64,
+        accepted,
+    })
+}
+
+struct Alike {
+    /// Median of the per-round XDP / socket ratios.
+    ratio: f64,
+    xdp_ns: f64,
+    socket_ns: f64,
+}
+
+fn bench_alike(rx: TestReceiver) -> Result<(TestReceiver, Alike)> {
+    let tx_ns = NetNs::new("lqb-atx")?;
+    let rx_ns = NetNs::new("lqb-arx")?;
+    let addr = |a: [u8; 4]| format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3]);
+    veth_pair(
+        &tx_ns,
+        ALIKE_TX_IF,
+        &format!("{}/24", addr(ALIKE_TX_ADDR)),
+        &rx_ns,
+        ALIKE_RX_IF,
+        &format!("{}/24", addr(ALIKE_RX_ADDR)),
+    )?;
+    let link: serde_json::Value =
+        serde_json::from_str(&rx_ns.ip(&["-j", "link", "show", "dev", ALIKE_RX_IF])?)?;
+    let mac = link[0]["address"]
+        .as_str()
+        .context("receiving veth MAC")?
+        .to_string();
+    tx_ns.ip(&[
+        "neigh",
+        "replace",
+        &addr(ALIKE_RX_ADDR),
+        "lladdr",
+        &mac,
+        "dev",
+        ALIKE_TX_IF,
+        "nud",
+        "permanent",
+    ])?;
+    let mut rx = Some(rx);
+    // Warm-up (not counted): one of each.
+    alike_trial(&tx_ns, &rx_ns, &mut rx, true, 1)?;
+    alike_trial(&tx_ns, &rx_ns, &mut rx, false, 2)?;
+    let (mut ratios, mut xdps, mut sockets) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ALIKE_ROUNDS {
+        // Senders 3, 4, 5, ... (ALIKE_ROUNDS is far below 126).
+        let first = 3 + 2 * round as u8;
+        let (x, s) = if round % 2 == 0 {
+            let x = alike_trial(&tx_ns, &rx_ns, &mut rx, true, first)?;
+            (x, alike_trial(&tx_ns, &rx_ns, &mut rx, false, first + 1)?)
+        } else {
+            let s = alike_trial(&tx_ns, &rx_ns, &mut rx, false, first)?;
+            (alike_trial(&tx_ns, &rx_ns, &mut rx, true, first + 1)?, s)
+        };
+        eprintln!(
+            "alike round {round}: XDP {:.1} ns ({} accepted), socket {:.1} ns ({} accepted) per datagram, whole run: {:.3}",
+            x.ns_per_datagram,
+            x.accepted,
+            s.ns_per_datagram,
+            s.accepted,
+            x.ns_per_datagram / s.ns_per_datagram
+        );
+        ratios.push(x.ns_per_datagram / s.ns_per_datagram);
+        xdps.push(x.ns_per_datagram);
+        sockets.push(s.ns_per_datagram);
+    }
+    Ok((
+        rx.context("receiver")?,
+        Alike {
+            ratio: median(&ratios),
+            xdp_ns: median(&xdps),
+            socket_ns: median(&sockets),
+        },
+    ))
 }
 
 // ---------------------------------------------------------------------------------------

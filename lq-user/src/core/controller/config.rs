@@ -91,11 +91,12 @@ pub enum WeightFunction {
 /// path's capacity as available (section 5.4) counts as `path_quality` 0: pruned at once
 /// (6.4's exception for a transition to 0) and back as soon as either condition ends.
 ///
-/// Why: Appendix A.4 bounds the LQS of a dropping link at 25 ("multiplication by 0.1"),
-/// and 6.3 prunes only at LQS 0, so a link that loses most of what it is offered while
-/// nearly idle (a gray failure: a bad optic, a corrupting ASIC port) keeps a target of up
-/// to 25 / (25 + 3 x 255) = 3 % of a four-spine group, and a resilient group keeps every
-/// busy flow already on it. Section 5.2's monotonicity keeps a helper from scoring such a
+/// Why: Appendix A.4 bounds the LQS of a dropping link at 25 ("multiplication by 0.1")
+/// only in a sample with a drop (X is per sample), and 6.3 prunes only at LQS 0, so a link
+/// that loses what it is offered while nearly idle (a gray failure: a bad optic, a
+/// corrupting ASIC port) reads 25 in some samples and up to 255 in the others, never 0: it
+/// keeps between 3 % (25 / (25 + 3 x 255)) and a full share of a four-spine group, and a
+/// resilient group keeps every busy flow already on it. Section 5.2's monotonicity keeps a helper from scoring such a
 /// link below a congested one (more utilisation must not raise the LQS), so only the
 /// receiver can tell the two apart: a congested link that drops has little available
 /// bandwidth, a failing one has most of it. Only interoperability fields are read (CL and

@@ -1294,7 +1294,13 @@ fn run_draw(
             remote_fault::FAULTY_SPINE as u8,
         ));
         let (mut expected, mut false_failures) = (0, 0);
+        // The logs' times are UTC; the demo's clock (`now_s`) counts from its start.
+        let epoch_offset_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+            - now_s();
         for (t, leaf, node) in failures_logged(&leaves[1..]) {
+            let t = t - epoch_offset_s;
             if t < start_s {
                 continue;
             }

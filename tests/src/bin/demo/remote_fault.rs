@@ -3,9 +3,11 @@
 //! link's unchanged rate) while the link stays up, the L4-S3 BGP session and S3's route
 //! stay, and the slow plane's capacity (configuration or Link Bandwidth) is unchanged: a
 //! gray failure. Static weights keep sending a quarter of L1's traffic into it; only S3's
-//! LQ telemetry (drops while idle: CL 7, LQS at most 25, seed 003 Appendix A.4/A.5) tells
-//! L1. Section 6.3 prunes only at LQS 0, so lqd's default lowers S3's target to a few
-//! percent; the opt-in gray-failure prune (`--gray-failure-prune`) takes it out at once.
+//! LQ telemetry tells L1: drops while idle give CL 7 (held by Appendix A.6's hysteresis),
+//! and an LQS of 25 in a 2 ms sample with a drop but up to 255 in one without (A.4's drop
+//! indicator X is per sample, and an idle link's U and D are 0). Section 6.3 prunes only at
+//! LQS 0, so lqd's default never takes S3 out and mostly sees it healthy; the opt-in
+//! gray-failure prune (`--gray-failure-prune`) takes it out at once.
 //!
 //! Until session 33 the fault was a 1 Mbit/s tbf on S3->L4: the helper reads a root tbf's
 //! rate as the link's speed (A.2's `link_speed`), so it saw a capacity cut to 1 Mbit/s
@@ -129,7 +131,7 @@ impl RemoteFaultResult {
         }
         if self.pruned_s.is_none() {
             return format!(
-                "S{SPINE}->L{LEAF} stops forwarding ({} of {} flows on S{SPINE}): lq never took S{SPINE} out of the group (section 6.3 prunes at LQS 0 only; a dropping idle link reads LQS <= 25), {share} of L1's octets sent towards S{SPINE} while it lasted (poll gap max {:.1} ms)",
+                "S{SPINE}->L{LEAF} stops forwarding ({} of {} flows on S{SPINE}): lq never took S{SPINE} out of the group (section 6.3 prunes at LQS 0 only; Appendix A.4 scores the idle dropping link 25 in a 2 ms sample with a drop, up to 255 in one without), {share} of L1's octets sent towards S{SPINE} while it lasted (poll gap max {:.1} ms)",
                 self.flows_via_spine, self.flows, self.max_gap_ms
             );
         }
