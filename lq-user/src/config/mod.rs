@@ -514,7 +514,7 @@ pub struct Damping {
     /// path quality 0. Off by default.
     #[serde(default)]
     pub gray_failure_prune: bool,
-    /// `gray-failure-min-available`: 0.1..=1.0, default 0.5.
+    /// `gray-failure-min-available`: 0.1..=1.0, default 0.9.
     #[serde(default)]
     pub gray_failure_min_available: Option<f64>,
 }
@@ -3127,7 +3127,7 @@ remote-node = ["10.0.1.1"]
         let c = parse(&with("gray-failure-prune = true")).unwrap();
         assert_eq!(
             c.controller().gray_failure,
-            Some(GrayFailurePrune { min_available: 0.5 })
+            Some(GrayFailurePrune { min_available: 0.9 })
         );
         let c = parse(&with(
             "gray-failure-prune = true\ngray-failure-min-available = 0.8",

@@ -108,9 +108,13 @@ pub struct GrayFailurePrune {
     pub min_available: f64,
 }
 
-/// Default [`GrayFailurePrune::min_available`]: a link that drops while at most half
-/// utilised (`U_smooth <= 0.5` with Appendix A's available bandwidth).
-pub const GRAY_FAILURE_MIN_AVAILABLE_DEFAULT: f64 = 0.5;
+/// Default [`GrayFailurePrune::min_available`]: a link that drops while at most a tenth
+/// utilised (`U_smooth <= 0.1` with Appendix A's available bandwidth). A congested link
+/// whose traffic has just left (the load-balancers moved it, its CL still held at 7 by
+/// A.6's T_hold_down) reaches that only after ~44 ms without traffic (A.3's alpha_fall
+/// 0.1 per 2 ms sample); at 0.5 it reached it after ~13 ms, and the netns demo's capacity
+/// cut pruned the cut path ~30 times per job that way (docs/weights.md).
+pub const GRAY_FAILURE_MIN_AVAILABLE_DEFAULT: f64 = 0.9;
 /// Permitted [`GrayFailurePrune::min_available`]: below 0.1 a congested link's transient
 /// drops at 90 % utilisation would prune it; 1.0 prunes only a link with no traffic at all.
 pub const GRAY_FAILURE_MIN_AVAILABLE_RANGE: std::ops::RangeInclusive<f64> = 0.1..=1.0;
@@ -462,11 +466,15 @@ mod tests {
             Err(ConfigError::GrayFailureWithIntegral)
         );
         let g = GrayFailurePrune::default();
+        assert_eq!(g.min_available, 0.9);
         // Loss on a link with 99 of its 100 Mbit/s available: a failing link.
         assert!(g.applies(Some(7), Some(0.099), Some(0.1)));
-        // Exactly half available still counts; less does not (a congested link drops).
-        assert!(g.applies(Some(7), Some(0.05), Some(0.1)));
-        assert!(!g.applies(Some(7), Some(0.049), Some(0.1)));
+        // At the threshold it counts; below it does not (a congested link drops).
+        assert!(g.applies(Some(7), Some(0.0901), Some(0.1)));
+        assert!(!g.applies(Some(7), Some(0.0899), Some(0.1)));
+        let half = GrayFailurePrune { min_available: 0.5 };
+        assert!(half.applies(Some(7), Some(0.05), Some(0.1)));
+        assert!(!half.applies(Some(7), Some(0.049), Some(0.1)));
         // No loss, no entry, no capacity known: never.
         assert!(!g.applies(Some(6), Some(0.1), Some(0.1)));
         assert!(!g.applies(None, Some(0.1), Some(0.1)));

@@ -1372,7 +1372,7 @@ pub(crate) mod tests {
                 .all(|x| !x.gray_failure)
         );
         let on = ControllerConfig {
-            gray_failure: Some(GrayFailurePrune::default()),
+            gray_failure: Some(GrayFailurePrune { min_available: 0.5 }),
             ..seed
         };
         let r = run(&on, &m, &l, &t, 0);
@@ -1385,9 +1385,9 @@ pub(crate) mod tests {
         assert_eq!(gray, [false, true, false, true]);
         // The remote LQS is kept for the views.
         assert_eq!(of(&r, &m, prefix(4)).members[1].remote, Some(25));
-        // A stricter threshold keeps the half-free link.
+        // The default threshold (0.9) keeps the half-free link.
         let strict = ControllerConfig {
-            gray_failure: Some(GrayFailurePrune { min_available: 0.9 }),
+            gray_failure: Some(GrayFailurePrune::default()),
             ..seed
         };
         let r = run(&strict, &m, &l, &t, 0);
