@@ -111,9 +111,11 @@ pub struct GrayFailurePrune {
 /// Default [`GrayFailurePrune::min_available`]: a link that drops while at most a tenth
 /// utilised (`U_smooth <= 0.1` with Appendix A's available bandwidth). A congested link
 /// whose traffic has just left (the load-balancers moved it, its CL still held at 7 by
-/// A.6's T_hold_down) reaches that only after ~44 ms without traffic (A.3's alpha_fall
-/// 0.1 per 2 ms sample); at 0.5 it reached it after ~13 ms, and the netns demo's capacity
-/// cut pruned the cut path ~30 times per job that way (docs/weights.md).
+/// A.6's T_hold_down) reaches that after ~44 ms without traffic (A.3's alpha_fall 0.1 per
+/// 2 ms sample), at 0.5 after ~13 ms: both inside the 100 ms hold, so the prune also keeps
+/// such a just-vacated path out until the hold ends (the netns demo's capacity cut: 22-27
+/// times per job at 0.9, 27-35 at 0.5). 0.9 detects a dead link in 26-57 ms there, 0.5 in
+/// 14-23 ms (docs/weights.md "Gray failures").
 pub const GRAY_FAILURE_MIN_AVAILABLE_DEFAULT: f64 = 0.9;
 /// Permitted [`GrayFailurePrune::min_available`]: below 0.1 a congested link's transient
 /// drops at 90 % utilisation would prune it; 1.0 prunes only a link with no traffic at all.
