@@ -1237,6 +1237,33 @@ fn a_congested_uplink_loses_weight_with_measured_local_quality() {
 /// function; the path capacities come from the slow plane (`[[path-capacity]]`, section 4.1)
 /// and `lqd show weights` names their source. The table does hold the diagnostics (`show
 /// paths`), so the test would see a receiver that read them.
+/// The four spines advertising every 20 ms from a thread in `ns`, paced on absolute
+/// deadlines (a late round does not delay the next) until `stop`: round `seq` sends spine
+/// `k` (0..4) what `make(k, seq)` gives, to its leaf address 10.1.(k+1).2.
+fn paced_spines(
+    ns: &NetNs,
+    stop: Arc<AtomicBool>,
+    make: impl Fn(u8, u16) -> (lq_common::wire::Header, lq_common::wire::Entry) + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let name = ns.name().to_string();
+    std::thread::spawn(move || {
+        lq_tests::netns::enter_netns(&name).unwrap();
+        let mut senders = spine_senders();
+        let mut seq = 1u16;
+        let mut next = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            seq = seq.wrapping_add(1);
+            for k in 0..4u8 {
+                let (h, e) = make(k, seq);
+                let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k + 1, 2)), 52525);
+                senders[usize::from(k)].send(to, &h, &[e]).unwrap();
+            }
+            next += Duration::from_millis(20);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+    })
+}
+
 #[test]
 fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() {
     require_root();
@@ -1245,37 +1272,23 @@ fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() 
         let diagnostics = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let sender = {
-            let (d, s) = (diagnostics.clone(), stop.clone());
-            let name = f.spines.name().to_string();
-            std::thread::spawn(move || {
-                lq_tests::netns::enter_netns(&name).unwrap();
-                let mut senders = spine_senders();
-                let mut seq = 1u16;
-                // Paced on absolute deadlines: a late round does not delay the next.
-                let mut next = Instant::now();
-                while !s.load(Ordering::Relaxed) {
-                    seq = seq.wrapping_add(1);
-                    let absurd = d.load(Ordering::Relaxed);
-                    for k in 0..4u8 {
-                        let mut h = header(ip4(10, 0, 0, k + 1), seq);
-                        let mut e = entry(REMOTE, 1, 237, 0);
-                        // The big paths are the ones absurd diagnostics would sink.
-                        if absurd && k != 1 {
-                            h.diagnostics = true;
-                            e.diagnostics = Some(lq_common::wire::Diagnostics {
-                                link_capacity: 0.001,
-                                queue_depth: 255,
-                                ecn_marking_rate: 31,
-                                pfc_pause_fraction: 31,
-                                drops_active: true,
-                            });
-                        }
-                        let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k + 1, 2)), 52525);
-                        senders[k as usize].send(to, &h, &[e]).unwrap();
-                    }
-                    next += Duration::from_millis(20);
-                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            let d = diagnostics.clone();
+            paced_spines(&f.spines, stop.clone(), move |k, seq| {
+                let absurd = d.load(Ordering::Relaxed);
+                let mut h = header(ip4(10, 0, 0, k + 1), seq);
+                let mut e = entry(REMOTE, 1, 237, 0);
+                // The big paths are the ones absurd diagnostics would sink.
+                if absurd && k != 1 {
+                    h.diagnostics = true;
+                    e.diagnostics = Some(lq_common::wire::Diagnostics {
+                        link_capacity: 0.001,
+                        queue_depth: 255,
+                        ecn_marking_rate: 31,
+                        pfc_pause_fraction: 31,
+                        drops_active: true,
+                    });
                 }
+                (h, e)
             })
         };
         let mut config = leaf_config();
@@ -1379,27 +1392,12 @@ fn a_lossy_idle_path_is_pruned_only_with_the_gray_failure_prune() {
         let spines = Arc::new(Mutex::new([healthy; 4]));
         let stop = Arc::new(AtomicBool::new(false));
         let sender = {
-            let (st, s) = (spines.clone(), stop.clone());
-            let name = f.spines.name().to_string();
-            std::thread::spawn(move || {
-                lq_tests::netns::enter_netns(&name).unwrap();
-                let mut senders = spine_senders();
-                let mut seq = 1u16;
-                let mut next = Instant::now();
-                while !s.load(Ordering::Relaxed) {
-                    seq = seq.wrapping_add(1);
-                    let now = *st.lock().unwrap();
-                    for k in 0..4u8 {
-                        let (lqs, cl, available) = now[k as usize];
-                        let h = header(ip4(10, 0, 0, k + 1), seq);
-                        let mut e = entry(REMOTE, 1, lqs, cl);
-                        e.available_bandwidth = available;
-                        let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k + 1, 2)), 52525);
-                        senders[k as usize].send(to, &h, &[e]).unwrap();
-                    }
-                    next += Duration::from_millis(20);
-                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
-                }
+            let st = spines.clone();
+            paced_spines(&f.spines, stop.clone(), move |k, seq| {
+                let (lqs, cl, available) = st.lock().unwrap()[usize::from(k)];
+                let mut e = entry(REMOTE, 1, lqs, cl);
+                e.available_bandwidth = available;
+                (header(ip4(10, 0, 0, k + 1), seq), e)
             })
         };
         let mut config = leaf_config();

@@ -556,6 +556,34 @@ fn bench_auth_verify() -> f64 {
 // ---------------------------------------------------------------------------------------
 // 3. The same datagrams through a user-space UDP socket.
 
+/// Sends `payloads[(first + k + 1) as u16]` for `k` in `0..n` (the sequence numbers wrap
+/// with the u16 index) with one sendmmsg on the connected socket `fd`; returns sendmmsg's
+/// result (the datagrams sent, or -1).
+fn send_batch(fd: libc::c_int, payloads: &[Vec<u8>], first: u64, n: usize) -> libc::c_int {
+    let mut iovs: Vec<libc::iovec> = (0..n as u64)
+        .map(|k| {
+            let p = &payloads[usize::from((first + k + 1) as u16)];
+            libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            }
+        })
+        .collect();
+    let mut msgs: Vec<libc::mmsghdr> = iovs
+        .iter_mut()
+        .map(|iov| {
+            // SAFETY: all zeroes is a valid mmsghdr (null pointers, zero lengths).
+            let mut m = unsafe { std::mem::zeroed::<libc::mmsghdr>() };
+            m.msg_hdr.msg_iov = iov;
+            m.msg_hdr.msg_iovlen = 1;
+            m
+        })
+        .collect();
+    // SAFETY: msgs holds n valid headers pointing into `iovs` and `payloads`, which outlive
+    // the call; `fd` is a connected UDP socket.
+    unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as u32, 0) }
+}
+
 /// The receive tables of a daemon without XDP: two hash maps.
 #[derive(Default)]
 struct HashTables {
@@ -698,28 +726,7 @@ fn socket_trial(prefill: bool) -> Result<SocketResult> {
             let mut i = 0u64;
             while i < SOCKET_DATAGRAMS {
                 let n = (SOCKET_DATAGRAMS - i).min(SOCKET_BATCH as u64) as usize;
-                let mut iovs: Vec<libc::iovec> = (0..n as u64)
-                    .map(|k| {
-                        let p = &payloads[usize::from((i + k + 1) as u16)];
-                        libc::iovec {
-                            iov_base: p.as_ptr() as *mut libc::c_void,
-                            iov_len: p.len(),
-                        }
-                    })
-                    .collect();
-                // SAFETY: a zeroed mmsghdr is valid; the iovecs outlive the call.
-                let mut msgs: Vec<libc::mmsghdr> = iovs
-                    .iter_mut()
-                    .map(|iov| {
-                        // SAFETY: all zeroes is a valid mmsghdr (null pointers, zero lengths).
-                        let mut m = unsafe { std::mem::zeroed::<libc::mmsghdr>() };
-                        m.msg_hdr.msg_iov = iov;
-                        m.msg_hdr.msg_iovlen = 1;
-                        m
-                    })
-                    .collect();
-                // SAFETY: msgs holds n valid headers on a connected socket.
-                let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), n as u32, 0) };
+                let r = send_batch(fd, &payloads, i, n);
                 if r <= 0 {
                     // Not sent (e.g. ENOBUFS): skip the batch, the sequence numbers move on.
                     i += n as u64;
@@ -887,28 +894,7 @@ fn alike_send(ns: &NetNs, n: u64, sender: u8) -> Result<u64> {
         let (mut i, mut sent) = (0u64, 0u64);
         while i < n {
             let batch = (n - i).min(SOCKET_BATCH as u64) as usize;
-            let mut iovs: Vec<libc::iovec> = (0..batch as u64)
-                .map(|k| {
-                    let p = &payloads[usize::from((i + k + 1) as u16)];
-                    libc::iovec {
-                        iov_base: p.as_ptr() as *mut libc::c_void,
-                        iov_len: p.len(),
-                    }
-                })
-                .collect();
-            let mut msgs: Vec<libc::mmsghdr> = iovs
-                .iter_mut()
-                .map(|iov| {
-                    // SAFETY: all zeroes is a valid mmsghdr (null pointers, zero lengths).
-                    let mut m = unsafe { std::mem::zeroed::<libc::mmsghdr>() };
-                    m.msg_hdr.msg_iov = iov;
-                    m.msg_hdr.msg_iovlen = 1;
-                    m
-                })
-                .collect();
-            // SAFETY: msgs holds `batch` valid headers on a connected socket; the iovecs
-            // and payloads outlive the call.
-            let r = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), batch as u32, 0) };
+            let r = send_batch(fd, &payloads, i, batch);
             if r <= 0 {
                 // ENOBUFS and the like: the batch is skipped, the sequence numbers move on.
                 i += batch as u64;
