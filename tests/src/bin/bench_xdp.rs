@@ -1045,34 +1045,11 @@ struct Alike {
 }
 
 fn bench_alike(rx: TestReceiver) -> Result<(TestReceiver, Alike)> {
-    let tx_ns = NetNs::new("lqb-atx")?;
-    let rx_ns = NetNs::new("lqb-arx")?;
-    let addr = |a: [u8; 4]| format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3]);
-    veth_pair(
-        &tx_ns,
-        ALIKE_TX_IF,
-        &format!("{}/24", addr(ALIKE_TX_ADDR)),
-        &rx_ns,
-        ALIKE_RX_IF,
-        &format!("{}/24", addr(ALIKE_RX_ADDR)),
+    let (tx_ns, rx_ns) = veth_namespaces(
+        ["lqb-atx", "lqb-arx"],
+        [ALIKE_TX_IF, ALIKE_RX_IF],
+        [ALIKE_TX_ADDR, ALIKE_RX_ADDR],
     )?;
-    let link: serde_json::Value =
-        serde_json::from_str(&rx_ns.ip(&["-j", "link", "show", "dev", ALIKE_RX_IF])?)?;
-    let mac = link[0]["address"]
-        .as_str()
-        .context("receiving veth MAC")?
-        .to_string();
-    tx_ns.ip(&[
-        "neigh",
-        "replace",
-        &addr(ALIKE_RX_ADDR),
-        "lladdr",
-        &mac,
-        "dev",
-        ALIKE_TX_IF,
-        "nud",
-        "permanent",
-    ])?;
     let mut rx = Some(rx);
     // Warm-up (not counted): one of each.
     alike_trial(&tx_ns, &rx_ns, &mut rx, true, 1)?;
@@ -1245,21 +1222,26 @@ fn blast(dur: Duration) -> Result<(u64, u64, f64, f64)> {
     Ok((sent, errors, start.elapsed().as_secs_f64(), cpu))
 }
 
-fn bench_veth(rx: TestReceiver) -> Result<Veth> {
-    let tx_ns = NetNs::new("lqb-tx")?;
-    let rx_ns = NetNs::new("lqb-rx")?;
+/// Two namespaces (sender, receiver) joined by a veth pair, addressed /24, with a
+/// permanent neighbor entry for the receiver on the sender's side: no ARP in a measurement.
+fn veth_namespaces(
+    names: [&str; 2],
+    ifaces: [&str; 2],
+    addrs: [[u8; 4]; 2],
+) -> Result<(NetNs, NetNs)> {
+    let tx_ns = NetNs::new(names[0])?;
+    let rx_ns = NetNs::new(names[1])?;
     let addr = |a: [u8; 4]| format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3]);
     veth_pair(
         &tx_ns,
-        TX_IF,
-        &format!("{}/24", addr(TX_ADDR)),
+        ifaces[0],
+        &format!("{}/24", addr(addrs[0])),
         &rx_ns,
-        RX_IF,
-        &format!("{}/24", addr(RX_ADDR)),
+        ifaces[1],
+        &format!("{}/24", addr(addrs[1])),
     )?;
-    // A permanent neighbor entry: no ARP in the measurement.
     let link: serde_json::Value =
-        serde_json::from_str(&rx_ns.ip(&["-j", "link", "show", "dev", RX_IF])?)?;
+        serde_json::from_str(&rx_ns.ip(&["-j", "link", "show", "dev", ifaces[1]])?)?;
     let mac = link[0]["address"]
         .as_str()
         .context("receiving veth MAC")?
@@ -1267,14 +1249,19 @@ fn bench_veth(rx: TestReceiver) -> Result<Veth> {
     tx_ns.ip(&[
         "neigh",
         "replace",
-        &addr(RX_ADDR),
+        &addr(addrs[1]),
         "lladdr",
         &mac,
         "dev",
-        TX_IF,
+        ifaces[0],
         "nud",
         "permanent",
     ])?;
+    Ok((tx_ns, rx_ns))
+}
+
+fn bench_veth(rx: TestReceiver) -> Result<Veth> {
+    let (tx_ns, rx_ns) = veth_namespaces(["lqb-tx", "lqb-rx"], [TX_IF, RX_IF], [TX_ADDR, RX_ADDR])?;
 
     let mut rx = Some(rx);
     let configs = [VethConfig::None, VethConfig::Baseline, VethConfig::Receiver];
