@@ -195,6 +195,16 @@ pub fn render(
             w.bucket_neutral_skipped,
         );
         o.counter(
+            "lq_group_computations_total",
+            "Group computations done (path quality and target weights, seed 003 section 6.3).",
+            w.group_computations,
+        );
+        o.counter(
+            "lq_group_computations_deferred_total",
+            "Group computations that waited for the group's next T_reweight boundary (its entries moved, but no target could be applied before it), per group and step.",
+            w.group_computations_deferred,
+        );
+        o.counter(
             "lq_group_buckets_moved_total",
             "Resilient nexthop group buckets the replaces moved.",
             w.buckets_moved,

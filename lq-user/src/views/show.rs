@@ -273,6 +273,11 @@ pub fn weights_view_table(w: &WeightsView) -> String {
         w.replace_causes.hold_expired,
         w.replace_causes.every_step,
     );
+    let _ = writeln!(
+        s,
+        "group computations: {}  waited for their T_reweight boundary: {}",
+        w.group_computations, w.group_computations_deferred,
+    );
     if w.foreign_nexthop_writes > 0 {
         let _ = writeln!(
             s,
@@ -570,7 +575,7 @@ mod tests {
         );
         assert!(
             t.ends_with(
-                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0  gray-failure prunes: 0\nbuckets moved: 0  not written (same forwarding): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\n"
+                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0  gray-failure prunes: 0\nbuckets moved: 0  not written (same forwarding): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\ngroup computations: 0  waited for their T_reweight boundary: 0\n"
             ),
             "{t}"
         );

@@ -209,6 +209,13 @@ pub struct WeightsView {
     /// would (`[nexthop-group] replace = "forwarding-change"`).
     #[serde(default)]
     pub bucket_neutral_skipped: u64,
+    /// Group computations done (path quality and target weights, 6.3).
+    #[serde(default)]
+    pub group_computations: u64,
+    /// Group computations that waited for the group's next T_reweight boundary (its
+    /// entries moved, but no target could be applied before it; per group and step).
+    #[serde(default)]
+    pub group_computations_deferred: u64,
     /// Resilient buckets the replaces moved.
     #[serde(default)]
     pub buckets_moved: u64,

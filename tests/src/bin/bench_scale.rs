@@ -31,6 +31,8 @@
 //!   times the kernel's system time of one replace of the same kind (lqd's members, buckets
 //!   and timers, one member's weight moving by 10 %), measured after the windows with
 //!   `ip -batch` on 64 copies (512 replaces, the child's system time).
+//! - `leaf_group_computations_per_s_64x512` (baseline: one per group and T_reweight, what
+//!   section 6.4 can apply: 25 600 a second).
 //! - `leaf_replaces_per_s_64x512` (baseline: the real events a second that move a bucket),
 //!   `leaf_buckets_moved_per_s_64x512`, `leaf_bucket_neutral_replace_fraction_64x512`; the
 //!   toggle's `leaf_replaces_per_s_64x512_toggle` (baseline: toggles that move a bucket) and
@@ -439,6 +441,9 @@ struct Replaces {
     buckets_moved: u64,
     /// Replaces by cause: members, moves, hold expired.
     causes: [u64; 3],
+    /// Group computations (6.3) done, and those that waited for their T_reweight boundary.
+    computations: u64,
+    deferred: u64,
 }
 
 fn replace_counts(lqd: &Lqd) -> Replaces {
@@ -451,6 +456,8 @@ fn replace_counts(lqd: &Lqd) -> Replaces {
         buckets_moved: n("buckets-moved"),
         causes: ["members", "moves", "hold-expired"]
             .map(|c| w["replace-causes"][c].as_u64().unwrap_or(0)),
+        computations: n("group-computations"),
+        deferred: n("group-computations-deferred"),
     }
 }
 
@@ -466,6 +473,8 @@ struct Window {
     xdp_ns_per_entry: f64,
     replace_rate: f64,
     buckets_moved_rate: f64,
+    /// Group computations (path quality and target weights, 6.3) a second.
+    computation_rate: f64,
     /// Real events (or toggles) sent, and those of them that move a bucket.
     event_rate: f64,
     moving_event_rate: f64,
@@ -540,6 +549,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         xdp_ns_per_entry: xdp_ns / (s1.1.saturating_sub(s0.1)).max(1) as f64,
         replace_rate: replaces as f64 / secs,
         buckets_moved_rate: rate(g0.buckets_moved, g1.buckets_moved),
+        computation_rate: rate(g0.computations, g1.computations),
         event_rate,
         moving_event_rate,
         neutral_fraction: g1.neutral.saturating_sub(g0.neutral) as f64 / replaces.max(1) as f64,
@@ -551,12 +561,14 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
     let machine =
         (m1.busy() - m0.busy()) as f64 / (m1.total() - m0.total()).max(1) as f64 * cpus * 100.0;
     eprintln!(
-        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computed changes/s not written, replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
+        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computed changes/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
         w.xdp_ns_per_entry,
         w.replace_rate,
         g1.neutral.saturating_sub(g0.neutral) as f64 / secs,
         w.buckets_moved_rate,
         rate(g0.not_written, g1.not_written),
+        w.computation_rate,
+        rate(g0.deferred, g1.deferred),
         rate(g0.causes[0], g1.causes[0]),
         rate(g0.causes[1], g1.causes[1]),
         rate(g0.causes[2], g1.causes[2]),
@@ -951,6 +963,14 @@ fn measure(
         "buckets/s",
         None,
         None,
+    );
+    // Baseline: one computation per group and T_reweight (20 ms), what 6.4 can apply.
+    emit(
+        "leaf_group_computations_per_s_64x512",
+        med(&fabric, |w| w.computation_rate),
+        "computations/s",
+        None,
+        Some(REMOTES as f64 * 1e9 / PERIOD.as_nanos() as f64),
     );
     emit(
         "leaf_bucket_neutral_replace_fraction_64x512",

@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use lq_common::maps::{PathKey, PathValue, path_stamp, path_stamp_time_ns};
 
 use super::heartbeat::entry_expired;
-use super::path_quality::{NodeId, PathSnapshot, effective_entry, node, remote_order};
+use super::path_quality::{EntryMove, NodeId, PathSnapshot, effective_entry, node, remote_order};
 
 /// Where a refresh reads the table.
 pub trait TableRows {
@@ -77,6 +77,9 @@ pub struct Refresh {
     pub stamps_read: usize,
     /// Remote nodes with an entry whose effective values changed.
     pub changed_remotes: BTreeSet<NodeId>,
+    /// Of those, the ones with an entry whose move can take a path quality to or from 0
+    /// ([`EntryMove::CrossesZero`]): section 6.4 applies such a transition at once.
+    pub zero_crossing_remotes: BTreeSet<NodeId>,
     /// A row no longer held the key it held at the last rebuild (or could not be read):
     /// the caller must rebuild from a full read.
     pub stale: bool,
@@ -377,9 +380,19 @@ impl PathMirror {
         // Rows mostly come in remote order: a remote node named by the row named before is
         // not looked up again (a tree insert per row was a third of a 32 768-row refresh).
         let remote = node(k.remote_as, k.remote_id);
-        if self.snapshot.update_at(p, lqs, signal) && self.last_changed != Some(remote) {
-            out.changed_remotes.insert(remote);
-            self.last_changed = Some(remote);
+        match self.snapshot.update_at(p, lqs, signal) {
+            EntryMove::Unchanged => {}
+            EntryMove::Changed => {
+                if self.last_changed != Some(remote) {
+                    out.changed_remotes.insert(remote);
+                    self.last_changed = Some(remote);
+                }
+            }
+            EntryMove::CrossesZero => {
+                out.changed_remotes.insert(remote);
+                out.zero_crossing_remotes.insert(remote);
+                self.last_changed = Some(remote);
+            }
         }
         self.note(p, clock.now_ns, clock.dead_ns);
     }
@@ -465,6 +478,65 @@ mod tests {
         let mut fresh = PathMirror::default();
         fresh.rebuild(m.entries.clone(), 0, now, DEAD, failed);
         assert_eq!(m.snapshot(), fresh.snapshot());
+    }
+
+    #[test]
+    fn a_move_to_or_from_0_or_cl_7_names_its_remote_as_zero_crossing() {
+        let mut kernel = table(2, 4, 10 * MS, |_, _| 200);
+        let mut m = PathMirror::default();
+        let none = BTreeSet::new();
+        m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &none);
+        let refresh = |kernel: &mut Vec<(PathKey, PathValue)>,
+                       m: &mut PathMirror,
+                       t: u64,
+                       change: &dyn Fn(&PathKey, &mut PathValue)| {
+            for (k, v) in kernel.iter_mut() {
+                if k.spine_id == 1 {
+                    v.last_update_ns = t;
+                    change(k, v);
+                }
+            }
+            let kernel = kernel.clone();
+            m.refresh(
+                &[node(0, 1)].into(),
+                &[],
+                clock(0, t),
+                &none,
+                &mut |p: usize| kernel.get(p).copied(),
+            )
+        };
+        // Noise on every entry (200 -> 195), remote 101 to 0: only 101 crosses 0.
+        let r = refresh(&mut kernel, &mut m, 20 * MS, &|k, v| {
+            v.lqs = if k.remote_id == 101 { 0 } else { 195 };
+        });
+        assert_eq!(r.changed_remotes.len(), 4, "{r:?}");
+        assert_eq!(r.zero_crossing_remotes, [node(0, 101)].into());
+        // 101 back from 0, 102's CL to 7 (the gray-failure prune reads it), 103's CL to 3.
+        let r = refresh(&mut kernel, &mut m, 30 * MS, &|k, v| {
+            v.lqs = 195;
+            v.cl = match k.remote_id {
+                102 => 7,
+                103 => 3,
+                _ => v.cl,
+            };
+        });
+        assert_eq!(
+            r.changed_remotes,
+            [node(0, 101), node(0, 102), node(0, 103)].into()
+        );
+        assert_eq!(r.zero_crossing_remotes, [node(0, 101), node(0, 102)].into());
+        // Only noise: nothing crosses 0, but a move of an entry at CL 7 may (its available
+        // bandwidth decides the gray-failure prune).
+        let r = refresh(&mut kernel, &mut m, 40 * MS, &|_, v| v.lqs = 190);
+        assert_eq!(r.changed_remotes.len(), 4);
+        assert_eq!(r.zero_crossing_remotes, [node(0, 102)].into());
+        // 102 leaves CL 7 (crossing), then noise alone crosses nothing.
+        let r = refresh(&mut kernel, &mut m, 50 * MS, &|_, v| v.cl = 1);
+        assert_eq!(r.zero_crossing_remotes, [node(0, 102)].into());
+        let r = refresh(&mut kernel, &mut m, 60 * MS, &|_, v| v.lqs = 185);
+        assert_eq!(r.changed_remotes.len(), 4);
+        assert!(r.zero_crossing_remotes.is_empty(), "{r:?}");
+        assert_same_as_rebuild(&m, 60 * MS, &none);
     }
 
     #[test]

@@ -569,16 +569,24 @@ impl PathSnapshot {
     }
 
     /// Replaces the effective values at `position` (an entry's place in the sorted order the
-    /// snapshot was built from; its key is unchanged). Returns whether they changed, so that
-    /// the control step can recompute only the remote nodes whose entries moved (issue 15).
-    pub fn update_at(&mut self, position: usize, lqs: u8, signal: LinkSignal) -> bool {
+    /// snapshot was built from; its key is unchanged). Returns how they moved, so that the
+    /// control step can recompute only the remote nodes whose entries moved (issue 15), and
+    /// at once only those whose move can take a path to or from 0 (issue 41).
+    pub fn update_at(&mut self, position: usize, lqs: u8, signal: LinkSignal) -> EntryMove {
         let (Some(l), Some(s)) = (self.links.get_mut(position), self.signals.get_mut(position))
         else {
-            return false;
+            return EntryMove::Unchanged;
         };
         if l.1 == lqs && s.1 == signal {
-            return false;
+            return EntryMove::Unchanged;
         }
+        // What can take a member's path quality to or from 0 (6.3, 6.4): the entry's LQS
+        // to or from 0 (ageing and failure included, 6.5), and any move of an entry at CL
+        // 7 before or after (the opt-in gray-failure prune reads its CL and available
+        // bandwidth). With the minimum over parallel links (lqd's default) nothing else
+        // can.
+        let crosses_zero =
+            (l.1 == 0) != (lqs == 0) || s.1.cl == 7 || signal.cl == 7 || s.1.live != signal.live;
         match (s.1.live, signal.live) {
             (true, false) => self.failed_entries += 1,
             (false, true) => self.failed_entries = self.failed_entries.saturating_sub(1),
@@ -586,7 +594,11 @@ impl PathSnapshot {
         }
         l.1 = lqs;
         s.1 = signal;
-        true
+        if crosses_zero {
+            EntryMove::CrossesZero
+        } else {
+            EntryMove::Changed
+        }
     }
 
     /// The entries towards `remote` (none when no spine advertised it).
@@ -619,6 +631,19 @@ impl PathSnapshot {
                 .map(move |(sp, x, y)| ((*sp, *r), (y - x) as usize))
         })
     }
+}
+
+/// How an entry's effective values moved ([`PathSnapshot::update_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryMove {
+    /// Not at all.
+    Unchanged,
+    /// Within what keeps every path quality on the same side of 0.
+    Changed,
+    /// Its LQS to or from 0, its liveness, or anything of an entry at CL 7 before or after
+    /// (what the opt-in gray-failure prune reads): a path quality through it may cross 0,
+    /// which section 6.4 applies at once.
+    CrossesZero,
 }
 
 /// What forwarding may use of one entry (section 6.5 and the wire spec): its LQS and

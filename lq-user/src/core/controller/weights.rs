@@ -246,6 +246,14 @@ impl DestinationWeights {
         self.last_apply_ns = Some(now_ns);
     }
 
+    /// When a new target would be applied: the next T_reweight boundary after the last
+    /// application (6.4), 0 before the first. A caller may compute the target then rather
+    /// than at every change before it (`LoadBalancer::groups_to_compute`).
+    pub fn reweight_boundary(&self, t_reweight_ns: u64) -> u64 {
+        self.last_apply_ns
+            .map_or(0, |t| t.saturating_add(t_reweight_ns))
+    }
+
     /// Apply a damped step if one is due at `now_ns`.
     pub fn tick(&mut self, config: &ControllerConfig, now_ns: u64) -> Option<Application> {
         if let WeightFunction::Integral(p) = config.weight_function {

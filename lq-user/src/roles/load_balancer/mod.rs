@@ -23,7 +23,7 @@ use tracing::{debug, error, info, trace, warn};
 use crate::{
     config::Config,
     core::controller::{
-        config::{ControllerConfig, GroupKind, WeightFunction},
+        config::{ControllerConfig, GroupKind, ParallelLinkAggregation, WeightFunction},
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
         path_mirror::{PathMirror, RefreshClock, TableRows},
         path_quality::{
@@ -234,6 +234,18 @@ pub struct LoadBalancer {
     rebuild_needed: bool,
     /// Groups computed at least once (a new group is computed at its first step).
     computed: BTreeSet<GroupKey>,
+    /// Remote nodes whose entries moved since their groups were last computed, waiting for
+    /// their groups' next T_reweight boundary (`groups_to_compute`, issue 41), with that
+    /// boundary (the earliest of the remote node's groups, as of when it was deferred: a
+    /// group's last application moves only when it is computed or ticked, and a due tick
+    /// is a computation here).
+    deferred_remotes: BTreeMap<NodeId, u64>,
+    /// The earliest boundary among them (`next_due` wakes the loop for it).
+    deferred_due_ns: Option<u64>,
+    /// Group computations done (6.3), and those that waited for their T_reweight boundary
+    /// (per group and step), for `lqd show weights` and the metrics.
+    pub group_computations: u64,
+    pub group_computations_deferred: u64,
     /// Digest of the inputs every group shares (local qualities, failed spines).
     shared_digest: u64,
     /// When the next step recomputes every group.
@@ -328,14 +340,18 @@ impl TableReads {
 enum PathsRead {
     /// The whole table was read: every group is recomputed.
     Full,
-    /// Only the rows that can have moved were read: the remote nodes whose entries changed.
-    Changed(BTreeSet<NodeId>),
+    /// Only the rows that can have moved were read: the remote nodes whose entries changed,
+    /// and among them those whose move can take a path quality to or from 0.
+    Changed {
+        moved: BTreeSet<NodeId>,
+        zero_crossing: BTreeSet<NodeId>,
+    },
 }
 
 /// The groups a step recomputes (`LoadBalancer::groups_to_compute`).
 #[derive(Debug)]
 struct GroupsToCompute {
-    /// Their keys, in key order.
+    /// Their keys, each once.
     keys: Vec<GroupKey>,
     /// Every group is recomputed (a full read, or FULL_UPDATE_NS passed).
     full: bool,
@@ -435,6 +451,10 @@ impl LoadBalancer {
             named_slots: Vec::new(),
             rebuild_needed: true,
             computed: BTreeSet::new(),
+            deferred_remotes: BTreeMap::new(),
+            deferred_due_ns: None,
+            group_computations: 0,
+            group_computations_deferred: 0,
             shared_digest: 0,
             next_full_update_ns: 0,
             last_step_ns: 0,
@@ -1015,7 +1035,10 @@ impl LoadBalancer {
                 .mirror
                 .refresh(&named, &rows, clock, failed, &mut KnownRows(reader));
             if !r.stale {
-                return Ok(PathsRead::Changed(r.changed_remotes));
+                return Ok(PathsRead::Changed {
+                    moved: r.changed_remotes,
+                    zero_crossing: r.zero_crossing_remotes,
+                });
             }
         }
         // The counts are read before the rows: a claim after this read moves the count
@@ -1041,15 +1064,27 @@ impl LoadBalancer {
     /// integral steps go on). All groups are recomputed after a full read and every
     /// FULL_UPDATE_NS, which also lets the integral function's peak-held capacity estimate
     /// decay.
+    ///
+    /// A group whose remote node's entries moved is computed when its next target can be
+    /// applied: at its T_reweight boundary, or at once when the move can take a path
+    /// quality to or from 0 (6.4's exception). Section 6.4 applies a target at most once
+    /// per T_reweight; a target computed at every step between two boundaries was
+    /// overwritten before it was applied (issue 41: under a fabric's churn every group was
+    /// computed about four times per application). The target applied is the one the seed
+    /// asks for, computed from the table as it is at the boundary ([`Self::defers`]
+    /// says when this holds).
     fn groups_to_compute(
         &mut self,
         now_ns: u64,
         paths: &PathsRead,
         failed: &BTreeSet<NeighborKey>,
     ) -> GroupsToCompute {
-        let moved_remotes = match paths {
-            PathsRead::Changed(m) => Some(m),
-            PathsRead::Full => None,
+        let (moved_remotes, zero_crossing) = match paths {
+            PathsRead::Changed {
+                moved,
+                zero_crossing,
+            } => (Some(moved), Some(zero_crossing)),
+            PathsRead::Full => (None, None),
         };
         let full = now_ns >= self.next_full_update_ns || moved_remotes.is_none();
         if full {
@@ -1107,20 +1142,90 @@ impl LoadBalancer {
                 let mut present = SortedProbe::new(self.groups.keys());
                 self.computed.retain(|k| present.contains(k));
             }
+            // Every group whose inputs moved is computed now.
+            self.deferred_remotes.clear();
+            self.deferred_due_ns = None;
         } else if let Some(moved) = moved_remotes {
             // The same keys had their first computation at an earlier step: only the
-            // groups of the remote nodes whose entries moved are computed again.
+            // groups of the remote nodes whose entries moved are computed again, now or
+            // at their T_reweight boundary.
+            let defers = self.defers();
+            let t_reweight = self.controller.t_reweight_ns();
             for r in moved {
-                if let Some(group_keys) = self.groups_by_remote.get(r) {
+                let Some(group_keys) = self.groups_by_remote.get(r) else {
+                    continue;
+                };
+                if defers && zero_crossing.is_none_or(|z| !z.contains(r)) {
+                    if !self.deferred_remotes.contains_key(r) {
+                        let weights = &self.weights;
+                        let boundary = group_keys
+                            .iter()
+                            .map(|k| {
+                                weights
+                                    .destination(k)
+                                    .map_or(0, |d| d.reweight_boundary(t_reweight))
+                            })
+                            .min()
+                            .unwrap_or(0);
+                        self.deferred_remotes.insert(*r, boundary);
+                    }
+                } else {
+                    self.deferred_remotes.remove(r);
                     keys.extend(group_keys.iter().cloned());
                 }
             }
+            // No key twice: a remote node is computed now or deferred, never both, and
+            // its groups are listed once.
+            self.take_deferred_due(now_ns, &mut keys);
+        } else {
+            self.take_deferred_due(now_ns, &mut keys);
         }
+        self.group_computations += keys.len() as u64;
         GroupsToCompute {
             keys,
             full,
             groups_moved,
         }
+    }
+
+    /// Whether a group's computation may wait for its T_reweight boundary
+    /// (`groups_to_compute`): with the seed's weight function, whose target is the table's
+    /// at the moment it is applied, and with the minimum over parallel links, where only
+    /// an entry crossing 0 ([`EntryMove::CrossesZero`](crate::core::controller::path_quality::EntryMove::CrossesZero)) can take a path quality to or
+    /// from 0. The integral function integrates its signals at every computation, and a
+    /// capacity-weighted mean can floor to 0 when a link other than the one that moved is
+    /// at 0: both compute at every step, as before.
+    fn defers(&self) -> bool {
+        matches!(self.controller.weight_function, WeightFunction::Seed)
+            && self.controller.parallel_links == ParallelLinkAggregation::Minimum
+    }
+
+    /// Adds to `keys` the groups of the deferred remote nodes whose T_reweight boundary
+    /// (`DestinationWeights::reweight_boundary`, the earliest of a remote node's groups)
+    /// has come, and keeps the next boundary of the others for `next_due`.
+    fn take_deferred_due(&mut self, now_ns: u64, keys: &mut Vec<GroupKey>) {
+        if self.deferred_remotes.is_empty() {
+            self.deferred_due_ns = None;
+            return;
+        }
+        let by_remote = &self.groups_by_remote;
+        let mut next: Option<u64> = None;
+        let mut waiting = 0u64;
+        self.deferred_remotes.retain(|r, &mut boundary| {
+            let Some(group_keys) = by_remote.get(r) else {
+                return false;
+            };
+            if boundary <= now_ns {
+                keys.extend(group_keys.iter().cloned());
+                false
+            } else {
+                next = Some(next.map_or(boundary, |n| n.min(boundary)));
+                waiting += group_keys.len() as u64;
+                true
+            }
+        });
+        self.deferred_due_ns = next;
+        self.group_computations_deferred += waiting;
     }
 
     /// Seed 003 sections 6.1-6.4: path quality and target weights of the groups `todo`
@@ -1583,6 +1688,10 @@ impl LoadBalancer {
             self.heartbeat.next_deadline(),
             // The earliest held move falling due (`held_due`).
             self.held.values().min().copied(),
+            // The earliest T_reweight boundary of a group whose computation waits for it
+            // (`groups_to_compute`), with the damping steps' slack.
+            self.deferred_due_ns
+                .map(|d| d.max(self.last_step_ns.saturating_add(DAMPING_SLACK_NS))),
             // The neighbors' next read at its age (`TableReads`), not at the loop's next
             // wake-up after it.
             self.table_reads
@@ -1723,6 +1832,8 @@ impl LoadBalancer {
             group_errors: self.group_errors,
             bucket_neutral_replaces: self.bucket_neutral_replaces,
             bucket_neutral_skipped: self.bucket_neutral_skipped,
+            group_computations: self.group_computations,
+            group_computations_deferred: self.group_computations_deferred,
             buckets_moved: self.buckets_moved,
             holds_started: self.holds_started,
             replace_causes: self.replace_causes,
