@@ -1125,8 +1125,10 @@ impl LoadBalancer {
                 if new {
                     first_time.push(key.clone());
                 }
+                // A remote node whose groups wait for their boundary moved too: they are
+                // computed now, and nothing waits after this step.
                 let moved = match (moved_remotes, key.remote) {
-                    (Some(m), Some(r)) => m.contains(&r),
+                    (Some(m), Some(r)) => m.contains(&r) || self.deferred_remotes.contains_key(&r),
                     (Some(_), None) => false,
                     (None, _) => true,
                 };
