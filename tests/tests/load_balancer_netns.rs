@@ -962,6 +962,10 @@ fn a_change_that_moves_no_bucket_is_not_written_by_default() {
     );
     let per_member = || lq_tests::fabric::group_buckets(&f.leaf, GROUP_ID);
     let two_each = [(1, 2), (2, 2), (3, 2), (4, 2)];
+    // The kernel's weights as installed: 255 each when the first computation saw all four
+    // spines, the buckets' weights (254 each) when lqd started before some of them were
+    // heard and a later step moved buckets to them.
+    let installed = group_weights(&f.leaf).unwrap();
 
     spines.set(1, Some(220));
     let w = weights_when(&lqd, "S2's lower weight computed and not written", |w| {
@@ -969,9 +973,9 @@ fn a_change_that_moves_no_bucket_is_not_written_by_default() {
             && w["groups"][0]["members"][1]["computed-weight"].as_u64() < Some(255)
     });
     let s2 = &w["groups"][0]["members"][1];
-    assert_eq!(s2["kernel-weight"], 255, "{w}");
+    assert_eq!(s2["kernel-weight"].as_u64(), Some(installed[1].1), "{w}");
     assert_eq!(w["bucket-neutral-replaces"], 0, "{w}");
-    assert_eq!(group_weights(&f.leaf).as_deref(), Some(&equal[..]));
+    assert_eq!(group_weights(&f.leaf), Some(installed));
     // The kernel's buckets (the forwarding itself): two per member, as both weightings give.
     assert_eq!(per_member().as_deref(), Some(&two_each[..]));
 
@@ -989,7 +993,8 @@ fn a_change_that_moves_no_bucket_is_not_written_by_default() {
         Duration::from_millis(10),
         || {
             let g = group_weights(&f.leaf).unwrap_or_default();
-            if g.len() == 4 && g[1].1 < 255 {
+            // Below the others' (which may be the buckets' 254 until this write).
+            if g.len() == 4 && g[1].1 < g[0].1 {
                 Ok(g)
             } else {
                 Err(g)
