@@ -610,13 +610,38 @@ pub fn group_forwarding(ns: &NetNs, group: u64) -> Option<Vec<(u64, u64)>> {
     Some(wanted_buckets(buckets, &group_members(ns, group)?))
 }
 
-/// Whether the resilient group forwards as `weights` would (the same buckets per member).
+/// Whether the resilient group forwards as `weights` would: the same members, each with
+/// the buckets the kernel's rounding of `weights` gives ([`wanted_buckets`]), or with
+/// bucket counts as close to `weights`' exact shares as any ([`closest_counts`]: lqd
+/// writes bucket counts judged member by member, issue 41).
 pub fn forwards_as(ns: &NetNs, group: u64, weights: &[(u64, u64)]) -> bool {
     let Some(got) = group_forwarding(ns, group) else {
         return false;
     };
     let buckets = got.iter().map(|m| m.1).sum();
-    got == wanted_buckets(buckets, weights)
+    got == wanted_buckets(buckets, weights) || closest_counts(&got, weights)
+}
+
+/// Whether bucket counts `got` ((member, buckets) sorted by member) put as few buckets on
+/// the wrong member as any counts can for `weights`' exact shares (`buckets x weight /
+/// total`): the same members, and no bucket moved from one member to another would lower
+/// `sum |count - share|`, that is no member's surplus plus another's deficit exceeds one
+/// bucket.
+pub fn closest_counts(got: &[(u64, u64)], weights: &[(u64, u64)]) -> bool {
+    if got.len() != weights.len() || got.iter().zip(weights).any(|(g, w)| g.0 != w.0) {
+        return false;
+    }
+    let buckets: u64 = got.iter().map(|g| g.1).sum();
+    let total: u64 = weights.iter().map(|w| w.1).sum::<u64>().max(1);
+    let error: Vec<f64> = (got.iter().zip(weights))
+        .map(|(g, w)| g.1 as f64 - (buckets * w.1) as f64 / total as f64)
+        .collect();
+    let surplus = (got.iter().zip(&error))
+        .filter(|(g, _)| g.1 > 0)
+        .map(|(_, e)| *e)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let deficit = error.iter().map(|e| -e).fold(f64::NEG_INFINITY, f64::max);
+    surplus + deficit <= 1.0 + 1e-9
 }
 
 /// The buckets each member holds in the kernel's resilient group now

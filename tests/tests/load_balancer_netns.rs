@@ -1236,18 +1236,15 @@ fn a_congested_uplink_loses_weight_with_measured_local_quality() {
     );
 }
 
-/// Issue 37 item 2, seed 003 section 5.5 ("Receivers MUST NOT use them for forwarding
-/// decisions"): spines whose advertisements carry absurd diagnostics (link capacity
-/// 1 Mbit/s, a full queue, 100 % ECN and PFC, drops) change no weight, with either weight
-/// function; the path capacities come from the slow plane (`[[path-capacity]]`, section 4.1)
-/// and `lqd show weights` names their source. The table does hold the diagnostics (`show
-/// paths`), so the test would see a receiver that read them.
 /// The four spines advertising every 20 ms from a thread in `ns`, paced on absolute
 /// deadlines (a late round does not delay the next) until `stop`: round `seq` sends spine
-/// `k` (0..4) what `make(k, seq)` gives, to its leaf address 10.1.(k+1).2.
+/// `k` (0..4) what `make(k, seq)` gives, to its leaf address 10.1.(k+1).2; `staggered`
+/// spreads a round's four sends 5 ms apart (each spine's datagram a change event of its
+/// own), otherwise they go together.
 fn paced_spines(
     ns: &NetNs,
     stop: Arc<AtomicBool>,
+    staggered: bool,
     make: impl Fn(u8, u16) -> (lq_common::wire::Header, lq_common::wire::Entry) + Send + 'static,
 ) -> std::thread::JoinHandle<()> {
     let name = ns.name().to_string();
@@ -1256,19 +1253,32 @@ fn paced_spines(
         let mut senders = spine_senders();
         let mut seq = 1u16;
         let mut next = Instant::now();
+        let period = Duration::from_millis(20);
         while !stop.load(Ordering::Relaxed) {
             seq = seq.wrapping_add(1);
             for k in 0..4u8 {
                 let (h, e) = make(k, seq);
                 let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k + 1, 2)), 52525);
                 senders[usize::from(k)].send(to, &h, &[e]).unwrap();
+                if staggered {
+                    next += period / 4;
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                }
             }
-            next += Duration::from_millis(20);
-            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            if !staggered {
+                next += period;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
         }
     })
 }
 
+/// Issue 37 item 2, seed 003 section 5.5 ("Receivers MUST NOT use them for forwarding
+/// decisions"): spines whose advertisements carry absurd diagnostics (link capacity
+/// 1 Mbit/s, a full queue, 100 % ECN and PFC, drops) change no weight, with either weight
+/// function; the path capacities come from the slow plane (`[[path-capacity]]`, section 4.1)
+/// and `lqd show weights` names their source. The table does hold the diagnostics (`show
+/// paths`), so the test would see a receiver that read them.
 #[test]
 fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() {
     require_root();
@@ -1278,7 +1288,7 @@ fn absurd_diagnostics_change_no_weight_and_capacity_comes_from_the_slow_plane() 
         let stop = Arc::new(AtomicBool::new(false));
         let sender = {
             let d = diagnostics.clone();
-            paced_spines(&f.spines, stop.clone(), move |k, seq| {
+            paced_spines(&f.spines, stop.clone(), false, move |k, seq| {
                 let absurd = d.load(Ordering::Relaxed);
                 let mut h = header(ip4(10, 0, 0, k + 1), seq);
                 let mut e = entry(REMOTE, 1, 237, 0);
@@ -1398,7 +1408,7 @@ fn a_lossy_idle_path_is_pruned_only_with_the_gray_failure_prune() {
         let stop = Arc::new(AtomicBool::new(false));
         let sender = {
             let st = spines.clone();
-            paced_spines(&f.spines, stop.clone(), move |k, seq| {
+            paced_spines(&f.spines, stop.clone(), false, move |k, seq| {
                 let (lqs, cl, available) = st.lock().unwrap()[usize::from(k)];
                 let mut e = entry(REMOTE, 1, lqs, cl);
                 e.available_bandwidth = available;
@@ -1524,30 +1534,17 @@ fn a_group_is_computed_once_per_t_reweight_and_a_path_to_0_at_once() {
     let s2_zero = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let sender = {
-        let (name, s2_zero, stop) = (f.spines.name().to_string(), s2_zero.clone(), stop.clone());
-        std::thread::spawn(move || {
-            lq_tests::netns::enter_netns(&name).unwrap();
-            let mut senders = spine_senders();
-            let mut seq = 1u16;
-            let mut next = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                seq = seq.wrapping_add(1);
-                for k in 0..4u8 {
-                    // Noise of +-5 around 200, new every round: below CHANGE_THRESHOLD, yet
-                    // every entry changes.
-                    let noise = (i32::from(seq) * 7 + i32::from(k) * 3) % 11 - 5;
-                    let lqs = if k == 1 && s2_zero.load(Ordering::Relaxed) {
-                        0
-                    } else {
-                        (200 + noise) as u8
-                    };
-                    let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, k + 1, 2)), 52525);
-                    let (h, e) = (header(ip4(10, 0, 0, k + 1), seq), entry(REMOTE, 1, lqs, 0));
-                    senders[usize::from(k)].send(to, &h, &[e]).unwrap();
-                    next += Duration::from_millis(5);
-                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
-                }
-            }
+        let s2_zero = s2_zero.clone();
+        paced_spines(&f.spines, stop.clone(), true, move |k, seq| {
+            // Noise of +-5 around 200, new every round: below CHANGE_THRESHOLD, yet every
+            // entry changes.
+            let noise = (i32::from(seq) * 7 + i32::from(k) * 3) % 11 - 5;
+            let lqs = if k == 1 && s2_zero.load(Ordering::Relaxed) {
+                0
+            } else {
+                (200 + noise) as u8
+            };
+            (header(ip4(10, 0, 0, k + 1), seq), entry(REMOTE, 1, lqs, 0))
         })
     };
     let lqd = Lqd::start(&f.leaf, &leaf_config()).unwrap();

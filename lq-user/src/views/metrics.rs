@@ -191,7 +191,7 @@ pub fn render(
         );
         o.counter(
             "lq_group_replaces_skipped_total",
-            "Computed weight changes not written because the kernel already forwards as they would (replace = forwarding-change).",
+            "Computed weight changes not written because no bucket move would bring the installed buckets closer to them (replace = forwarding-change).",
             w.bucket_neutral_skipped,
         );
         o.counter(

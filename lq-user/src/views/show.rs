@@ -262,7 +262,7 @@ pub fn weights_view_table(w: &WeightsView) -> String {
     s.push('\n');
     let _ = writeln!(
         s,
-        "buckets moved: {}  not written (same forwarding): {}  holds: {} started, {} now  replaces by cause: install {}, members {}, moves {}, hold expired {}, every step {}",
+        "buckets moved: {}  not written (no bucket move helps): {}  holds: {} started, {} now  replaces by cause: install {}, members {}, moves {}, hold expired {}, every step {}",
         w.buckets_moved,
         w.bucket_neutral_skipped,
         w.holds_started,
@@ -575,7 +575,7 @@ mod tests {
         );
         assert!(
             t.ends_with(
-                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0  gray-failure prunes: 0\nbuckets moved: 0  not written (same forwarding): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\ngroup computations: 0  waited for their T_reweight boundary: 0\n"
+                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0  gray-failure prunes: 0\nbuckets moved: 0  not written (no bucket move helps): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\ngroup computations: 0  waited for their T_reweight boundary: 0\n"
             ),
             "{t}"
         );

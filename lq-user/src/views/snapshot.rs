@@ -205,8 +205,8 @@ pub struct WeightsView {
     /// Replaces done that moved no resilient bucket (the forwarding stayed the same).
     #[serde(default)]
     pub bucket_neutral_replaces: u64,
-    /// Computed weight changes not written because the kernel already forwards as they
-    /// would (`[nexthop-group] replace = "forwarding-change"`).
+    /// Computed weight changes not written because no bucket move would bring the
+    /// installed buckets closer to them (`[nexthop-group] replace = "forwarding-change"`).
     #[serde(default)]
     pub bucket_neutral_skipped: u64,
     /// Group computations done (path quality and target weights, 6.3).

@@ -10,47 +10,54 @@
 //! damped step was most of the leaf's CPU, and most of those replaces moved no flow or
 //! moved a bucket there and back.
 //!
-//! A resilient group gives member i the buckets between two cumulative bounds, `B(i-1)` and
-//! `B(i) = round(buckets x cumulative weight / total)` (`nh_res_group_rebalance`), so its
-//! forwarding is the vector of bounds. For a group whose installed kernel weights are
-//! `installed` and whose newly computed ones are `proposed` (both by uplink id, as lqd
+//! A resilient group's forwarding is its members' bucket counts: the kernel gives member i
+//! the buckets between two cumulative bounds, `B(i) = round(buckets x cumulative weight /
+//! total)` (`nh_res_group_rebalance`), and migrates a bucket only from a member that has
+//! more than its count to one that has fewer. For a group whose installed kernel weights
+//! are `installed` and whose newly computed ones are `proposed` (both by uplink id, as lqd
 //! programs them):
 //! 1. A member set change (a path_quality transition to or from 0, a member added or
 //!    removed) is written at once, as computed: 6.4's exception ("SHOULD be applied
 //!    immediately") is never held.
-//! 2. Each bound is judged on its own: its distance `d` from the installed (integer) bound
-//!    to the proposed weights' exact (real) one. Within 0.5 the kernel's rounding would
-//!    leave it where it is. Past `0.5 + hysteresis` it moves at once. In between it is
-//!    held, and what it would correct is accumulated: `(d - 0.5) x time`, in
-//!    bucket-seconds, negative while the bound is back within 0.5, never below 0 (a CUSUM
-//!    change detector); it moves when the sum reaches the hold's budget, `hysteresis x
-//!    hold`. Noise around a rounding point, which the damped weights of a fabric carry at
+//! 2. The installed counts `c_i` are judged against the computed weights' exact shares
+//!    `x_i = buckets x w_i / total`: a bucket moved from member a to member b puts fewer
+//!    buckets on the wrong member (`sum |c_i - x_i|`) exactly when a's surplus `c_a - x_a`
+//!    and b's deficit `x_b - c_b` add up to more than one bucket. The best such move (the
+//!    largest surplus to the largest deficit) has an excess `e = (surplus + deficit) / 2 -
+//!    0.5`, in buckets: past the half bucket on each side that any rounding leaves (for
+//!    two members it is exactly the distance of their bound past its rounding point).
+//!    Past `hysteresis` it is made at once. Between 0 and `hysteresis` it is held, and `e`
+//!    is accumulated over time, in bucket-seconds, going down while `e` is negative, never
+//!    below 0 (a CUSUM change detector); it is made when the sum reaches the hold's
+//!    budget, `hysteresis x hold`, or when `e` has stayed positive for
+//!    [`LONGEST_HOLD_FACTOR`] x `hold` without a pause (1 s with the defaults), whatever
+//!    its size. Noise at a rounding point, which the damped weights of a fabric carry at
 //!    every step (every entry's LQS moves by a few units every T_notify), averages 0 or
-//!    less and never moves a bucket there and back; a persistent move is made within
-//!    `hold` at the hysteresis' edge and within `hold x hysteresis / (d - 0.5)` below it,
-//!    and a bound that stays past its rounding point without a pause moves after
-//!    [`LONGEST_HOLD_FACTOR`] x `hold` (1 s with the defaults) whatever its excess.
-//! 3. When some bound moves, the bounds that must move do, and with them those past their
-//!    rounding point by more than [`ALONG_BUCKETS`] or for a whole `hold` without a pause
-//!    (a trend, not noise); the others stay.
-//!    The written weights are
-//!    the chosen bucket counts scaled to the weight range (a member's weight is its bucket
-//!    count times one factor; a member with no bucket weighs 1), checked to give exactly
-//!    the chosen bounds under the kernel's rounding. Were the other bounds re-rounded from
-//!    the noisy computation, each write would put some of them on the wrong side of their
-//!    rounding point and call for the next write. When the chosen bounds cannot be
-//!    expressed so (they would not be in order, or the factor would be too small), the
-//!    computed weights are written as they are.
+//!    less and never moves a bucket there and back.
+//! 3. When a move is made, every further move that helps (excess above 0) is made with
+//!    it, largest first, so the write leaves nothing held: the write costs the same, and
+//!    undoing any of them would need its own excess, held as any other. The written
+//!    weights are the chosen bucket counts scaled to the weight range (a
+//!    member's weight is its count times one factor; a member with no bucket weighs 1),
+//!    checked to give exactly those counts under the kernel's rounding: only the members
+//!    a move is between change their buckets. When the counts cannot be expressed so (the
+//!    factor would be too small), the computed weights are written as they are.
 //! 4. Hash-threshold groups have no buckets: the kernel gives each member a slice of the
 //!    31-bit hash space, `round(2^31 x cumulative weight / total) - 1`
 //!    (`nh_hthr_group_rebalance`). Weights that give the same slices are not written; any
 //!    other change is written as computed (no hysteresis: every slice boundary that moves
 //!    moves flows).
 //!
-//! So a resilient group's kernel bounds are never further than `0.5 + hysteresis` buckets
-//! from the computed weights' bounds; the time-integral of a bound's distance past the
-//! kernel's own rounding is at most the hold's budget (0.05 bucket-seconds with the
-//! defaults) before it moves, and it moves within 5 x `hold` of going past it for good.
+//! Judging the cumulative bounds instead (each bound against the kernel's rounding of the
+//! computed weights, as lqd did before) moves buckets among bystanders: one member's
+//! share falling by half a bucket in a 64-member group moves every bound after it by up to
+//! 0.4 bucket, each crossing its rounding point at a different damped step, and under a
+//! fabric's churn that was 4.7 replaces for each event that moved a bucket (issue 41). By
+//! members, a group settles where no single bucket move puts fewer buckets on the wrong
+//! member (the fewest any counts give: the largest-remainder apportionment's), a move is
+//! held only while its gain is within the hysteresis, and that gain's time-integral
+//! before it is made is at most the hold's budget (0.05 bucket-seconds with the
+//! defaults).
 
 use super::weights::resilient_bounds;
 
@@ -70,26 +77,20 @@ pub enum ReplaceMode {
 pub struct ReplacePolicy {
     /// See [`ReplaceMode`].
     pub mode: ReplaceMode,
-    /// Resilient groups: how far past the kernel's rounding (0.5 bucket) a cumulative
-    /// bound may drift before it moves at once, in buckets (>= 0).
+    /// Resilient groups: how far past the half bucket any rounding leaves a bucket move's
+    /// excess may grow before it is made at once, in buckets (>= 0; rule 2).
     pub hysteresis_buckets: f64,
-    /// With the hysteresis, the hold's budget (`hysteresis x hold`): how long a bound at
+    /// With the hysteresis, the hold's budget (`hysteresis x hold`): how long a move at
     /// the hysteresis' edge waits, in ns.
     pub hold_ns: u64,
 }
 
-/// The default hysteresis: a quarter of a bucket past the kernel's rounding.
+/// The default hysteresis: a quarter of a bucket past the rounding's half bucket.
 pub const DEFAULT_HYSTERESIS_BUCKETS: f64 = 0.25;
 /// The default hold: 200 ms, ten T_reweight at the seed's default of 20 ms.
 pub const DEFAULT_HOLD_NS: u64 = 200_000_000;
-/// When some bound moves, a held bound past its rounding point by more than this (in
-/// buckets) moves with it (rule 3): beyond the few hundredths of a bucket a fabric's LQS
-/// noise moves a damped bound, so it is a trend, and the write costs the same. Measured
-/// with a fabric's churn (`probe` below, without its spine failures): a group's writes a
-/// second fell from 1.18 to 0.57 with 0.1 (0.87 with 0.2, 0.56 with 0.05, 0.65 with 0).
-pub const ALONG_BUCKETS: f64 = 0.1;
-/// A bound past its rounding point without a pause for this many `hold`s moves, whatever
-/// its excess (rule 2's time bound: 1 s with the defaults).
+/// A move whose excess has stayed positive without a pause for this many `hold`s is made,
+/// whatever its excess (rule 2's time bound: 1 s with the defaults).
 pub const LONGEST_HOLD_FACTOR: u64 = 5;
 
 impl Default for ReplacePolicy {
@@ -123,34 +124,25 @@ pub enum ReplaceCause {
     Install,
     /// The member set changes (6.4: transitions to or from 0 at once).
     Members,
-    /// A resilient bound moved past the hysteresis, or a hash slice moved.
+    /// A resilient group's bucket move past the hysteresis, or a hash slice moved.
     Moves,
-    /// A held bound's accumulated excess reached the hold's budget.
+    /// A held bucket move's accumulated excess reached the hold's budget, or its time
+    /// bound.
     HoldExpired,
     /// `ReplaceMode::EveryStep`.
     EveryStep,
 }
 
-/// A resilient group's held or decaying bound moves (rule 2 of the module).
+/// A resilient group's held or decaying bucket move (rule 2 of the module).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Hold {
-    /// Per bound, the accumulated excess of its distance over the kernel's rounding, in
-    /// bucket-nanoseconds (>= 0).
-    pub excess_bucket_ns: Vec<f64>,
-    /// Per bound, since when it has been past its rounding point without a pause
-    /// (`u64::MAX`: it is not).
-    pub past_since_ns: Vec<u64>,
+    /// The accumulated excess of the best move, in bucket-nanoseconds (>= 0).
+    pub excess_bucket_ns: f64,
+    /// Since when some move has had a positive excess without a pause (`u64::MAX`: none
+    /// has).
+    pub past_since_ns: u64,
     /// When it was last accumulated.
     pub at_ns: u64,
-}
-
-/// A hold that goes on after a write ([`Verdict::Replace`]'s `then`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Pending {
-    /// The group's hold.
-    pub hold: Hold,
-    /// When its first held bound falls due (`u64::MAX`: none is held, it only decays).
-    pub due_ns: u64,
 }
 
 /// What to do with one computed change.
@@ -162,23 +154,20 @@ pub enum Verdict {
         cause: ReplaceCause,
         /// What to write, by uplink id.
         weights: Vec<(u32, u32)>,
-        /// The bounds that stay held (or decaying) after the write, relative to `weights`:
-        /// the caller keeps them as after a `Held` (`due_ns` `u64::MAX` when none is held).
-        then: Option<Pending>,
     },
-    /// The kernel already forwards as the computed weights would: nothing to write. A hold
-    /// whose bounds have not all decayed to 0 goes on (`Some`).
+    /// No bucket move would put fewer buckets on the wrong member (the kernel forwards as
+    /// close to the computed weights as bucket counts can): nothing to write. A hold whose
+    /// accumulated excess has not decayed to 0 goes on (`Some`).
     SameForwarding {
         /// The group's hold, decayed.
         hold: Option<Hold>,
     },
-    /// Some bound would move, within the hysteresis: held. Ask again (with `hold`) by
-    /// `due_ns`, when it moves if the computed weights stay as they are (`u64::MAX`: never
-    /// while they stay).
+    /// A bucket move would help, within the hysteresis: held. Ask again (with `hold`) by
+    /// `due_ns`, when it is made if the computed weights stay as they are.
     Held {
         /// The group's hold, accumulated.
         hold: Hold,
-        /// When the first held bound reaches the budget at its present excess.
+        /// When the move reaches the budget at its present excess, or its time bound.
         due_ns: u64,
     },
 }
@@ -196,7 +185,6 @@ pub fn decide(
     let write = |cause| Verdict::Replace {
         cause,
         weights: proposed.to_vec(),
-        then: None,
     };
     if installed.is_empty() {
         return write(ReplaceCause::Install);
@@ -239,103 +227,126 @@ fn decide_resilient(
     hold: Option<&Hold>,
     now_ns: u64,
 ) -> Verdict {
-    let n = installed.len();
-    let have = resilient_bounds(buckets, installed);
-    let want = resilient_bounds(buckets, proposed);
-    let exact = exact_bounds(buckets, proposed);
+    let mut counts = bucket_counts(&resilient_bounds(buckets, installed));
+    let ideal = ideal_counts(buckets, proposed);
     let dt = hold.map_or(0, |h| now_ns.saturating_sub(h.at_ns)) as f64;
     let budget = policy.hysteresis_buckets * policy.hold_ns as f64;
     let longest = policy.hold_ns.saturating_mul(LONGEST_HOLD_FACTOR);
-    let distance = |k: usize| (exact[k] - have[k] as f64).abs();
-    let mut excess = vec![0.0; n];
-    let mut past_since = vec![u64::MAX; n];
-    // The bounds that must move (rule 2), and the cause: past the hysteresis, or a hold's
-    // end.
-    let mut chosen = have.clone();
-    let mut cause = None;
-    for k in 0..n {
-        let before = hold
-            .and_then(|h| h.excess_bucket_ns.get(k))
-            .copied()
-            .unwrap_or(0.0);
-        excess[k] = (before + (distance(k) - 0.5) * dt).max(0.0);
-        // Where the kernel would put this bound were the computed weights written.
-        if want[k] == have[k] {
-            continue;
-        }
-        past_since[k] = hold
-            .and_then(|h| h.past_since_ns.get(k))
-            .copied()
-            .filter(|t| *t != u64::MAX)
-            .unwrap_or(now_ns);
-        if distance(k) > 0.5 + policy.hysteresis_buckets {
-            chosen[k] = want[k];
-            cause = Some(ReplaceCause::Moves);
-        } else if excess[k] >= budget || now_ns.saturating_sub(past_since[k]) >= longest {
-            chosen[k] = want[k];
-            cause = cause.or(Some(ReplaceCause::HoldExpired));
-        }
+    let (mut excess, mut past_since) =
+        hold.map_or((0.0, u64::MAX), |h| (h.excess_bucket_ns, h.past_since_ns));
+    let (from, to, e) = best_move(&counts, &ideal);
+    excess = (excess + e * dt).max(0.0);
+    if e > 0.0 {
+        past_since = past_since.min(now_ns);
+    } else {
+        past_since = u64::MAX;
     }
-    let mut weights = None;
-    if let Some(cause) = cause {
-        // The write costs the same whatever it moves: the bounds already past their
-        // rounding point by more than the noise carries them go with it (rule 3).
-        for k in 0..n {
-            let lasting = now_ns.saturating_sub(past_since[k]) >= policy.hold_ns;
-            if want[k] != have[k] && (distance(k) > 0.5 + ALONG_BUCKETS || lasting) {
-                chosen[k] = want[k];
-            }
-        }
-        match weights_for_bounds(buckets, max_weight, installed, &chosen) {
-            Some(w) => weights = Some((cause, w)),
-            // Not expressible as bucket counts: the computed weights, every bound with them.
-            None => {
-                return Verdict::Replace {
-                    cause,
-                    weights: proposed.to_vec(),
-                    then: None,
-                };
-            }
-        }
-    }
-    // What stays held: the bounds past their rounding point that do not move now. A moved
-    // bound starts afresh.
-    let mut due_ns = u64::MAX;
-    let mut held = false;
-    for k in 0..n {
-        if chosen[k] != have[k] {
-            excess[k] = 0.0;
-            past_since[k] = u64::MAX;
-        } else if want[k] != have[k] {
-            held = true;
-            due_ns = due_ns.min(past_since[k].saturating_add(longest));
-            let e = distance(k) - 0.5;
-            if e > 0.0 {
-                let wait = ((budget - excess[k]) / e).ceil().min(u64::MAX as f64 / 2.0);
-                due_ns = due_ns.min(now_ns.saturating_add(wait as u64));
-            }
-        }
-    }
-    let hold = Hold {
-        excess_bucket_ns: excess,
-        past_since_ns: past_since,
-        at_ns: now_ns,
+    let cause = if e > policy.hysteresis_buckets {
+        Some(ReplaceCause::Moves)
+    } else if e > 0.0 && (excess >= budget || now_ns.saturating_sub(past_since) >= longest) {
+        Some(ReplaceCause::HoldExpired)
+    } else {
+        None
     };
-    let decaying = hold.excess_bucket_ns.iter().any(|x| *x > 0.0);
-    match weights {
-        Some((cause, weights)) => Verdict::Replace {
-            cause,
-            weights,
-            then: (held || decaying).then_some(Pending { hold, due_ns }),
-        },
-        None if held => Verdict::Held { hold, due_ns },
-        None => Verdict::SameForwarding {
-            hold: decaying.then_some(hold),
-        },
+    let Some(cause) = cause else {
+        return if e > 0.0 {
+            let wait = ((budget - excess) / e)
+                .ceil()
+                .clamp(0.0, u64::MAX as f64 / 2.0);
+            Verdict::Held {
+                due_ns: past_since
+                    .saturating_add(longest)
+                    .min(now_ns.saturating_add(wait as u64)),
+                hold: Hold {
+                    excess_bucket_ns: excess,
+                    past_since_ns: past_since,
+                    at_ns: now_ns,
+                },
+            }
+        } else {
+            Verdict::SameForwarding {
+                hold: (excess > 0.0).then_some(Hold {
+                    excess_bucket_ns: excess,
+                    past_since_ns: u64::MAX,
+                    at_ns: now_ns,
+                }),
+            }
+        };
+    };
+    // The move that is due, then every other that helps (rule 3): the write costs the same.
+    counts[from] -= 1;
+    counts[to] += 1;
+    loop {
+        let (from, to, e) = best_move(&counts, &ideal);
+        if e <= 0.0 {
+            break;
+        }
+        counts[from] -= 1;
+        counts[to] += 1;
     }
+    let bounds: Vec<u64> = counts
+        .iter()
+        .scan(0u64, |c, x| {
+            *c += x;
+            Some(*c)
+        })
+        .collect();
+    // Not expressible as bucket counts (the factor would be too small): the computed
+    // weights, as the kernel rounds them.
+    let weights = weights_for_bounds(buckets, max_weight, installed, &bounds)
+        .unwrap_or_else(|| proposed.to_vec());
+    Verdict::Replace { cause, weights }
+}
+
+/// Each member's bucket count, from the group's cumulative bounds.
+fn bucket_counts(bounds: &[u64]) -> Vec<u64> {
+    let mut prev = 0;
+    bounds
+        .iter()
+        .map(|&b| {
+            let c = b.saturating_sub(prev);
+            prev = b;
+            c
+        })
+        .collect()
+}
+
+/// Each member's exact (real) share of the buckets under weights `w`.
+fn ideal_counts(buckets: u16, w: &[(u32, u32)]) -> Vec<f64> {
+    let total = w.iter().map(|x| u64::from(x.1)).sum::<u64>().max(1) as f64;
+    w.iter()
+        .map(|x| f64::from(buckets) * f64::from(x.1) / total)
+        .collect()
+}
+
+/// The one-bucket move that brings the counts closest to the ideal shares: from the member
+/// with the largest surplus (`count - ideal`) to the one with the largest deficit, and its
+/// excess, `(surplus + deficit) / 2 - 0.5` (rule 2): positive when the move lowers the
+/// buckets given to the wrong member (by twice the excess); a half-bucket error on both
+/// sides is what the kernel's own rounding leaves.
+fn best_move(counts: &[u64], ideal: &[f64]) -> (usize, usize, f64) {
+    let (mut from, mut to) = (0, 0);
+    let (mut surplus, mut deficit) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+    for (k, (&c, &x)) in counts.iter().zip(ideal).enumerate() {
+        let s = c as f64 - x;
+        if c > 0 && s > surplus {
+            (from, surplus) = (k, s);
+        }
+        if -s > deficit {
+            (to, deficit) = (k, -s);
+        }
+    }
+    if from == to || surplus == f64::NEG_INFINITY {
+        return (from, to, f64::NEG_INFINITY);
+    }
+    let excess = (surplus + deficit) / 2.0 - 0.5;
+    // Exact ties (a move that leaves as many buckets on the wrong member) are not moves:
+    // the shares' rounding in f64 must not decide them.
+    (from, to, if excess.abs() < 1e-9 { 0.0 } else { excess })
 }
 
 /// The exact (real) cumulative bounds of weights `w`: `buckets x cumulative / total`.
+#[cfg(test)]
 fn exact_bounds(buckets: u16, w: &[(u32, u32)]) -> Vec<f64> {
     let total = w.iter().map(|x| u64::from(x.1)).sum::<u64>().max(1) as f64;
     let mut cum = 0u64;
@@ -443,8 +454,8 @@ mod tests {
         assert_eq!(written(&v), Some((ReplaceCause::Members, &three[..])));
         // Held or not, a member leaving is never held.
         let held = Hold {
-            excess_bucket_ns: vec![1.0; 4],
-            past_since_ns: vec![u64::MAX; 4],
+            excess_bucket_ns: 1.0,
+            past_since_ns: u64::MAX,
             at_ns: 0,
         };
         let v = decide(&p, RES, &four, &three, Some(&held), 1);
@@ -480,6 +491,39 @@ mod tests {
         ));
     }
 
+    /// Two members of 64 (2 buckets each) falling from LQS 200 to 150 deserve 1.5 buckets
+    /// each; the other 62 gain 0.016 each. No bucket move helps (whoever took member 11's
+    /// bucket would be 0.98 over), so along the whole damped trajectory nothing is written,
+    /// though the kernel's rounding of the computed weights moves 21 bounds after them (the
+    /// bound-by-bound rule moved those, among bystanders, over the trajectory's steps).
+    #[test]
+    fn a_member_losing_half_a_bucket_moves_no_bystanders_bucket() {
+        use crate::core::controller::weights::quantize;
+        let p = ReplacePolicy::default();
+        let mut applied = vec![1.0 / 64.0; 64];
+        let mut target: Vec<f64> = vec![200.0; 64];
+        target[10] = 150.0;
+        target[11] = 150.0;
+        let t: f64 = target.iter().sum();
+        let mut steps = Vec::new();
+        for k in 0..40u64 {
+            for (a, x) in applied.iter_mut().zip(&target) {
+                *a += 0.5 * (x / t - *a);
+            }
+            let f: Vec<(u32, f64)> = (applied.iter().enumerate())
+                .map(|(i, a)| (i as u32 + 1, *a))
+                .collect();
+            steps.push((k * 20 * MS, quantize(&f, 255)));
+        }
+        let installed = equal(64, 255);
+        let kernel_moves = (steps.iter())
+            .map(|(_, w)| bound_drift(128, &installed, w).moves)
+            .max();
+        assert_eq!(kernel_moves, Some(21));
+        let v = run(&p, RES, &installed, &steps);
+        assert!(v.iter().all(|v| written(v).is_none()), "{v:?}");
+    }
+
     /// The verdicts of `proposals` (time, weights) from `installed`, writing as told.
     fn run(
         p: &ReplacePolicy,
@@ -492,9 +536,9 @@ mod tests {
         for (t, w) in proposals {
             let v = decide(p, shape, &installed, w, hold.as_ref(), *t);
             hold = match &v {
-                Verdict::Replace { weights, then, .. } => {
+                Verdict::Replace { weights, .. } => {
                     installed = weights.clone();
-                    then.as_ref().map(|p| p.hold.clone())
+                    None
                 }
                 Verdict::SameForwarding { hold } => hold.clone(),
                 Verdict::Held { hold, .. } => Some(hold.clone()),
@@ -509,60 +553,70 @@ mod tests {
         max_weight: 255,
     };
 
-    /// 4 members in 8 buckets (bounds 2, 4, 6, 8), member 1 at `m1`, the others at 100.
+    /// 4 members in 8 buckets (2 each), member 1 at `m1`, the others at 100.
     fn w(m1: u32) -> Vec<(u32, u32)> {
         vec![(1, m1), (2, 100), (3, 100), (4, 100)]
     }
 
-    /// A bound that crosses a rounding point by less than the hysteresis is held, and
-    /// moves once its accumulated excess reaches the budget (hysteresis x hold); past the
-    /// hysteresis it moves at once. Only the bounds that must move do: the written weights
-    /// are bucket counts, scaled.
+    /// The excess of the best bucket move from 2, 2, 2, 2 to `w(m1)`'s shares: member 1's
+    /// deficit `8 m1 / (m1 + 300) - 2` and another's surplus `2 - 800 / (m1 + 300)`,
+    /// averaged, less 0.5.
+    fn excess(m1: u32) -> f64 {
+        let t = f64::from(m1) + 300.0;
+        (8.0 * f64::from(m1) / t - 800.0 / t) / 2.0 - 0.5
+    }
+
+    /// A move whose excess is within the hysteresis is held, and made once its accumulated
+    /// excess reaches the budget; past the hysteresis it is made at once. Only the members
+    /// the move is between change their bucket counts: the written weights are the counts,
+    /// scaled.
     #[test]
-    fn a_small_crossing_is_held_until_its_excess_reaches_the_budget() {
+    fn a_small_move_is_held_until_its_excess_reaches_the_budget() {
         let p = ReplacePolicy::default();
         let installed = equal(4, 100);
-        // Member 1 at 134: bound 8 x 134/434 = 2.47 (rounds to 2: no move).
+        // Member 1 at 150: 2.67 buckets, the others 1.78: a bucket to member 1 would leave
+        // it 0.33 over and another 0.78 under, more wrong than now. Nothing is written,
+        // though the kernel's rounding of these weights would move a bound (2.67 to 3).
+        assert!(excess(150) < 0.0);
+        assert_eq!(bound_drift(8, &installed, &w(150)).moves, 1);
         assert_eq!(
-            decide(&p, EIGHT, &installed, &w(134), None, 0),
+            decide(&p, EIGHT, &installed, &w(150), None, 0),
             Verdict::SameForwarding { hold: None }
         );
-        // At 142: 8 x 142/442 = 2.570 rounds to 3, excess 0.070 over 0.5: held; the budget
-        // (0.25 x 200 ms) is reached after 0.05 / 0.070 = 0.71 s.
-        let v = decide(&p, EIGHT, &installed, &w(142), None, 10 * MS);
+        // At 170 the move's excess is 0.096: held; the budget (0.25 x 200 ms) is reached
+        // after 0.05 / 0.096 = 0.52 s.
+        let e = excess(170);
+        assert!(e > 0.09 && e < 0.1, "{e}");
+        let v = decide(&p, EIGHT, &installed, &w(170), None, 10 * MS);
         let Verdict::Held { hold, due_ns } = &v else {
             panic!("{v:?}")
         };
-        assert_eq!(hold.excess_bucket_ns, [0.0; 4]);
-        assert_eq!(hold.past_since_ns, [10 * MS, u64::MAX, u64::MAX, u64::MAX]);
-        let excess: f64 = 8.0 * 142.0 / 442.0 - 2.5;
-        let wait = (0.05e9 / excess).ceil() as u64;
+        assert_eq!((hold.excess_bucket_ns, hold.past_since_ns), (0.0, 10 * MS));
+        let wait = (0.05e9 / e).ceil() as u64;
         assert_eq!(*due_ns, 10 * MS + wait);
         let steps: Vec<(u64, Vec<(u32, u32)>)> =
-            (0..60).map(|k| (10 * MS + k * 20 * MS, w(142))).collect();
+            (0..60).map(|k| (10 * MS + k * 20 * MS, w(170))).collect();
         let v = run(&p, EIGHT, &installed, &steps);
         let first = v.iter().position(|v| written(v).is_some()).unwrap();
         assert_eq!(first as u64, wait.div_ceil(20 * MS));
-        // Bound 1 moves to 3 (member 1: 3 buckets, member 2: 1), the others stay: bucket
-        // counts 3, 1, 2, 2 times 85.
+        // A bucket from member 2 to member 1 (3, 1, 2, 2 times 85); nothing after.
         let moved = [(1, 255), (2, 85), (3, 170), (4, 170)];
         assert_eq!(
             written(&v[first]),
             Some((ReplaceCause::HoldExpired, &moved[..]))
         );
         assert!(v[first + 1..].iter().all(|v| written(v).is_none()), "{v:?}");
-        // At 160: 8 x 160/460 = 2.78, past 0.75: at once. Bound 2 (8 x 260/460 = 4.52)
-        // would round to 5 too, but only by 0.02: it stays.
-        let v = decide(&p, EIGHT, &installed, &w(160), Some(hold), 20 * MS);
+        // At 200 (excess 0.3, past 0.25): at once.
+        assert!(excess(200) > 0.25);
+        let v = decide(&p, EIGHT, &installed, &w(200), Some(hold), 20 * MS);
         assert_eq!(written(&v), Some((ReplaceCause::Moves, &moved[..])));
-        // Hysteresis 0: every bound that rounds elsewhere moves at once.
+        // Hysteresis 0: any move with a positive excess at once.
         let zero = ReplacePolicy {
             hysteresis_buckets: 0.0,
             ..p
         };
-        let v = decide(&zero, EIGHT, &installed, &w(160), None, 0);
-        let both = [(1, 255), (2, 170), (3, 85), (4, 170)];
-        assert_eq!(written(&v), Some((ReplaceCause::Moves, &both[..])));
+        let v = decide(&zero, EIGHT, &installed, &w(170), None, 0);
+        assert_eq!(written(&v), Some((ReplaceCause::Moves, &moved[..])));
         // Every step: any change of the integer weights, as computed.
         let every = ReplacePolicy {
             mode: ReplaceMode::EveryStep,
@@ -572,14 +626,14 @@ mod tests {
         assert_eq!(written(&v), Some((ReplaceCause::EveryStep, &w(134)[..])));
     }
 
-    /// A bound that stays just past its rounding point (excess 0.008 bucket: the budget
-    /// would take 6 s) moves after 5 x hold = 1 s: the hold's time bound.
+    /// A move whose excess stays small (0.022: the budget would take 2.3 s) is made after
+    /// 5 x hold = 1 s: the hold's time bound.
     #[test]
-    fn a_bound_past_its_rounding_for_good_moves_within_five_holds() {
+    fn a_move_due_for_good_is_made_within_five_holds() {
         let p = ReplacePolicy::default();
         let installed = equal(4, 100);
-        // 8 x 137 / 437 = 2.508.
-        let steps: Vec<(u64, Vec<(u32, u32)>)> = (0..80).map(|k| (k * 20 * MS, w(137))).collect();
+        assert!(excess(160) > 0.02 && excess(160) < 0.025);
+        let steps: Vec<(u64, Vec<(u32, u32)>)> = (0..80).map(|k| (k * 20 * MS, w(160))).collect();
         let v = run(&p, EIGHT, &installed, &steps);
         let first = v.iter().position(|v| written(v).is_some()).unwrap();
         assert_eq!(first, 50, "{v:?}");
@@ -595,37 +649,31 @@ mod tests {
         assert_eq!(*due_ns, 1000 * MS);
     }
 
-    /// A write that leaves a held bound where it is hands its hold on (`then`): asked
-    /// again when it falls due, with no new computation, the bound moves. Nothing is lost
-    /// when the computed weights stop changing.
+    /// A write makes the move that is due and every other that helps, however small, so
+    /// it leaves nothing held: nothing is lost when the computed weights stop changing.
     #[test]
-    fn a_bound_left_by_a_write_moves_when_its_hold_falls_due() {
+    fn a_write_makes_every_move_that_helps() {
         let p = ReplacePolicy::default();
         let installed = equal(4, 100);
-        let v = decide(&p, EIGHT, &installed, &w(160), None, 0);
-        let Verdict::Replace {
-            cause: ReplaceCause::Moves,
-            weights,
-            then: Some(then),
-        } = v
-        else {
-            panic!("{v:?}")
-        };
-        // Bound 2 (4.52 against 4) stays, held: due after 5 x hold (its excess of 0.02
-        // would take 2.5 s to reach the budget).
-        assert_eq!(then.due_ns, 1000 * MS);
-        let v = decide(&p, EIGHT, &weights, &w(160), Some(&then.hold), then.due_ns);
-        let both = [(1, 255), (2, 170), (3, 85), (4, 170)];
-        assert_eq!(written(&v), Some((ReplaceCause::HoldExpired, &both[..])));
+        // Shares 1.26, 1.26, 3.37, 2.11 of 8 buckets.
+        let proposed = [(1, 60), (2, 60), (3, 160), (4, 100)];
+        // A bucket from member 1 to member 3 (excess 0.55), then member 2's surplus of 0.74
+        // against member 3's new deficit of 0.37 (excess 0.053): counts 1, 1, 4, 2.
+        let v = decide(&p, EIGHT, &installed, &proposed, None, 0);
+        let both = [(1, 63), (2, 63), (3, 252), (4, 126)];
+        assert_eq!(written(&v), Some((ReplaceCause::Moves, &both[..])));
+        let v = decide(&p, EIGHT, &both, &proposed, None, 20 * MS);
+        assert_eq!(v, Verdict::SameForwarding { hold: None });
     }
 
-    /// A member toggling across a rounding point, back and forth every step, writes
-    /// nothing (its excess averages below 0); with hysteresis 0 it writes every crossing.
+    /// A member toggling across the point where a bucket would move, back and forth every
+    /// step, writes nothing (its excess averages below 0); with hysteresis 0 it writes
+    /// every crossing.
     #[test]
     fn a_toggle_at_a_rounding_point_writes_nothing() {
         let installed = equal(4, 100);
         let steps: Vec<(u64, Vec<(u32, u32)>)> = (0..100u64)
-            .map(|k| (k * 20 * MS, if k % 2 == 0 { w(142) } else { w(100) }))
+            .map(|k| (k * 20 * MS, if k % 2 == 0 { w(170) } else { w(100) }))
             .collect();
         let writes = |p: &ReplacePolicy| {
             (run(p, EIGHT, &installed, &steps).iter())
@@ -638,6 +686,60 @@ mod tests {
             ..ReplacePolicy::default()
         };
         assert_eq!(writes(&zero), 100);
+    }
+
+    /// Left alone with its computed weights, a group settles on bucket counts no single
+    /// move improves: the fewest buckets on the wrong member that any counts give (the
+    /// largest-remainder apportionment's), whatever counts it started from.
+    #[test]
+    fn a_group_settles_where_no_bucket_move_helps() {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let p = ReplacePolicy::default();
+        for _ in 0..2_000 {
+            let n = rng.random_range(2..=16u32);
+            let buckets = rng.random_range(n..=128) as u16;
+            let shape = GroupShape::Resilient {
+                buckets,
+                max_weight: 65535,
+            };
+            let from: Vec<_> = (1..=n).map(|i| (i, rng.random_range(1..=255))).collect();
+            let to: Vec<_> = (1..=n).map(|i| (i, rng.random_range(1..=255))).collect();
+            let steps: Vec<(u64, Vec<(u32, u32)>)> =
+                (0..200).map(|k| (k * 20 * MS, to.clone())).collect();
+            let v = run(&p, shape, &from, &steps);
+            let last = (v.iter().rev())
+                .find_map(|v| written(v).map(|(_, w)| w.to_vec()))
+                .unwrap_or(from.clone());
+            let counts = bucket_counts(&resilient_bounds(buckets, &last));
+            let ideal = ideal_counts(buckets, &to);
+            let wrong = |c: &[u64]| -> f64 {
+                c.iter()
+                    .zip(&ideal)
+                    .map(|(c, x)| (*c as f64 - x).abs())
+                    .sum()
+            };
+            let best = largest_remainder(buckets, &ideal);
+            assert!(
+                wrong(&counts) <= wrong(&best) + 1e-9,
+                "{from:?} -> {to:?}: {counts:?}, best {best:?}"
+            );
+            assert!(best_move(&counts, &ideal).2 <= 0.0);
+        }
+    }
+
+    /// Hamilton's apportionment: the floors, then a bucket each to the largest remainders.
+    fn largest_remainder(buckets: u16, ideal: &[f64]) -> Vec<u64> {
+        let mut c: Vec<u64> = ideal.iter().map(|x| x.floor() as u64).collect();
+        let mut order: Vec<usize> = (0..ideal.len()).collect();
+        order.sort_by(|a, b| {
+            (ideal[*b] - ideal[*b].floor()).total_cmp(&(ideal[*a] - ideal[*a].floor()))
+        });
+        let left = u64::from(buckets) - c.iter().sum::<u64>();
+        for k in order.into_iter().take(left as usize) {
+            c[k] += 1;
+        }
+        c
     }
 
     /// Noise on every member at every step (a fabric's LQS wobbling by +-5 around levels of
@@ -819,10 +921,10 @@ mod probe {
                 }
                 let proposed = kernel(&applied);
                 match decide(p, RES, &installed, &proposed, hold.as_ref(), k * 20_000_000) {
-                    Verdict::Replace { weights, then, .. } => {
+                    Verdict::Replace { weights, .. } => {
                         writes += 1;
                         installed = weights;
-                        hold = then.map(|p| p.hold);
+                        hold = None;
                     }
                     Verdict::SameForwarding { hold: h } => hold = h,
                     Verdict::Held { hold: h, .. } => hold = Some(h),
@@ -832,13 +934,13 @@ mod probe {
         writes as f64 / (groups * secs) as f64
     }
 
-    /// About one write a second per group (0.98 measured: none from the noise alone, 0.25
-    /// from the spine failures' members leaving and ramping back, the rest from the level
-    /// moves, about two writes each as the damped weights approach the target; 2.03
-    /// without the bounds that move along, rule 3), against 50 (every T_reweight) with
-    /// every change written.
+    /// About a write in five seconds per group (0.20 measured: the spine failures' member
+    /// leaving and returning, and the level moves once several add up; 0.21 when a write
+    /// made only the moves with an excess above 0.1), against 50 (every T_reweight) with
+    /// every change written. The bound-by-bound rule this module had before wrote 0.98
+    /// here (2.03 without the bounds that moved along).
     #[test]
-    fn fabric_churn_costs_about_one_write_a_second_per_group() {
+    fn fabric_churn_costs_about_a_write_in_five_seconds_per_group() {
         let default = writes_per_s(&ReplacePolicy::default(), 16, 20);
         let every = writes_per_s(
             &ReplacePolicy {
@@ -848,6 +950,9 @@ mod probe {
             4,
             20,
         );
-        assert!(default < 1.3 && every > 10.0 * default, "{default} {every}");
+        assert!(
+            default < 0.3 && every > 100.0 * default,
+            "{default} {every}"
+        );
     }
 }

@@ -524,9 +524,8 @@ impl ElasticModel {
                     t,
                 );
                 let written = match v {
-                    Verdict::Replace { weights, then, .. } => {
-                        g.due_ns = then.as_ref().map_or(u64::MAX, |p| p.due_ns);
-                        g.hold = then.map(|p| p.hold);
+                    Verdict::Replace { weights, .. } => {
+                        g.hold = None;
                         weights
                     }
                     Verdict::SameForwarding { hold } => {

@@ -135,8 +135,8 @@ struct GroupState {
     /// when it falls due is in `LoadBalancer::held`): decided again then, unless a later
     /// computation comes first.
     held: Option<Application>,
-    /// The accumulated hold (`replace::Hold`): held, or decaying after the computed
-    /// weights came back within the kernel's rounding. Gone with the group.
+    /// The accumulated hold (`replace::Hold`): held, or decaying after no bucket move would
+    /// help any more. Gone with the group.
     hold: Option<Hold>,
 }
 
@@ -276,8 +276,8 @@ pub struct LoadBalancer {
     /// Group replaces done that moved no bucket (resilient groups; `moves_no_bucket`; only
     /// `replace = "every-step"` sends them).
     pub bucket_neutral_replaces: u64,
-    /// Computed weight changes not written because the kernel already forwards as they
-    /// would (`replace::Verdict::SameForwarding`).
+    /// Computed weight changes not written because no bucket move would bring the
+    /// installed buckets closer to them (`replace::Verdict::SameForwarding`).
     pub bucket_neutral_skipped: u64,
     /// Buckets the replaces moved (resilient groups: the members' bucket counts' changes,
     /// as `weights::remap` counts them).
@@ -1147,13 +1147,13 @@ impl LoadBalancer {
             // Every group whose inputs moved is computed now.
             self.deferred_remotes.clear();
             self.deferred_due_ns = None;
-        } else if let Some(moved) = moved_remotes {
+        } else {
             // The same keys had their first computation at an earlier step: only the
             // groups of the remote nodes whose entries moved are computed again, now or
-            // at their T_reweight boundary.
+            // at their T_reweight boundary. (A full read is `full`: the branch above.)
             let defers = self.defers();
             let t_reweight = self.controller.t_reweight_ns();
-            for r in moved {
+            for r in moved_remotes.into_iter().flatten() {
                 let Some(group_keys) = self.groups_by_remote.get(r) else {
                     continue;
                 };
@@ -1178,8 +1178,6 @@ impl LoadBalancer {
             }
             // No key twice: a remote node is computed now or deferred, never both, and
             // its groups are listed once.
-            self.take_deferred_due(now_ns, &mut keys);
-        } else {
             self.take_deferred_due(now_ns, &mut keys);
         }
         self.group_computations += keys.len() as u64;
@@ -1445,26 +1443,14 @@ impl LoadBalancer {
                 state.hold = Some(hold);
                 return None;
             }
-            Verdict::Replace {
-                cause,
-                weights,
-                then,
-            } => {
+            Verdict::Replace { cause, weights } => {
                 debug!(remote = %key.label(), ?cause, kernel = ?state.kernel, computed = ?app.kernel, written = ?weights, "weights written");
-                // The bounds this write leaves where they are stay held: decided again
-                // when they fall due, with this computation unless a later one comes.
+                // A write makes every bucket move that helps: nothing stays held.
                 state.held = None;
                 self.held.remove(key);
                 state.hold = None;
-                if let Some(p) = then {
-                    if p.due_ns != u64::MAX {
-                        state.held = Some(app.clone());
-                        self.held.insert(key.clone(), p.due_ns);
-                    }
-                    state.hold = Some(p.hold);
-                }
                 // What is written: the computed weights, or the bucket counts that move
-                // only the bounds that must move (`replace`, rule 3).
+                // only the members' buckets that must move (`replace`, rule 3).
                 (
                     Application {
                         kernel: weights,
