@@ -322,8 +322,11 @@ fn ideal_counts(buckets: u16, w: &[(u32, u32)]) -> Vec<f64> {
 /// The one-bucket move that brings the counts closest to the ideal shares: from the member
 /// with the largest surplus (`count - ideal`) to the one with the largest deficit, and its
 /// excess, `(surplus + deficit) / 2 - 0.5` (rule 2): positive when the move lowers the
-/// buckets given to the wrong member (by twice the excess); a half-bucket error on both
-/// sides is what the kernel's own rounding leaves.
+/// buckets given to the wrong member (`sum |count - ideal|`, by four times the excess while
+/// both errors are within a bucket); a half-bucket error on both sides is what any
+/// rounding leaves. The counts and the shares both sum to the bucket count, so the largest
+/// surplus and deficit are >= 0 and the excess >= -0.5; with no move to make (one member,
+/// or no member with a bucket) it is -0.5 too.
 fn best_move(counts: &[u64], ideal: &[f64]) -> (usize, usize, f64) {
     let (mut from, mut to) = (0, 0);
     let (mut surplus, mut deficit) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
@@ -337,7 +340,7 @@ fn best_move(counts: &[u64], ideal: &[f64]) -> (usize, usize, f64) {
         }
     }
     if from == to || surplus == f64::NEG_INFINITY {
-        return (from, to, f64::NEG_INFINITY);
+        return (from, to, -0.5);
     }
     let excess = (surplus + deficit) / 2.0 - 0.5;
     // Exact ties (a move that leaves as many buckets on the wrong member) are not moves:
@@ -483,6 +486,11 @@ mod tests {
         );
         assert_eq!(
             decide(&p, RES, &all, &all, None, 0),
+            Verdict::SameForwarding { hold: None }
+        );
+        // One member: no move to make, whatever its weight.
+        assert_eq!(
+            decide(&p, RES, &[(1, 255)], &[(1, 7)], None, 0),
             Verdict::SameForwarding { hold: None }
         );
         // The kernel's own check agrees.
