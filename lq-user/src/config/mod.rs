@@ -626,21 +626,23 @@ pub struct NexthopGroup {
     #[serde(default)]
     pub flush_on_exit: bool,
     /// Which computed weight changes are written to the kernel (issue 41,
-    /// `core::controller::replace`): `forwarding-change` (default) writes those that move a
-    /// resilient bucket bound past the hysteresis or a hash-threshold slice, and a held
-    /// bound once its hold ends; `every-step` writes every change of the integer weights,
+    /// `core::controller::replace`): `forwarding-change` (default) writes a resilient group
+    /// when a bucket move (judged member by member against the computed shares) helps by
+    /// more than the hysteresis, or a held one once its hold ends, and a hash-threshold
+    /// group when a slice moves; `every-step` writes every change of the integer weights,
     /// as lqd did before.
     #[serde(default)]
     pub replace: ReplaceModeName,
-    /// Resilient groups, `replace = "forwarding-change"`: how far (in buckets) past the
-    /// kernel's rounding a cumulative bucket bound may drift before the move is written at
-    /// once. 0..=4, default 0.25.
+    /// Resilient groups, `replace = "forwarding-change"`: how far (in buckets) a bucket
+    /// move's excess (the giver's surplus plus the taker's deficit, halved, less the half
+    /// bucket any rounding leaves) may grow before the move is written at once. 0..=4,
+    /// default 0.25.
     #[serde(default)]
     pub hysteresis_buckets: HysteresisBuckets,
     /// The hold of a bucket move within the hysteresis, in ms (0..=10000, default 200,
-    /// ten T_reweight at the seed's defaults): a bound moves once its accumulated excess
-    /// past the kernel's rounding reaches `hysteresis-buckets` x this, or once it has
-    /// stayed past it for 5 x this.
+    /// ten T_reweight at the seed's defaults): a held move is made once its accumulated
+    /// excess reaches `hysteresis-buckets` x this, or once some move has helped without a
+    /// pause for 5 x this.
     #[serde(default)]
     pub replace_hold_ms: ReplaceHoldMs,
     /// Before issue 41: skip replaces that would move no bucket. That is now the default
