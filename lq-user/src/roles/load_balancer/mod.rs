@@ -240,8 +240,13 @@ pub struct LoadBalancer {
     /// group's last application moves only when it is computed or ticked, and a due tick
     /// is a computation here).
     deferred_remotes: BTreeMap<NodeId, u64>,
-    /// The earliest boundary among them (`next_due` wakes the loop for it).
+    /// The earliest boundary among them (`next_due` wakes the loop for it); before it no
+    /// step walks them (`take_deferred_due`). At most early: a remote node computed before
+    /// its boundary leaves it in place until the next walk.
     deferred_due_ns: Option<u64>,
+    /// How many groups the deferred remote nodes have (counted per step in
+    /// `group_computations_deferred` without walking them).
+    deferred_groups: u64,
     /// Group computations done (6.3), and those that waited for their T_reweight boundary
     /// (per group and step), for `lqd show weights` and the metrics.
     pub group_computations: u64,
@@ -453,6 +458,7 @@ impl LoadBalancer {
             computed: BTreeSet::new(),
             deferred_remotes: BTreeMap::new(),
             deferred_due_ns: None,
+            deferred_groups: 0,
             group_computations: 0,
             group_computations_deferred: 0,
             shared_digest: 0,
@@ -1147,6 +1153,7 @@ impl LoadBalancer {
             // Every group whose inputs moved is computed now.
             self.deferred_remotes.clear();
             self.deferred_due_ns = None;
+            self.deferred_groups = 0;
         } else {
             // The same keys had their first computation at an earlier step: only the
             // groups of the remote nodes whose entries moved are computed again, now or
@@ -1170,9 +1177,14 @@ impl LoadBalancer {
                             .min()
                             .unwrap_or(0);
                         self.deferred_remotes.insert(*r, boundary);
+                        self.deferred_groups += group_keys.len() as u64;
+                        self.deferred_due_ns =
+                            Some(self.deferred_due_ns.map_or(boundary, |d| d.min(boundary)));
                     }
                 } else {
-                    self.deferred_remotes.remove(r);
+                    if self.deferred_remotes.remove(r).is_some() {
+                        self.deferred_groups -= group_keys.len() as u64;
+                    }
                     keys.extend(group_keys.iter().cloned());
                 }
             }
@@ -1206,6 +1218,13 @@ impl LoadBalancer {
     fn take_deferred_due(&mut self, now_ns: u64, keys: &mut Vec<GroupKey>) {
         if self.deferred_remotes.is_empty() {
             self.deferred_due_ns = None;
+            self.deferred_groups = 0;
+            return;
+        }
+        // No boundary has come: nothing to walk (a step every few hundred microseconds
+        // walked up to 512 remote nodes, issue 41).
+        if self.deferred_due_ns.is_some_and(|due| due > now_ns) {
+            self.group_computations_deferred += self.deferred_groups;
             return;
         }
         let by_remote = &self.groups_by_remote;
@@ -1225,6 +1244,7 @@ impl LoadBalancer {
             }
         });
         self.deferred_due_ns = next;
+        self.deferred_groups = waiting;
         self.group_computations_deferred += waiting;
     }
 
