@@ -205,6 +205,21 @@ pub fn render(
             w.group_computations_deferred,
         );
         o.counter(
+            "lq_control_steps_total",
+            "Control steps taken by the load balancer.",
+            w.control_steps,
+        );
+        o.counter(
+            "lq_path_rows_read_total",
+            "Rows of the path table the control steps read (event-named rows, ageing sweeps, full reads; seed 003 section 6.2).",
+            w.path_rows_read,
+        );
+        o.counter(
+            "lq_neighbor_failures_total",
+            "Spines declared failed by missed heartbeats (seed 003 section 6.5).",
+            w.neighbor_failures,
+        );
+        o.counter(
             "lq_group_buckets_moved_total",
             "Resilient nexthop group buckets the replaces moved.",
             w.buckets_moved,

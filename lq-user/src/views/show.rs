@@ -278,6 +278,11 @@ pub fn weights_view_table(w: &WeightsView) -> String {
         "group computations: {}  waited for their T_reweight boundary: {}",
         w.group_computations, w.group_computations_deferred,
     );
+    let _ = writeln!(
+        s,
+        "control steps: {}  path table rows read: {}  spines declared failed (6.5): {}",
+        w.control_steps, w.path_rows_read, w.neighbor_failures,
+    );
     if w.foreign_nexthop_writes > 0 {
         let _ = writeln!(
             s,

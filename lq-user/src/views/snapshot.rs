@@ -216,6 +216,16 @@ pub struct WeightsView {
     /// entries moved, but no target could be applied before it; per group and step).
     #[serde(default)]
     pub group_computations_deferred: u64,
+    /// Control steps taken.
+    #[serde(default)]
+    pub control_steps: u64,
+    /// Rows of the path table the control steps read (event-named rows, ageing sweeps'
+    /// rows, full reads; seed 003 section 6.2).
+    #[serde(default)]
+    pub path_rows_read: u64,
+    /// Spines declared failed by missed heartbeats (6.5).
+    #[serde(default)]
+    pub neighbor_failures: u64,
     /// Resilient buckets the replaces moved.
     #[serde(default)]
     pub buckets_moved: u64,

@@ -33,6 +33,12 @@
 //!   `ip -batch` on 64 copies (512 replaces, the child's system time).
 //! - `leaf_group_computations_per_s_64x512` (baseline: one per group and T_reweight, what
 //!   section 6.4 can apply: 25 600 a second).
+//! - `leaf_path_rows_read_per_s_64x512` (baseline: the entries sent a second, each of which
+//!   changed), the path table's rows lqd's control steps read, and
+//!   `leaf_control_steps_per_s_64x512`; `leaf_spine_failures_per_s_64x512` (baseline: the
+//!   churn's one failure every `SPINE_FAILURE_EVERY`) and `..._toggle` (baseline 0): a
+//!   spine declared failed that the churn did not silence is a host that starved the
+//!   sender, and the window's replaces say so.
 //! - `leaf_replaces_per_s_64x512` (baseline: the real events a second that move a bucket),
 //!   `leaf_buckets_moved_per_s_64x512`, `leaf_bucket_neutral_replace_fraction_64x512`; the
 //!   toggle's `leaf_replaces_per_s_64x512_toggle` (baseline: toggles that move a bucket) and
@@ -444,6 +450,10 @@ struct Replaces {
     /// Group computations (6.3) done, and those that waited for their T_reweight boundary.
     computations: u64,
     deferred: u64,
+    /// Control steps, path table rows read, spines declared failed (6.5).
+    steps: u64,
+    rows_read: u64,
+    failures: u64,
 }
 
 fn replace_counts(lqd: &Lqd) -> Replaces {
@@ -458,6 +468,9 @@ fn replace_counts(lqd: &Lqd) -> Replaces {
             .map(|c| w["replace-causes"][c].as_u64().unwrap_or(0)),
         computations: n("group-computations"),
         deferred: n("group-computations-deferred"),
+        steps: n("control-steps"),
+        rows_read: n("path-rows-read"),
+        failures: n("neighbor-failures"),
     }
 }
 
@@ -475,6 +488,10 @@ struct Window {
     buckets_moved_rate: f64,
     /// Group computations (path quality and target weights, 6.3) a second.
     computation_rate: f64,
+    /// Control steps, path table rows read, and spines declared failed, a second.
+    step_rate: f64,
+    rows_read_rate: f64,
+    failure_rate: f64,
     /// Real events (or toggles) sent, and those of them that move a bucket.
     event_rate: f64,
     moving_event_rate: f64,
@@ -550,6 +567,9 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         replace_rate: replaces as f64 / secs,
         buckets_moved_rate: rate(g0.buckets_moved, g1.buckets_moved),
         computation_rate: rate(g0.computations, g1.computations),
+        step_rate: rate(g0.steps, g1.steps),
+        rows_read_rate: rate(g0.rows_read, g1.rows_read),
+        failure_rate: rate(g0.failures, g1.failures),
         event_rate,
         moving_event_rate,
         neutral_fraction: g1.neutral.saturating_sub(g0.neutral) as f64 / replaces.max(1) as f64,
@@ -561,7 +581,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
     let machine =
         (m1.busy() - m0.busy()) as f64 / (m1.total() - m0.total()).max(1) as f64 * cpus * 100.0;
     eprintln!(
-        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computed changes/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
+        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computed changes/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; {:.0} control steps/s reading {:.0} path table rows/s; {:.2} spines declared failed/s; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
         w.xdp_ns_per_entry,
         w.replace_rate,
         g1.neutral.saturating_sub(g0.neutral) as f64 / secs,
@@ -572,6 +592,9 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         rate(g0.causes[0], g1.causes[0]),
         rate(g0.causes[1], g1.causes[1]),
         rate(g0.causes[2], g1.causes[2]),
+        w.step_rate,
+        w.rows_read_rate,
+        w.failure_rate,
         w.sender_pct,
         w.verified_rate,
         w.hand_back_pct,
@@ -971,6 +994,35 @@ fn measure(
         "computations/s",
         None,
         Some(REMOTES as f64 * 1e9 / PERIOD.as_nanos() as f64),
+    );
+    emit(
+        "leaf_path_rows_read_per_s_64x512",
+        med(&fabric, |w| w.rows_read_rate),
+        "rows/s",
+        None,
+        Some(med(&fabric, |w| w.entry_rate)),
+    );
+    emit(
+        "leaf_control_steps_per_s_64x512",
+        med(&fabric, |w| w.step_rate),
+        "steps/s",
+        None,
+        None,
+    );
+    // Baseline: the churn's schedule; more is a host that starved the sender.
+    emit(
+        "leaf_spine_failures_per_s_64x512",
+        med(&fabric, |w| w.failure_rate),
+        "failures/s",
+        None,
+        Some(1.0 / SPINE_FAILURE_EVERY.as_secs_f64()),
+    );
+    emit(
+        "leaf_spine_failures_per_s_64x512_toggle",
+        med(&toggle, |w| w.failure_rate),
+        "failures/s",
+        None,
+        Some(0.0),
     );
     emit(
         "leaf_bucket_neutral_replace_fraction_64x512",

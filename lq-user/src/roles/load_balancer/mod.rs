@@ -250,6 +250,13 @@ pub struct LoadBalancer {
     /// Group computations done (6.3), and those that waited for their T_reweight boundary
     /// (per group and step), for `lqd show weights` and the metrics.
     pub group_computations: u64,
+    /// Control steps taken, the path table's rows they read (the control step's copy,
+    /// `PathMirror`: event-named rows, ageing, full reads), and the spines declared failed
+    /// by heartbeat (6.5): `lqd show weights` and the metrics, so that an operator (and
+    /// `bench_scale`) sees what a step costs and whether silence was declared.
+    pub control_steps: u64,
+    pub path_rows_read: u64,
+    pub neighbor_failures: u64,
     pub group_computations_deferred: u64,
     /// Digest of the inputs every group shares (local qualities, failed spines).
     shared_digest: u64,
@@ -460,6 +467,9 @@ impl LoadBalancer {
             deferred_due_ns: None,
             deferred_groups: 0,
             group_computations: 0,
+            control_steps: 0,
+            path_rows_read: 0,
+            neighbor_failures: 0,
             group_computations_deferred: 0,
             shared_digest: 0,
             next_full_update_ns: 0,
@@ -878,6 +888,7 @@ impl LoadBalancer {
         // The step's own duration is measured, not taken from `now_ns` (the loop's time).
         let step_started = monotonic_ns();
         self.last_step_ns = now_ns;
+        self.control_steps += 1;
         self.follow_liveness(now_ns)?;
         self.follow_uplinks()?;
         let failed: BTreeSet<NeighborKey> = self.heartbeat.failed_neighbors();
@@ -961,6 +972,7 @@ impl LoadBalancer {
             })
             .collect();
         if !failed_now.is_empty() {
+            self.neighbor_failures += failed_now.len() as u64;
             self.remove_failed_members(&failed_now);
         }
         Ok(())
@@ -1040,6 +1052,7 @@ impl LoadBalancer {
             let r = self
                 .mirror
                 .refresh(&named, &rows, clock, failed, &mut KnownRows(reader));
+            self.path_rows_read += r.rows_read as u64;
             if !r.stale {
                 return Ok(PathsRead::Changed {
                     moved: r.changed_remotes,
@@ -1054,6 +1067,7 @@ impl LoadBalancer {
             None => self.claim_and_loss_counts(now_ns)?,
         };
         let paths = self.reader.paths_known(true)?;
+        self.path_rows_read += paths.len() as u64;
         self.mirror
             .rebuild(paths, self.started_ns, now_ns, dead, failed);
         self.rebuild_needed = false;
@@ -1842,6 +1856,9 @@ impl LoadBalancer {
             bucket_neutral_skipped: self.bucket_neutral_skipped,
             group_computations: self.group_computations,
             group_computations_deferred: self.group_computations_deferred,
+            control_steps: self.control_steps,
+            path_rows_read: self.path_rows_read,
+            neighbor_failures: self.neighbor_failures,
             buckets_moved: self.buckets_moved,
             holds_started: self.holds_started,
             replace_causes: self.replace_causes,
