@@ -580,7 +580,7 @@ mod tests {
         );
         assert!(
             t.ends_with(
-                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0  gray-failure prunes: 0\nbuckets moved: 0  not written (no bucket move helps): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\ngroup computations: 0  waited for their T_reweight boundary: 0\n"
+                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0  gray-failure prunes: 0\nbuckets moved: 0  not written (no bucket move helps): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\ngroup computations: 0  waited for their T_reweight boundary: 0\ncontrol steps: 0  path table rows read: 0  spines declared failed (6.5): 0\n"
             ),
             "{t}"
         );
