@@ -1,0 +1,376 @@
+//! `bench_step`: the load balancer's control step's own work at a leaf of a 64 x 512 fabric,
+//! in process: the same code lqd runs (`PathMirror::refresh`, `compute_some_groups`,
+//! `WeightController::update_reported`, `replace::decide`), fed the churn of `bench_scale`
+//! in virtual time, without the kernel, the daemon's loop or another process on the CPU.
+//!
+//! Why beside `bench_scale`: that benchmark measures the whole leaf (XDP, lqd, the kernel's
+//! replaces) and its lqd figure moves by 30 % between windows on a shared 2-core host (issue
+//! 41's notes), so a change that saves a tenth of the step cannot be seen there. Here one
+//! thread's CPU time is measured per phase, each beside a floor measured in the same round:
+//! the memory the phase cannot avoid touching, read in the same order. A ratio to its floor
+//! does not move with the host's speed.
+//!
+//! The churn, per round of T_notify (20 ms, virtual): every entry re-advertised with LQS
+//! noise of +-5 around its level (200) and 1 % of the entries a second moving between 200
+//! and 150 (as `bench_scale`'s fabric churn, without its spine failure). The table is laid
+//! out as the receiver claims slots (each spine's entries together, in its datagrams'
+//! order) and read through the position-to-slot map the daemon keeps, so that the refresh
+//! reads it with the daemon's stride.
+//!
+//! Metrics (medians over `REPEATS` runs of `ROUNDS` rounds; every round counts):
+//! - `step_refresh_ns_per_row_64x512` (baseline: the floor, the same rows gathered in the
+//!   same order into a copy, ns per row);
+//! - `step_group_us_64x512` (baseline: the floor, each group's 64 entries read from the
+//!   snapshot and summed), with its parts `step_compute_us_64x512` (path quality, 6.3),
+//!   `step_update_us_64x512` (targets, damping, quantisation, 6.3-6.4) and
+//!   `step_decide_us_64x512` (the replace rule, issue 41);
+//! - `step_refresh_vs_floor_ratio_64x512`, `step_group_vs_floor_ratio_64x512`: each run's
+//!   phase time over its floor's (median of the runs): the figures to compare across runs,
+//!   since the host's speed moves a phase and its floor together (on the shared 2-core
+//!   host, within one hour, both moved by up to 1.9x between runs and their ratios by up
+//!   to 25 %: a change smaller than that needs several runs of each side, alternated);
+//! - `step_cpu_pct_64x512`: what those cost at `bench_scale`'s rates (1.64 M rows and
+//!   25 600 group computations a second), % of a core: the part of `leaf_lqd_cpu_pct_64x512`
+//!   that is the step's own work (lqd's loop, its system calls and the replaces are not in
+//!   it). Goal: issue 41's budget for the leaf (8 % of a core with the kernel's time) less
+//!   the XDP receiver's goal (4 %) and the replaces' kernel time (about 0.5 %).
+#![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::ExitCode;
+
+use anyhow::{Result, ensure};
+use lq_common::maps::{PathKey, PathValue};
+use lq_tests::bench::{emit, main_of, median, thread_cpu_ns};
+use lq_user::core::controller::config::{ControllerConfig, GroupKind};
+use lq_user::core::controller::path_mirror::{PathMirror, RefreshClock};
+use lq_user::core::controller::path_quality::{
+    Capacity, CapacitySource, GroupKey, LocalQuality, NnhMapping, NodeId, Uplink, UplinkId,
+    compute_some_groups, node, remote_order,
+};
+use lq_user::core::controller::replace::{self, GroupShape, Hold, ReplacePolicy, Verdict};
+use lq_user::core::controller::weights::WeightController;
+
+const SPINES: u32 = 64;
+const REMOTES: u32 = 512;
+const T_NOTIFY_NS: u64 = 20_000_000;
+/// Rounds of T_notify per run, and runs.
+const ROUNDS: u64 = 100;
+const REPEATS: usize = 5;
+/// The noise on every entry every round, and the real events' share of the entries a
+/// second (`bench_scale`'s fabric churn).
+const NOISE: u64 = 5;
+const EVENT_SHARE_PER_S: f64 = 0.01;
+/// `bench_scale`'s rates: entries sent and group computations a second.
+const ROWS_PER_S: f64 = 1.64e6;
+const GROUPS_PER_S: f64 = 25_600.0;
+
+fn main() -> ExitCode {
+    main_of("bench_step", run)
+}
+
+/// A small deterministic generator (xorshift64*): the same churn in every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// Per run, the CPU time of each phase and of its floor, ns.
+#[derive(Default)]
+struct Run {
+    refresh: u64,
+    refresh_floor: u64,
+    rows: u64,
+    compute: u64,
+    update: u64,
+    decide: u64,
+    group_floor: u64,
+    groups: u64,
+    replaces: u64,
+}
+
+/// Per group, what the kernel holds (the weights last written) and the replace rule's hold.
+type Installed = (Vec<(UplinkId, u32)>, Option<Hold>);
+
+fn spine(s: u32) -> NodeId {
+    node(65_000, 0x0a00_0000 + s)
+}
+
+fn remote(r: u32) -> NodeId {
+    node(65_100, 0x0a10_0000 + r)
+}
+
+fn run() -> Result<()> {
+    let cfg = ControllerConfig::default();
+    let GroupKind::Resilient { buckets, .. } = cfg.group else {
+        anyhow::bail!("lqd's default group is resilient");
+    };
+    let shape = GroupShape::Resilient {
+        buckets,
+        max_weight: cfg.weight_resolution.max_weight(),
+    };
+    let policy = ReplacePolicy::default();
+    let mut mapping = NnhMapping::default();
+    let mut local = LocalQuality::default();
+    for s in 1..=SPINES {
+        mapping.uplinks.insert(
+            s,
+            Uplink {
+                spine: spine(s),
+                capacity: Capacity::new(400.0, CapacitySource::Link).expect("> 0"),
+            },
+        );
+        local.set_up(s, true);
+    }
+    let keys: Vec<GroupKey> = (0..REMOTES).map(|r| GroupKey::remote(remote(r))).collect();
+    let mut runs = Vec::new();
+    for repeat in 0..REPEATS {
+        runs.push(one_run(
+            &cfg,
+            &mapping,
+            &local,
+            &keys,
+            &policy,
+            shape,
+            repeat as u64,
+        )?);
+    }
+    let per = |f: &dyn Fn(&Run) -> f64| -> (f64, f64, f64) {
+        let v: Vec<f64> = runs.iter().map(f).collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        (median(&v), lo, hi)
+    };
+    let row_ns = per(&|r| r.refresh as f64 / r.rows as f64);
+    let row_floor = per(&|r| r.refresh_floor as f64 / r.rows as f64);
+    let us = |x: u64, r: &Run| x as f64 / r.groups as f64 / 1e3;
+    let group_us = per(&|r| us(r.compute + r.update + r.decide, r));
+    let compute_us = per(&|r| us(r.compute, r));
+    let update_us = per(&|r| us(r.update, r));
+    let decide_us = per(&|r| us(r.decide, r));
+    let group_floor = per(&|r| us(r.group_floor, r));
+    let replaces = per(&|r| r.replaces as f64 / r.groups as f64);
+    // Per run, each phase over its floor of the same run: the host's speed moves both.
+    let row_ratio = per(&|r| r.refresh as f64 / r.refresh_floor.max(1) as f64);
+    let group_ratio =
+        per(&|r| (r.compute + r.update + r.decide) as f64 / r.group_floor.max(1) as f64);
+    let cpu_pct = per(&|r| {
+        (ROWS_PER_S * r.refresh as f64 / r.rows as f64
+            + GROUPS_PER_S * us(r.compute + r.update + r.decide, r) * 1e3)
+            / 1e9
+            * 100.0
+    });
+    eprintln!(
+        "control step, {SPINES} x {REMOTES}, {REPEATS} runs of {ROUNDS} rounds (median [min, max]): refresh {:.1} [{:.1}, {:.1}] ns a row (floor {:.1}); a group {:.2} [{:.2}, {:.2}] us (compute {:.2}, update {:.2}, decide {:.2}; floor {:.3}); {:.4} replaces a group computation; over their floors: refresh {:.2} [{:.2}, {:.2}], a group {:.2} [{:.2}, {:.2}]; at bench_scale's rates {:.1} [{:.1}, {:.1}] % of a core",
+        row_ns.0,
+        row_ns.1,
+        row_ns.2,
+        row_floor.0,
+        group_us.0,
+        group_us.1,
+        group_us.2,
+        compute_us.0,
+        update_us.0,
+        decide_us.0,
+        group_floor.0,
+        replaces.0,
+        row_ratio.0,
+        row_ratio.1,
+        row_ratio.2,
+        group_ratio.0,
+        group_ratio.1,
+        group_ratio.2,
+        cpu_pct.0,
+        cpu_pct.1,
+        cpu_pct.2,
+    );
+    emit(
+        "step_refresh_ns_per_row_64x512",
+        row_ns.0,
+        "ns",
+        None,
+        Some(row_floor.0),
+    );
+    emit(
+        "step_group_us_64x512",
+        group_us.0,
+        "us",
+        None,
+        Some(group_floor.0),
+    );
+    emit(
+        "step_refresh_vs_floor_ratio_64x512",
+        row_ratio.0,
+        "ratio",
+        None,
+        None,
+    );
+    emit(
+        "step_group_vs_floor_ratio_64x512",
+        group_ratio.0,
+        "ratio",
+        None,
+        None,
+    );
+    emit("step_compute_us_64x512", compute_us.0, "us", None, None);
+    emit("step_update_us_64x512", update_us.0, "us", None, None);
+    emit("step_decide_us_64x512", decide_us.0, "us", None, None);
+    emit(
+        "step_cpu_pct_64x512",
+        cpu_pct.0,
+        "% of a core",
+        Some("<= 3.5"),
+        None,
+    );
+    Ok(())
+}
+
+/// One run of `ROUNDS` rounds from a fresh start (the first round installs every group).
+fn one_run(
+    cfg: &ControllerConfig,
+    mapping: &NnhMapping,
+    local: &LocalQuality,
+    keys: &[GroupKey],
+    policy: &ReplacePolicy,
+    shape: GroupShape,
+    seed: u64,
+) -> Result<Run> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x1000_0000_01b3));
+    // Slots as the receiver claims them: spine by spine, each spine's remote nodes in its
+    // datagrams' order.
+    let mut table: Vec<(PathKey, PathValue)> = Vec::new();
+    let mut level: Vec<u8> = Vec::new();
+    for s in 1..=SPINES {
+        for r in 0..REMOTES {
+            let (sp, rm) = (spine(s), remote(r));
+            table.push((
+                PathKey {
+                    spine_as: sp.node_as,
+                    spine_id: sp.node_id,
+                    remote_as: rm.node_as,
+                    remote_id: rm.node_id,
+                    link_id: 1,
+                },
+                PathValue {
+                    last_update_ns: 0,
+                    lqs: 200,
+                    ..Default::default()
+                },
+            ));
+            level.push(200);
+        }
+    }
+    // The daemon's position order (remote node, then spine) and each position's slot.
+    let mut slot_of: Vec<usize> = (0..table.len()).collect();
+    slot_of.sort_unstable_by_key(|&i| remote_order(&table[i].0));
+    let none = BTreeSet::new();
+    let dead = cfg.dead_interval_ns();
+    let mut mirror = PathMirror::default();
+    mirror.rebuild(
+        slot_of.iter().map(|&i| table[i]).collect(),
+        0,
+        0,
+        dead,
+        &none,
+    );
+    let named: BTreeSet<NodeId> = (1..=SPINES).map(spine).collect();
+    let mut weights = WeightController::new(*cfg)?;
+    let mut installed: BTreeMap<GroupKey, Installed> = BTreeMap::new();
+    let mut copy = vec![(PathKey::default(), PathValue::default()); table.len()];
+    let mut out = Run::default();
+    let events_per_round =
+        (table.len() as f64 * EVENT_SHARE_PER_S * T_NOTIFY_NS as f64 / 1e9).round() as usize;
+    for round in 1..=ROUNDS {
+        let now = round * T_NOTIFY_NS;
+        // The spines' datagrams: every entry again, with noise; a few real events.
+        for _ in 0..events_per_round {
+            let i = (rng.next() % table.len() as u64) as usize;
+            level[i] = if level[i] == 200 { 150 } else { 200 };
+        }
+        for (i, (_, v)) in table.iter_mut().enumerate() {
+            let noise = (rng.next() % (2 * NOISE + 1)) as u8;
+            v.lqs = level[i] - NOISE as u8 + noise;
+            v.last_update_ns = now;
+        }
+        // The refresh, every spine named (each sent all its entries this round), and its
+        // floor: the same rows gathered in the same order.
+        let t0 = thread_cpu_ns();
+        let r = mirror.refresh(
+            &named,
+            &[],
+            RefreshClock {
+                not_before_ns: 0,
+                now_ns: now,
+                dead_ns: dead,
+            },
+            &none,
+            &mut |p: usize| slot_of.get(p).map(|&i| table[i]),
+        );
+        let t1 = thread_cpu_ns();
+        for (c, &i) in copy.iter_mut().zip(&slot_of) {
+            *c = table[i];
+        }
+        let t2 = thread_cpu_ns();
+        ensure!(!r.stale, "the mirror went stale");
+        out.refresh += t1 - t0;
+        out.refresh_floor += t2 - t1;
+        out.rows += r.rows_read as u64;
+        std::hint::black_box(&copy);
+        // The groups of the remote nodes that moved (all of them under this churn).
+        let todo: Vec<&GroupKey> = keys
+            .iter()
+            .filter(|k| k.remote.is_some_and(|n| r.changed_remotes.contains(&n)))
+            .collect();
+        let t0 = thread_cpu_ns();
+        let report =
+            compute_some_groups(cfg, mapping, local, mirror.snapshot(), todo.iter().copied());
+        let t1 = thread_cpu_ns();
+        let apps = weights.update_reported(&report, now);
+        let t2 = thread_cpu_ns();
+        for (key, app) in &apps {
+            let (kernel, hold) = installed.entry(key.clone()).or_default();
+            match replace::decide(policy, shape, kernel, &app.kernel, hold.as_ref(), now) {
+                Verdict::Replace { weights, .. } => {
+                    *kernel = weights;
+                    *hold = None;
+                    out.replaces += 1;
+                }
+                Verdict::Held { hold: h, .. } => *hold = Some(h),
+                Verdict::SameForwarding { hold: h } => *hold = h,
+            }
+        }
+        let t3 = thread_cpu_ns();
+        // The groups' floor: each group's entries read from the snapshot.
+        let snapshot = mirror.snapshot();
+        let mut sum = 0u64;
+        for k in &todo {
+            if let Some(n) = k.remote {
+                let entries = snapshot.remote(n);
+                // Spines sorted by id: spine s is the (s - 1)-th, as the computation finds
+                // it.
+                for s in 1..=SPINES {
+                    let links = entries.links_near(spine(s), s as usize - 1);
+                    sum += links.iter().map(|l| u64::from(l.1)).sum::<u64>();
+                }
+            }
+        }
+        let t4 = thread_cpu_ns();
+        std::hint::black_box(sum);
+        out.compute += t1 - t0;
+        out.update += t2 - t1;
+        out.decide += t3 - t2;
+        out.group_floor += t4 - t3;
+        out.groups += todo.len() as u64;
+    }
+    ensure!(
+        out.rows > 0 && out.groups > 0,
+        "nothing was read or computed"
+    );
+    Ok(out)
+}
