@@ -250,6 +250,7 @@ pub struct LoadBalancer {
     /// Group computations done (6.3), and those that waited for their T_reweight boundary
     /// (per group and step), for `lqd show weights` and the metrics.
     pub group_computations: u64,
+    pub group_computations_deferred: u64,
     /// Control steps taken, the path table's rows they read (the control step's copy,
     /// `PathMirror`: event-named rows, ageing, full reads), and the spines declared failed
     /// by heartbeat (6.5): `lqd show weights` and the metrics, so that an operator (and
@@ -257,7 +258,6 @@ pub struct LoadBalancer {
     pub control_steps: u64,
     pub path_rows_read: u64,
     pub neighbor_failures: u64,
-    pub group_computations_deferred: u64,
     /// Digest of the inputs every group shares (local qualities, failed spines).
     shared_digest: u64,
     /// When the next step recomputes every group.
@@ -467,10 +467,10 @@ impl LoadBalancer {
             deferred_due_ns: None,
             deferred_groups: 0,
             group_computations: 0,
+            group_computations_deferred: 0,
             control_steps: 0,
             path_rows_read: 0,
             neighbor_failures: 0,
-            group_computations_deferred: 0,
             shared_digest: 0,
             next_full_update_ns: 0,
             last_step_ns: 0,
@@ -1197,7 +1197,8 @@ impl LoadBalancer {
                     }
                 } else {
                     if self.deferred_remotes.remove(r).is_some() {
-                        self.deferred_groups -= group_keys.len() as u64;
+                        self.deferred_groups =
+                            self.deferred_groups.saturating_sub(group_keys.len() as u64);
                     }
                     keys.extend(group_keys.iter().cloned());
                 }
