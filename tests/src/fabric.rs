@@ -626,8 +626,25 @@ pub fn forwards_as(ns: &NetNs, group: u64, weights: &[(u64, u64)]) -> bool {
 /// the wrong member as any counts can for `weights`' exact shares (`buckets x weight /
 /// total`): the same members, and no bucket moved from one member to another would lower
 /// `sum |count - share|`, that is no member's surplus plus another's deficit exceeds one
-/// bucket.
+/// bucket. lqd judges the damped fractions themselves, of which integer `weights` are a
+/// rounding (a weight unit each): each fraction's share lies within `buckets / total` of
+/// its weight's, so a surplus plus a deficit may exceed one bucket by twice that.
 pub fn closest_counts(got: &[(u64, u64)], weights: &[(u64, u64)]) -> bool {
+    let buckets: u64 = got.iter().map(|g| g.1).sum();
+    let total: u64 = weights.iter().map(|w| w.1).sum::<u64>().max(1);
+    counts_within(got, weights, 2.0 * buckets as f64 / total as f64)
+}
+
+/// [`closest_counts`] for exact proportions (`shares` proportional to the fractions, not
+/// a rounding of them): no bucket moved from one member to another would lower `sum
+/// |count - share|`, where lqd's replace rule settles a group.
+pub fn settled_counts(got: &[(u64, u64)], shares: &[(u64, u64)]) -> bool {
+    counts_within(got, shares, 0.0)
+}
+
+/// No member's surplus over its share plus another's deficit exceeds one bucket plus
+/// `slack`.
+fn counts_within(got: &[(u64, u64)], weights: &[(u64, u64)], slack: f64) -> bool {
     if got.len() != weights.len() || got.iter().zip(weights).any(|(g, w)| g.0 != w.0) {
         return false;
     }
@@ -641,7 +658,7 @@ pub fn closest_counts(got: &[(u64, u64)], weights: &[(u64, u64)]) -> bool {
         .map(|(_, e)| *e)
         .fold(f64::NEG_INFINITY, f64::max);
     let deficit = error.iter().map(|e| -e).fold(f64::NEG_INFINITY, f64::max);
-    surplus + deficit <= 1.0 + 1e-9
+    surplus + deficit <= 1.0 + slack + 1e-9
 }
 
 /// The buckets each member holds in the kernel's resilient group now

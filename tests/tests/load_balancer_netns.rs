@@ -219,13 +219,21 @@ fn weights_follow_remote_congestion_and_spine_failure() {
                 .eq(appendix_b)
         })
     });
+    // The kernel's own buckets: as few on the wrong member as any counts put for Appendix
+    // B's targets (S2 72 / 783 = 9.20 % of 128 buckets, 11.77; the others 38.74 each),
+    // where lqd's replace rule settles judging the damped fractions (issue 41): 12 for
+    // S2 and 39, 39, 38 for the others in some order. (The integer weights' own rounding,
+    // 255/77 of 842, gives S2 11.70 and 11 buckets, a share further from the target.)
+    let appendix_b_shares = [(1, 237), (2, 72), (3, 237), (4, 237)];
     poll_until(
-        "the kernel's buckets as Appendix B's weights want them",
+        "the kernel's buckets as close to Appendix B's targets as buckets can be",
         Duration::from_secs(10),
         Duration::from_millis(50),
         || {
             let b = lq_tests::fabric::group_buckets(&f.leaf, GROUP_ID);
-            if b.as_deref() == Some(&lq_tests::fabric::wanted_buckets(128, &appendix_b)[..]) {
+            if b.as_deref()
+                .is_some_and(|b| lq_tests::fabric::settled_counts(b, &appendix_b_shares))
+            {
                 Ok(())
             } else {
                 Err(b)

@@ -191,7 +191,7 @@ pub fn render(
         );
         o.counter(
             "lq_group_replaces_skipped_total",
-            "Computed weight changes not written because no bucket move would bring the installed buckets closer to them (replace = forwarding-change).",
+            "Group computations not written because no bucket move would bring the installed buckets closer to the computed weights (the kernel already forwards as close to them as it can).",
             w.bucket_neutral_skipped,
         );
         o.counter(

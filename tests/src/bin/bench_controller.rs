@@ -1252,7 +1252,7 @@ impl Reweight {
         let msgs: Vec<NexthopMsg> = apps
             .iter()
             .map(|(k, app)| {
-                NexthopMsg::weighted_group(self.ids[k], 0, &app.kernel, &self.cfg.group)
+                NexthopMsg::weighted_group(self.ids[k], 0, app.kernel(), &self.cfg.group)
             })
             .collect();
         Ok((t0.elapsed().as_secs_f64() * 1e3, msgs))
@@ -1673,7 +1673,7 @@ fn remap() -> Result<()> {
         }
         ensure!(traj.len() < 100, "trajectory does not converge");
     }
-    let steps: Vec<Vec<(u32, u32)>> = traj.iter().map(|a| a.kernel.clone()).collect();
+    let steps: Vec<Vec<(u32, u32)>> = traj.iter().map(|a| a.kernel().to_vec()).collect();
 
     rtnl.replace_nexthop(&group_msg(res_id, &steps[0], &res_kind))?;
     rtnl.replace_nexthop(&group_msg(hthr_id, &steps[0], &GroupKind::HashThreshold))?;

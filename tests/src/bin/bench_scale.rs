@@ -581,7 +581,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
     let machine =
         (m1.busy() - m0.busy()) as f64 / (m1.total() - m0.total()).max(1) as f64 * cpus * 100.0;
     eprintln!(
-        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computed changes/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; {:.0} control steps/s reading {:.0} path table rows/s; {:.2} spines declared failed/s; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
+        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computations/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; {:.0} control steps/s reading {:.0} path table rows/s; {:.2} spines declared failed/s; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
         w.xdp_ns_per_entry,
         w.replace_rate,
         g1.neutral.saturating_sub(g0.neutral) as f64 / secs,

@@ -335,7 +335,7 @@ fn one_run(
         let t2 = thread_cpu_ns();
         for (key, app) in &apps {
             let (kernel, hold) = installed.entry(key.clone()).or_default();
-            match replace::decide(policy, shape, kernel, &app.kernel, hold.as_ref(), now) {
+            match replace::decide(policy, shape, kernel, app, hold.as_ref(), now) {
                 Verdict::Replace { weights, .. } => {
                     *kernel = weights;
                     *hold = None;

@@ -259,20 +259,26 @@ impl PathMirror {
             for s in &full {
                 in_full[*s as usize] = true;
             }
+            let mut batch = RowBatch::new();
             for p in 0..self.rows.len() {
-                if in_full[self.rows[p].spine as usize] {
-                    self.read_row(p, &clock, table, &mut out);
+                if in_full[self.rows[p].spine as usize] && batch.push(p, table) {
+                    self.apply_batch(&mut batch, &clock, &mut out);
                 }
             }
+            self.apply_batch(&mut batch, &clock, &mut out);
             self.in_full = in_full;
         } else {
+            let mut batch = RowBatch::new();
             for s in &full {
                 let positions = std::mem::take(&mut self.spines[*s as usize].positions);
                 for &p in &positions {
-                    self.read_row(p as usize, &clock, table, &mut out);
+                    if batch.push(p as usize, table) {
+                        self.apply_batch(&mut batch, &clock, &mut out);
+                    }
                 }
                 self.spines[*s as usize].positions = positions;
             }
+            self.apply_batch(&mut batch, &clock, &mut out);
         }
         // The expired rows not read above, alone; a failed spine's come back with the
         // spine (its recovery reads them all).
@@ -353,15 +359,32 @@ impl PathMirror {
         table: &mut impl TableRows,
         out: &mut Refresh,
     ) {
+        let (stamp, row) = RowBatch::fetch(p, table);
+        self.apply_row(p, stamp, row, clock, out);
+    }
+
+    /// Applies the rows `batch` gathered ([`Self::read_row`] for each), and empties it.
+    fn apply_batch(&mut self, batch: &mut RowBatch, clock: &RefreshClock, out: &mut Refresh) {
+        for &(p, stamp, row) in &batch.rows[..batch.len] {
+            self.apply_row(p as usize, stamp, row, clock, out);
+        }
+        batch.len = 0;
+    }
+
+    /// [`Self::read_row`] of a row already read (`stamp`, then `row`).
+    fn apply_row(
+        &mut self,
+        p: usize,
+        stamp: Option<u16>,
+        row_read: Option<(PathKey, PathValue)>,
+        clock: &RefreshClock,
+        out: &mut Refresh,
+    ) {
         let (Some(entry), Some(row)) = (self.entries.get_mut(p), self.rows.get_mut(p)) else {
             out.stale = true;
             return;
         };
-        // The stamp before the row: the receiver writes the row first, so a row read
-        // after its stamp is at least as new (a newer row with an older stamp only makes
-        // the next sweep see a move it already knows).
-        let stamp = table.stamp(p);
-        match table.row(p) {
+        match row_read {
             Some((k, mut v)) if k == entry.0 => {
                 row.stamp = stamp.unwrap_or_else(|| path_stamp(v.last_update_ns));
                 row.read_in = self.refreshes;
@@ -414,6 +437,48 @@ impl PathMirror {
         } else {
             self.oldest_live_ns = Some(self.oldest_live_ns.map_or(t, |o| o.min(t)));
         }
+    }
+}
+
+/// A row as read for [`PathMirror::apply_row`]: its position, its stamp, the row.
+type FetchedRow = (u32, Option<u16>, Option<(PathKey, PathValue)>);
+
+/// Rows read from the table before they are applied, [`RowBatch::CAPACITY`] at a time.
+///
+/// Read one at a time, each row's load from the table (a different cache line per row,
+/// in the receiver's slot order rather than the mirror's) waited for the row before it to
+/// be applied: a third of a refresh stalled on it, against a plain gather of the same
+/// rows five times faster (issue 41, `bench_step`). Gathered in a tight loop the loads
+/// overlap.
+struct RowBatch {
+    rows: [FetchedRow; Self::CAPACITY],
+    len: usize,
+}
+
+impl RowBatch {
+    const CAPACITY: usize = 32;
+
+    fn new() -> Self {
+        Self {
+            rows: [(0, None, None); Self::CAPACITY],
+            len: 0,
+        }
+    }
+
+    /// The stamp, then the row, at `p`. The stamp first: the receiver writes the row
+    /// first, so a row read after its stamp is at least as new (a newer row with an older
+    /// stamp only makes the next sweep see a move it already knows).
+    fn fetch(p: usize, table: &mut impl TableRows) -> (Option<u16>, Option<(PathKey, PathValue)>) {
+        let stamp = table.stamp(p);
+        (stamp, table.row(p))
+    }
+
+    /// Reads the row at `p` into the batch; `true` when the batch is full.
+    fn push(&mut self, p: usize, table: &mut impl TableRows) -> bool {
+        let (stamp, row) = Self::fetch(p, table);
+        self.rows[self.len] = (p as u32, stamp, row);
+        self.len += 1;
+        self.len == Self::CAPACITY
     }
 }
 

@@ -431,6 +431,7 @@ pub struct RemoteEntries<'a> {
 impl<'a> RemoteEntries<'a> {
     /// Where `spine`'s links are, looked for first at `hint` (its place among the remote
     /// node's spines when every spine advertises it), then searched.
+    #[inline]
     fn range_near(&self, spine: NodeId, hint: usize) -> std::ops::Range<usize> {
         let at = match self.pairs.get(hint) {
             Some(e) if e.0 == spine => Some(hint),
@@ -447,6 +448,7 @@ impl<'a> RemoteEntries<'a> {
     /// [`Self::links`], looked for first at `hint` among the remote node's spines (sorted):
     /// a group's members walk the spines in order, and a search per member was most of a
     /// 512 x 64 computation (issue 15).
+    #[inline]
     pub fn links_near(&self, spine: NodeId, hint: usize) -> &'a [(u32, u8)] {
         &self.snapshot.links[self.range_near(spine, hint)]
     }
@@ -774,32 +776,52 @@ pub fn compute_some_groups<'g>(
         ..Default::default()
     };
 
-    // Per uplink once, not per group and uplink: its local quality, and its spine's place
-    // among the uplinks' spines (sorted), which is its place among a remote node's
-    // entries when every spine advertises the node.
-    let locals: Vec<u8> = mapping.uplinks.keys().map(|u| local.get(*u)).collect();
+    // Per uplink once, not per group and uplink (a walk of the uplinks' tree per group was
+    // a tenth of a group's computation, issue 41): its id, spine, capacity and local
+    // quality, and its spine's place among the uplinks' spines (sorted), which is its
+    // place among a remote node's entries when every spine advertises the node.
     let mut spines: Vec<NodeId> = mapping.uplinks.values().map(|u| u.spine).collect();
     spines.sort_unstable();
     spines.dedup();
-    let ranks: Vec<usize> = mapping
-        .uplinks
-        .values()
-        .map(|u| spines.binary_search(&u.spine).unwrap_or(usize::MAX))
+    let uplinks: Vec<(UplinkId, &Uplink, u8, usize)> = (mapping.uplinks.iter())
+        .map(|(&id, u)| {
+            let rank = spines.binary_search(&u.spine).unwrap_or(usize::MAX);
+            (id, u, local.get(id), rank)
+        })
         .collect();
     // Only the integral weight function reads the members' signals (and the opt-in
     // gray-failure prune reads one member's at a time).
     let with_signals = matches!(config.weight_function, WeightFunction::Integral(_));
+    let mut remote_capacities: Vec<(UplinkId, Capacity)> = Vec::new();
     for key in groups {
         let remote = &key.remote;
         let entries = remote.map(|r| snapshot.remote(r));
-        let mut signals = Vec::with_capacity(if with_signals {
-            mapping.uplinks.len()
-        } else {
-            0
-        });
-        let mut members = Vec::with_capacity(mapping.uplinks.len());
+        // The slow plane's capacities towards this remote node, by uplink (sorted, as the
+        // uplinks are): one range of the map per group, walked beside the uplinks, not a
+        // search per member (32 768 entries at a 64 x 512 leaf that learns them by BGP).
+        remote_capacities.clear();
+        if let Some(r) = remote {
+            remote_capacities.extend(
+                (mapping
+                    .remote_capacity
+                    .range((*r, UplinkId::MIN)..=(*r, UplinkId::MAX)))
+                .map(|(&(_, u), &c)| (u, c)),
+            );
+        }
+        let mut next_capacity = remote_capacities.iter().peekable();
+        let mut signals = Vec::with_capacity(if with_signals { uplinks.len() } else { 0 });
+        let mut members = Vec::with_capacity(uplinks.len());
         let mut any_remote = false;
-        for (((&uplink, u), &local_q), &rank) in mapping.uplinks.iter().zip(&locals).zip(&ranks) {
+        for &(uplink, u, local_q, rank) in &uplinks {
+            let remote_capacity = loop {
+                match next_capacity.peek() {
+                    Some(&&(id, _)) if id < uplink => {
+                        next_capacity.next();
+                    }
+                    Some(&&(id, c)) if id == uplink => break Some(c),
+                    _ => break None,
+                }
+            };
             // Section 4.1: only what the slow plane permits (a BGP route's next hops).
             if key
                 .eligible
@@ -809,13 +831,12 @@ pub fn compute_some_groups<'g>(
                 continue;
             }
             let remote_q = remote.zip(entries).and_then(|(r, e)| {
-                aggregate(
-                    config.parallel_links,
-                    mapping,
-                    u.spine,
-                    r,
-                    e.links_near(u.spine, rank),
-                )
+                let links = e.links_near(u.spine, rank);
+                match config.parallel_links {
+                    // lqd's default, inline: the smallest LQS of the links.
+                    ParallelLinkAggregation::Minimum => links.iter().map(|&(_, q)| q).min(),
+                    rule => aggregate(rule, mapping, u.spine, r, links),
+                }
             });
             any_remote |= remote_q.is_some();
             let signal = (with_signals || config.gray_failure.is_some()).then(|| {
@@ -824,8 +845,6 @@ pub fn compute_some_groups<'g>(
                     entries.map_or(&[][..], |e| e.signals_near(u.spine, rank)),
                 )
             });
-            let remote_capacity =
-                remote.and_then(|r| mapping.remote_capacity.get(&(r, uplink)).copied());
             let capacity = Capacity::path(u.capacity, remote_capacity);
             // The opt-in departure from 6.3 (`GrayFailurePrune`): the spine's link loses
             // data (CL 7) though most of its capacity is available. Its capacity is the
@@ -1114,7 +1133,7 @@ pub(crate) mod tests {
         // And so no weight (6.3): the first application goes straight to the target.
         let mut c = crate::core::controller::weights::WeightController::new(cfg).unwrap();
         let apps = c.update(&r, 0);
-        let kernel: Vec<UplinkId> = apps[0].1.kernel.iter().map(|&(u, _)| u).collect();
+        let kernel: Vec<UplinkId> = apps[0].1.kernel().iter().map(|&(u, _)| u).collect();
         assert_eq!(kernel, [11, 12, 13]);
 
         // Once spine 4 advertises 104 it takes part like the others.

@@ -98,20 +98,89 @@ fn sorted_members(members: &[MemberInput]) -> std::borrow::Cow<'_, [MemberInput]
 }
 
 /// One application of weights to the kernel.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Application {
     /// When it was applied.
     pub at_ns: u64,
     /// Applied fractions of every member (including 0s), by uplink id; sum 1 or all 0.
     pub fractions: Vec<(UplinkId, f64)>,
-    /// Kernel weights of the group members: fraction-0 members are not members. Empty when
-    /// no member is usable (the caller must then remove the route or the group).
-    pub kernel: Vec<(UplinkId, u32)>,
+    /// The kernel weights ([`Self::kernel`]), computed when first asked: the replace rule
+    /// judges the fractions, and at a leaf of a 64 x 512 fabric under LQS noise 99 of 100
+    /// applications are not written (issue 41), so their quantisation, a tenth of lqd's
+    /// CPU there, was work for nothing.
+    kernel: std::cell::OnceCell<Vec<(UplinkId, u32)>>,
+    /// The largest kernel weight ([`quantize`]'s `max_weight`).
+    max_weight: u32,
     /// Applied outside the T_reweight schedule (first application, a path_quality
     /// transition to or from 0, or a member set change; section 6.4).
     pub immediate: bool,
     /// The applied fractions equal the targets: no further step is due.
     pub converged: bool,
+}
+
+impl Application {
+    /// An application of `fractions` (by uplink id), its kernel weights quantised to
+    /// `1..=max_weight` when first asked.
+    pub fn new(
+        at_ns: u64,
+        fractions: Vec<(UplinkId, f64)>,
+        max_weight: u32,
+        immediate: bool,
+        converged: bool,
+    ) -> Self {
+        Self {
+            at_ns,
+            fractions,
+            kernel: std::cell::OnceCell::new(),
+            max_weight,
+            immediate,
+            converged,
+        }
+    }
+
+    /// Kernel weights of the group members ([`quantize`] of the fractions, unless
+    /// [`Self::with_kernel`] set what is written): fraction-0 members are not members.
+    /// Empty when no member is usable (the caller must then remove the route or the group).
+    pub fn kernel(&self) -> &[(UplinkId, u32)] {
+        self.kernel
+            .get_or_init(|| quantize(&self.fractions, self.max_weight))
+    }
+
+    /// The same application written as `kernel` (the replace rule's bucket counts scaled
+    /// to weights, which forward as the fractions' quantisation would not: rule 3 of
+    /// [`super::replace`]).
+    pub fn with_kernel(self, kernel: Vec<(UplinkId, u32)>) -> Self {
+        Self {
+            kernel: std::cell::OnceCell::from(kernel),
+            ..self
+        }
+    }
+
+    /// The members: the uplinks with a positive (finite) fraction, in order; the kernel
+    /// weights' ids without computing them.
+    pub fn members(&self) -> impl Iterator<Item = UplinkId> + '_ {
+        self.fractions
+            .iter()
+            .filter(|(_, f)| f.is_finite() && *f > 0.0)
+            .map(|(id, _)| *id)
+    }
+
+    /// Some member is usable ([`Self::kernel`] is not empty).
+    pub fn has_members(&self) -> bool {
+        self.members().next().is_some()
+    }
+}
+
+/// Two applications are equal when everything they say is, their kernel weights included
+/// (computed if need be).
+impl PartialEq for Application {
+    fn eq(&self, other: &Self) -> bool {
+        self.at_ns == other.at_ns
+            && self.fractions == other.fractions
+            && self.immediate == other.immediate
+            && self.converged == other.converged
+            && self.kernel() == other.kernel()
+    }
 }
 
 /// Damping state of one destination.
@@ -598,15 +667,13 @@ impl DestinationWeights {
     fn finish(&mut self, config: &ControllerConfig, now_ns: u64, immediate: bool) -> Application {
         // Every application, immediate or scheduled, is this interval's one (6.4).
         self.last_apply_ns = Some(now_ns);
-        let fractions = self.applied();
-        let kernel = quantize(&fractions, config.weight_resolution.max_weight());
-        Application {
-            at_ns: now_ns,
-            fractions,
-            kernel,
+        Application::new(
+            now_ns,
+            self.applied(),
+            config.weight_resolution.max_weight(),
             immediate,
-            converged: self.converged(),
-        }
+            self.converged(),
+        )
     }
 }
 
@@ -921,7 +988,12 @@ impl WeightController<GroupKey> {
             inputs.clear();
             inputs.extend(d.members.iter().map(MemberInput::from));
             let signals = report.signals.get(k).map_or(&[][..], Vec::as_slice);
-            if let Some(a) = self.update_one_with(k.clone(), &inputs, signals, now_ns) {
+            // The key is cloned only for a new destination and for an application.
+            let d = match self.destinations.get_mut(k) {
+                Some(d) => d,
+                None => self.destinations.entry(k.clone()).or_default(),
+            };
+            if let Some(a) = d.update_with(&self.config, &inputs, signals, now_ns) {
                 out.push((k.clone(), a));
             }
         }
@@ -1127,7 +1199,7 @@ mod tests {
         let a = c.update_one(p, &members(&[237, 237, 237, 237]), 0).unwrap();
         assert!(a.immediate && a.converged);
         assert_eq!(pct(&a, 12), "25.00");
-        assert_eq!(a.kernel, [(11, 255), (12, 255), (13, 255), (14, 255)]);
+        assert_eq!(a.kernel(), [(11, 255), (12, 255), (13, 255), (14, 255)]);
         assert_eq!(c.next_due(50 * MS), None);
 
         // B.3: S2 drops to 72 at T = 104 ms.
@@ -1199,7 +1271,7 @@ mod tests {
         // largest share) of its target: 9 steps from 17.10 % (0.5^8 x 7.9 % < 0.05 %).
         assert!(steps <= 9, "{steps}");
         assert!(last.converged);
-        assert_eq!(last.kernel, [(11, 255), (12, 255), (13, 255), (14, 255)]);
+        assert_eq!(last.kernel(), [(11, 255), (12, 255), (13, 255), (14, 255)]);
     }
 
     #[test]
@@ -1213,7 +1285,7 @@ mod tests {
         assert_eq!(target_weights(&m, false), [0.0; 4]);
         let mut d = DestinationWeights::default();
         let a = d.update(&ControllerConfig::default(), &m, 0).unwrap();
-        assert!(a.kernel.is_empty());
+        assert!(a.kernel().is_empty());
         assert!(a.fractions.iter().all(|(_, f)| *f == 0.0));
     }
 
@@ -1257,7 +1329,7 @@ mod tests {
             .unwrap();
         assert!(a.immediate && a.converged);
         assert_eq!(a.fractions[1].1, 0.0);
-        assert_eq!(a.kernel, [(11, 255), (13, 255), (14, 255)]);
+        assert_eq!(a.kernel(), [(11, 255), (13, 255), (14, 255)]);
         // Back 3 ms later (still inside the interval of the last application): immediate,
         // its damped step from 0 (1/8), the others unchanged but renormalised: 1/9.
         let a = d
@@ -1265,7 +1337,7 @@ mod tests {
             .unwrap();
         assert!(a.immediate && !a.converged);
         assert_eq!(format!("{:.4}", a.fractions[1].1), "0.1111");
-        assert!(a.kernel.iter().any(|(id, _)| *id == 12));
+        assert!(a.kernel().iter().any(|(id, _)| *id == 12));
         // The immediate application counts as this interval's: the next step is at 28 ms.
         assert_eq!(d.next_due(&cfg, 9 * MS), Some(28 * MS));
     }

@@ -288,8 +288,11 @@ pub struct LoadBalancer {
     /// Group replaces done that moved no bucket (resilient groups; `moves_no_bucket`; only
     /// `replace = "every-step"` sends them).
     pub bucket_neutral_replaces: u64,
-    /// Computed weight changes not written because no bucket move would bring the
-    /// installed buckets closer to them (`replace::Verdict::SameForwarding`).
+    /// Computations not written because the kernel already forwards as close to them as
+    /// it can: no bucket move would bring the installed buckets closer to the computed
+    /// weights (`replace::Verdict::SameForwarding`). Every such computation counts (its
+    /// kernel weights are not computed to see whether they differ from the installed ones,
+    /// issue 41).
     pub bucket_neutral_skipped: u64,
     /// Buckets the replaces moved (resilient groups: the members' bucket counts' changes,
     /// as `weights::remap` counts them).
@@ -1439,7 +1442,7 @@ impl LoadBalancer {
         let base = self.cfg.nexthop_group.id_base;
         let kind = self.controller.group;
         let state = self.groups.get_mut(key)?;
-        if app.kernel.is_empty() {
+        if !app.has_members() {
             warn!(remote = %key.label(), "no usable next hop: the group keeps its last members");
             return None;
         }
@@ -1454,16 +1457,16 @@ impl LoadBalancer {
             &self.replace_policy,
             shape,
             &state.kernel,
-            &app.kernel,
+            app,
             state.hold.as_ref(),
             now_ns,
         );
         let (app, cause) = match verdict {
             Verdict::SameForwarding { hold } => {
-                if app.kernel != state.kernel {
-                    self.bucket_neutral_skipped += 1;
-                    trace!(remote = %key.label(), weights = ?app.kernel, kernel = ?state.kernel, "not written: the kernel already forwards as these weights would");
-                }
+                // Every computation not written (its kernel weights are not computed to
+                // see whether they differ from the installed ones: issue 41).
+                self.bucket_neutral_skipped += 1;
+                trace!(remote = %key.label(), fractions = ?app.fractions, kernel = ?state.kernel, "not written: the kernel already forwards as close to these weights as buckets can");
                 state.held = None;
                 self.held.remove(key);
                 state.hold = hold;
@@ -1472,35 +1475,29 @@ impl LoadBalancer {
             Verdict::Held { hold, due_ns } => {
                 if self.held.insert(key.clone(), due_ns).is_none() {
                     self.holds_started += 1;
-                    trace!(remote = %key.label(), weights = ?app.kernel, kernel = ?state.kernel, "bucket move held (within the hysteresis)");
+                    trace!(remote = %key.label(), fractions = ?app.fractions, kernel = ?state.kernel, "bucket move held (within the hysteresis)");
                 }
                 state.held = Some(app.clone());
                 state.hold = Some(hold);
                 return None;
             }
             Verdict::Replace { cause, weights } => {
-                debug!(remote = %key.label(), ?cause, kernel = ?state.kernel, computed = ?app.kernel, written = ?weights, "weights written");
+                debug!(remote = %key.label(), ?cause, kernel = ?state.kernel, computed = ?app.kernel(), written = ?weights, "weights written");
                 // A write makes every bucket move that helps: nothing stays held.
                 state.held = None;
                 self.held.remove(key);
                 state.hold = None;
                 // What is written: the computed weights, or the bucket counts that move
                 // only the members' buckets that must move (`replace`, rule 3).
-                (
-                    Application {
-                        kernel: weights,
-                        ..app.clone()
-                    },
-                    cause,
-                )
+                (app.clone().with_kernel(weights), cause)
             }
         };
         let Some(rtnl) = self.rtnl.as_mut() else {
-            state.kernel = app.kernel.clone();
+            state.kernel = app.kernel().to_vec();
             return None;
         };
         // A member deleted on its spine's failure is back: its nexthop first.
-        for (u, _) in &app.kernel {
+        for (u, _) in app.kernel() {
             if self.removed_members.remove(u)
                 && let Some(up) = self.cfg.uplink.iter().find(|x| UplinkId::from(x.id) == *u)
                 && let Ok(oif) = ifindex(&up.interface)
@@ -1509,7 +1506,7 @@ impl LoadBalancer {
                 debug!(uplink = u, "member nexthop re-created");
             }
         }
-        let msg = NexthopMsg::weighted_group(state.id, base, &app.kernel, &kind);
+        let msg = NexthopMsg::weighted_group(state.id, base, app.kernel(), &kind);
         Some((app, msg, cause))
     }
 
@@ -1572,14 +1569,14 @@ impl LoadBalancer {
                     if let GroupKind::Resilient { buckets, .. } = self.controller.group {
                         // Only `replace = "every-step"` lets a replace that moves no
                         // bucket through (`prepare`).
-                        if moves_no_bucket(buckets, &state.kernel, &app.kernel) {
+                        if moves_no_bucket(buckets, &state.kernel, app.kernel()) {
                             self.bucket_neutral_replaces += 1;
                         }
-                        let moved = remap(buckets, &state.kernel, &app.kernel);
+                        let moved = remap(buckets, &state.kernel, app.kernel());
                         self.buckets_moved += (moved * f64::from(buckets)).round() as u64;
                     }
-                    debug!(group = msg.id, remote = %key.label(), weights = ?app.kernel, immediate = app.immediate, "group replaced");
-                    state.kernel = app.kernel;
+                    debug!(group = msg.id, remote = %key.label(), weights = ?app.kernel(), immediate = app.immediate, "group replaced");
+                    state.kernel = app.kernel().to_vec();
                 }
                 Err(e) => {
                     self.group_errors += 1;
