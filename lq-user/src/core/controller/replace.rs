@@ -65,7 +65,7 @@
 //! before it is made is at most the hold's budget (0.05 bucket-seconds with the
 //! defaults).
 
-use super::weights::{Application, resilient_bounds};
+use super::weights::{Application, is_member, resilient_bounds};
 
 /// What a computation proposes to write, as [`decide`] reads it: integer weights by
 /// uplink id, or an [`Application`], whose fractions a resilient group's rule judges
@@ -80,45 +80,19 @@ pub trait Proposal {
     fn shares(&self, buckets: u16) -> Vec<f64>;
 }
 
-impl Proposal for [(u32, u32)] {
+/// Integer weights (a slice, a vector, an array): judged by their own exact shares.
+impl<W: AsRef<[(u32, u32)]> + ?Sized> Proposal for W {
     fn weights(&self) -> &[(u32, u32)] {
-        self
+        self.as_ref()
     }
 
     fn same_members(&self, installed: &[(u32, u32)]) -> bool {
-        self.len() == installed.len() && self.iter().zip(installed).all(|(a, b)| a.0 == b.0)
+        let w = self.as_ref();
+        w.len() == installed.len() && w.iter().zip(installed).all(|(a, b)| a.0 == b.0)
     }
 
     fn shares(&self, buckets: u16) -> Vec<f64> {
-        ideal_counts(buckets, self)
-    }
-}
-
-impl Proposal for Vec<(u32, u32)> {
-    fn weights(&self) -> &[(u32, u32)] {
-        self
-    }
-
-    fn same_members(&self, installed: &[(u32, u32)]) -> bool {
-        self.as_slice().same_members(installed)
-    }
-
-    fn shares(&self, buckets: u16) -> Vec<f64> {
-        self.as_slice().shares(buckets)
-    }
-}
-
-impl<const N: usize> Proposal for [(u32, u32); N] {
-    fn weights(&self) -> &[(u32, u32)] {
-        self
-    }
-
-    fn same_members(&self, installed: &[(u32, u32)]) -> bool {
-        self.as_slice().same_members(installed)
-    }
-
-    fn shares(&self, buckets: u16) -> Vec<f64> {
-        self.as_slice().shares(buckets)
+        ideal_counts(buckets, self.as_ref())
     }
 }
 
@@ -136,7 +110,7 @@ impl Proposal for Application {
         // A plain loop: this runs for every group a step applies.
         let mut i = 0;
         for &(id, f) in &self.fractions {
-            if f.is_finite() && f > 0.0 {
+            if is_member(f) {
                 if installed.get(i).is_none_or(|w| w.0 != id) {
                     return false;
                 }
@@ -150,7 +124,7 @@ impl Proposal for Application {
         let mut out = Vec::with_capacity(self.fractions.len());
         let mut sum = 0.0;
         for &(_, f) in &self.fractions {
-            if f.is_finite() && f > 0.0 {
+            if is_member(f) {
                 out.push(f);
                 sum += f;
             }

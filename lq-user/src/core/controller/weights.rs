@@ -156,12 +156,12 @@ impl Application {
         }
     }
 
-    /// The members: the uplinks with a positive (finite) fraction, in order; the kernel
-    /// weights' ids without computing them.
+    /// The members: the uplinks with a positive (finite) fraction ([`is_member`]), in
+    /// order; the kernel weights' ids without computing them.
     pub fn members(&self) -> impl Iterator<Item = UplinkId> + '_ {
         self.fractions
             .iter()
-            .filter(|(_, f)| f.is_finite() && *f > 0.0)
+            .filter(|(_, f)| is_member(*f))
             .map(|(id, _)| *id)
     }
 
@@ -689,6 +689,12 @@ fn normalise(w: &mut [f64]) {
     }
 }
 
+/// Whether an applied fraction makes its uplink a member of the kernel's group: positive
+/// and finite ([`quantize`] leaves the others out; a kernel weight cannot be 0).
+pub fn is_member(fraction: f64) -> bool {
+    fraction.is_finite() && fraction > 0.0
+}
+
 /// Integer kernel weights 1..=`max_weight` for fractions, by largest remainder.
 ///
 /// The total is chosen so that the largest fraction maps to (at most) `max_weight`, which
@@ -697,7 +703,7 @@ fn normalise(w: &mut [f64]) {
 /// member listed first (callers list by uplink id), so the result is deterministic.
 pub fn quantize(fractions: &[(UplinkId, f64)], max_weight: u32) -> Vec<(UplinkId, u32)> {
     let max_weight = max_weight.max(1);
-    let positive = |f: f64| f.is_finite() && f > 0.0;
+    let positive = is_member;
     let (mut n, mut sum, mut max) = (0usize, 0.0f64, 0.0f64);
     for &(_, f) in fractions {
         if positive(f) {
