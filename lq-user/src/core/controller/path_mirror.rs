@@ -447,9 +447,10 @@ type FetchedRow = (u32, Option<u16>, Option<(PathKey, PathValue)>);
 ///
 /// Read one at a time, each row's load from the table (a different cache line per row,
 /// in the receiver's slot order rather than the mirror's) waited for the row before it to
-/// be applied: a third of a refresh stalled on it, against a plain gather of the same
-/// rows five times faster (issue 41, `bench_step`). Gathered in a tight loop the loads
-/// overlap.
+/// be applied: in `perf annotate` most of a row's time was that load, against a plain
+/// gather of the same rows four to five times faster (issue 41, `bench_step`). Gathered
+/// in a tight loop the loads overlap: 8 % less time a row in process, where the table is
+/// in cache; in the daemon the rows were last written by the receiver on another core.
 struct RowBatch {
     rows: [FetchedRow; Self::CAPACITY],
     len: usize,

@@ -679,7 +679,9 @@ pub fn effective_entry(
 }
 
 /// Fold the LQS of parallel spine -> remote links into one value (section 6.3 permits the
-/// minimum or a weighted average). `None` when there is no link.
+/// minimum or a weighted average). `None` when there is no link. Inlined: it runs for
+/// every member of every group a step computes.
+#[inline]
 fn aggregate(
     rule: ParallelLinkAggregation,
     mapping: &NnhMapping,
@@ -831,12 +833,13 @@ pub fn compute_some_groups<'g>(
                 continue;
             }
             let remote_q = remote.zip(entries).and_then(|(r, e)| {
-                let links = e.links_near(u.spine, rank);
-                match config.parallel_links {
-                    // lqd's default, inline: the smallest LQS of the links.
-                    ParallelLinkAggregation::Minimum => links.iter().map(|&(_, q)| q).min(),
-                    rule => aggregate(rule, mapping, u.spine, r, links),
-                }
+                aggregate(
+                    config.parallel_links,
+                    mapping,
+                    u.spine,
+                    r,
+                    e.links_near(u.spine, rank),
+                )
             });
             any_remote |= remote_q.is_some();
             let signal = (with_signals || config.gray_failure.is_some()).then(|| {
@@ -1375,6 +1378,55 @@ pub(crate) mod tests {
         );
         assert_eq!(Capacity::new(f64::NAN, CapacitySource::Bgp), None);
         assert_eq!(Capacity::new(0.0, CapacitySource::Bgp), None);
+    }
+
+    /// The slow plane's capacities are read with one range per group, walked beside the
+    /// uplinks: the same capacities as a search per member, with other remote nodes'
+    /// capacities on both sides in the map, some uplinks without one, and a group whose
+    /// slow plane permits only some uplinks.
+    #[test]
+    fn remote_capacities_are_each_members_own() {
+        let (mut m, l) = fabric();
+        let cap = |g| Capacity::new(g, CapacitySource::Bgp).unwrap();
+        for (r, u, g) in [
+            (103, 11, 10.0),
+            (103, 14, 20.0),
+            (104, 12, 30.0),
+            (104, 14, 40.0),
+            (104, 99, 50.0),
+            (105, 11, 60.0),
+        ] {
+            m.remote_capacity.insert((node(0, r), u), cap(g));
+        }
+        let mut t = BTreeMap::new();
+        for s in 1..=4 {
+            t.insert(key(s, 104, 1), value(200, 0));
+        }
+        let cfg = ControllerConfig::default();
+        let snap = PathSnapshot::from_map(&t, 0, cfg.dead_interval_ns(), &BTreeSet::new());
+        let every = GroupKey::remote(node(0, 104));
+        let some = GroupKey {
+            eligible: Some(vec![11, 14]),
+            ..every.clone()
+        };
+        let r = compute_some_groups(&cfg, &m, &l, &snap, [&every, &some]);
+        for k in [&every, &some] {
+            let got: Vec<(UplinkId, Capacity)> = r.groups[k]
+                .members
+                .iter()
+                .map(|x| (x.uplink, x.capacity))
+                .collect();
+            let want: Vec<(UplinkId, Capacity)> = (m.uplinks.iter())
+                .filter(|(u, _)| k.eligible.as_ref().is_none_or(|e| e.contains(u)))
+                .map(|(&u, up)| {
+                    let remote = m.remote_capacity.get(&(node(0, 104), u)).copied();
+                    (u, Capacity::path(up.capacity, remote))
+                })
+                .collect();
+            assert_eq!(got, want, "{k:?}");
+        }
+        assert_eq!(r.groups[&every].members[1].capacity, cap(30.0));
+        assert_eq!(r.groups[&some].members[1].capacity, cap(40.0));
     }
 
     #[test]
