@@ -1003,6 +1003,28 @@ fn a_leaf_that_requires_authentication_drops_forgeries_by_reason() {
         .args(["-INT", &dump.id().to_string()])
         .status();
     let _ = dump.wait();
+    // The capture's writer may still be flushing when the process waited for has exited
+    // (one run in three here read a capture without the datagram): wait until the file
+    // holds one.
+    poll_until(
+        "a genuine datagram in the capture",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {
+            let out = Command::new("tshark")
+                .arg("-r")
+                .arg(&pcap)
+                .args(["-Y", "udp.dstport == 52525", "-c", "1", "-T", "fields"])
+                .args(["-e", "frame.number"])
+                .output();
+            match out {
+                Ok(o) if !String::from_utf8_lossy(&o.stdout).trim().is_empty() => Ok(()),
+                other => Err(other.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())),
+            }
+        },
+        |e| format!("{e:?}"),
+    )
+    .unwrap();
     let paths = leaf.show("paths").unwrap();
     let link_id = paths[0]["link-id"].as_u64().unwrap();
 
