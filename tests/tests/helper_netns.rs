@@ -666,13 +666,31 @@ fn a_reload_changes_the_helpers_period_or_is_refused_as_a_whole() {
         .collect();
     eprintln!("periods before SIGHUP {before:?}\nafter {after:?}");
     assert!(before.len() >= 30 && after.len() >= 20, "{stamps:?}");
-    assert!(
-        before.iter().all(|g| (15.0..=27.0).contains(g)),
-        "{before:?}"
+    // The periods are judged by their median and by the share inside the jittered band,
+    // not one by one: on two loaded cores a send or its receive can be scheduled late by
+    // 10 ms (CI saw a 29 ms gap followed by an 11 ms one, and two late sends in a row).
+    // An old period (20 ms) past the SIGHUP's first one would still show: it lies outside
+    // the new band, and more than a fifth of them fail the share or move the median out of it.
+    let judge = |gaps: &[f64], band: std::ops::RangeInclusive<f64>, what: &str| {
+        let mut sorted = gaps.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let inside = gaps.iter().filter(|g| band.contains(g)).count();
+        assert!(
+            band.contains(&median) && inside * 5 >= gaps.len() * 4,
+            "{what}: median {median} ms, {inside} of {} periods inside {band:?}: {gaps:?}",
+            gaps.len()
+        );
+    };
+    judge(
+        &before,
+        15.0..=27.0,
+        "the period before the SIGHUP is not T_notify 20 ms",
     );
-    assert!(
-        after.iter().all(|g| (33.0..=48.0).contains(g)),
-        "a period after the first one past the SIGHUP is not the new T_notify: {after:?}"
+    judge(
+        &after,
+        33.0..=48.0,
+        "the periods after the first one past the SIGHUP are not the new T_notify 40 ms",
     );
     assert!(spine.log_text().contains("helper parameters reloaded"));
     period_near(40.0);
