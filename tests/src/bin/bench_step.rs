@@ -17,6 +17,13 @@
 //! order) and read through the position-to-slot map the daemon keeps, so that the refresh
 //! reads it with the daemon's stride.
 //!
+//! Each run is done twice, alternated: with the table written by this thread, and with it
+//! written by a second thread pinned to another CPU (`cross-core`), as lqd reads rows the
+//! XDP receiver wrote on another core. In the second mode every row the refresh reads, and
+//! every row its floor reads (written again, with the same values, between the two), is a
+//! line the other core holds modified: the difference between the modes is what those
+//! transfers cost, which the daemon pays and the same-thread figures cannot show.
+//!
 //! Metrics (medians over `REPEATS` runs of `ROUNDS` rounds; every round counts):
 //! - `step_refresh_ns_per_row_64x512` (baseline: the floor, the same rows gathered in the
 //!   same order into a copy, ns per row);
@@ -24,6 +31,13 @@
 //!   snapshot and summed), with its parts `step_compute_us_64x512` (path quality, 6.3),
 //!   `step_update_us_64x512` (targets, damping, quantisation, 6.3-6.4) and
 //!   `step_decide_us_64x512` (the replace rule, issue 41);
+//! - `step_refresh_cross_core_ns_per_row_64x512` (baseline: its floor, the same gather of
+//!   rows the other core wrote) and `step_refresh_cross_core_vs_floor_ratio_64x512`: the
+//!   refresh with the table written on another CPU (absent on a one-CPU host);
+//! - `step_compact_floor_cross_core_ns_per_row_64x512`: the least a refresh could cost if
+//!   the receiver kept each slot's LQS and CL apart from its row (2 octets a slot, read in
+//!   slot order and scattered to the mirror's positions), on the other CPU's writes: what
+//!   the rows' transfers cost beyond it is what such a layout could save;
 //! - `step_refresh_vs_floor_ratio_64x512`, `step_group_vs_floor_ratio_64x512`: each run's
 //!   phase time over its floor's (median of the runs): the figures to compare across runs,
 //!   since the host's speed moves a phase and its floor together (on the shared 2-core
@@ -38,12 +52,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
+use std::sync::mpsc;
 
 use anyhow::{Result, ensure};
 use lq_common::maps::{PathKey, PathValue};
-use lq_tests::bench::{emit, main_of, median, thread_cpu_ns};
+use lq_tests::bench::{emit, main_of, median, pin_to_cpu, thread_cpu_ns};
 use lq_user::core::controller::config::{ControllerConfig, GroupKind};
-use lq_user::core::controller::path_mirror::{PathMirror, RefreshClock};
+use lq_user::core::controller::path_mirror::{PathMirror, RefreshClock, TableRows};
 use lq_user::core::controller::path_quality::{
     Capacity, CapacitySource, GroupKey, LocalQuality, NnhMapping, NodeId, Uplink, UplinkId,
     compute_some_groups, node, remote_order,
@@ -86,6 +101,8 @@ impl Rng {
 struct Run {
     refresh: u64,
     refresh_floor: u64,
+    /// The compact floor: 2 octets a row read in slot order, scattered to positions.
+    compact_floor: u64,
     rows: u64,
     compute: u64,
     update: u64,
@@ -93,6 +110,79 @@ struct Run {
     group_floor: u64,
     groups: u64,
     replaces: u64,
+}
+
+/// A table row as the refresh reads it.
+type Row = (PathKey, PathValue);
+
+/// Writes a round's advertisements into the table: every row's LQS from `lqs` (by slot),
+/// refreshed at `now`, and each slot's LQS and CL into `compact` (2 octets a slot: what a
+/// receiver that kept the qualities apart from the rows would write, for the compact floor).
+fn advertise(table: &mut [Row], compact: &mut [u16], lqs: &[u8], now: u64) {
+    for (((_, v), c), &q) in table.iter_mut().zip(compact.iter_mut()).zip(lqs) {
+        v.lqs = q;
+        v.last_update_ns = now;
+        *c = u16::from(q) | u16::from(v.cl) << 8;
+    }
+}
+
+/// What a writer writes: the rows, and the compact qualities by slot.
+#[derive(Default)]
+struct Table {
+    rows: Vec<Row>,
+    compact: Vec<u16>,
+}
+
+/// The table as the daemon's reader sees it: a position's row is in its slot.
+struct SlotRows<'t> {
+    table: &'t [Row],
+    slot_of: &'t [usize],
+}
+
+impl TableRows for SlotRows<'_> {
+    fn row(&mut self, position: usize) -> Option<Row> {
+        self.table.get(*self.slot_of.get(position)?).copied()
+    }
+}
+
+/// Where a round's advertisements are written: here, or by a thread pinned to another CPU
+/// (the table moves to it and back through channels; only the writes happen there).
+enum Writer {
+    SameThread,
+    OtherCpu {
+        jobs: mpsc::SyncSender<(Table, Vec<u8>, u64)>,
+        done: mpsc::Receiver<(Table, Vec<u8>)>,
+    },
+}
+
+impl Writer {
+    /// A writer thread pinned to `cpu` (this thread stays where it is).
+    fn other_cpu(cpu: usize) -> Self {
+        let (jobs, job_rx) = mpsc::sync_channel::<(Table, Vec<u8>, u64)>(0);
+        let (done_tx, done) = mpsc::sync_channel(0);
+        std::thread::spawn(move || {
+            pin_to_cpu(0, cpu);
+            while let Ok((mut table, lqs, now)) = job_rx.recv() {
+                advertise(&mut table.rows, &mut table.compact, &lqs, now);
+                if done_tx.send((table, lqs)).is_err() {
+                    break;
+                }
+            }
+        });
+        Writer::OtherCpu { jobs, done }
+    }
+
+    /// Writes the round into `table` (where this writer writes) and returns when it is done.
+    fn write(&self, table: &mut Table, lqs: &mut Vec<u8>, now: u64) -> Result<()> {
+        match self {
+            Writer::SameThread => advertise(&mut table.rows, &mut table.compact, lqs, now),
+            Writer::OtherCpu { jobs, done } => {
+                jobs.send((std::mem::take(table), std::mem::take(lqs), now))?;
+                (*table, *lqs) = done.recv()?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Per group, what the kernel holds (the weights last written) and the replace rule's hold.
@@ -129,17 +219,34 @@ fn run() -> Result<()> {
         local.set_up(s, true);
     }
     let keys: Vec<GroupKey> = (0..REMOTES).map(|r| GroupKey::remote(remote(r))).collect();
+    // This thread on CPU 0, the cross-core writer on CPU 1 (none on a one-CPU host).
+    let cross_core = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    let other = if cross_core {
+        pin_to_cpu(0, 0);
+        Some(Writer::other_cpu(1))
+    } else {
+        eprintln!("one CPU: the cross-core refresh is not measured");
+        None
+    };
     let mut runs = Vec::new();
+    let mut cross_runs = Vec::new();
     for repeat in 0..REPEATS {
-        runs.push(one_run(
-            &cfg,
-            &mapping,
-            &local,
-            &keys,
-            &policy,
-            shape,
-            repeat as u64,
-        )?);
+        let once = |writer: &Writer| {
+            one_run(
+                &cfg,
+                &mapping,
+                &local,
+                &keys,
+                &policy,
+                shape,
+                repeat as u64,
+                writer,
+            )
+        };
+        runs.push(once(&Writer::SameThread)?);
+        if let Some(writer) = &other {
+            cross_runs.push(once(writer)?);
+        }
     }
     let per = |f: &dyn Fn(&Run) -> f64| -> (f64, f64, f64) {
         let v: Vec<f64> = runs.iter().map(f).collect();
@@ -158,6 +265,21 @@ fn run() -> Result<()> {
     let replaces = per(&|r| r.replaces as f64 / r.groups as f64);
     // Per run, each phase over its floor of the same run: the host's speed moves both.
     let row_ratio = per(&|r| r.refresh as f64 / r.refresh_floor.max(1) as f64);
+    let per_cross = |runs: &[Run], f: &dyn Fn(&Run) -> f64| -> Option<(f64, f64, f64)> {
+        let v: Vec<f64> = runs.iter().map(f).collect();
+        (!v.is_empty()).then(|| {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(0.0, f64::max);
+            (median(&v), lo, hi)
+        })
+    };
+    let ns_a_row = |r: &Run| r.refresh as f64 / r.rows as f64;
+    let cross_row_ns = per_cross(&cross_runs, &ns_a_row);
+    let cross_row_floor = per_cross(&cross_runs, &|r| r.refresh_floor as f64 / r.rows as f64);
+    let cross_row_ratio = per_cross(&cross_runs, &|r| {
+        r.refresh as f64 / r.refresh_floor.max(1) as f64
+    });
+    let cross_compact_floor = per_cross(&cross_runs, &|r| r.compact_floor as f64 / r.rows as f64);
     let group_ratio =
         per(&|r| (r.compute + r.update + r.decide) as f64 / r.group_floor.max(1) as f64);
     let cpu_pct = per(&|r| {
@@ -204,6 +326,39 @@ fn run() -> Result<()> {
         None,
         Some(group_floor.0),
     );
+    if let (Some(ns), Some(floor), Some(ratio)) = (cross_row_ns, cross_row_floor, cross_row_ratio) {
+        eprintln!(
+            "the table written on another CPU: refresh {:.1} [{:.1}, {:.1}] ns a row (floor {:.1} [{:.1}, {:.1}]), over its floor {:.2} [{:.2}, {:.2}]",
+            ns.0, ns.1, ns.2, floor.0, floor.1, floor.2, ratio.0, ratio.1, ratio.2
+        );
+        emit(
+            "step_refresh_cross_core_ns_per_row_64x512",
+            ns.0,
+            "ns",
+            None,
+            Some(floor.0),
+        );
+        emit(
+            "step_refresh_cross_core_vs_floor_ratio_64x512",
+            ratio.0,
+            "ratio",
+            None,
+            None,
+        );
+    }
+    if let Some(compact) = cross_compact_floor {
+        eprintln!(
+            "the compact floor on another CPU's writes (2 octets a row in slot order, scattered to positions): {:.1} [{:.1}, {:.1}] ns a row",
+            compact.0, compact.1, compact.2
+        );
+        emit(
+            "step_compact_floor_cross_core_ns_per_row_64x512",
+            compact.0,
+            "ns",
+            None,
+            None,
+        );
+    }
     emit(
         "step_refresh_vs_floor_ratio_64x512",
         row_ratio.0,
@@ -231,7 +386,9 @@ fn run() -> Result<()> {
     Ok(())
 }
 
-/// One run of `ROUNDS` rounds from a fresh start (the first round installs every group).
+/// One run of `ROUNDS` rounds from a fresh start (the first round installs every group),
+/// the advertisements written by `writer`.
+#[allow(clippy::too_many_arguments)] // the run's fixed inputs, each named at the call
 fn one_run(
     cfg: &ControllerConfig,
     mapping: &NnhMapping,
@@ -240,16 +397,17 @@ fn one_run(
     policy: &ReplacePolicy,
     shape: GroupShape,
     seed: u64,
+    writer: &Writer,
 ) -> Result<Run> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x1000_0000_01b3));
     // Slots as the receiver claims them: spine by spine, each spine's remote nodes in its
     // datagrams' order.
-    let mut table: Vec<(PathKey, PathValue)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     let mut level: Vec<u8> = Vec::new();
     for s in 1..=SPINES {
         for r in 0..REMOTES {
             let (sp, rm) = (spine(s), remote(r));
-            table.push((
+            rows.push((
                 PathKey {
                     spine_as: sp.node_as,
                     spine_id: sp.node_id,
@@ -267,13 +425,18 @@ fn one_run(
         }
     }
     // The daemon's position order (remote node, then spine) and each position's slot.
-    let mut slot_of: Vec<usize> = (0..table.len()).collect();
-    slot_of.sort_unstable_by_key(|&i| remote_order(&table[i].0));
+    let mut slot_of: Vec<usize> = (0..rows.len()).collect();
+    slot_of.sort_unstable_by_key(|&i| remote_order(&rows[i].0));
+    // Each slot's position, for the compact floor's scatter.
+    let mut position_of = vec![0u32; rows.len()];
+    for (p, &slot) in slot_of.iter().enumerate() {
+        position_of[slot] = p as u32;
+    }
     let none = BTreeSet::new();
     let dead = cfg.dead_interval_ns();
     let mut mirror = PathMirror::default();
     mirror.rebuild(
-        slot_of.iter().map(|&i| table[i]).collect(),
+        slot_of.iter().map(|&i| rows[i]).collect(),
         0,
         0,
         dead,
@@ -282,24 +445,31 @@ fn one_run(
     let named: BTreeSet<NodeId> = (1..=SPINES).map(spine).collect();
     let mut weights = WeightController::new(*cfg)?;
     let mut installed: BTreeMap<GroupKey, Installed> = BTreeMap::new();
-    let mut copy = vec![(PathKey::default(), PathValue::default()); table.len()];
+    let mut copy = vec![(PathKey::default(), PathValue::default()); rows.len()];
+    let mut compact_copy = vec![0u16; rows.len()];
+    let mut table = Table {
+        compact: vec![0; rows.len()],
+        rows,
+    };
+    let mut lqs = level.clone();
     let mut out = Run::default();
     let events_per_round =
-        (table.len() as f64 * EVENT_SHARE_PER_S * T_NOTIFY_NS as f64 / 1e9).round() as usize;
+        (table.rows.len() as f64 * EVENT_SHARE_PER_S * T_NOTIFY_NS as f64 / 1e9).round() as usize;
     for round in 1..=ROUNDS {
         let now = round * T_NOTIFY_NS;
         // The spines' datagrams: every entry again, with noise; a few real events.
         for _ in 0..events_per_round {
-            let i = (rng.next() % table.len() as u64) as usize;
+            let i = (rng.next() % table.rows.len() as u64) as usize;
             level[i] = if level[i] == 200 { 150 } else { 200 };
         }
-        for (i, (_, v)) in table.iter_mut().enumerate() {
+        for (q, l) in lqs.iter_mut().zip(&level) {
             let noise = (rng.next() % (2 * NOISE + 1)) as u8;
-            v.lqs = level[i] - NOISE as u8 + noise;
-            v.last_update_ns = now;
+            *q = l - NOISE as u8 + noise;
         }
+        writer.write(&mut table, &mut lqs, now)?;
         // The refresh, every spine named (each sent all its entries this round), and its
-        // floor: the same rows gathered in the same order.
+        // floor: the same rows gathered in the same order, written again first by the same
+        // writer (the same values), so that the floor reads them from where the refresh did.
         let t0 = thread_cpu_ns();
         let r = mirror.refresh(
             &named,
@@ -310,16 +480,31 @@ fn one_run(
                 dead_ns: dead,
             },
             &none,
-            &mut |p: usize| slot_of.get(p).map(|&i| table[i]),
+            &mut SlotRows {
+                table: &table.rows,
+                slot_of: &slot_of,
+            },
         );
         let t1 = thread_cpu_ns();
-        for (c, &i) in copy.iter_mut().zip(&slot_of) {
-            *c = table[i];
-        }
+        writer.write(&mut table, &mut lqs, now)?;
         let t2 = thread_cpu_ns();
+        for (c, &i) in copy.iter_mut().zip(&slot_of) {
+            *c = table.rows[i];
+        }
+        let t3 = thread_cpu_ns();
+        // The compact floor: the same rounds' qualities, written again, read in slot order
+        // and scattered to their positions.
+        writer.write(&mut table, &mut lqs, now)?;
+        let t4 = thread_cpu_ns();
+        for (q, &p) in table.compact.iter().zip(&position_of) {
+            compact_copy[p as usize] = *q;
+        }
+        let t5 = thread_cpu_ns();
+        out.compact_floor += t5 - t4;
+        std::hint::black_box(&compact_copy);
         ensure!(!r.stale, "the mirror went stale");
         out.refresh += t1 - t0;
-        out.refresh_floor += t2 - t1;
+        out.refresh_floor += t3 - t2;
         out.rows += r.rows_read as u64;
         std::hint::black_box(&copy);
         // The groups of the remote nodes that moved (all of them under this churn).

@@ -125,7 +125,8 @@ pub struct PathMirror {
     /// The oldest known refresh time among the live entries of live spines: the next
     /// ageing sweep is due once its dead interval has passed.
     oldest_live_ns: Option<u64>,
-    /// Refreshes done (wrapping): which rows a refresh has read already.
+    /// Refreshes done, from 1 (wrapping back to 1, never 0, a row's mark before any read):
+    /// which rows a refresh has read already.
     refreshes: u32,
     /// The rows' stamps have been read since the last rebuild: a stamp that differs from
     /// the one known is a refresh. (The first sweep after a rebuild only records them: a
@@ -212,6 +213,12 @@ impl PathMirror {
     ) -> Refresh {
         let mut out = Refresh::default();
         self.refreshes = self.refreshes.wrapping_add(1);
+        if self.refreshes == 0 {
+            // Wrapped (after 2^32 refreshes, 200 days at 250 a second): no row's mark may
+            // equal a refresh to come, or that refresh would skip the row.
+            self.refreshes = 1;
+            self.rows.iter_mut().for_each(|r| r.read_in = 0);
+        }
         self.last_changed = None;
         // The expired rows: taken out of the list first; every row read below is noted
         // again (back on the list while still expired).
@@ -684,6 +691,50 @@ mod tests {
             assert_eq!(r.changed_remotes.len(), 8, "every remote node moved");
             assert_same_as_rebuild(&m, now, &none);
         }
+    }
+
+    #[test]
+    fn a_wrapped_refresh_count_still_reads_and_names_every_moved_row() {
+        let mut kernel = table(4, 4, 10 * MS, |_, _| 200);
+        let mut m = PathMirror::default();
+        let none = BTreeSet::new();
+        m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &none);
+        // The next refresh is the 2^32nd: its count wraps, while every row's mark is still
+        // the rebuild's (no refresh has read it).
+        m.refreshes = u32::MAX;
+        let p = kernel
+            .iter()
+            .position(|(k, _)| (k.spine_id, k.remote_id) == (2, 103))
+            .unwrap();
+        kernel[p].1.lqs = 50;
+        kernel[p].1.last_update_ns = 20 * MS;
+        let r = m.refresh(
+            &BTreeSet::new(),
+            &[p as u32],
+            clock(0, 20 * MS),
+            &none,
+            &mut |p: usize| kernel.get(p).copied(),
+        );
+        assert_eq!(r.rows_read, 1, "the named row is read: {r:?}");
+        assert_eq!(r.changed_remotes, [node(0, 103)].into());
+        for round in 1..=2u64 {
+            let now = (20 + 10 * round) * MS;
+            for (_, v) in &mut kernel {
+                v.last_update_ns = now;
+                v.lqs = 200 - round as u8;
+            }
+            let r = m.refresh(
+                &(1..=4).map(|s| node(0, s)).collect(),
+                &[],
+                clock(0, now),
+                &none,
+                &mut |p: usize| kernel.get(p).copied(),
+            );
+            assert_eq!(r.rows_read, 16, "round {round}");
+            assert_eq!(r.changed_remotes.len(), 4, "round {round}");
+            assert_same_as_rebuild(&m, now, &none);
+        }
+        assert_eq!(m.refreshes, 3, "past 0 to 1, then 2 and 3");
     }
 
     #[test]
