@@ -248,12 +248,7 @@ fn run() -> Result<()> {
             cross_runs.push(once(writer)?);
         }
     }
-    let per = |f: &dyn Fn(&Run) -> f64| -> (f64, f64, f64) {
-        let v: Vec<f64> = runs.iter().map(f).collect();
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(0.0, f64::max);
-        (median(&v), lo, hi)
-    };
+    let per = |f: &dyn Fn(&Run) -> f64| -> (f64, f64, f64) { summary(&runs, f) };
     let row_ns = per(&|r| r.refresh as f64 / r.rows as f64);
     let row_floor = per(&|r| r.refresh_floor as f64 / r.rows as f64);
     let us = |x: u64, r: &Run| x as f64 / r.groups as f64 / 1e3;
@@ -265,21 +260,14 @@ fn run() -> Result<()> {
     let replaces = per(&|r| r.replaces as f64 / r.groups as f64);
     // Per run, each phase over its floor of the same run: the host's speed moves both.
     let row_ratio = per(&|r| r.refresh as f64 / r.refresh_floor.max(1) as f64);
-    let per_cross = |runs: &[Run], f: &dyn Fn(&Run) -> f64| -> Option<(f64, f64, f64)> {
-        let v: Vec<f64> = runs.iter().map(f).collect();
-        (!v.is_empty()).then(|| {
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(0.0, f64::max);
-            (median(&v), lo, hi)
-        })
+    // The cross-core runs' figures (`None` on a one-CPU host).
+    let per_cross = |f: &dyn Fn(&Run) -> f64| -> Option<(f64, f64, f64)> {
+        (!cross_runs.is_empty()).then(|| summary(&cross_runs, f))
     };
-    let ns_a_row = |r: &Run| r.refresh as f64 / r.rows as f64;
-    let cross_row_ns = per_cross(&cross_runs, &ns_a_row);
-    let cross_row_floor = per_cross(&cross_runs, &|r| r.refresh_floor as f64 / r.rows as f64);
-    let cross_row_ratio = per_cross(&cross_runs, &|r| {
-        r.refresh as f64 / r.refresh_floor.max(1) as f64
-    });
-    let cross_compact_floor = per_cross(&cross_runs, &|r| r.compact_floor as f64 / r.rows as f64);
+    let cross_row_ns = per_cross(&|r| r.refresh as f64 / r.rows as f64);
+    let cross_row_floor = per_cross(&|r| r.refresh_floor as f64 / r.rows as f64);
+    let cross_row_ratio = per_cross(&|r| r.refresh as f64 / r.refresh_floor.max(1) as f64);
+    let cross_compact_floor = per_cross(&|r| r.compact_floor as f64 / r.rows as f64);
     let group_ratio =
         per(&|r| (r.compute + r.update + r.decide) as f64 / r.group_floor.max(1) as f64);
     let cpu_pct = per(&|r| {
@@ -384,6 +372,14 @@ fn run() -> Result<()> {
         None,
     );
     Ok(())
+}
+
+/// A figure's median, minimum and maximum over `runs`.
+fn summary(runs: &[Run], f: &dyn Fn(&Run) -> f64) -> (f64, f64, f64) {
+    let v: Vec<f64> = runs.iter().map(f).collect();
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(0.0, f64::max);
+    (median(&v), lo, hi)
 }
 
 /// One run of `ROUNDS` rounds from a fresh start (the first round installs every group),
