@@ -24,8 +24,9 @@ pub const PATH_BLOCK_MAP: &str = "LQ_PATH_BLOCK";
 /// interleave them, and the receiver's guess of the next row would then miss for good).
 /// At most this many rows per CPU are reserved and unused.
 pub const PATH_CLAIM_BLOCK: u32 = 64;
-/// The path table's refresh stamps: an array of [`PathStampLine`]s, one `u16` per slot of
-/// [`PATH_TABLE_MAP`] ([`path_stamp_at`], [`path_stamp`]).
+/// The path table's refresh stamps: an array of [`PathStampLine`]s, one `u32` word per slot
+/// of [`PATH_TABLE_MAP`], its refresh stamp with its LQS and CL ([`path_stamp_at`],
+/// [`path_stamp_word`]).
 pub const PATH_STAMP_MAP: &str = "LQ_PATH_STAMPS";
 /// Per-neighbor receive state: [`NeighborKey`] -> [`NeighborValue`].
 pub const NEIGHBOR_MAP: &str = "LQ_NEIGHBORS";
@@ -229,8 +230,8 @@ pub struct PathValue {
 }
 const _: () = assert!(core::mem::size_of::<PathValue>() == 24);
 
-/// Slots per [`PathStampLine`]: one 64-octet cache line of `u16` stamps.
-pub const PATH_STAMPS_PER_LINE: usize = 32;
+/// Slots per [`PathStampLine`]: one 64-octet cache line of `u32` stamp words.
+pub const PATH_STAMPS_PER_LINE: usize = 16;
 /// Lines of the stamp array: one stamp per path table slot.
 pub const PATH_STAMP_LINES: u32 = PATH_TABLE_CAPACITY / PATH_STAMPS_PER_LINE as u32;
 const _: () = assert!(PATH_STAMPS_PER_LINE.is_power_of_two());
@@ -244,15 +245,22 @@ pub const PATH_STAMP_SHIFT: u32 = 20;
 /// loop must notice an entry that stopped being refreshed (seed 003 section 6.5). Reading
 /// the rows for that (48 octets each, then scattered over 6 MiB, each last written by the
 /// other CPU) was most of lqd's work at 64 x 512 (issue 15). The XDP program also writes
-/// each row's stamp here, 32 to a cache line (128 KiB for the whole table, which stays in
+/// each row's stamp here, 16 to a cache line (256 KiB for the whole table, which stays in
 /// cache), so lqd sweeps the stamps instead of reading 32 768 rows, and reads a row only
 /// when its stamp has not moved for a dead interval. A stamp is a hint: an entry is aged
 /// only after its row says so.
+///
+/// Each stamp carries the LQS and CL the write stored ([`path_stamp_word`]), 16 slots to a
+/// line (256 KiB for the whole table): at a 64 x 512 leaf every entry moves every T_notify
+/// (noise), and a control step that read each changed entry's 48-octet row, last written
+/// by the other CPU, spent about 30 ns a row on its copies of it, against about 2 ns for
+/// 2 octets of LQS and CL read in slot order (issue 41, `bench step`'s compact floor).
+/// One 32-bit store: a word's stamp, LQS and CL are always of the same write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(C)]
 pub struct PathStampLine {
-    /// [`path_stamp`] of the slots' last writes.
-    pub stamps: [u16; PATH_STAMPS_PER_LINE],
+    /// [`path_stamp_word`] of the slots' last writes.
+    pub words: [u32; PATH_STAMPS_PER_LINE],
 }
 const _: () = assert!(core::mem::size_of::<PathStampLine>() == 64);
 
@@ -260,6 +268,19 @@ const _: () = assert!(core::mem::size_of::<PathStampLine>() == 64);
 #[inline(always)]
 pub const fn path_stamp(ns: u64) -> u16 {
     (ns >> PATH_STAMP_SHIFT) as u16
+}
+
+/// The stamp word of a write at `ns` of an entry with `lqs` and `cl`: the stamp
+/// ([`path_stamp`]) in bits 0-15, the LQS in bits 16-23, the CL (3 bits) in bits 24-26.
+#[inline(always)]
+pub const fn path_stamp_word(ns: u64, lqs: u8, cl: u8) -> u32 {
+    path_stamp(ns) as u32 | (lqs as u32) << 16 | ((cl & 7) as u32) << 24
+}
+
+/// A stamp word's parts: (stamp, LQS, CL).
+#[inline(always)]
+pub const fn path_stamp_word_parts(word: u32) -> (u16, u8, u8) {
+    (word as u16, (word >> 16) as u8, (word >> 24) as u8 & 7)
 }
 
 /// Where slot `slot`'s stamp lives: (line, index in the line).
@@ -555,11 +576,23 @@ mod tests {
         // A stamp from the future (a torn read) maps to the past, never past `now`.
         assert!(path_stamp_time_ns(path_stamp(10 * unit), 9 * unit) < 9 * unit);
         assert_eq!(path_stamp_at(0), (0, 0));
-        assert_eq!(path_stamp_at(33), (1, 1));
+        assert_eq!(path_stamp_at(17), (1, 1));
         assert_eq!(
             path_stamp_at(PATH_TABLE_CAPACITY - 1),
             (PATH_STAMP_LINES - 1, PATH_STAMPS_PER_LINE - 1)
         );
+    }
+
+    #[test]
+    fn a_stamp_word_carries_the_writes_stamp_lqs_and_cl() {
+        let unit = 1u64 << PATH_STAMP_SHIFT;
+        for (ns, lqs, cl) in [(0, 0, 0), (5 * unit + 3, 255, 7), (u64::MAX, 72, 1)] {
+            let w = path_stamp_word(ns, lqs, cl);
+            assert_eq!(path_stamp_word_parts(w), (path_stamp(ns), lqs, cl));
+        }
+        // A CL beyond 3 bits keeps its low bits, as the wire's 3-bit field.
+        assert_eq!(path_stamp_word_parts(path_stamp_word(0, 1, 9)).2, 1);
+        assert_eq!(path_stamp_word(0, 0, 7) >> 27, 0, "bits 27-31 stay 0");
     }
 
     fn covered(range: AsRange, asn: u32) -> bool {

@@ -29,7 +29,7 @@ use lq_common::{
         PATH_CLAIM_BLOCK, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC,
         PATH_INDEX_CAPACITY, PATH_SLOT_PROBES, PATH_STAMP_LINES, PATH_TABLE_CAPACITY,
         PathClaimBlock, PathEvent, PathKey, PathSlot, PathStampLine, PathValue, ReceiverConfig,
-        path_index_at, path_stamp, path_stamp_at,
+        path_index_at, path_stamp_at, path_stamp_word,
     },
     receive::neighbor_failed,
     wire::{
@@ -49,8 +49,9 @@ static LQ_PATHS: Array<
     { aya_ebpf::bindings::BPF_F_MMAPABLE as usize },
 > = Array::new();
 
-/// Every slot's refresh stamp, 32 to a cache line (`lq_common::maps::PathStampLine` says
-/// why): written after the slot, memory-mappable like the table.
+/// Every slot's refresh stamp with its LQS and CL, 16 to a cache line
+/// (`lq_common::maps::PathStampLine` says why): written after the slot, memory-mappable
+/// like the table.
 #[btf_map]
 static LQ_PATH_STAMPS: Array<
     PathStampLine,
@@ -753,7 +754,7 @@ fn update_row(row: u32, key: &PathKey, value: &PathValue, published_only: bool) 
         | u32::from(slot.value.cl ^ value.cl);
     slot.value = *value;
     slot.used = 1;
-    stamp(row, value.last_update_ns);
+    stamp(row, value);
     Some(Placed {
         changed,
         claimed: 0,
@@ -802,7 +803,7 @@ fn place_by_index(key: &PathKey, value: &PathValue, probe: u32) -> Probe {
         if held == 0 {
             slot.value = *value;
             slot.used = 1;
-            stamp(row, value.last_update_ns);
+            stamp(row, value);
             return Probe::Placed(Placed {
                 changed: 1,
                 claimed: 1,
@@ -855,14 +856,15 @@ fn claim_row() -> Option<u32> {
     Some(base)
 }
 
-/// Writes slot `index`'s refresh stamp, after its row.
+/// Writes slot `index`'s stamp word (refresh stamp, LQS, CL of `value`), after its row: one
+/// 32-bit store, so a reader never sees one write's stamp with another's LQS.
 #[inline(always)]
-fn stamp(index: u32, now_ns: u64) {
+fn stamp(index: u32, value: &PathValue) {
     let (line, i) = path_stamp_at(index);
     if let Some(p) = LQ_PATH_STAMPS.get_ptr_mut(line) {
         // SAFETY: an element of the array map, alive as long as the map; `i` is below
         // PATH_STAMPS_PER_LINE by construction (a mask).
-        unsafe { (*p).stamps[i] = path_stamp(now_ns) };
+        unsafe { (*p).words[i] = path_stamp_word(value.last_update_ns, value.lqs, value.cl) };
     }
 }
 

@@ -30,7 +30,7 @@ use lq_common::{
     maps::{
         COUNTER_COUNT, Counter, EVENT_SLOTS, NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NO_SLOT, NeighborKey,
         NeighborValue, PATH_STAMP_MAP, PATH_TABLE_CAPACITY, PATH_TABLE_MAP, PathEvent, PathKey,
-        PathSlot, PathStampLine, PathValue, ReceiverConfig, path_stamp, path_stamp_at,
+        PathSlot, PathStampLine, PathValue, ReceiverConfig, path_stamp_at, path_stamp_word,
     },
     receive::{Counters, ReceiveTables, TableFull, Verdict, process_frame},
     wire::{
@@ -1176,7 +1176,7 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
             }
         }
         // Slot by slot: the same key in the same slot with the same value, and the slot's
-        // refresh stamp from the time the kernel wrote into it.
+        // stamp word from the time the kernel wrote into it and the LQS and CL it wrote.
         for (k, slot) in &tables.touched_paths {
             let ks = kmaps
                 .paths
@@ -1185,11 +1185,12 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
                 .filter(|s| s.used != 0 && s.key == *k);
             if let Some(ks) = ks {
                 let (line, at) = path_stamp_at(*slot as u32);
-                let stamp = kmaps.stamps.get(&line, 0).ok().map(|l| l.stamps[at]);
-                if stamp != Some(path_stamp(ks.value.last_update_ns)) {
+                let word = kmaps.stamps.get(&line, 0).ok().map(|l| l.words[at]);
+                let want = path_stamp_word(ks.value.last_update_ns, ks.value.lqs, ks.value.cl);
+                if word != Some(want) {
                     fail(&format!(
-                        "path {k:?} in slot {slot}: stamp {stamp:?}, written at {} ns",
-                        ks.value.last_update_ns
+                        "path {k:?} in slot {slot}: stamp word {word:x?}, want {want:#x} (written at {} ns, LQS {}, CL {})",
+                        ks.value.last_update_ns, ks.value.lqs, ks.value.cl
                     ));
                 }
             }

@@ -17,27 +17,33 @@
 //! order) and read through the position-to-slot map the daemon keeps, so that the refresh
 //! reads it with the daemon's stride.
 //!
-//! Each run is done twice, alternated: with the table written by this thread, and with it
-//! written by a second thread pinned to another CPU (`cross-core`), as lqd reads rows the
-//! XDP receiver wrote on another core. In the second mode every row the refresh reads, and
-//! every row its floor reads (written again, with the same values, between the two), is a
-//! line the other core holds modified: the difference between the modes is what those
-//! transfers cost, which the daemon pays and the same-thread figures cannot show.
+//! The table is written as the receiver writes it: each slot's row, then its stamp word
+//! (refresh stamp, LQS, CL); the refresh reads a named spine's rows by their stamp words
+//! (lqd's default, `PathMirror::set_qualities_only`), or whole.
+//!
+//! Each run is done three times, alternated: with the table written by this thread; with it
+//! written by a second thread pinned to another CPU (`cross-core`), as lqd reads what the
+//! XDP receiver wrote on another core; and cross-core again with the rows read whole (as
+//! before issue 41's stamp words, and as lqd still reads them when the weights need the
+//! available bandwidth). Cross-core, every row or word the refresh reads, and every one
+//! its floor reads (written again, with the same values, between the two), is a line the
+//! other core holds modified: what those transfers cost, which the daemon pays and the
+//! same-thread figures cannot show.
 //!
 //! Metrics (medians over `REPEATS` runs of `ROUNDS` rounds; every round counts):
-//! - `step_refresh_ns_per_row_64x512` (baseline: the floor, the same rows gathered in the
-//!   same order into a copy, ns per row);
+//! - `step_refresh_ns_per_row_64x512` (baseline: the floor, the same stamp words gathered
+//!   in the same order into a copy, ns per row);
 //! - `step_group_us_64x512` (baseline: the floor, each group's 64 entries read from the
 //!   snapshot and summed), with its parts `step_compute_us_64x512` (path quality, 6.3),
 //!   `step_update_us_64x512` (targets, damping, quantisation, 6.3-6.4) and
 //!   `step_decide_us_64x512` (the replace rule, issue 41);
 //! - `step_refresh_cross_core_ns_per_row_64x512` (baseline: its floor, the same gather of
-//!   rows the other core wrote) and `step_refresh_cross_core_vs_floor_ratio_64x512`: the
+//!   words the other core wrote) and `step_refresh_cross_core_vs_floor_ratio_64x512`: the
 //!   refresh with the table written on another CPU (absent on a one-CPU host);
-//! - `step_compact_floor_cross_core_ns_per_row_64x512`: the least a refresh could cost if
-//!   the receiver kept each slot's LQS and CL apart from its row (2 octets a slot, read in
-//!   slot order and scattered to the mirror's positions), on the other CPU's writes: what
-//!   the rows' transfers cost beyond it is what such a layout could save;
+//! - `step_refresh_cross_core_whole_rows_ns_per_row_64x512` (baseline: its floor, the
+//!   same gather of whole rows) and `step_refresh_words_vs_whole_rows_ratio_64x512`
+//!   (baseline 1): the same refresh reading whole rows, and the stamp words' time over it,
+//!   run by run;
 //! - `step_refresh_vs_floor_ratio_64x512`, `step_group_vs_floor_ratio_64x512`: each run's
 //!   phase time over its floor's (median of the runs): the figures to compare across runs,
 //!   since the host's speed moves a phase and its floor together (on the shared 2-core
@@ -55,7 +61,7 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 
 use anyhow::{Result, ensure};
-use lq_common::maps::{PathKey, PathValue};
+use lq_common::maps::{PathKey, PathValue, path_stamp_word, path_stamp_word_parts};
 use lq_tests::bench::{emit, main_of, median, pin_to_cpu, thread_cpu_ns};
 use lq_user::core::controller::config::{ControllerConfig, GroupKind};
 use lq_user::core::controller::path_mirror::{PathMirror, RefreshClock, TableRows};
@@ -101,8 +107,6 @@ impl Rng {
 struct Run {
     refresh: u64,
     refresh_floor: u64,
-    /// The compact floor: 2 octets a row read in slot order, scattered to positions.
-    compact_floor: u64,
     rows: u64,
     compute: u64,
     update: u64,
@@ -115,33 +119,41 @@ struct Run {
 /// A table row as the refresh reads it.
 type Row = (PathKey, PathValue);
 
-/// Writes a round's advertisements into the table: every row's LQS from `lqs` (by slot),
-/// refreshed at `now`, and each slot's LQS and CL into `compact` (2 octets a slot: what a
-/// receiver that kept the qualities apart from the rows would write, for the compact floor).
-fn advertise(table: &mut [Row], compact: &mut [u16], lqs: &[u8], now: u64) {
-    for (((_, v), c), &q) in table.iter_mut().zip(compact.iter_mut()).zip(lqs) {
-        v.lqs = q;
-        v.last_update_ns = now;
-        *c = u16::from(q) | u16::from(v.cl) << 8;
-    }
-}
-
-/// What a writer writes: the rows, and the compact qualities by slot.
+/// What a writer writes, by slot: the rows, and their stamp words.
 #[derive(Default)]
 struct Table {
     rows: Vec<Row>,
-    compact: Vec<u16>,
+    words: Vec<u32>,
 }
 
-/// The table as the daemon's reader sees it: a position's row is in its slot.
+/// Writes a round's advertisements into the table as the receiver does: every row's LQS
+/// from `lqs` (by slot), refreshed at `now`, then its stamp word.
+fn advertise(table: &mut Table, lqs: &[u8], now: u64) {
+    for (((_, v), w), &q) in table.rows.iter_mut().zip(&mut table.words).zip(lqs) {
+        v.lqs = q;
+        v.last_update_ns = now;
+        *w = path_stamp_word(now, q, v.cl);
+    }
+}
+
+/// The table as the daemon's reader sees it: a position's row and word are in its slot.
 struct SlotRows<'t> {
-    table: &'t [Row],
+    table: &'t Table,
     slot_of: &'t [usize],
 }
 
 impl TableRows for SlotRows<'_> {
     fn row(&mut self, position: usize) -> Option<Row> {
-        self.table.get(*self.slot_of.get(position)?).copied()
+        self.table.rows.get(*self.slot_of.get(position)?).copied()
+    }
+
+    fn stamp(&mut self, position: usize) -> Option<u16> {
+        self.stamp_word(position)
+            .map(|w| path_stamp_word_parts(w).0)
+    }
+
+    fn stamp_word(&mut self, position: usize) -> Option<u32> {
+        self.table.words.get(*self.slot_of.get(position)?).copied()
     }
 }
 
@@ -163,7 +175,7 @@ impl Writer {
         std::thread::spawn(move || {
             pin_to_cpu(0, cpu);
             while let Ok((mut table, lqs, now)) = job_rx.recv() {
-                advertise(&mut table.rows, &mut table.compact, &lqs, now);
+                advertise(&mut table, &lqs, now);
                 if done_tx.send((table, lqs)).is_err() {
                     break;
                 }
@@ -175,7 +187,7 @@ impl Writer {
     /// Writes the round into `table` (where this writer writes) and returns when it is done.
     fn write(&self, table: &mut Table, lqs: &mut Vec<u8>, now: u64) -> Result<()> {
         match self {
-            Writer::SameThread => advertise(&mut table.rows, &mut table.compact, lqs, now),
+            Writer::SameThread => advertise(table, lqs, now),
             Writer::OtherCpu { jobs, done } => {
                 jobs.send((std::mem::take(table), std::mem::take(lqs), now))?;
                 (*table, *lqs) = done.recv()?;
@@ -230,8 +242,9 @@ fn run() -> Result<()> {
     };
     let mut runs = Vec::new();
     let mut cross_runs = Vec::new();
+    let mut cross_whole_runs = Vec::new();
     for repeat in 0..REPEATS {
-        let once = |writer: &Writer| {
+        let once = |writer: &Writer, qualities_only: bool| {
             one_run(
                 &cfg,
                 &mapping,
@@ -241,11 +254,13 @@ fn run() -> Result<()> {
                 shape,
                 repeat as u64,
                 writer,
+                qualities_only,
             )
         };
-        runs.push(once(&Writer::SameThread)?);
+        runs.push(once(&Writer::SameThread, true)?);
         if let Some(writer) = &other {
-            cross_runs.push(once(writer)?);
+            cross_runs.push(once(writer, true)?);
+            cross_whole_runs.push(once(writer, false)?);
         }
     }
     let per = |f: &dyn Fn(&Run) -> f64| -> (f64, f64, f64) { summary(&runs, f) };
@@ -261,13 +276,24 @@ fn run() -> Result<()> {
     // Per run, each phase over its floor of the same run: the host's speed moves both.
     let row_ratio = per(&|r| r.refresh as f64 / r.refresh_floor.max(1) as f64);
     // The cross-core runs' figures (`None` on a one-CPU host).
-    let per_cross = |f: &dyn Fn(&Run) -> f64| -> Option<(f64, f64, f64)> {
-        (!cross_runs.is_empty()).then(|| summary(&cross_runs, f))
+    let per_cross = |runs: &[Run], f: &dyn Fn(&Run) -> f64| -> Option<(f64, f64, f64)> {
+        (!runs.is_empty()).then(|| summary(runs, f))
     };
-    let cross_row_ns = per_cross(&|r| r.refresh as f64 / r.rows as f64);
-    let cross_row_floor = per_cross(&|r| r.refresh_floor as f64 / r.rows as f64);
-    let cross_row_ratio = per_cross(&|r| r.refresh as f64 / r.refresh_floor.max(1) as f64);
-    let cross_compact_floor = per_cross(&|r| r.compact_floor as f64 / r.rows as f64);
+    let ns_a_row = |r: &Run| r.refresh as f64 / r.rows as f64;
+    let floor_a_row = |r: &Run| r.refresh_floor as f64 / r.rows as f64;
+    let cross_row_ns = per_cross(&cross_runs, &ns_a_row);
+    let cross_row_floor = per_cross(&cross_runs, &floor_a_row);
+    let cross_row_ratio = per_cross(&cross_runs, &|r| {
+        r.refresh as f64 / r.refresh_floor.max(1) as f64
+    });
+    let cross_whole_ns = per_cross(&cross_whole_runs, &ns_a_row);
+    let cross_whole_floor = per_cross(&cross_whole_runs, &floor_a_row);
+    // Stamp words over whole rows, run by run (alternated: the same host speed).
+    let words_vs_whole: Vec<f64> = cross_runs
+        .iter()
+        .zip(&cross_whole_runs)
+        .map(|(w, r)| ns_a_row(w) / ns_a_row(r))
+        .collect();
     let group_ratio =
         per(&|r| (r.compute + r.update + r.decide) as f64 / r.group_floor.max(1) as f64);
     let cpu_pct = per(&|r| {
@@ -334,17 +360,24 @@ fn run() -> Result<()> {
             None,
         );
     }
-    if let Some(compact) = cross_compact_floor {
+    if let (Some(ns), Some(floor)) = (cross_whole_ns, cross_whole_floor) {
         eprintln!(
-            "the compact floor on another CPU's writes (2 octets a row in slot order, scattered to positions): {:.1} [{:.1}, {:.1}] ns a row",
-            compact.0, compact.1, compact.2
+            "the same, rows read whole: refresh {:.1} [{:.1}, {:.1}] ns a row (floor {:.1} [{:.1}, {:.1}]); stamp words over whole rows, run by run: {words_vs_whole:.2?}",
+            ns.0, ns.1, ns.2, floor.0, floor.1, floor.2
         );
         emit(
-            "step_compact_floor_cross_core_ns_per_row_64x512",
-            compact.0,
+            "step_refresh_cross_core_whole_rows_ns_per_row_64x512",
+            ns.0,
             "ns",
             None,
+            Some(floor.0),
+        );
+        emit(
+            "step_refresh_words_vs_whole_rows_ratio_64x512",
+            median(&words_vs_whole),
+            "ratio",
             None,
+            Some(1.0),
         );
     }
     emit(
@@ -394,6 +427,7 @@ fn one_run(
     shape: GroupShape,
     seed: u64,
     writer: &Writer,
+    qualities_only: bool,
 ) -> Result<Run> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x1000_0000_01b3));
     // Slots as the receiver claims them: spine by spine, each spine's remote nodes in its
@@ -423,14 +457,10 @@ fn one_run(
     // The daemon's position order (remote node, then spine) and each position's slot.
     let mut slot_of: Vec<usize> = (0..rows.len()).collect();
     slot_of.sort_unstable_by_key(|&i| remote_order(&rows[i].0));
-    // Each slot's position, for the compact floor's scatter.
-    let mut position_of = vec![0u32; rows.len()];
-    for (p, &slot) in slot_of.iter().enumerate() {
-        position_of[slot] = p as u32;
-    }
     let none = BTreeSet::new();
     let dead = cfg.dead_interval_ns();
     let mut mirror = PathMirror::default();
+    mirror.set_qualities_only(qualities_only);
     mirror.rebuild(
         slot_of.iter().map(|&i| rows[i]).collect(),
         0,
@@ -442,9 +472,9 @@ fn one_run(
     let mut weights = WeightController::new(*cfg)?;
     let mut installed: BTreeMap<GroupKey, Installed> = BTreeMap::new();
     let mut copy = vec![(PathKey::default(), PathValue::default()); rows.len()];
-    let mut compact_copy = vec![0u16; rows.len()];
+    let mut word_copy = vec![0u32; rows.len()];
     let mut table = Table {
-        compact: vec![0; rows.len()],
+        words: vec![0; rows.len()],
         rows,
     };
     let mut lqs = level.clone();
@@ -464,8 +494,9 @@ fn one_run(
         }
         writer.write(&mut table, &mut lqs, now)?;
         // The refresh, every spine named (each sent all its entries this round), and its
-        // floor: the same rows gathered in the same order, written again first by the same
-        // writer (the same values), so that the floor reads them from where the refresh did.
+        // floor: the same stamp words (or whole rows) gathered in the same order, written
+        // again first by the same writer (the same values), so that the floor reads them
+        // from where the refresh did.
         let t0 = thread_cpu_ns();
         let r = mirror.refresh(
             &named,
@@ -477,27 +508,24 @@ fn one_run(
             },
             &none,
             &mut SlotRows {
-                table: &table.rows,
+                table: &table,
                 slot_of: &slot_of,
             },
         );
         let t1 = thread_cpu_ns();
         writer.write(&mut table, &mut lqs, now)?;
         let t2 = thread_cpu_ns();
-        for (c, &i) in copy.iter_mut().zip(&slot_of) {
-            *c = table.rows[i];
+        if qualities_only {
+            for (c, &i) in word_copy.iter_mut().zip(&slot_of) {
+                *c = table.words[i];
+            }
+        } else {
+            for (c, &i) in copy.iter_mut().zip(&slot_of) {
+                *c = table.rows[i];
+            }
         }
         let t3 = thread_cpu_ns();
-        // The compact floor: the same rounds' qualities, written again, read in slot order
-        // and scattered to their positions.
-        writer.write(&mut table, &mut lqs, now)?;
-        let t4 = thread_cpu_ns();
-        for (q, &p) in table.compact.iter().zip(&position_of) {
-            compact_copy[p as usize] = *q;
-        }
-        let t5 = thread_cpu_ns();
-        out.compact_floor += t5 - t4;
-        std::hint::black_box(&compact_copy);
+        std::hint::black_box(&word_copy);
         ensure!(!r.stale, "the mirror went stale");
         out.refresh += t1 - t0;
         out.refresh_floor += t3 - t2;

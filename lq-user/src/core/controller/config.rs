@@ -330,6 +330,14 @@ impl Default for ControllerConfig {
 }
 
 impl ControllerConfig {
+    /// The weights read the entries' available bandwidth (the integral weight function,
+    /// the gray-failure prune); without them an entry's LQS, CL and liveness are all its
+    /// weight reads (6.3, 6.5), which the receiver's stamp words carry
+    /// (`PathMirror::set_qualities_only`).
+    pub fn reads_available_bandwidth(&self) -> bool {
+        matches!(self.weight_function, WeightFunction::Integral(_)) || self.gray_failure.is_some()
+    }
+
     /// The defaults with another T_notify, and T_reweight following it (6.4 recommends
     /// T_reweight = T_notify).
     pub fn with_t_notify(t_notify: Duration) -> Self {

@@ -13,7 +13,8 @@
 //!   counts as LQS 0 / CL 7; a refresh that changes nothing sends no event). The receiver
 //!   stamps every slot it writes in a compact array ([`lq_common::maps::PathStampLine`]);
 //!   once the oldest live entry reaches the end of its dead interval, a sweep reads every
-//!   row's stamp (2 octets each, 128 KiB for the whole table, in the rows' order) and
+//!   row's stamp (4 octets each with its LQS and CL, 128 KiB for the 32 768 rows of a
+//!   64 x 512 leaf, in the rows' order) and
 //!   reads a row only when its stamp has not moved since its refresh time as known. A
 //!   moved stamp raises the known refresh time to the stamp's (a lower bound, at most
 //!   1.05 ms early); an entry is aged only after its row says so. A row's known stamp is
@@ -23,6 +24,10 @@
 //! * the expired entries themselves, alone, at every step (a refresh that revives one
 //!   sends no event either);
 //! * spines that failed or recovered by heartbeat since the last step.
+//!
+//! A row is read by its stamp word alone (its refresh stamp, LQS and CL, 4 octets the
+//! receiver writes after the 48-octet row) when the weights read nothing else of an entry
+//! ([`PathMirror::set_qualities_only`]).
 //!
 //! The snapshot is updated in place, and the remote nodes whose effective entries changed
 //! are returned: only their groups are recomputed. What changes without an event (an
@@ -35,7 +40,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lq_common::maps::{PathKey, PathValue, path_stamp, path_stamp_time_ns};
+use lq_common::maps::{PathKey, PathValue, path_stamp, path_stamp_time_ns, path_stamp_word_parts};
 
 use super::heartbeat::entry_expired;
 use super::path_quality::{EntryMove, NodeId, PathSnapshot, effective_entry, node, remote_order};
@@ -48,6 +53,13 @@ pub trait TableRows {
 
     /// The refresh stamp of the row at `position`; `None` when the table keeps no stamps.
     fn stamp(&mut self, position: usize) -> Option<u16> {
+        let _ = position;
+        None
+    }
+
+    /// The stamp word of the row at `position` ([`lq_common::maps::path_stamp_word`]: its
+    /// refresh stamp, LQS and CL as last written); `None` when the table keeps none.
+    fn stamp_word(&mut self, position: usize) -> Option<u32> {
         let _ = position;
         None
     }
@@ -71,8 +83,11 @@ impl<F: FnMut(usize) -> Option<(PathKey, PathValue)>> TableRows for F {
 /// What a [`PathMirror::refresh`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Refresh {
-    /// Rows read.
+    /// Rows read (whole, or their stamp words).
     pub rows_read: usize,
+    /// Of those, the rows read by their stamp words alone
+    /// ([`PathMirror::set_qualities_only`]).
+    pub words_read: usize,
     /// Stamps read by an ageing sweep (0 when none was due).
     pub stamps_read: usize,
     /// Remote nodes with an entry whose effective values changed.
@@ -95,6 +110,9 @@ struct RowState {
     stamp: u16,
     /// In [`PathMirror::expired`].
     expired: bool,
+    /// `stamp` was read from the stamp array (by a row's read or a sweep) since the last
+    /// rebuild: a stamp word that differs from it is a later write.
+    stamp_known: bool,
     /// The refresh that last read the row ([`PathMirror::refreshes`]).
     read_in: u32,
 }
@@ -137,6 +155,8 @@ pub struct PathMirror {
     last_changed: Option<NodeId>,
     /// Per spine, read in full by this refresh: kept so that a refresh allocates nothing.
     in_full: Vec<bool>,
+    /// Read a row by its stamp word where that suffices ([`Self::set_qualities_only`]).
+    qualities_only: bool,
 }
 
 /// A refresh reads the spines it reads in full in the table's order once their rows are
@@ -154,6 +174,19 @@ impl PathMirror {
     /// The effective table (ageing and failures applied as of the last rebuild or refresh).
     pub fn snapshot(&self) -> &PathSnapshot {
         &self.snapshot
+    }
+
+    /// Whether a refresh may read a row by its stamp word alone (its refresh stamp, LQS and
+    /// CL, 4 octets the receiver writes after the row) rather than the whole row (48):
+    /// when the weights read nothing else of an entry (no available bandwidth:
+    /// [`super::config::ControllerConfig::reads_available_bandwidth`]). A row is still
+    /// read whole when its stamp is not known yet (after a rebuild), when the word's time
+    /// says it may have aged (6.5: an entry is aged only after its row says so), and for
+    /// the expired rows and the ageing sweep. What a word does not carry (available
+    /// bandwidth, diagnostics) is then read at the next whole read of the row: the full
+    /// read every 5 s at the latest (`lqd show paths` reads the table itself).
+    pub fn set_qualities_only(&mut self, on: bool) {
+        self.qualities_only = on;
     }
 
     /// Rebuilds from a full read of the table. `not_before_ns`: refresh times older than
@@ -249,7 +282,9 @@ impl PathMirror {
             if full.contains(&row.spine) || row.read_in == self.refreshes {
                 continue;
             }
-            self.read_row(p, &clock, table, &mut out);
+            if !self.read_word(p, &clock, table, &mut out) {
+                self.read_row(p, &clock, table, &mut out);
+            }
         }
         let full_rows: usize = full
             .iter()
@@ -268,7 +303,10 @@ impl PathMirror {
             }
             let mut batch = RowBatch::new();
             for p in 0..self.rows.len() {
-                if in_full[self.rows[p].spine as usize] && batch.push(p, table) {
+                if in_full[self.rows[p].spine as usize]
+                    && !self.read_word(p, &clock, table, &mut out)
+                    && batch.push(p, table)
+                {
                     self.apply_batch(&mut batch, &clock, &mut out);
                 }
             }
@@ -279,7 +317,9 @@ impl PathMirror {
             for s in &full {
                 let positions = std::mem::take(&mut self.spines[*s as usize].positions);
                 for &p in &positions {
-                    if batch.push(p as usize, table) {
+                    if !self.read_word(p as usize, &clock, table, &mut out)
+                        && batch.push(p as usize, table)
+                    {
                         self.apply_batch(&mut batch, &clock, &mut out);
                     }
                 }
@@ -322,6 +362,7 @@ impl PathMirror {
                 return;
             }
             let v = &mut entry.1;
+            row.stamp_known |= stamp.is_some();
             if let Some(s) = stamp
                 && s != row.stamp
             {
@@ -394,6 +435,7 @@ impl PathMirror {
         match row_read {
             Some((k, mut v)) if k == entry.0 => {
                 row.stamp = stamp.unwrap_or_else(|| path_stamp(v.last_update_ns));
+                row.stamp_known = stamp.is_some();
                 row.read_in = self.refreshes;
                 v.last_update_ns = v.last_update_ns.max(clock.not_before_ns);
                 entry.1 = v;
@@ -403,8 +445,67 @@ impl PathMirror {
                 return;
             }
         }
+        self.applied(p, clock, out);
+    }
+
+    /// Reads the row at `p` by its stamp word alone when [`Self::set_qualities_only`]
+    /// allows it and the word suffices (as that method says); `false`,
+    /// having changed nothing, when the row must be read whole.
+    fn read_word(
+        &mut self,
+        p: usize,
+        clock: &RefreshClock,
+        table: &mut impl TableRows,
+        out: &mut Refresh,
+    ) -> bool {
+        if !self.qualities_only {
+            return false;
+        }
+        let Some((entry, row)) = self.entries.get_mut(p).zip(self.rows.get_mut(p)) else {
+            return false;
+        };
+        if !row.stamp_known {
+            return false;
+        }
+        let Some(word) = table.stamp_word(p) else {
+            return false;
+        };
+        let (stamp, lqs, cl) = path_stamp_word_parts(word);
+        if stamp != row.stamp {
+            // A later write than the one known: its time is at least the stamp's (at most
+            // 1.05 ms early), as the ageing sweep takes it. An early time can only make
+            // the entry look aged, and then the row is read whole below.
+            let written = path_stamp_time_ns(stamp, clock.now_ns).max(clock.not_before_ns);
+            if entry_expired(
+                written.max(entry.1.last_update_ns),
+                clock.now_ns,
+                clock.dead_ns,
+            ) {
+                return false;
+            }
+            entry.1.last_update_ns = entry.1.last_update_ns.max(written);
+            row.stamp = stamp;
+        } else if entry_expired(entry.1.last_update_ns, clock.now_ns, clock.dead_ns) {
+            return false;
+        }
+        // The same write's LQS and CL (one 32-bit store).
+        entry.1.lqs = lqs;
+        entry.1.cl = cl;
+        row.read_in = self.refreshes;
+        out.words_read += 1;
+        self.applied(p, clock, out);
+        true
+    }
+
+    /// The entry at `p` was read again (whole or by its stamp word): updates the snapshot,
+    /// names its remote node in `out` when its effective values moved, and notes it for
+    /// ageing.
+    fn applied(&mut self, p: usize, clock: &RefreshClock, out: &mut Refresh) {
         out.rows_read += 1;
-        let (k, v) = *entry;
+        let Some(row) = self.rows.get(p).copied() else {
+            return;
+        };
+        let (k, v) = self.entries[p];
         let spine_failed = self.spines[row.spine as usize].failed;
         let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
         // Rows mostly come in remote order: a remote node named by the row named before is
@@ -884,6 +985,76 @@ mod tests {
             }
             true
         }
+
+        fn stamp_word(&mut self, p: usize) -> Option<u32> {
+            let v = self.kernel.get(p)?.1;
+            Some(lq_common::maps::path_stamp_word(
+                v.last_update_ns,
+                v.lqs,
+                v.cl,
+            ))
+        }
+    }
+
+    /// The snapshot equals one rebuilt from the table as the kernel holds it.
+    fn assert_same_as_table(m: &PathMirror, kernel: &[(PathKey, PathValue)], now: u64) {
+        let mut fresh = PathMirror::default();
+        fresh.rebuild(kernel.to_vec(), 0, now, DEAD, &BTreeSet::new());
+        assert_eq!(m.snapshot(), fresh.snapshot(), "at {now}");
+    }
+
+    #[test]
+    fn with_qualities_only_named_spines_are_read_by_their_stamp_words() {
+        let mut kernel = table(4, 8, 10 * MS, |_, _| 200);
+        let mut m = PathMirror::default();
+        m.set_qualities_only(true);
+        let none = BTreeSet::new();
+        m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &none);
+        let all: BTreeSet<NodeId> = (1..=4).map(|s| node(0, s)).collect();
+        // Every entry re-advertised every 20 ms with noise on its LQS and a CL that moves;
+        // spine 1 stops advertising remote 103 after the first round (its slot stays).
+        for round in 1..=8u64 {
+            let now = (10 + 20 * round) * MS;
+            for (k, v) in &mut kernel {
+                if round > 1 && (k.spine_id, k.remote_id) == (1, 103) {
+                    continue;
+                }
+                v.last_update_ns = now;
+                v.lqs = 190 + ((k.remote_id + k.spine_id) as u8 + round as u8) % 10;
+                v.cl = (round % 3) as u8;
+            }
+            let mut t = Stamped {
+                kernel: &kernel,
+                rows_read: 0,
+            };
+            let r = m.refresh(&all, &[], clock(0, now), &none, &mut t);
+            assert!(!r.stale);
+            assert_eq!(r.rows_read, 32, "round {round}: every row once");
+            match round {
+                // After the rebuild no stamp is known yet: the rows are read whole.
+                1 => assert_eq!((t.rows_read, r.words_read), (32, 0)),
+                // Then the words alone, but for the silent entry, whose word's time says
+                // it may have aged once its dead interval has passed (60 ms after 30 ms):
+                // read whole, aged.
+                2..=4 => assert_eq!((t.rows_read, r.words_read), (0, 32), "round {round}"),
+                _ => assert_eq!((t.rows_read, r.words_read), (1, 31), "round {round}"),
+            }
+            assert_same_as_table(&m, &kernel, now);
+        }
+        assert_eq!(m.snapshot().links(node(0, 1), node(0, 103)), &[(7, 0)]);
+        // Without the setting (the weights read the available bandwidth) every row whole.
+        m.set_qualities_only(false);
+        let now = 190 * MS;
+        for (_, v) in &mut kernel {
+            v.last_update_ns = now;
+        }
+        let mut t = Stamped {
+            kernel: &kernel,
+            rows_read: 0,
+        };
+        let r = m.refresh(&all, &[], clock(0, now), &none, &mut t);
+        assert_eq!((t.rows_read, r.words_read), (32, 0));
+        assert_same_as_table(&m, &kernel, now);
     }
 
     #[test]

@@ -69,6 +69,10 @@ impl TableRows for KnownRows<'_> {
         self.0.stamp_of(position)
     }
 
+    fn stamp_word(&mut self, position: usize) -> Option<u32> {
+        self.0.stamp_word_of(position)
+    }
+
     fn stamps(&mut self, f: impl FnMut(usize, u16)) -> bool {
         self.0.for_each_stamp(f)
     }
@@ -1052,6 +1056,8 @@ impl LoadBalancer {
                 now_ns,
                 dead_ns: dead,
             };
+            self.mirror
+                .set_qualities_only(!self.controller.reads_available_bandwidth());
             let r = self
                 .mirror
                 .refresh(&named, &rows, clock, failed, &mut KnownRows(reader));

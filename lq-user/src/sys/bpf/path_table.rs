@@ -25,7 +25,7 @@ use lq_common::maps::{
     EVENT_MAP, NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_BLOCK_MAP,
     PATH_INDEX_MAP, PATH_ROWS_MAP, PATH_STAMP_LINES, PATH_STAMP_MAP, PATH_TABLE_CAPACITY,
     PATH_TABLE_MAP, PathEvent, PathKey, PathSlot, PathStampLine, PathValue, ReceiverConfig,
-    XDP_PROGRAM, path_stamp_at,
+    XDP_PROGRAM, path_stamp_at, path_stamp_word_parts,
 };
 use lq_common::{maps::as_range_prefixes, wire::AsRange};
 
@@ -576,12 +576,18 @@ impl SlotMap {
 type StampMap = MappedArray<PathStampLine>;
 
 impl StampMap {
-    /// Slot `slot`'s refresh stamp (a volatile read: the XDP program writes it).
-    fn stamp(&self, slot: u32) -> Option<u16> {
+    /// Slot `slot`'s stamp word ([`lq_common::maps::path_stamp_word`]; a volatile read: the
+    /// XDP program writes it).
+    fn word(&self, slot: u32) -> Option<u32> {
         let (line, i) = path_stamp_at(slot);
         let line = self.at(line as usize)?;
         // SAFETY: a pointer into the mapping (`at`); `i` < PATH_STAMPS_PER_LINE.
-        Some(unsafe { std::ptr::read_volatile(&raw const (*line).stamps[i]) })
+        Some(unsafe { std::ptr::read_volatile(&raw const (*line).words[i]) })
+    }
+
+    /// Slot `slot`'s refresh stamp.
+    fn stamp(&self, slot: u32) -> Option<u16> {
+        self.word(slot).map(|w| path_stamp_word_parts(w).0)
     }
 }
 
@@ -730,9 +736,15 @@ impl TableReader {
         self.stamps.as_ref()?.stamp(*self.known.get(position)?)
     }
 
+    /// The stamp word of the row at `position` (its refresh stamp, LQS and CL as last
+    /// written, [`lq_common::maps::path_stamp_word`]); `None` as for [`Self::stamp_of`].
+    pub fn stamp_word_of(&self, position: usize) -> Option<u32> {
+        self.stamps.as_ref()?.word(*self.known.get(position)?)
+    }
+
     /// Calls `f(position, stamp)` with the refresh stamp of every row the last full read
     /// found, in position order (the caller's per-row state is then read in memory order;
-    /// the 128 KiB of stamps stay in cache between sweeps); `false`, without calling it,
+    /// the 256 KiB of stamps stay in cache between sweeps); `false`, without calling it,
     /// when the stamps are not mapped (pins of an older lqd).
     pub fn for_each_stamp(&self, mut f: impl FnMut(usize, u16)) -> bool {
         let Some(stamps) = &self.stamps else {
