@@ -215,6 +215,11 @@ pub fn render(
             w.path_rows_read,
         );
         o.counter(
+            "lq_path_rows_read_by_word_total",
+            "Of the path table rows read, those read by their stamp words alone (LQS, CL, refresh stamp), not whole.",
+            w.path_rows_read_by_word,
+        );
+        o.counter(
             "lq_neighbor_failures_total",
             "Spines declared failed by missed heartbeats (seed 003 section 6.5).",
             w.neighbor_failures,

@@ -280,8 +280,8 @@ pub fn weights_view_table(w: &WeightsView) -> String {
     );
     let _ = writeln!(
         s,
-        "control steps: {}  path table rows read: {}  spines declared failed (6.5): {}",
-        w.control_steps, w.path_rows_read, w.neighbor_failures,
+        "control steps: {}  path table rows read: {} (by their stamp words: {})  spines declared failed (6.5): {}",
+        w.control_steps, w.path_rows_read, w.path_rows_read_by_word, w.neighbor_failures,
     );
     if w.foreign_nexthop_writes > 0 {
         let _ = writeln!(
@@ -580,7 +580,7 @@ mod tests {
         );
         assert!(
             t.ends_with(
-                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0  gray-failure prunes: 0\nbuckets moved: 0  not written (no bucket move helps): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\ngroup computations: 0  waited for their T_reweight boundary: 0\ncontrol steps: 0  path table rows read: 0  spines declared failed (6.5): 0\n"
+                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0  gray-failure prunes: 0\nbuckets moved: 0  not written (no bucket move helps): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\ngroup computations: 0  waited for their T_reweight boundary: 0\ncontrol steps: 0  path table rows read: 0 (by their stamp words: 0)  spines declared failed (6.5): 0\n"
             ),
             "{t}"
         );

@@ -223,6 +223,10 @@ pub struct WeightsView {
     /// rows, full reads; seed 003 section 6.2).
     #[serde(default)]
     pub path_rows_read: u64,
+    /// Of those, the rows read by their stamp words alone (LQS, CL and refresh stamp, not
+    /// the whole row: the default unless the weights read the available bandwidth).
+    #[serde(default)]
+    pub path_rows_read_by_word: u64,
     /// Spines declared failed by missed heartbeats (6.5).
     #[serde(default)]
     pub neighbor_failures: u64,

@@ -34,7 +34,9 @@
 //! - `leaf_group_computations_per_s_64x512` (baseline: one per group and T_reweight, what
 //!   section 6.4 can apply: 25 600 a second).
 //! - `leaf_path_rows_read_per_s_64x512` (baseline: the entries sent a second, each of which
-//!   changed), the path table's rows lqd's control steps read, and
+//!   changed), the path table's rows lqd's control steps read,
+//!   `leaf_path_rows_read_by_word_per_s_64x512` (baseline: those rows) the ones read by
+//!   their stamp words alone, and
 //!   `leaf_control_steps_per_s_64x512`; `leaf_spine_failures_per_s_64x512` (baseline: the
 //!   churn's one failure every `SPINE_FAILURE_EVERY`) and `..._toggle` (baseline 0): a
 //!   spine declared failed that the churn did not silence is a host that starved the
@@ -453,6 +455,8 @@ struct Replaces {
     /// Control steps, path table rows read, spines declared failed (6.5).
     steps: u64,
     rows_read: u64,
+    /// Of those, read by their stamp words alone (0 from an lqd without them).
+    rows_read_by_word: u64,
     failures: u64,
 }
 
@@ -470,6 +474,7 @@ fn replace_counts(lqd: &Lqd) -> Replaces {
         deferred: n("group-computations-deferred"),
         steps: n("control-steps"),
         rows_read: n("path-rows-read"),
+        rows_read_by_word: n("path-rows-read-by-word"),
         failures: n("neighbor-failures"),
     }
 }
@@ -491,6 +496,7 @@ struct Window {
     /// Control steps, path table rows read, and spines declared failed, a second.
     step_rate: f64,
     rows_read_rate: f64,
+    rows_read_by_word_rate: f64,
     failure_rate: f64,
     /// Real events (or toggles) sent, and those of them that move a bucket.
     event_rate: f64,
@@ -569,6 +575,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         computation_rate: rate(g0.computations, g1.computations),
         step_rate: rate(g0.steps, g1.steps),
         rows_read_rate: rate(g0.rows_read, g1.rows_read),
+        rows_read_by_word_rate: rate(g0.rows_read_by_word, g1.rows_read_by_word),
         failure_rate: rate(g0.failures, g1.failures),
         event_rate,
         moving_event_rate,
@@ -581,7 +588,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
     let machine =
         (m1.busy() - m0.busy()) as f64 / (m1.total() - m0.total()).max(1) as f64 * cpus * 100.0;
     eprintln!(
-        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computations/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; {:.0} control steps/s reading {:.0} path table rows/s; {:.2} spines declared failed/s; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
+        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computations/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; {:.0} control steps/s reading {:.0} path table rows/s ({:.0} by their stamp words); {:.2} spines declared failed/s; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
         w.xdp_ns_per_entry,
         w.replace_rate,
         g1.neutral.saturating_sub(g0.neutral) as f64 / secs,
@@ -594,6 +601,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         rate(g0.causes[2], g1.causes[2]),
         w.step_rate,
         w.rows_read_rate,
+        w.rows_read_by_word_rate,
         w.failure_rate,
         w.sender_pct,
         w.verified_rate,
@@ -1001,6 +1009,13 @@ fn measure(
         "rows/s",
         None,
         Some(med(&fabric, |w| w.entry_rate)),
+    );
+    emit(
+        "leaf_path_rows_read_by_word_per_s_64x512",
+        med(&fabric, |w| w.rows_read_by_word_rate),
+        "rows/s",
+        None,
+        Some(med(&fabric, |w| w.rows_read_rate)),
     );
     emit(
         "leaf_control_steps_per_s_64x512",

@@ -261,6 +261,8 @@ pub struct LoadBalancer {
     /// `bench_scale`) sees what a step costs and whether silence was declared.
     pub control_steps: u64,
     pub path_rows_read: u64,
+    /// Of those, the rows read by their stamp words alone (`PathMirror::set_qualities_only`).
+    pub path_rows_read_by_word: u64,
     pub neighbor_failures: u64,
     /// Digest of the inputs every group shares (local qualities, failed spines).
     shared_digest: u64,
@@ -477,6 +479,7 @@ impl LoadBalancer {
             group_computations_deferred: 0,
             control_steps: 0,
             path_rows_read: 0,
+            path_rows_read_by_word: 0,
             neighbor_failures: 0,
             shared_digest: 0,
             next_full_update_ns: 0,
@@ -1062,6 +1065,7 @@ impl LoadBalancer {
                 .mirror
                 .refresh(&named, &rows, clock, failed, &mut KnownRows(reader));
             self.path_rows_read += r.rows_read as u64;
+            self.path_rows_read_by_word += r.words_read as u64;
             if !r.stale {
                 return Ok(PathsRead::Changed {
                     moved: r.changed_remotes,
@@ -1862,6 +1866,7 @@ impl LoadBalancer {
             group_computations_deferred: self.group_computations_deferred,
             control_steps: self.control_steps,
             path_rows_read: self.path_rows_read,
+            path_rows_read_by_word: self.path_rows_read_by_word,
             neighbor_failures: self.neighbor_failures,
             buckets_moved: self.buckets_moved,
             holds_started: self.holds_started,
