@@ -77,9 +77,35 @@ impl NetNs {
         filter: &str,
         pcap: &std::path::Path,
     ) -> Result<std::process::Child> {
+        self.capture_with(iface, filter, pcap, &[])
+    }
+
+    /// [`Self::capture`] that stops by itself once `count` packets are written: wait for the
+    /// child. A capture stopped by a signal to tshark can end without the packets its
+    /// dumpcap had not written yet (a CI run read a capture of seconds of datagrams that
+    /// held none); one that reaches its count closes the file itself.
+    pub fn capture_packets(
+        &self,
+        iface: &str,
+        filter: &str,
+        pcap: &std::path::Path,
+        count: u32,
+    ) -> Result<std::process::Child> {
+        self.capture_with(iface, filter, pcap, &["-c", &count.to_string()])
+    }
+
+    fn capture_with(
+        &self,
+        iface: &str,
+        filter: &str,
+        pcap: &std::path::Path,
+        extra: &[&str],
+    ) -> Result<std::process::Child> {
         let mut child = self
             .command("tshark")
-            .args(["-q", "-i", iface, "-f", filter, "-w"])
+            .args(["-q", "-i", iface, "-f", filter])
+            .args(extra)
+            .arg("-w")
             .arg(pcap)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -991,7 +991,8 @@ fn a_leaf_that_requires_authentication_drops_forgeries_by_reason() {
         spine_keys.display()
     );
     let pcap = std::env::temp_dir().join(format!("{}.pcap", lq_tests::unique_name("lq-rauth")));
-    let mut dump = l.capture("l1", "udp port 52525", &pcap).unwrap();
+    // Five genuine datagrams (100 ms of them), and the capture ends by itself.
+    let mut dump = l.capture_packets("l1", "udp port 52525", &pcap, 5).unwrap();
     let leaf = Lqd::start(&l, &leaf_cfg).unwrap();
     let spine = Lqd::start(&s, &spine_cfg).unwrap();
     wait_until(
@@ -1016,33 +1017,23 @@ fn a_leaf_that_requires_authentication_drops_forgeries_by_reason() {
         |c| format!("leaf counters {c}\n{}", leaf.log_text()),
     )
     .unwrap();
-    // A genuine datagram to flip and to replay, from the capture so far.
-    let _ = Command::new("kill")
-        .args(["-INT", &dump.id().to_string()])
-        .status();
-    let _ = dump.wait();
-    // The capture's writer may still be flushing when the process waited for has exited
-    // (one run in three here read a capture without the datagram): wait until the file
-    // holds one.
+    // A genuine datagram to flip and to replay: the capture has ended by itself after its
+    // five (the spine has been signing for seconds by now).
     poll_until(
-        "a genuine datagram in the capture",
+        "the capture of five genuine datagrams to end",
         Duration::from_secs(10),
-        Duration::from_millis(100),
-        || {
-            let out = Command::new("tshark")
-                .arg("-r")
-                .arg(&pcap)
-                .args(["-Y", "udp.dstport == 52525", "-c", "1", "-T", "fields"])
-                .args(["-e", "frame.number"])
-                .output();
-            match out {
-                Ok(o) if !String::from_utf8_lossy(&o.stdout).trim().is_empty() => Ok(()),
-                other => Err(other.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())),
-            }
+        Duration::from_millis(50),
+        || match dump.try_wait() {
+            Ok(Some(status)) => Ok(status),
+            other => Err(format!("{other:?}")),
         },
-        |e| format!("{e:?}"),
+        |e| e,
     )
-    .unwrap();
+    .unwrap_or_else(|e| {
+        let _ = dump.kill();
+        let _ = dump.wait();
+        panic!("{e}")
+    });
     let paths = leaf.show("paths").unwrap();
     let link_id = paths[0]["link-id"].as_u64().unwrap();
 
