@@ -471,6 +471,39 @@ fn gtsm_and_replay_are_refused_on_the_wire() {
         (Some(111), Some(11)),
         "{p}"
     );
+    // The sequence numbers count loss too (seed 003 `sequence-number`): 12, 13 and 14
+    // never arrive; the refused duplicate and older datagram are not loss.
+    f.spines
+        .run_in(move || {
+            let mut near = Sender::bind(SocketAddr::new(from.ip(), 0), 255).unwrap();
+            near.send(
+                to,
+                &header(ip4(10, 0, 0, 1), 15),
+                &[entry(REMOTE, 1, 115, 0)],
+            )
+            .unwrap();
+        })
+        .unwrap();
+    let missed = |n: &serde_json::Value| n[0]["missed-datagrams"].as_u64();
+    let n = show_when(
+        &lqd,
+        "neighbors",
+        "15 accepted after 11",
+        Duration::from_secs(5),
+        |n| n[0]["last-sequence"] == 15 && missed(n).is_some(),
+    );
+    assert_eq!(missed(&n), Some(3), "{n}");
+    let text = std::process::Command::new(lq_tests::daemon::lqd_bin().unwrap())
+        .args(["show", "neighbors", "--instance", &lqd.instance])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.split_whitespace().nth(5) == Some("3")),
+        "{text}"
+    );
 }
 
 /// Seed 003 section 12 / robustness: `kill -9` of the leaf's lqd while traffic is steered.

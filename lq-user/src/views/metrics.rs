@@ -95,6 +95,23 @@ pub fn render(
                 1.0,
             );
         }
+        if neighbors {
+            o.family(
+                "lq_neighbor_datagrams_missed_total",
+                "counter",
+                "Datagrams a neighbor sent that were not accepted, by its sequence numbers (seed 003 sequence-number: loss detection).",
+            );
+        }
+        for n in lb.neighbors.iter().filter(|_| neighbors) {
+            o.sample(
+                "lq_neighbor_datagrams_missed_total",
+                &[
+                    ("node_as", n.key.node_as.to_string()),
+                    ("node_id", Ipv4Addr::from(n.key.node_id).to_string()),
+                ],
+                n.missed_datagrams as f64,
+            );
+        }
         let w = &lb.weights;
         if weighted_ecmp {
             o.family(

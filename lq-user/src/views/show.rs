@@ -145,6 +145,9 @@ pub struct NeighborRow {
     pub last_sequence: u16,
     /// Datagrams accepted.
     pub accepted: u64,
+    /// Datagrams sent but not accepted, by sequence (daemon answers only).
+    #[serde(default)]
+    pub missed_datagrams: Option<u64>,
     /// Silence so far.
     pub last_seen_ms_ago: f64,
     /// Observed advertisement interval (daemon answers only).
@@ -159,14 +162,17 @@ pub fn neighbors_table(v: &Value) -> String {
         Err(e) => return format!("unexpected neighbors answer: {e}\n"),
     };
     let mut s = format!(
-        "{:<12} {:<16} {:<8} {:>8} {:>10} {:>12}\n",
-        "AS", "NODE-ID", "STATE", "SEQ", "ACCEPTED", "LAST-SEEN-MS"
+        "{:<12} {:<16} {:<8} {:>8} {:>10} {:>8} {:>12}\n",
+        "AS", "NODE-ID", "STATE", "SEQ", "ACCEPTED", "MISSED", "LAST-SEEN-MS"
     );
     for n in &rows {
+        let missed = n
+            .missed_datagrams
+            .map_or_else(|| "-".to_string(), |m| m.to_string());
         let _ = writeln!(
             s,
-            "{:<12} {:<16} {:<8} {:>8} {:>10} {:>12.1}",
-            n.node_as, n.node_id, n.state, n.last_sequence, n.accepted, n.last_seen_ms_ago
+            "{:<12} {:<16} {:<8} {:>8} {:>10} {:>8} {:>12.1}",
+            n.node_as, n.node_id, n.state, n.last_sequence, n.accepted, missed, n.last_seen_ms_ago
         );
     }
     s

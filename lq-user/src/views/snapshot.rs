@@ -407,6 +407,8 @@ pub struct NeighborView {
     pub state: NeighborStateName,
     /// Observed advertisement interval, once known.
     pub observed_interval_ns: Option<u64>,
+    /// Datagrams it sent that were not accepted, by its sequence numbers.
+    pub missed_datagrams: u64,
 }
 
 impl LoadBalancerSnapshot {
@@ -422,6 +424,7 @@ impl LoadBalancerSnapshot {
                         "state": n.state.as_str(),
                         "last-sequence": n.value.last_sequence,
                         "accepted": n.value.accepted,
+                        "missed-datagrams": n.missed_datagrams,
                         "last-seen-ms-ago": now_ns.saturating_sub(n.value.last_seen_ns) as f64 / 1e6,
                         "observed-interval-ms": n.observed_interval_ns.map(|v| v as f64 / 1e6),
                     })

@@ -1900,6 +1900,7 @@ impl LoadBalancer {
                     }
                 },
                 observed_interval_ns: self.heartbeat.observed_interval_ns(*k),
+                missed_datagrams: self.heartbeat.missed_datagrams(*k),
             })
             .collect();
         crate::views::snapshot::LoadBalancerSnapshot {
