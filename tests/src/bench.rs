@@ -277,9 +277,42 @@ pub fn process_cpu_ns(pid: u32) -> anyhow::Result<u64> {
     Ok(total)
 }
 
+/// Times every thread of `pid` was switched out (`voluntary_ctxt_switches` and
+/// `nonvoluntary_ctxt_switches` of each thread's status): a thread that sleeps in its
+/// event loop counts one voluntary switch per wake-up.
+pub fn process_context_switches(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let t = t?.path();
+        if let Ok(s) = std::fs::read_to_string(t.join("status")) {
+            total += context_switches_of(&s);
+        }
+    }
+    Ok(total)
+}
+
+/// The sum of a status file's two context-switch counts (0 for a line missing).
+fn context_switches_of(status: &str) -> u64 {
+    status
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            matches!(k, "voluntary_ctxt_switches" | "nonvoluntary_ctxt_switches")
+                .then(|| v.trim().parse::<u64>().ok())?
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_switches_are_the_sum_of_both_counts() {
+        let status = "Name:\tlqd\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(context_switches_of(status), 127);
+        assert_eq!(context_switches_of("Name:\tlqd\n"), 0);
+    }
 
     #[test]
     fn proc_stat_lines_parse_into_ticks() {

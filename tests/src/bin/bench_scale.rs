@@ -37,7 +37,8 @@
 //!   changed), the path table's rows lqd's control steps read,
 //!   `leaf_path_rows_read_by_word_per_s_64x512` (baseline: those rows) the ones read by
 //!   their stamp words alone, and
-//!   `leaf_control_steps_per_s_64x512`; `leaf_spine_failures_per_s_64x512` (baseline: the
+//!   `leaf_control_steps_per_s_64x512`, `leaf_lqd_wakeups_per_s_64x512` (baseline: the
+//!   control steps) the times lqd's threads were switched out, its wake-ups; `leaf_spine_failures_per_s_64x512` (baseline: the
 //!   churn's one failure every `SPINE_FAILURE_EVERY`) and `..._toggle` (baseline 0): a
 //!   spine declared failed that the churn did not silence is a host that starved the
 //!   sender, and the window's replaces say so.
@@ -69,7 +70,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 use lq_tests::{
-    bench::{ProcStat, emit, main_of, median, pin_to_cpu, process_cpu_ns, spread},
+    bench::{
+        ProcStat, emit, main_of, median, pin_to_cpu, process_context_switches, process_cpu_ns,
+        spread,
+    },
     daemon::{Lqd, Sender},
     netns::{NetNs, veth_pair},
     packet::{entry, header, ip4},
@@ -495,6 +499,8 @@ struct Window {
     computation_rate: f64,
     /// Control steps, path table rows read, and spines declared failed, a second.
     step_rate: f64,
+    /// lqd's threads switched out a second (`process_context_switches`): its wake-ups.
+    wakeup_rate: f64,
     rows_read_rate: f64,
     rows_read_by_word_rate: f64,
     failure_rate: f64,
@@ -532,8 +538,9 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
     };
     // lqd's counters right after the sender's (they are as of lqd's last published
     // snapshot, a few ms old at most).
-    let (cpu0, (rt0, _), m0, s0, a0, g0, t0, wall0) = (
+    let (cpu0, switches0, (rt0, _), m0, s0, a0, g0, t0, wall0) = (
         process_cpu_ns(pid)?,
+        process_context_switches(pid)?,
         program_stats(prog)?,
         ProcStat::read()?.machine,
         counts(sent),
@@ -543,8 +550,9 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         Instant::now(),
     );
     std::thread::sleep(WINDOW);
-    let (cpu1, (rt1, _), m1, s1, a1, g1, t1) = (
+    let (cpu1, switches1, (rt1, _), m1, s1, a1, g1, t1) = (
         process_cpu_ns(pid)?,
+        process_context_switches(pid)?,
         program_stats(prog)?,
         ProcStat::read()?.machine,
         counts(sent),
@@ -574,6 +582,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         buckets_moved_rate: rate(g0.buckets_moved, g1.buckets_moved),
         computation_rate: rate(g0.computations, g1.computations),
         step_rate: rate(g0.steps, g1.steps),
+        wakeup_rate: rate(switches0, switches1),
         rows_read_rate: rate(g0.rows_read, g1.rows_read),
         rows_read_by_word_rate: rate(g0.rows_read_by_word, g1.rows_read_by_word),
         failure_rate: rate(g0.failures, g1.failures),
@@ -588,7 +597,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
     let machine =
         (m1.busy() - m0.busy()) as f64 / (m1.total() - m0.total()).max(1) as f64 * cpus * 100.0;
     eprintln!(
-        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computations/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; {:.0} control steps/s reading {:.0} path table rows/s ({:.0} by their stamp words); {:.2} spines declared failed/s; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
+        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computations/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; {:.0} control steps/s ({:.0} wake-ups of lqd/s) reading {:.0} path table rows/s ({:.0} by their stamp words); {:.2} spines declared failed/s; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
         w.xdp_ns_per_entry,
         w.replace_rate,
         g1.neutral.saturating_sub(g0.neutral) as f64 / secs,
@@ -600,6 +609,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         rate(g0.causes[1], g1.causes[1]),
         rate(g0.causes[2], g1.causes[2]),
         w.step_rate,
+        w.wakeup_rate,
         w.rows_read_rate,
         w.rows_read_by_word_rate,
         w.failure_rate,
@@ -1023,6 +1033,14 @@ fn measure(
         "steps/s",
         None,
         None,
+    );
+    // Baseline: the control steps, one wake-up each at the least.
+    emit(
+        "leaf_lqd_wakeups_per_s_64x512",
+        med(&fabric, |w| w.wakeup_rate),
+        "wake-ups/s",
+        None,
+        Some(med(&fabric, |w| w.step_rate)),
     );
     // Baseline: the churn's schedule; more is a host that starved the sender.
     emit(
