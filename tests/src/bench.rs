@@ -263,29 +263,28 @@ pub fn tick_ns() -> u64 {
 
 /// CPU time of every thread of `pid`, in ns (schedstat's first field).
 pub fn process_cpu_ns(pid: u32) -> anyhow::Result<u64> {
-    let mut total = 0;
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let t = t?.path();
-        if let Ok(s) = std::fs::read_to_string(t.join("schedstat")) {
-            total += s
-                .split_whitespace()
-                .next()
-                .and_then(|x| x.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    Ok(total)
+    sum_over_threads(pid, "schedstat", |s| {
+        s.split_whitespace()
+            .next()
+            .and_then(|x| x.parse::<u64>().ok())
+            .unwrap_or(0)
+    })
 }
 
 /// Times every thread of `pid` was switched out (`voluntary_ctxt_switches` and
 /// `nonvoluntary_ctxt_switches` of each thread's status): a thread that sleeps in its
 /// event loop counts one voluntary switch per wake-up.
 pub fn process_context_switches(pid: u32) -> anyhow::Result<u64> {
+    sum_over_threads(pid, "status", context_switches_of)
+}
+
+/// `value` of the file `file` of each thread of `pid` (`/proc/<pid>/task/<tid>/<file>`),
+/// summed; a thread that ended meanwhile counts 0.
+fn sum_over_threads(pid: u32, file: &str, value: impl Fn(&str) -> u64) -> anyhow::Result<u64> {
     let mut total = 0;
     for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let t = t?.path();
-        if let Ok(s) = std::fs::read_to_string(t.join("status")) {
-            total += context_switches_of(&s);
+        if let Ok(s) = std::fs::read_to_string(t?.path().join(file)) {
+            total += value(&s);
         }
     }
     Ok(total)

@@ -612,8 +612,6 @@ impl Roles {
     }
 }
 
-/// A future that waits for `f`, or forever when there is none: a `select!` branch of a
-/// source this lqd does not have (no helper role, no slow plane) never fires.
 /// Hands every change event the ring buffer holds to the load balancer (the next step reads
 /// the rows they name); returns how many.
 fn drain_change_events(
@@ -629,6 +627,8 @@ fn drain_change_events(
     n
 }
 
+/// A future that waits for `f`, or forever when there is none: a `select!` branch of a
+/// source this lqd does not have (no helper role, no slow plane) never fires.
 async fn when_some<F: std::future::Future>(f: Option<F>) -> F::Output {
     match f {
         Some(f) => f.await,

@@ -38,8 +38,9 @@
 //!   `leaf_path_rows_read_by_word_per_s_64x512` (baseline: those rows) the ones read by
 //!   their stamp words alone, and
 //!   `leaf_control_steps_per_s_64x512`, `leaf_lqd_wakeups_per_s_64x512` (baseline: the
-//!   control steps) the times lqd's threads were switched out, its wake-ups; `leaf_spine_failures_per_s_64x512` (baseline: the
-//!   churn's one failure every `SPINE_FAILURE_EVERY`) and `..._toggle` (baseline 0): a
+//!   control steps) the times lqd's threads were switched out, its wake-ups;
+//!   `leaf_spine_failures_per_s_64x512` (baseline: the churn's one failure every
+//!   `SPINE_FAILURE_EVERY`) and `..._toggle` (baseline 0): a
 //!   spine declared failed that the churn did not silence is a host that starved the
 //!   sender, and the window's replaces say so.
 //! - `leaf_replaces_per_s_64x512` (baseline: the real events a second that move a bucket),
