@@ -475,11 +475,17 @@ fn word(buf: &[u8; SCRATCH_LEN], at: usize) -> u32 {
     u32::from_be(unsafe { buf.as_ptr().add(at).cast::<u32>().read() })
 }
 
-/// How many entries one call of [`check_entry_values`] checks. Each call is a BPF-to-BPF
-/// call and return; on kernels that route every return through a mitigation thunk (AMD's
-/// SRSO "safe RET", retbleed) a call costs several nanoseconds, and check 9's body is small
-/// enough to repeat without growing the verifier's walk much.
-const CHECKS_PER_CALL: u64 = 4;
+/// How many entries one call of [`check_entry_values`] checks: at least [`MAX_ENTRIES`],
+/// so a datagram's check 9 is one call. Each call is a BPF-to-BPF call and return; on
+/// kernels that route every return through a mitigation thunk (AMD's SRSO "safe RET",
+/// retbleed) a call costs several nanoseconds, and check 9's body is small enough to
+/// repeat without growing the verifier's walk much. Measured side by side (`bench_xdp`, 90
+/// entries, AMD EPYC guest, kernel 6.18.44, issue 41): 1 273-1 280 ns with one call a
+/// datagram against 1 481-1 537 ns with four entries a call (23 calls); verified
+/// instructions 147 789 against 79 653. Not exactly `MAX_ENTRIES`: with a bound of 91 the
+/// verifier walked 317 017 instructions (92: 153 060; 128: 184 385).
+const CHECKS_PER_CALL: u64 = 96;
+const _: () = assert!(CHECKS_PER_CALL >= MAX_ENTRIES as u64);
 
 /// bpf_loop callback of check 9: checks entries `CHECKS_PER_CALL * call` onwards (at most
 /// that many); 1 (stop) with `error` set at the first invalid value.
@@ -626,7 +632,13 @@ extern "C" fn store_entries(_call: u64, ctx: *mut c_void) -> i64 {
 /// of 91 entries in the steady state takes 12 calls instead of 91. Measured side by side
 /// (`bench_xdp`, 90 entries, three runs each): 2 229-2 329 ns with 8, 2 478-3 529 with
 /// 4, 2 934-3 272 with one entry a call; the verifier's walk: 34 000 instructions with 8,
-/// 20 000 with 4.
+/// 20 000 with 4. More is faster still but the verifier walks every entry of the fast
+/// loop on its own, about 10 000 instructions each (issue 41, with one check call a
+/// datagram, kernel 6.18.44): 16 a call took 1 200-1 227 ns for 233 549 verified
+/// instructions against 1 273 ns and 147 789 with 8; 96 a call (one call) 1 145-1 167 ns
+/// for 947 089, at the kernel's limit. Kept at 8: `verifier_budget.rs` fails above a
+/// quarter of the limit, which a kernel's drift (a third between two 6.18 builds) must
+/// not reach.
 const STORES_PER_CALL: u64 = 8;
 
 /// bpf_loop callback of [`store_entries`], the fast path: stores up to `STORES_PER_CALL`
@@ -1063,7 +1075,7 @@ fn receive_payload(
         error: 0,
         count: entry_count as u64,
     };
-    // SAFETY: bpf_loop calls the callback at most 23 (91 / CHECKS_PER_CALL) times with a
+    // SAFETY: bpf_loop calls the callback once (CHECKS_PER_CALL >= MAX_ENTRIES) with a
     // pointer to `lp`, which outlives the call.
     unsafe {
         bpf_loop(
