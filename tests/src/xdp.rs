@@ -70,6 +70,24 @@ impl TestReceiver {
         Ok(prog)
     }
 
+    /// The instructions the kernel's verifier walked to load the receiver (its budget is
+    /// 1 000 000; `verifier_budget.rs` fails above a quarter of it) and the program's size
+    /// as translated, in octets.
+    pub fn verifier_cost(&mut self) -> Result<(u32, u32)> {
+        let prog: &mut Xdp = self
+            .receiver
+            .ebpf_mut()
+            .program_mut(XDP_PROGRAM)
+            .context("receiver program missing from the object")?
+            .try_into()?;
+        let info = prog.info().context("read the receiver's program info")?;
+        Ok((
+            info.verified_instruction_count()
+                .context("the kernel reports no verified instruction count")?,
+            info.size_translated().unwrap_or(0),
+        ))
+    }
+
     /// A second instance of the receiver on the same pinned maps (one path table), to run
     /// on another CPU at the same time (BPF_PROG_TEST_RUN runs the program on the calling
     /// thread's CPU). It leaves the pin folder to `self`.

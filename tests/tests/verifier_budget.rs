@@ -2,26 +2,13 @@
 //! budget it uses, so a change that approaches the 1M-instruction limit shows up early.
 #![allow(unused_crate_dependencies)] // a test or binary root: the package's dependency list is shared by all its targets
 
-use aya::programs::Xdp;
-use lq_common::maps::XDP_PROGRAM;
 use lq_tests::xdp::{TestReceiver, settings};
 
 #[test]
 fn receiver_loads_well_within_the_verifier_budget() {
     let mut rx = TestReceiver::load(&settings()).unwrap();
-    let prog: &mut Xdp = rx
-        .receiver
-        .ebpf_mut()
-        .program_mut(XDP_PROGRAM)
-        .unwrap()
-        .try_into()
-        .unwrap();
-    let info = prog.info().unwrap();
-    let verified = info.verified_instruction_count().unwrap_or(0);
-    println!(
-        "verified instructions: {verified} (limit 1000000), size {} octets",
-        info.size_translated().unwrap_or(0)
-    );
+    let (verified, size) = rx.verifier_cost().unwrap();
+    println!("verified instructions: {verified} (limit 1000000), size {size} octets");
     // About 41 000 with the entry loops in bpf_loop callbacks (docs/architecture.md) on an
     // earlier 6.18 kernel, 55 910 with the same object on 6.18.44: the verifier's own
     // changes move the count by a third between kernels. 79 653 on 6.18.44 before check 9

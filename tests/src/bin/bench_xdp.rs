@@ -34,6 +34,9 @@
 //!    datagram (issue 39's socket path, before the hand-back), and
 //!    `auth_verify_vs_xdp_90_ratio`: that / `xdp_lq_90_ns` (no goal: what authentication
 //!    adds per datagram, beside what the receiver costs).
+//! 6. `xdp_verified_instructions`: the instructions the kernel's verifier walked to load
+//!    `lq_receiver` (goal below 250 000, a quarter of its 1 000 000, as `verifier_budget.rs`
+//!    asserts): what the entry passes' many entries a call (1 and 2 above) cost at load.
 //!
 //! Everything it creates (pin folders under /sys/fs/bpf, network namespaces and the veths in
 //! them) is owned by guards that remove it on drop, so errors and panics clean up too.
@@ -114,6 +117,20 @@ fn run() -> Result<()> {
     // The receiver with the default test settings (one-hour dead interval): non-LQ frames
     // and the stale replay.
     let mut rx = TestReceiver::load(&settings()).context("load receiver")?;
+    // What the speed below costs the kernel's verifier: the entry passes' calls take
+    // several entries each, and the verifier walks each entry of a call's loop on its own
+    // (issue 41, docs/architecture.md).
+    let (verified, size) = rx.verifier_cost()?;
+    emit(
+        "xdp_verified_instructions",
+        f64::from(verified),
+        "instructions",
+        Some("< 250000"),
+        None,
+    );
+    summary.push(format!(
+        "verifier: {verified} instructions walked to load the receiver (limit 1 000 000), {size} octets translated"
+    ));
     rx.baseline()?;
     let non_lq = bench_non_lq(&mut rx)?;
     emit(
