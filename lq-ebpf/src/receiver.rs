@@ -635,7 +635,7 @@ extern "C" fn store_entries(_call: u64, ctx: *mut c_void) -> i64 {
 /// 20 000 with 4. More is faster still but the verifier walks every entry of the fast
 /// loop on its own, about 10 000 instructions each (issue 41, with one check call a
 /// datagram, kernel 6.18.44): 16 a call took 1 200-1 227 ns for 233 549 verified
-/// instructions against 1 273 ns and 147 789 with 8; 96 a call (one call) 1 145-1 167 ns
+/// instructions against 1 273-1 280 ns and 147 789 with 8; 96 a call (one call) 1 145-1 167 ns
 /// for 947 089, at the kernel's limit. Kept at 8: `verifier_budget.rs` fails above a
 /// quarter of the limit, which a kernel's drift (a third between two 6.18 builds) must
 /// not reach.
