@@ -493,25 +493,34 @@ impl PathMirror {
         entry.1.cl = cl;
         row.read_in = self.refreshes;
         out.words_read += 1;
-        self.applied(p, clock, out);
+        out.rows_read += 1;
+        // What `applied` does, for an entry found fresh just above: a word is read for
+        // nearly every row of the table at every T_notify (1.6 M a second at a leaf of a
+        // 64 x 512 fabric, issue 41), and `applied` looked the row, the entry and the
+        // spine up again and judged the entry's age twice more.
+        let spine = row.spine as usize;
+        let v = entry.1;
+        let remote = node(entry.0.remote_as, entry.0.remote_id);
+        let spine_failed = self.spines[spine].failed;
+        let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
+        let moved = self.snapshot.update_at(p, lqs, signal);
+        self.name_moved(remote, moved, out);
+        // `note` of a fresh entry: it may be the oldest live one; a failed spine's come
+        // back with the spine.
+        if !spine_failed {
+            let t = v.last_update_ns;
+            self.oldest_live_ns = Some(self.oldest_live_ns.map_or(t, |o| o.min(t)));
+        }
         true
     }
 
-    /// The entry at `p` was read again (whole or by its stamp word): updates the snapshot,
-    /// names its remote node in `out` when its effective values moved, and notes it for
-    /// ageing.
-    fn applied(&mut self, p: usize, clock: &RefreshClock, out: &mut Refresh) {
-        out.rows_read += 1;
-        let Some(row) = self.rows.get(p).copied() else {
-            return;
-        };
-        let (k, v) = self.entries[p];
-        let spine_failed = self.spines[row.spine as usize].failed;
-        let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
-        // Rows mostly come in remote order: a remote node named by the row named before is
-        // not looked up again (a tree insert per row was a third of a 32 768-row refresh).
-        let remote = node(k.remote_as, k.remote_id);
-        match self.snapshot.update_at(p, lqs, signal) {
+    /// Names `remote` in `out` when one of its entries moved (`moved`), and among the
+    /// zero-crossing ones when the move may take a path quality to or from 0. Rows mostly
+    /// come in remote order: a remote node named by the row named before is not looked up
+    /// again (a tree insert per row was a third of a 32 768-row refresh).
+    #[inline]
+    fn name_moved(&mut self, remote: NodeId, moved: EntryMove, out: &mut Refresh) {
+        match moved {
             EntryMove::Unchanged => {}
             EntryMove::Changed => {
                 if self.last_changed != Some(remote) {
@@ -525,6 +534,21 @@ impl PathMirror {
                 self.last_changed = Some(remote);
             }
         }
+    }
+
+    /// The entry at `p` was read again whole: updates the snapshot, names its remote node in
+    /// `out` when its effective values moved, and notes it for ageing. ([`Self::read_word`]
+    /// does the same for the entry whose word it read.)
+    fn applied(&mut self, p: usize, clock: &RefreshClock, out: &mut Refresh) {
+        out.rows_read += 1;
+        let Some(row) = self.rows.get(p).copied() else {
+            return;
+        };
+        let (k, v) = self.entries[p];
+        let spine_failed = self.spines[row.spine as usize].failed;
+        let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
+        let moved = self.snapshot.update_at(p, lqs, signal);
+        self.name_moved(node(k.remote_as, k.remote_id), moved, out);
         self.note(p, clock.now_ns, clock.dead_ns);
     }
 

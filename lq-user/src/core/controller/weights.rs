@@ -242,6 +242,28 @@ impl DestinationWeights {
         }
         // This and the in-place updates below run for every group a step changes, 512 x 64
         // members at a large leaf (issue 15).
+        if self.last_apply_ns.is_some() && self.same_members_no_transition(members) {
+            // Nearly every update at a leaf under LQS noise (25 600 a second at 64 x 512,
+            // issue 41): the same members, sorted, none to or from 0. One pass found it,
+            // where the general path below takes six.
+            for ((q, u), m) in self.qualities.iter_mut().zip(&mut self.up).zip(members) {
+                (*q, *u) = (m.quality, m.local_up);
+            }
+            target_weights_into(members, config.capacity_weighting, &mut self.target);
+            return self.tick(config, now_ns);
+        }
+        self.update_seed(config, members, now_ns)
+    }
+
+    /// [`Self::update_with`] for the seed's weight function, whatever the members: the path
+    /// its one-pass case takes a shortcut through (the test
+    /// `the_one_pass_update_is_the_general_one` holds the two to the same results).
+    fn update_seed(
+        &mut self,
+        config: &ControllerConfig,
+        members: &[MemberInput],
+        now_ns: u64,
+    ) -> Option<Application> {
         let sorted = sorted_members(members);
         let sorted = &*sorted;
 
@@ -296,6 +318,28 @@ impl DestinationWeights {
             return Some(self.finish(config, now_ns, true));
         }
         self.tick(config, now_ns)
+    }
+
+    /// `members` are sorted by uplink id, each once, the destination's members in the same
+    /// order, and none moves to or from 0 (its path quality, or its local uplink up or
+    /// down): what the general path of [`Self::update_with`] finds in several passes.
+    fn same_members_no_transition(&self, members: &[MemberInput]) -> bool {
+        let n = members.len();
+        if n != self.members.len() || n != self.qualities.len() || n != self.up.len() {
+            return false;
+        }
+        let mut previous: Option<UplinkId> = None;
+        for (i, m) in members.iter().enumerate() {
+            if previous.is_some_and(|p| p >= m.uplink)
+                || self.members[i] != m.uplink
+                || (m.quality == 0) != (self.qualities[i] == 0)
+                || m.local_up != self.up[i]
+            {
+                return false;
+            }
+            previous = Some(m.uplink);
+        }
+        true
     }
 
     /// Starts from weights found in the kernel (a restarted daemon adopting its own
@@ -1184,6 +1228,79 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The one-pass update (same members, sorted, no transition to or from 0) gives what
+    /// the general path gives, state and applications, over random inputs that take both:
+    /// noise on every member, paths to and from 0, uplinks down and up, members added and
+    /// removed, members unsorted or repeated, and ticks in between.
+    #[test]
+    fn the_one_pass_update_is_the_general_one() {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(41);
+        let (mut one_pass, mut updates) = (0, 0);
+        for run in 0..200 {
+            let cfg = ControllerConfig {
+                capacity_weighting: run % 2 == 0,
+                gain: [0.25, 0.5, 1.0][run % 3],
+                ..ControllerConfig::default()
+            };
+            let (mut fast, mut general) =
+                (DestinationWeights::default(), DestinationWeights::default());
+            let mut ids: Vec<UplinkId> = (11..11 + rng.random_range(1..8)).collect();
+            let mut now = 0;
+            for _ in 0..60 {
+                now += rng.random_range(1..30) * MS;
+                if rng.random_bool(0.05) {
+                    if rng.random_bool(0.5) && ids.len() > 1 {
+                        ids.remove(rng.random_range(0..ids.len()));
+                    } else {
+                        ids.push(ids.iter().max().unwrap() + 1);
+                    }
+                }
+                let mut m: Vec<MemberInput> = ids
+                    .iter()
+                    .map(|&uplink| MemberInput {
+                        uplink,
+                        quality: if rng.random_bool(0.05) {
+                            0
+                        } else {
+                            rng.random_range(150..=210)
+                        },
+                        local_up: rng.random_bool(0.97),
+                        capacity: Capacity::new(
+                            [100.0, 400.0][rng.random_range(0..2)],
+                            CapacitySource::Link,
+                        )
+                        .unwrap(),
+                    })
+                    .collect();
+                if rng.random_bool(0.03) {
+                    m.reverse();
+                }
+                if rng.random_bool(0.03) {
+                    m.push(m[0]);
+                }
+                if rng.random_bool(0.2) {
+                    assert_eq!(fast.tick(&cfg, now), general.tick(&cfg, now));
+                    continue;
+                }
+                one_pass += usize::from(
+                    fast.last_apply_ns.is_some() && fast.same_members_no_transition(&m),
+                );
+                updates += 1;
+                let a = fast.update(&cfg, &m, now);
+                general.due.0.set(None);
+                let b = general.update_seed(&cfg, &m, now);
+                assert_eq!(a, b, "run {run} at {now}");
+                assert_eq!(fast, general, "run {run} at {now}");
+            }
+        }
+        // Both paths were taken, each for a good share of the updates.
+        assert!(
+            one_pass > updates / 4 && updates - one_pass > updates / 4,
+            "{one_pass} of {updates}"
+        );
     }
 
     #[test]
