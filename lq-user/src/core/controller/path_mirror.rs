@@ -505,11 +505,9 @@ impl PathMirror {
         let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
         let moved = self.snapshot.update_at(p, lqs, signal);
         self.name_moved(remote, moved, out);
-        // `note` of a fresh entry: it may be the oldest live one; a failed spine's come
-        // back with the spine.
+        // `note` of a fresh entry; a failed spine's come back with the spine.
         if !spine_failed {
-            let t = v.last_update_ns;
-            self.oldest_live_ns = Some(self.oldest_live_ns.map_or(t, |o| o.min(t)));
+            self.note_live(v.last_update_ns);
         }
         true
     }
@@ -567,8 +565,14 @@ impl PathMirror {
                 self.expired.push(p as u32);
             }
         } else {
-            self.oldest_live_ns = Some(self.oldest_live_ns.map_or(t, |o| o.min(t)));
+            self.note_live(t);
         }
+    }
+
+    /// A live entry refreshed at `t` may be the oldest one (the next ageing sweep's time).
+    #[inline]
+    fn note_live(&mut self, t: u64) {
+        self.oldest_live_ns = Some(self.oldest_live_ns.map_or(t, |o| o.min(t)));
     }
 }
 

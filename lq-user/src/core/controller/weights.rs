@@ -245,7 +245,7 @@ impl DestinationWeights {
         if self.last_apply_ns.is_some() && self.same_members_no_transition(members) {
             // Nearly every update at a leaf under LQS noise (25 600 a second at 64 x 512,
             // issue 41): the same members, sorted, none to or from 0. One pass found it,
-            // where the general path below takes six.
+            // where the general path (`update_seed`) takes six.
             for ((q, u), m) in self.qualities.iter_mut().zip(&mut self.up).zip(members) {
                 (*q, *u) = (m.quality, m.local_up);
             }
