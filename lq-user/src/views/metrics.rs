@@ -237,6 +237,16 @@ pub fn render(
             w.path_rows_read_by_word,
         );
         o.counter(
+            "lq_ageing_sweeps_total",
+            "Ageing sweeps of the path table's refresh stamps (seed 003 section 6.5), once the oldest live entry may have aged.",
+            w.ageing_sweeps,
+        );
+        o.counter(
+            "lq_ageing_sweeps_skipped_total",
+            "Ageing sweeps found unnecessary: every row read and found fresh since the last sweep.",
+            w.ageing_sweeps_skipped,
+        );
+        o.counter(
             "lq_neighbor_failures_total",
             "Spines declared failed by missed heartbeats (seed 003 section 6.5).",
             w.neighbor_failures,

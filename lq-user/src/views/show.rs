@@ -289,6 +289,11 @@ pub fn weights_view_table(w: &WeightsView) -> String {
         "control steps: {}  path table rows read: {} (by their stamp words: {})  spines declared failed (6.5): {}",
         w.control_steps, w.path_rows_read, w.path_rows_read_by_word, w.neighbor_failures,
     );
+    let _ = writeln!(
+        s,
+        "ageing sweeps (6.5): {}  found unnecessary (every row read fresh since the last): {}",
+        w.ageing_sweeps, w.ageing_sweeps_skipped,
+    );
     if w.foreign_nexthop_writes > 0 {
         let _ = writeln!(
             s,
@@ -567,10 +572,13 @@ mod tests {
             }],
             group_replaces: 3,
             bucket_neutral_replaces: 1,
+            ageing_sweeps: 5,
+            ageing_sweeps_skipped: 40,
             ..WeightsView::default()
         };
         let json = serde_json::to_value(&w).unwrap();
         assert_eq!(json["groups"][0]["members"][0]["remote-lqs"], 72);
+        assert_eq!(json["ageing-sweeps-skipped"], 40);
         assert_eq!(json["groups"][0]["prefixes"][1], "10.4.1.0/24");
         let t = weights_table(&json);
         assert_eq!(t, weights_view_table(&w));
@@ -586,7 +594,7 @@ mod tests {
         );
         assert!(
             t.ends_with(
-                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0  gray-failure prunes: 0\nbuckets moved: 0  not written (no bucket move helps): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\ngroup computations: 0  waited for their T_reweight boundary: 0\ncontrol steps: 0  path table rows read: 0 (by their stamp words: 0)  spines declared failed (6.5): 0\n"
+                "group replaces: 3 (moving no bucket: 1)  refused: 0  member deletes on spine failure: 0  gray-failure prunes: 0\nbuckets moved: 0  not written (no bucket move helps): 0  holds: 0 started, 0 now  replaces by cause: install 0, members 0, moves 0, hold expired 0, every step 0\ngroup computations: 0  waited for their T_reweight boundary: 0\ncontrol steps: 0  path table rows read: 0 (by their stamp words: 0)  spines declared failed (6.5): 0\nageing sweeps (6.5): 5  found unnecessary (every row read fresh since the last): 40\n"
             ),
             "{t}"
         );

@@ -227,6 +227,13 @@ pub struct WeightsView {
     /// the whole row: the default unless the weights read the available bandwidth).
     #[serde(default)]
     pub path_rows_read_by_word: u64,
+    /// Ageing sweeps (6.5: every row's refresh stamp read, once the oldest live entry may
+    /// have aged), and those found unnecessary (every row read and found fresh since the
+    /// last one).
+    #[serde(default)]
+    pub ageing_sweeps: u64,
+    #[serde(default)]
+    pub ageing_sweeps_skipped: u64,
     /// Spines declared failed by missed heartbeats (6.5).
     #[serde(default)]
     pub neighbor_failures: u64,

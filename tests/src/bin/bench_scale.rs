@@ -36,7 +36,9 @@
 //! - `leaf_path_rows_read_per_s_64x512` (baseline: the entries sent a second, each of which
 //!   changed), the path table's rows lqd's control steps read,
 //!   `leaf_path_rows_read_by_word_per_s_64x512` (baseline: those rows) the ones read by
-//!   their stamp words alone, and
+//!   their stamp words alone, `leaf_ageing_sweeps_per_s_64x512` (baseline: the sweeps
+//!   found unnecessary, every row read fresh since the last) the ageing sweeps of the
+//!   32 768 refresh stamps, and
 //!   `leaf_control_steps_per_s_64x512`, `leaf_lqd_wakeups_per_s_64x512` (baseline: the
 //!   control steps) the times lqd's threads were switched out, its wake-ups;
 //!   `leaf_spine_failures_per_s_64x512` (baseline: the churn's one failure every
@@ -463,6 +465,9 @@ struct Replaces {
     /// Of those, read by their stamp words alone (0 from an lqd without them).
     rows_read_by_word: u64,
     failures: u64,
+    /// Ageing sweeps done, and found unnecessary (0 from an lqd without the counts).
+    sweeps: u64,
+    sweeps_skipped: u64,
 }
 
 fn replace_counts(lqd: &Lqd) -> Replaces {
@@ -481,6 +486,8 @@ fn replace_counts(lqd: &Lqd) -> Replaces {
         rows_read: n("path-rows-read"),
         rows_read_by_word: n("path-rows-read-by-word"),
         failures: n("neighbor-failures"),
+        sweeps: n("ageing-sweeps"),
+        sweeps_skipped: n("ageing-sweeps-skipped"),
     }
 }
 
@@ -505,6 +512,9 @@ struct Window {
     rows_read_rate: f64,
     rows_read_by_word_rate: f64,
     failure_rate: f64,
+    /// Ageing sweeps done, and found unnecessary, a second.
+    sweep_rate: f64,
+    sweep_skipped_rate: f64,
     /// Real events (or toggles) sent, and those of them that move a bucket.
     event_rate: f64,
     moving_event_rate: f64,
@@ -587,6 +597,8 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         rows_read_rate: rate(g0.rows_read, g1.rows_read),
         rows_read_by_word_rate: rate(g0.rows_read_by_word, g1.rows_read_by_word),
         failure_rate: rate(g0.failures, g1.failures),
+        sweep_rate: rate(g0.sweeps, g1.sweeps),
+        sweep_skipped_rate: rate(g0.sweeps_skipped, g1.sweeps_skipped),
         event_rate,
         moving_event_rate,
         neutral_fraction: g1.neutral.saturating_sub(g0.neutral) as f64 / replaces.max(1) as f64,
@@ -598,7 +610,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
     let machine =
         (m1.busy() - m0.busy()) as f64 / (m1.total() - m0.total()).max(1) as f64 * cpus * 100.0;
     eprintln!(
-        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computations/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; {:.0} control steps/s ({:.0} wake-ups of lqd/s) reading {:.0} path table rows/s ({:.0} by their stamp words); {:.2} spines declared failed/s; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
+        "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computations/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; {:.0} control steps/s ({:.0} wake-ups of lqd/s) reading {:.0} path table rows/s ({:.0} by their stamp words), {:.1} ageing sweeps/s ({:.1} found unnecessary); {:.2} spines declared failed/s; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
         w.xdp_ns_per_entry,
         w.replace_rate,
         g1.neutral.saturating_sub(g0.neutral) as f64 / secs,
@@ -613,6 +625,8 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         w.wakeup_rate,
         w.rows_read_rate,
         w.rows_read_by_word_rate,
+        w.sweep_rate,
+        w.sweep_skipped_rate,
         w.failure_rate,
         w.sender_pct,
         w.verified_rate,
@@ -1027,6 +1041,14 @@ fn measure(
         "rows/s",
         None,
         Some(med(&fabric, |w| w.rows_read_rate)),
+    );
+    // Baseline: the sweeps found unnecessary (every row read fresh since the last one).
+    emit(
+        "leaf_ageing_sweeps_per_s_64x512",
+        med(&fabric, |w| w.sweep_rate),
+        "sweeps/s",
+        None,
+        Some(med(&fabric, |w| w.sweep_skipped_rate)),
     );
     emit(
         "leaf_control_steps_per_s_64x512",

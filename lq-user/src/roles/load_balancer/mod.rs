@@ -1867,6 +1867,8 @@ impl LoadBalancer {
             control_steps: self.control_steps,
             path_rows_read: self.path_rows_read,
             path_rows_read_by_word: self.path_rows_read_by_word,
+            ageing_sweeps: self.mirror.sweeps().0,
+            ageing_sweeps_skipped: self.mirror.sweeps().1,
             neighbor_failures: self.neighbor_failures,
             buckets_moved: self.buckets_moved,
             holds_started: self.holds_started,
