@@ -20,10 +20,11 @@
 //!   1.05 ms early); an entry is aged only after its row says so. A row's known stamp is
 //!   always one read from the stamp array (the first sweep after a rebuild only records
 //!   them). Without stamps (pins of an older lqd) the sweep reads every row whose known
-//!   refresh time has reached its dead interval. A sweep due when every row has been read
-//!   and found fresh since the last one (under a fabric's churn, every row by its stamp
-//!   word every T_notify) is not done: no row can have aged, and the oldest refresh time
-//!   noted since is the next sweep's;
+//!   refresh time has reached its dead interval. A sweep due when every row it would
+//!   judge (neither expired nor of a failed spine) has been read and found fresh since the
+//!   last one (under a fabric's churn, every row by its stamp word every T_notify) is not
+//!   done: no row can have aged, and the oldest refresh time noted since is the next
+//!   sweep's;
 //! * the expired entries themselves, alone, at every step (a refresh that revives one
 //!   sends no event either);
 //! * spines that failed or recovered by heartbeat since the last step.
@@ -289,6 +290,13 @@ impl PathMirror {
             if now_failed != spine.failed {
                 spine.failed = now_failed;
                 full.insert(i as u32);
+                if now_failed {
+                    // Its rows leave the sweeps: those noted in this epoch are no longer
+                    // counted among the rows a sweep would judge.
+                    for &p in &spine.positions {
+                        unnote(&mut self.rows[p as usize], self.epoch, &mut self.epoch_rows);
+                    }
+                }
             }
         }
         // The named rows of the spines not read in full below (a row read in full later in
@@ -377,26 +385,41 @@ impl PathMirror {
         (self.sweeps, self.sweeps_skipped)
     }
 
-    /// Whether a sweep due now would find nothing: every row has been noted live (read,
-    /// whole or by its word, and found fresh) since the last sweep, and the oldest time
-    /// noted has not reached its dead interval. Every row's known refresh time is then at
+    /// Whether a sweep due now would find nothing: every row a sweep judges (not expired,
+    /// not of a failed spine: [`Self::swept_rows`]) has been noted live (read, whole or by
+    /// its word, and found fresh) since the last sweep, and the oldest time noted has not
+    /// reached its dead interval. Every row's known refresh time is then at
     /// least that oldest one (a row's time is noted whenever it is set, and only rises
     /// between rebuilds), so no row may have aged, and the next sweep is due when that
     /// time's dead interval ends. Under a fabric's churn every row is read by its word
     /// every T_notify (issue 41), and the sweep read its 32 768 stamps again every 40 ms at
     /// a leaf of 64 x 512: lines the receiver's core had written, a twentieth of lqd's CPU.
-    /// Rows of failed spines and expired rows are never noted live: while any is left,
-    /// the sweep runs as before.
+    /// Rows of failed spines and expired rows are never noted live, and a row noted before
+    /// it expired or its spine failed is no longer counted ([`unnote`]): while a spine is
+    /// failed (the churn's spine silent 500 ms every 10 s, issue 41) or a remote node's
+    /// entry stays expired, sweeps are skipped too. The epoch's count only ever holds rows
+    /// that are judged now, so it equals their number only when each was noted.
     fn every_row_noted_since_sweep(&self, clock: &RefreshClock) -> bool {
         #[cfg(test)]
         if self.sweep_always {
             return false;
         }
         self.stamps_known
-            && self.epoch_rows == self.rows.len()
+            && self.epoch_rows == self.swept_rows()
             && self
                 .epoch_oldest_ns
                 .is_some_and(|t| !entry_expired(t, clock.now_ns, clock.dead_ns))
+    }
+
+    /// The rows a sweep judges: those neither expired (read alone at every step) nor of a
+    /// failed spine (read again when it recovers). The two sets are disjoint after a
+    /// refresh (a failed spine's rows are never noted, so never expired).
+    fn swept_rows(&self) -> usize {
+        let failed: usize = (self.spines.iter())
+            .filter(|s| s.failed)
+            .map(|s| s.positions.len())
+            .sum();
+        self.rows.len().saturating_sub(self.expired.len() + failed)
     }
 
     /// Starts an ageing epoch: no row noted in it yet.
@@ -632,6 +655,8 @@ impl PathMirror {
                 row.expired = true;
                 self.expired.push(p as u32);
             }
+            // Read alone at every step, not by sweeps: not a row a sweep would judge.
+            unnote(row, self.epoch, &mut self.epoch_rows);
         } else {
             self.note_live(p, t);
         }
@@ -649,6 +674,16 @@ impl PathMirror {
             row.noted_in = self.epoch;
             self.epoch_rows += 1;
         }
+    }
+}
+
+/// A row noted live in `epoch` that a sweep no longer judges (it expired, or its spine
+/// failed) is no longer counted in `epoch_rows`: the count stays that of the rows a sweep
+/// would judge and that have been noted ([`PathMirror::every_row_noted_since_sweep`]).
+fn unnote(row: &mut RowState, epoch: u32, epoch_rows: &mut usize) {
+    if row.noted_in == epoch {
+        row.noted_in = 0;
+        *epoch_rows = epoch_rows.saturating_sub(1);
     }
 }
 
@@ -1209,8 +1244,12 @@ mod tests {
         use rand::{Rng as _, SeedableRng as _};
         let mut rng = rand::rngs::SmallRng::seed_from_u64(29);
         let (mut skipped, mut done) = (0, 0);
+        // Runs with a spine silent and failed for a long time and an entry silent for
+        // good: sweeps judge neither, so they are skipped there too.
+        let (mut skipped_failed, mut done_failed) = (0, 0);
         for run in 0..40 {
             let calm = run % 8 >= 4;
+            let long_failure = run % 8 == 3;
             let mut kernel = table(4, 8, 10 * MS, |_, _| 200);
             let (mut skipping, mut sweeping) = (PathMirror::default(), PathMirror::default());
             sweeping.sweep_always = true;
@@ -1226,11 +1265,27 @@ mod tests {
             let mut now = 10 * MS;
             while now < 600 * MS {
                 now += rng.random_range(500_000..4_000_000);
-                if !calm && rng.random_bool(0.01) {
+                if long_failure {
+                    // The entry at position 0 silent for good; spine 2 silent from 100 ms
+                    // and failed by heartbeat 170-450 ms.
+                    silent_until[0] = u64::MAX;
+                    if now >= 100 * MS {
+                        for (p, (k, _)) in kernel.iter().enumerate() {
+                            if k.spine_id == 2 {
+                                silent_until[p] = silent_until[p].max(450 * MS);
+                            }
+                        }
+                    }
+                    if (170 * MS..450 * MS).contains(&now) {
+                        failed.insert(node(0, 2));
+                    } else {
+                        failed.remove(&node(0, 2));
+                    }
+                } else if !calm && rng.random_bool(0.01) {
                     let p = rng.random_range(0..kernel.len());
                     silent_until[p] = now + rng.random_range(20..150) * MS;
                 }
-                if !calm && rng.random_bool(0.005) {
+                if !calm && !long_failure && rng.random_bool(0.005) {
                     let s = node(0, rng.random_range(1..=4));
                     if !failed.remove(&s) {
                         failed.insert(s);
@@ -1273,9 +1328,11 @@ mod tests {
                     "run {run} at {now}"
                 );
             }
+            let (d, s) = skipping.sweeps();
             if calm {
-                let (d, s) = skipping.sweeps();
                 (done, skipped) = (done + d, skipped + s);
+            } else if long_failure {
+                (done_failed, skipped_failed) = (done_failed + d, skipped_failed + s);
             }
             assert_eq!(sweeping.sweeps().1, 0);
         }
@@ -1283,6 +1340,71 @@ mod tests {
             skipped > 3 * done,
             "calm runs: {skipped} sweeps skipped, {done} done"
         );
+        assert!(
+            skipped_failed > done_failed,
+            "runs with a long failure: {skipped_failed} sweeps skipped, {done_failed} done"
+        );
+    }
+
+    /// A spine that fails after its rows were noted in an epoch takes them out of the
+    /// count: a silent spine's rows, not noted in that epoch, are still found aged by the
+    /// sweep that falls due. Spines 1, 2 and 4 send at 10 + 20 k ms, spine 3 at another
+    /// phase; spine 4 is silent after 90 ms (its entries dead from 151 ms); spine 3 fails
+    /// (still sending) at each time of 100-180 ms in turn. A mirror that always sweeps
+    /// holds the same snapshot at every step.
+    #[test]
+    fn rows_noted_before_their_spine_failed_do_not_stand_for_rows_not_noted() {
+        let none = BTreeSet::new();
+        let mut skipped = 0;
+        for phase in 0..20 {
+            for fail_at in (100..180).step_by(2) {
+                let mut kernel = table(4, 8, 10 * MS, |_, _| 200);
+                let (mut skipping, mut sweeping) = (PathMirror::default(), PathMirror::default());
+                sweeping.sweep_always = true;
+                for m in [&mut skipping, &mut sweeping] {
+                    m.set_qualities_only(true);
+                    m.rebuild(kernel.clone(), 0, 10 * MS, DEAD, &none);
+                }
+                let mut expired_at = None;
+                for t in 11..=200u64 {
+                    let mut named_rows = Vec::new();
+                    for (p, (k, v)) in kernel.iter_mut().enumerate() {
+                        let sends = match k.spine_id {
+                            3 => t % 20 == phase,
+                            4 => t % 20 == 10 && t <= 90,
+                            _ => t % 20 == 10,
+                        };
+                        if sends {
+                            v.last_update_ns = t * MS;
+                            named_rows.push(p as u32);
+                        }
+                    }
+                    let failed: BTreeSet<NodeId> = if t >= fail_at {
+                        [node(0, 3)].into()
+                    } else {
+                        BTreeSet::new()
+                    };
+                    let mut outs = Vec::new();
+                    for m in [&mut skipping, &mut sweeping] {
+                        let mut rows = Stamped {
+                            kernel: &kernel,
+                            rows_read: 0,
+                        };
+                        let r = m.refresh(&none, &named_rows, clock(0, t * MS), &failed, &mut rows);
+                        outs.push(r.changed_remotes);
+                    }
+                    let at = (phase, fail_at, t);
+                    assert_eq!(outs[0], outs[1], "{at:?}");
+                    assert_eq!(skipping.snapshot(), sweeping.snapshot(), "{at:?}");
+                    if skipping.snapshot().links(node(0, 4), node(0, 100)) == [(7, 0)] {
+                        expired_at.get_or_insert(t);
+                    }
+                }
+                assert_eq!(expired_at, Some(151), "{phase} {fail_at}");
+                skipped += skipping.sweeps().1;
+            }
+        }
+        assert!(skipped > 0);
     }
 
     #[test]
