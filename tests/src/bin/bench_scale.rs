@@ -23,7 +23,10 @@
 //! issue 41):
 //! - `leaf_cpu_pct_64x512`: the leaf's CPU as a share of one core: the XDP receiver's run
 //!   time (the kernel's BPF statistics, `BPF_ENABLE_STATS` held for the run) plus lqd's CPU
-//!   time (every thread's `schedstat`, the replaces' kernel time included). The veth
+//!   time (every thread's `schedstat`, the replaces' kernel time included). lqd's own
+//!   counters are asked for (`lqd show`) just before a window opens and just after it
+//!   closes, not inside it: a snapshot of 512 groups and its JSON are the harness's
+//!   requests, not the leaf's steady work. The veth
 //!   driver's own cost is the virtual link's, not the leaf's, and is not counted; the whole
 //!   machine's busy share is printed beside it. Its parts: `leaf_lqd_cpu_pct_64x512`,
 //!   `leaf_xdp_cpu_pct_64x512` and `leaf_xdp_ns_per_entry_64x512` (run time per entry sent).
@@ -547,41 +550,51 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         let n = |k: &str| c[k].as_u64().unwrap_or(0);
         (n("auth_hand_back_run_ns"), n("auth_verified"))
     };
-    // lqd's counters right after the sender's (they are as of lqd's last published
-    // snapshot, a few ms old at most).
-    let (cpu0, switches0, (rt0, _), m0, s0, a0, g0, t0, wall0) = (
+    // lqd's own counters, asked for (`lqd show`) just before the window opens and just
+    // after it closes, each pair timed at its middle: a snapshot of 512 groups and its
+    // JSON cost lqd tens of ms, the harness's requests and not the leaf's steady work,
+    // and inside the window they were about a twentieth of lqd's figure (session 44).
+    let lqd_counters = || {
+        let asked = Instant::now();
+        let (a, g) = (auth(lqd), replace_counts(lqd));
+        (a, g, asked + asked.elapsed() / 2)
+    };
+    let (a0, g0, counted0) = lqd_counters();
+    let (cpu0, switches0, (rt0, _), m0, s0, t0, wall0) = (
         process_cpu_ns(pid)?,
         process_context_switches(pid)?,
         program_stats(prog)?,
         ProcStat::read()?.machine,
         counts(sent),
-        auth(lqd),
-        replace_counts(lqd),
         thread_cpu_ns(tid)?,
         Instant::now(),
     );
     std::thread::sleep(WINDOW);
-    let (cpu1, switches1, (rt1, _), m1, s1, a1, g1, t1) = (
+    let (cpu1, switches1, (rt1, _), m1, s1, t1) = (
         process_cpu_ns(pid)?,
         process_context_switches(pid)?,
         program_stats(prog)?,
         ProcStat::read()?.machine,
         counts(sent),
-        auth(lqd),
-        replace_counts(lqd),
         thread_cpu_ns(tid)?,
     );
     let wall = wall0.elapsed().as_nanos() as f64;
+    let (a1, g1, counted1) = lqd_counters();
     let secs = wall / 1e9;
+    // lqd's counters cover their own interval, a little longer than the window.
+    let counted_secs = counted1.duration_since(counted0).as_secs_f64().max(1e-9);
     let lqd_pct = (cpu1 - cpu0) as f64 / wall * 100.0;
     // The program's runs on the wire: its run time less the runs lqd made through
-    // BPF_PROG_TEST_RUN (in lqd's CPU time already).
-    let hand_back_ns = a1.0.saturating_sub(a0.0) as f64;
+    // BPF_PROG_TEST_RUN (in lqd's CPU time already), scaled to the window.
+    let hand_back_ns = a1.0.saturating_sub(a0.0) as f64 * secs / counted_secs;
     let xdp_ns = ((rt1 - rt0).as_nanos() as f64 - hand_back_ns).max(0.0);
     let xdp_pct = xdp_ns / wall * 100.0;
-    let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
-    let (sent_rate, entry_rate) = (rate(s0.0, s1.0), rate(s0.1, s1.1));
-    let (event_rate, moving_event_rate) = (rate(s0.2, s1.2), rate(s0.3, s1.3));
+    let per_window_s = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+    let (sent_rate, entry_rate) = (per_window_s(s0.0, s1.0), per_window_s(s0.1, s1.1));
+    let (event_rate, moving_event_rate) = (per_window_s(s0.2, s1.2), per_window_s(s0.3, s1.3));
+    let wakeup_rate = per_window_s(switches0, switches1);
+    // lqd's counters, over their interval.
+    let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / counted_secs;
     let replaces = g1.done.saturating_sub(g0.done);
     let w = Window {
         lqd_pct,
@@ -589,11 +602,11 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         sent_rate,
         entry_rate,
         xdp_ns_per_entry: xdp_ns / (s1.1.saturating_sub(s0.1)).max(1) as f64,
-        replace_rate: replaces as f64 / secs,
+        replace_rate: replaces as f64 / counted_secs,
         buckets_moved_rate: rate(g0.buckets_moved, g1.buckets_moved),
         computation_rate: rate(g0.computations, g1.computations),
         step_rate: rate(g0.steps, g1.steps),
-        wakeup_rate: rate(switches0, switches1),
+        wakeup_rate,
         rows_read_rate: rate(g0.rows_read, g1.rows_read),
         rows_read_by_word_rate: rate(g0.rows_read_by_word, g1.rows_read_by_word),
         failure_rate: rate(g0.failures, g1.failures),
@@ -613,7 +626,7 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
         "{label}: lqd {lqd_pct:.2} % + XDP {xdp_pct:.2} % of a core; {sent_rate:.0} datagrams/s, {entry_rate:.0} entries/s sent, XDP {:.1} ns an entry; {event_rate:.0} events/s sent, {moving_event_rate:.0} of them moving a bucket; {:.0} group replaces/s ({:.0} moving no bucket), {:.0} buckets moved/s, {:.0} computations/s not written, {:.0} group computations/s ({:.0} waits for a T_reweight boundary/s), replaces/s by cause: members {:.0}, moves {:.0}, hold expired {:.0}; {:.0} control steps/s ({:.0} wake-ups of lqd/s) reading {:.0} path table rows/s ({:.0} by their stamp words), {:.1} ageing sweeps/s ({:.1} found unnecessary); {:.2} spines declared failed/s; sender thread {:.2} %; authenticated {:.0}/s, their hand-back runs {:.2} % (in lqd's); machine busy {machine:.0} % of one core",
         w.xdp_ns_per_entry,
         w.replace_rate,
-        g1.neutral.saturating_sub(g0.neutral) as f64 / secs,
+        g1.neutral.saturating_sub(g0.neutral) as f64 / counted_secs,
         w.buckets_moved_rate,
         rate(g0.not_written, g1.not_written),
         w.computation_rate,
