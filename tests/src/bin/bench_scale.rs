@@ -552,8 +552,9 @@ fn window(lqd: &Lqd, pid: u32, prog: u32, sent: &Sent, label: &str) -> Result<Wi
     };
     // lqd's own counters, asked for (`lqd show`) just before the window opens and just
     // after it closes, each pair timed at its middle: a snapshot of 512 groups and its
-    // JSON cost lqd tens of ms, the harness's requests and not the leaf's steady work,
-    // and inside the window they were about a twentieth of lqd's figure (session 44).
+    // JSON cost lqd tens of ms, the harness's requests and not the leaf's steady work
+    // (a profile put them near 0.4 of a point inside the window; two alternated pairs
+    // could not resolve that from the host's noise, session 44).
     let lqd_counters = || {
         let asked = Instant::now();
         let (a, g) = (auth(lqd), replace_counts(lqd));
