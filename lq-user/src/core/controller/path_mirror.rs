@@ -110,6 +110,8 @@ pub struct Refresh {
 struct RowState {
     /// Its spine's index in [`PathMirror::spines`].
     spine: u32,
+    /// Its remote node's index in [`PathMirror::remotes`].
+    remote: u32,
     /// The stamp of its refresh time as known (from the row or the last sweep).
     stamp: u16,
     /// In [`PathMirror::expired`].
@@ -142,6 +144,16 @@ pub struct PathMirror {
     snapshot: PathSnapshot,
     spines: Vec<SpineRows>,
     spine_index: BTreeMap<NodeId, u32>,
+    /// The remote nodes, sorted (as `entries` are), and per remote node the refresh that
+    /// last named it changed ([`Self::refreshes`]).
+    remotes: Vec<NodeId>,
+    remote_named_in: Vec<u32>,
+    /// The remote nodes (indexes in `remotes`) this refresh named changed, each once: put
+    /// in `Refresh::changed_remotes` at its end, sorted, in one build. (A tree insert per
+    /// remote node named, and one per row where rows do not come in remote order, was
+    /// most of what naming cost: under a fabric's churn every step names all 512 remote
+    /// nodes of a 64 x 512 leaf, issue 41.)
+    named_remotes: Vec<u32>,
     /// Positions of the entries of live spines that had expired at their last read: read
     /// again, alone, at every step. (A spine that stopped advertising a remote node keeps
     /// its slot for ever: that row, not the spine's 512, is read at every step.)
@@ -157,8 +169,6 @@ pub struct PathMirror {
     /// row's stamp is taken from the stamp array, never derived from the row, so that a
     /// stamp array younger than the table, after an upgrade, is not read as refreshes.)
     stamps_known: bool,
-    /// The remote node this refresh named last (its rows come together).
-    last_changed: Option<NodeId>,
     /// Per spine, read in full by this refresh: kept so that a refresh allocates nothing.
     in_full: Vec<bool>,
     /// Read a row by its stamp word where that suffices ([`Self::set_qualities_only`]).
@@ -230,7 +240,13 @@ impl PathMirror {
             PathSnapshot::from_entries(entries.iter().copied(), now_ns, dead_interval_ns, failed);
         self.spines.clear();
         self.spine_index.clear();
+        self.remotes.clear();
         for (i, (k, _)) in entries.iter().enumerate() {
+            let remote = node(k.remote_as, k.remote_id);
+            if self.remotes.last() != Some(&remote) {
+                self.remotes.push(remote);
+            }
+            self.rows[i].remote = self.remotes.len() as u32 - 1;
             let spine = node(k.spine_as, k.spine_id);
             let index = *self.spine_index.entry(spine).or_insert_with(|| {
                 self.spines.push(SpineRows {
@@ -243,6 +259,8 @@ impl PathMirror {
             self.spines[index as usize].positions.push(i as u32);
             self.rows[i].spine = index;
         }
+        self.remote_named_in.clear();
+        self.remote_named_in.resize(self.remotes.len(), 0);
         self.entries = entries;
         self.expired.clear();
         self.oldest_live_ns = None;
@@ -272,8 +290,9 @@ impl PathMirror {
             // equal a refresh to come, or that refresh would skip the row.
             self.refreshes = 1;
             self.rows.iter_mut().for_each(|r| r.read_in = 0);
+            self.remote_named_in.iter_mut().for_each(|r| *r = 0);
         }
-        self.last_changed = None;
+        self.named_remotes.clear();
         // The expired rows: taken out of the list first; every row read below is noted
         // again (back on the list while still expired).
         let expired = std::mem::take(&mut self.expired);
@@ -376,6 +395,11 @@ impl PathMirror {
                 self.sweep(&clock, table, &mut out);
             }
         }
+        self.named_remotes.sort_unstable();
+        let remotes = &self.remotes;
+        out.changed_remotes = (self.named_remotes.iter())
+            .map(|&r| remotes[r as usize])
+            .collect();
         out
     }
 
@@ -589,9 +613,8 @@ impl PathMirror {
         // nearly every row of the table at every T_notify (1.6 M a second at a leaf of a
         // 64 x 512 fabric, issue 41), and `applied` looked the row, the entry and the
         // spine up again and judged the entry's age twice more.
-        let spine = row.spine as usize;
+        let (spine, remote) = (row.spine as usize, row.remote);
         let v = entry.1;
-        let remote = node(entry.0.remote_as, entry.0.remote_id);
         let spine_failed = self.spines[spine].failed;
         let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
         let moved = self.snapshot.update_at(p, lqs, signal);
@@ -603,25 +626,23 @@ impl PathMirror {
         true
     }
 
-    /// Names `remote` in `out` when one of its entries moved (`moved`), and among the
-    /// zero-crossing ones when the move may take a path quality to or from 0. Rows mostly
-    /// come in remote order: a remote node named by the row named before is not looked up
-    /// again (a tree insert per row was a third of a 32 768-row refresh).
+    /// Names the remote node at `remote` (in [`Self::remotes`]) changed when one of its
+    /// entries moved (`moved`), and among the zero-crossing ones in `out` when the move may
+    /// take a path quality to or from 0 (rare: put in at once).
     #[inline]
-    fn name_moved(&mut self, remote: NodeId, moved: EntryMove, out: &mut Refresh) {
-        match moved {
-            EntryMove::Unchanged => {}
-            EntryMove::Changed => {
-                if self.last_changed != Some(remote) {
-                    out.changed_remotes.insert(remote);
-                    self.last_changed = Some(remote);
-                }
-            }
-            EntryMove::CrossesZero => {
-                out.changed_remotes.insert(remote);
-                out.zero_crossing_remotes.insert(remote);
-                self.last_changed = Some(remote);
-            }
+    fn name_moved(&mut self, remote: u32, moved: EntryMove, out: &mut Refresh) {
+        if moved == EntryMove::Unchanged {
+            return;
+        }
+        if let Some(named_in) = self.remote_named_in.get_mut(remote as usize)
+            && *named_in != self.refreshes
+        {
+            *named_in = self.refreshes;
+            self.named_remotes.push(remote);
+        }
+        if moved == EntryMove::CrossesZero {
+            out.zero_crossing_remotes
+                .insert(self.remotes[remote as usize]);
         }
     }
 
@@ -633,11 +654,11 @@ impl PathMirror {
         let Some(row) = self.rows.get(p).copied() else {
             return;
         };
-        let (k, v) = self.entries[p];
+        let v = self.entries[p].1;
         let spine_failed = self.spines[row.spine as usize].failed;
         let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
         let moved = self.snapshot.update_at(p, lqs, signal);
-        self.name_moved(node(k.remote_as, k.remote_id), moved, out);
+        self.name_moved(row.remote, moved, out);
         self.note(p, clock.now_ns, clock.dead_ns);
     }
 
