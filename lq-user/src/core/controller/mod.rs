@@ -11,9 +11,12 @@
 //! * [`weights`]: targets, damping, quantisation, bucket remapping (6.3, 6.4).
 //! * [`replace`]: which computed weight changes are written to the kernel's group (6.4;
 //!   issue 41).
+//! * [`boundary_wait`]: the remote nodes whose groups wait for their T_reweight boundary
+//!   (6.4; issue 41).
 //! * [`integral`]: the capacity x integral-controller weight function (4.1, issue 12).
 //! * [`local_quality`]: local_quality(S) measured on the leaf's uplinks (6.3, Appendix A).
 
+pub mod boundary_wait;
 pub mod config;
 pub mod effective;
 pub mod heartbeat;

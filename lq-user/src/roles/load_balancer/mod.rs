@@ -23,6 +23,7 @@ use tracing::{debug, error, info, trace, warn};
 use crate::{
     config::Config,
     core::controller::{
+        boundary_wait::BoundaryWait,
         config::{ControllerConfig, GroupKind, ParallelLinkAggregation, WeightFunction},
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
         path_mirror::{PathMirror, RefreshClock, TableRows},
@@ -204,9 +205,10 @@ pub struct LoadBalancer {
     /// `groups`' generation when the step last pruned and indexed what it keeps per group.
     groups_seen: Option<u64>,
     /// The groups of each remote node (adopted ones left out: they are not recomputed), as
-    /// of `groups_seen`: a step that recomputes only the remote nodes whose entries moved
-    /// finds their groups here instead of walking every group.
-    groups_by_remote: BTreeMap<NodeId, Vec<GroupKey>>,
+    /// of `groups_seen`, and those waiting for their T_reweight boundary
+    /// (`groups_to_compute`, issue 41): a step that recomputes only the remote nodes whose
+    /// entries moved finds their groups there instead of walking every group.
+    boundary_wait: BoundaryWait,
     routes: BTreeMap<Prefix, RouteState>,
     /// Group ids of lq's that no group owns any more: deleted once no route of lqd's
     /// names them (deleting a group deletes the routes through it).
@@ -238,19 +240,6 @@ pub struct LoadBalancer {
     rebuild_needed: bool,
     /// Groups computed at least once (a new group is computed at its first step).
     computed: BTreeSet<GroupKey>,
-    /// Remote nodes whose entries moved since their groups were last computed, waiting for
-    /// their groups' next T_reweight boundary (`groups_to_compute`, issue 41), with that
-    /// boundary (the earliest of the remote node's groups, as of when it was deferred: a
-    /// group's last application moves only when it is computed or ticked, and a due tick
-    /// is a computation here).
-    deferred_remotes: BTreeMap<NodeId, u64>,
-    /// The earliest boundary among them (`next_due` wakes the loop for it); before it no
-    /// step walks them (`take_deferred_due`). At most early: a remote node computed before
-    /// its boundary leaves it in place until the next walk.
-    deferred_due_ns: Option<u64>,
-    /// How many groups the deferred remote nodes have (counted per step in
-    /// `group_computations_deferred` without walking them).
-    deferred_groups: u64,
     /// Group computations done (6.3), and those that waited for their T_reweight boundary
     /// (per group and step), for `lqd show weights` and the metrics.
     pub group_computations: u64,
@@ -457,7 +446,7 @@ impl LoadBalancer {
             measured_local: None,
             groups: GroupTable::default(),
             groups_seen: None,
-            groups_by_remote: BTreeMap::new(),
+            boundary_wait: BoundaryWait::default(),
             routes: BTreeMap::new(),
             orphans: BTreeSet::new(),
             regroup_needed: true,
@@ -472,9 +461,6 @@ impl LoadBalancer {
             named_slots: Vec::new(),
             rebuild_needed: true,
             computed: BTreeSet::new(),
-            deferred_remotes: BTreeMap::new(),
-            deferred_due_ns: None,
-            deferred_groups: 0,
             group_computations: 0,
             group_computations_deferred: 0,
             control_steps: 0,
@@ -1135,20 +1121,21 @@ impl LoadBalancer {
         // What the step keeps per group follows the groups' keys: pruned and indexed again
         // only when the set of keys moved (`GroupTable`), not walked at every step.
         let groups_moved = self.groups_seen != Some(self.groups.generation());
+        let all_considered = full || shared_moved || groups_moved;
+        // The remote nodes waiting for their boundary, when every group is considered below
+        // (they are computed now): taken before the groups are indexed again.
+        let waiting: Vec<NodeId> = if all_considered {
+            self.boundary_wait.waiting_remotes()
+        } else {
+            Vec::new()
+        };
         if groups_moved {
             self.groups_seen = Some(self.groups.generation());
-            self.groups_by_remote.clear();
-            for key in self.groups.keys().filter(|k| k.adopted.is_none()) {
-                if let Some(r) = key.remote {
-                    self.groups_by_remote
-                        .entry(r)
-                        .or_default()
-                        .push(key.clone());
-                }
-            }
+            self.boundary_wait
+                .index(self.groups.keys().filter(|k| k.adopted.is_none()));
         }
         let mut keys: Vec<GroupKey> = Vec::new();
-        if full || shared_moved || groups_moved {
+        if all_considered {
             // The groups, the computed set and the reports are all sorted by key: each "is
             // it there" below is a merge step (`SortedProbe`), not a tree search per group.
             let mut first_time: Vec<GroupKey> = Vec::new();
@@ -1161,7 +1148,7 @@ impl LoadBalancer {
                 // A remote node whose groups wait for their boundary moved too: they are
                 // computed now, and nothing waits after this step.
                 let moved = match (moved_remotes, key.remote) {
-                    (Some(m), Some(r)) => m.contains(&r) || self.deferred_remotes.contains_key(&r),
+                    (Some(m), Some(r)) => m.contains(&r) || waiting.binary_search(&r).is_ok(),
                     (Some(_), None) => false,
                     (None, _) => true,
                 };
@@ -1178,47 +1165,35 @@ impl LoadBalancer {
                 self.computed.retain(|k| present.contains(k));
             }
             // Every group whose inputs moved is computed now.
-            self.deferred_remotes.clear();
-            self.deferred_due_ns = None;
-            self.deferred_groups = 0;
+            self.boundary_wait.clear();
         } else {
             // The same keys had their first computation at an earlier step: only the
             // groups of the remote nodes whose entries moved are computed again, now or
             // at their T_reweight boundary. (A full read is `full`: the branch above.)
             let defers = self.defers();
             let t_reweight = self.controller.t_reweight_ns();
-            for r in moved_remotes.into_iter().flatten() {
-                let Some(group_keys) = self.groups_by_remote.get(r) else {
-                    continue;
-                };
-                if defers && zero_crossing.is_none_or(|z| !z.contains(r)) {
-                    if !self.deferred_remotes.contains_key(r) {
-                        let weights = &self.weights;
-                        let boundary = group_keys
-                            .iter()
+            let weights = &self.weights;
+            if let Some(moved) = moved_remotes {
+                self.boundary_wait.moved(
+                    moved,
+                    |r| defers && zero_crossing.is_none_or(|z| !z.contains(r)),
+                    |group_keys| {
+                        (group_keys.iter())
                             .map(|k| {
                                 weights
                                     .destination(k)
                                     .map_or(0, |d| d.reweight_boundary(t_reweight))
                             })
                             .min()
-                            .unwrap_or(0);
-                        self.deferred_remotes.insert(*r, boundary);
-                        self.deferred_groups += group_keys.len() as u64;
-                        self.deferred_due_ns =
-                            Some(self.deferred_due_ns.map_or(boundary, |d| d.min(boundary)));
-                    }
-                } else {
-                    if self.deferred_remotes.remove(r).is_some() {
-                        self.deferred_groups =
-                            self.deferred_groups.saturating_sub(group_keys.len() as u64);
-                    }
-                    keys.extend(group_keys.iter().cloned());
-                }
+                            .unwrap_or(0)
+                    },
+                    &mut keys,
+                );
             }
-            // No key twice: a remote node is computed now or deferred, never both, and
-            // its groups are listed once.
-            self.take_deferred_due(now_ns, &mut keys);
+            // No key twice: a remote node is computed now or waits, never both, and its
+            // groups are listed once.
+            self.boundary_wait.take_due(now_ns, &mut keys);
+            self.group_computations_deferred += self.boundary_wait.waiting_groups();
         }
         self.group_computations += keys.len() as u64;
         GroupsToCompute {
@@ -1238,42 +1213,6 @@ impl LoadBalancer {
     fn defers(&self) -> bool {
         matches!(self.controller.weight_function, WeightFunction::Seed)
             && self.controller.parallel_links == ParallelLinkAggregation::Minimum
-    }
-
-    /// Adds to `keys` the groups of the deferred remote nodes whose T_reweight boundary
-    /// (`DestinationWeights::reweight_boundary`, the earliest of a remote node's groups)
-    /// has come, and keeps the next boundary of the others for `next_due`.
-    fn take_deferred_due(&mut self, now_ns: u64, keys: &mut Vec<GroupKey>) {
-        if self.deferred_remotes.is_empty() {
-            self.deferred_due_ns = None;
-            self.deferred_groups = 0;
-            return;
-        }
-        // No boundary has come: nothing to walk (a step every few hundred microseconds
-        // walked up to 512 remote nodes, issue 41).
-        if self.deferred_due_ns.is_some_and(|due| due > now_ns) {
-            self.group_computations_deferred += self.deferred_groups;
-            return;
-        }
-        let by_remote = &self.groups_by_remote;
-        let mut next: Option<u64> = None;
-        let mut waiting = 0u64;
-        self.deferred_remotes.retain(|r, &mut boundary| {
-            let Some(group_keys) = by_remote.get(r) else {
-                return false;
-            };
-            if boundary <= now_ns {
-                keys.extend(group_keys.iter().cloned());
-                false
-            } else {
-                next = Some(next.map_or(boundary, |n| n.min(boundary)));
-                waiting += group_keys.len() as u64;
-                true
-            }
-        });
-        self.deferred_due_ns = next;
-        self.deferred_groups = waiting;
-        self.group_computations_deferred += waiting;
     }
 
     /// Seed 003 sections 6.1-6.4: path quality and target weights of the groups `todo`
@@ -1720,7 +1659,7 @@ impl LoadBalancer {
             self.held.values().min().copied(),
             // The earliest T_reweight boundary of a group whose computation waits for it
             // (`groups_to_compute`), with the damping steps' slack.
-            self.deferred_due_ns
+            (self.boundary_wait.due_ns())
                 .map(|d| d.max(self.last_step_ns.saturating_add(DAMPING_SLACK_NS))),
             // The neighbors' next read at its age (`TableReads`), not at the loop's next
             // wake-up after it.
