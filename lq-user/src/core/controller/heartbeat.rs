@@ -306,12 +306,25 @@ impl Heartbeat {
 
     /// Advance time: report neighbors that became stale or failed.
     pub fn tick(&mut self, now_ns: u64) -> Vec<HeartbeatEvent> {
+        self.tick_as_of(now_ns, now_ns)
+    }
+
+    /// [`Self::tick`], with staleness judged as of `stale_as_of_ns` (at most `now_ns`):
+    /// the time of the caller's last copy of the arrivals (lqd reads the receiver's
+    /// neighbor table at most every 0.8 x T_notify, more often only when a failure may be
+    /// due). Failure is judged at `now_ns`, against a copy the caller read again when
+    /// [`Self::next_failure_deadline`] passed. Staleness is display only; judged at `now_ns`
+    /// against an older copy, a neighbor that had sent since would read Stale for a moment,
+    /// and reading the table again at every stale deadline (64 spines: one every few
+    /// milliseconds) was most of lqd's neighbor reads (issue 41).
+    pub fn tick_as_of(&mut self, now_ns: u64, stale_as_of_ns: u64) -> Vec<HeartbeatEvent> {
+        let stale_as_of_ns = stale_as_of_ns.min(now_ns);
         let mut events = Vec::new();
         for (&neighbor, t) in &mut self.neighbors {
             let silent = now_ns.saturating_sub(t.last_seen_ns);
             let new = if silent_for_more_than(t.last_seen_ns, now_ns, self.dead_ns) {
                 NeighborState::Failed
-            } else if silent_for_more_than(t.last_seen_ns, now_ns, self.stale_ns) {
+            } else if silent_for_more_than(t.last_seen_ns, stale_as_of_ns, self.stale_ns) {
                 NeighborState::Stale
             } else {
                 NeighborState::Active
@@ -348,6 +361,19 @@ impl Heartbeat {
             .filter(|(_, t)| t.state == NeighborState::Failed)
             .map(|(n, _)| *n)
             .collect()
+    }
+
+    /// When a neighbor silent from now on fails ([`Heartbeat::tick`] reports it), if ever.
+    pub fn next_failure_deadline(&self) -> Option<u64> {
+        self.neighbors
+            .values()
+            .filter_map(|t| match t.state {
+                NeighborState::Active | NeighborState::Stale => {
+                    Some(t.last_seen_ns.saturating_add(self.dead_ns + 1))
+                }
+                NeighborState::Failed => None,
+            })
+            .min()
     }
 
     /// When [`Heartbeat::tick`] next has something to report, if ever.
@@ -436,6 +462,36 @@ mod tests {
             .wrapping_add(1442695040888963407);
         let u = (*seed >> 33) as f64 / (1u64 << 31) as f64; // [0, 1)
         (t_ns as f64 * (0.9 + 0.2 * u)) as u64
+    }
+
+    /// Staleness is judged as of the caller's copy of the arrivals, failure at the time
+    /// given; the failure deadline alone asks for a fresh copy.
+    #[test]
+    fn staleness_as_of_the_copy_and_failure_at_now() {
+        let n = node(0, 1);
+        let mut h = hb(20, 3);
+        h.on_datagram(n, Mode::Periodic, 0);
+        assert_eq!(h.next_failure_deadline(), Some(60 * MS + 1));
+        // The copy read at 15 ms: at 30 ms the neighbor may have sent since, and is not
+        // judged stale against that copy.
+        assert_eq!(h.tick_as_of(30 * MS, 15 * MS), []);
+        assert_eq!(h.state(n), Some(NeighborState::Active));
+        // A copy read at 23 ms still shows nothing since 0: stale as of then.
+        assert_eq!(
+            h.tick_as_of(30 * MS, 23 * MS),
+            [HeartbeatEvent::NeighborStale { neighbor: n }]
+        );
+        // Failure is judged at the time given, whatever the copy's.
+        assert!(matches!(
+            h.tick_as_of(60 * MS + 1, 23 * MS)[..],
+            [HeartbeatEvent::NeighborFailed { .. }]
+        ));
+        assert_eq!(h.next_failure_deadline(), None);
+        // A copy "from the future" is taken at the time given.
+        let mut h = hb(20, 3);
+        h.on_datagram(n, Mode::Periodic, 0);
+        assert_eq!(h.tick_as_of(22 * MS, 40 * MS), []);
+        assert_eq!(h.next_failure_deadline(), Some(60 * MS + 1));
     }
 
     #[test]

@@ -913,12 +913,17 @@ impl LoadBalancer {
 
     /// Seed 003 section 6.5: the receiver's neighbor table, when this step needs a fresh
     /// copy ([`TableReads`]), fed to the heartbeat; a spine that failed now leaves every
-    /// group at once (`remove_failed_members`).
+    /// group at once (`remove_failed_members`). A failure deadline passed is confirmed
+    /// against a fresh copy; staleness (display only) is judged as of the copy's time, so
+    /// a stale deadline does not ask for one (it did, and with 64 spines one fell due every
+    /// few milliseconds: a read at nearly every step, issue 41).
     fn follow_liveness(&mut self, now_ns: u64) -> Result<(), LoadBalancerError> {
         let max_age = self.table_read_max_age_ns();
         let heartbeat = &self.heartbeat;
         let read_neighbors = TableReads::due(self.table_reads.neighbors_ns, now_ns, max_age)
-            || heartbeat.next_deadline().is_some_and(|d| d <= now_ns)
+            || heartbeat
+                .next_failure_deadline()
+                .is_some_and(|d| d <= now_ns)
             || (self.named_spines.iter())
                 .chain(self.named_slots.iter().map(|(spine, _)| spine))
                 .any(|spine| heartbeat.state(*spine) != Some(NeighborState::Active));
@@ -954,8 +959,10 @@ impl LoadBalancer {
                 events.extend(self.heartbeat.observe(*k, v, now_ns));
             }
         }
-        // Without a read no deadline has passed (above): the tick reports nothing new.
-        events.extend(self.heartbeat.tick(now_ns));
+        // Without a read no failure deadline has passed (above), and staleness is judged as
+        // of the last read: the tick reports nothing new.
+        let copy_ns = self.table_reads.neighbors_ns.unwrap_or(now_ns);
+        events.extend(self.heartbeat.tick_as_of(now_ns, copy_ns));
         for e in &events {
             log_heartbeat(e);
         }
@@ -1654,7 +1661,8 @@ impl LoadBalancer {
             self.weights
                 .next_due(now_ns)
                 .map(|d| d.max(self.last_step_ns.saturating_add(DAMPING_SLACK_NS))),
-            self.heartbeat.next_deadline(),
+            // A failure falling due (staleness is judged at the neighbors' next read).
+            self.heartbeat.next_failure_deadline(),
             // The earliest held move falling due (`held_due`).
             self.held.values().min().copied(),
             // The earliest T_reweight boundary of a group whose computation waits for it
