@@ -113,8 +113,8 @@ impl BoundaryWait {
                 }
             } else {
                 if waits.take().is_some() {
-                    self.waiting_groups =
-                        (self.waiting_groups).saturating_sub(group_keys.len() as u64);
+                    let groups = group_keys.len() as u64;
+                    self.waiting_groups = self.waiting_groups.saturating_sub(groups);
                 }
                 keys.extend(group_keys.iter().cloned());
             }

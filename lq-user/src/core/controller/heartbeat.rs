@@ -311,8 +311,8 @@ impl Heartbeat {
 
     /// [`Self::tick`], with staleness judged as of `stale_as_of_ns` (at most `now_ns`):
     /// the time of the caller's last copy of the arrivals (lqd reads the receiver's
-    /// neighbor table at most every 0.8 x T_notify, more often only when a failure may be
-    /// due). Failure is judged at `now_ns`, against a copy the caller read again when
+    /// neighbor table again once its copy is 0.8 x T_notify old, sooner only when a
+    /// failure may be due or an event names a spine not active). Failure is judged at `now_ns`, against a copy the caller read again when
     /// [`Self::next_failure_deadline`] passed. Staleness is display only; judged at `now_ns`
     /// against an older copy, a neighbor that had sent since would read Stale for a moment,
     /// and reading the table again at every stale deadline (64 spines: one every few
