@@ -110,7 +110,7 @@ pub struct Refresh {
 struct RowState {
     /// Its spine's index in [`PathMirror::spines`].
     spine: u32,
-    /// Its remote node's index in [`PathMirror::remotes`].
+    /// Its remote node's index among the snapshot's ([`PathSnapshot::remote_at`]).
     remote: u32,
     /// The stamp of its refresh time as known (from the row or the last sweep).
     stamp: u16,
@@ -144,11 +144,10 @@ pub struct PathMirror {
     snapshot: PathSnapshot,
     spines: Vec<SpineRows>,
     spine_index: BTreeMap<NodeId, u32>,
-    /// The remote nodes, sorted (as `entries` are), and per remote node the refresh that
-    /// last named it changed ([`Self::refreshes`]).
-    remotes: Vec<NodeId>,
+    /// Per remote node (by its index among the snapshot's), the refresh that last named it
+    /// changed ([`Self::refreshes`]).
     remote_named_in: Vec<u32>,
-    /// The remote nodes (indexes in `remotes`) this refresh named changed, each once: put
+    /// The remote nodes (their indexes) this refresh named changed, each once: put
     /// in `Refresh::changed_remotes` at its end, sorted, in one build. (A tree insert per
     /// remote node named, and one per row where rows do not come in remote order, was
     /// most of what naming cost: under a fabric's churn every step names all 512 remote
@@ -240,13 +239,18 @@ impl PathMirror {
             PathSnapshot::from_entries(entries.iter().copied(), now_ns, dead_interval_ns, failed);
         self.spines.clear();
         self.spine_index.clear();
-        self.remotes.clear();
+        // The entries are sorted by remote node, as the snapshot's remote nodes are: a row's
+        // remote node is the snapshot's at the count of distinct ones before it.
+        let mut last_remote: Option<NodeId> = None;
+        let mut remote_index = 0u32;
         for (i, (k, _)) in entries.iter().enumerate() {
             let remote = node(k.remote_as, k.remote_id);
-            if self.remotes.last() != Some(&remote) {
-                self.remotes.push(remote);
+            if last_remote.is_some_and(|r| r != remote) {
+                remote_index += 1;
             }
-            self.rows[i].remote = self.remotes.len() as u32 - 1;
+            last_remote = Some(remote);
+            debug_assert_eq!(self.snapshot.remote_at(remote_index as usize), Some(remote));
+            self.rows[i].remote = remote_index;
             let spine = node(k.spine_as, k.spine_id);
             let index = *self.spine_index.entry(spine).or_insert_with(|| {
                 self.spines.push(SpineRows {
@@ -260,7 +264,7 @@ impl PathMirror {
             self.rows[i].spine = index;
         }
         self.remote_named_in.clear();
-        self.remote_named_in.resize(self.remotes.len(), 0);
+        self.remote_named_in.resize(self.snapshot.remote_count(), 0);
         self.entries = entries;
         self.expired.clear();
         self.oldest_live_ns = None;
@@ -396,9 +400,9 @@ impl PathMirror {
             }
         }
         self.named_remotes.sort_unstable();
-        let remotes = &self.remotes;
+        let snapshot = &self.snapshot;
         out.changed_remotes = (self.named_remotes.iter())
-            .map(|&r| remotes[r as usize])
+            .filter_map(|&r| snapshot.remote_at(r as usize))
             .collect();
         out
     }
@@ -642,7 +646,7 @@ impl PathMirror {
         }
         if moved == EntryMove::CrossesZero {
             out.zero_crossing_remotes
-                .insert(self.remotes[remote as usize]);
+                .extend(self.snapshot.remote_at(remote as usize));
         }
     }
 

@@ -605,6 +605,17 @@ impl PathSnapshot {
         }
     }
 
+    /// How many remote nodes the snapshot holds entries for.
+    pub fn remote_count(&self) -> usize {
+        self.remotes.len()
+    }
+
+    /// The remote node at `index` among them (sorted, as the entries are): the `index`-th
+    /// distinct remote node in the entries' order.
+    pub fn remote_at(&self, index: usize) -> Option<NodeId> {
+        self.remotes.get(index).map(|r| r.0)
+    }
+
     /// The entries towards `remote` (none when no spine advertised it).
     pub fn remote(&self, remote: NodeId) -> RemoteEntries<'_> {
         let pairs = match self.remotes.binary_search_by(|e| e.0.cmp(&remote)) {
