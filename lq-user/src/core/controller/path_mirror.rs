@@ -630,9 +630,9 @@ impl PathMirror {
         true
     }
 
-    /// Names the remote node at `remote` (in [`Self::remotes`]) changed when one of its
-    /// entries moved (`moved`), and among the zero-crossing ones in `out` when the move may
-    /// take a path quality to or from 0 (rare: put in at once).
+    /// Names the remote node at index `remote` ([`PathSnapshot::remote_at`]) changed when
+    /// one of its entries moved (`moved`), and among the zero-crossing ones in `out` when
+    /// the move may take a path quality to or from 0 (rare: put in at once).
     #[inline]
     fn name_moved(&mut self, remote: u32, moved: EntryMove, out: &mut Refresh) {
         if moved == EntryMove::Unchanged {
