@@ -66,10 +66,12 @@ use lq_tests::bench::{emit, main_of, median, pin_to_cpu, thread_cpu_ns};
 use lq_user::core::controller::config::{ControllerConfig, GroupKind};
 use lq_user::core::controller::path_mirror::{PathMirror, RefreshClock, TableRows};
 use lq_user::core::controller::path_quality::{
-    Capacity, CapacitySource, GroupKey, LocalQuality, NnhMapping, NodeId, Uplink, UplinkId,
+    Capacity, CapacitySource, GroupKey, LocalQuality, NnhMapping, NodeId, Uplink,
     compute_some_groups, node, remote_order,
 };
-use lq_user::core::controller::replace::{self, GroupShape, Hold, ReplacePolicy, Verdict};
+use lq_user::core::controller::replace::{
+    self, GroupShape, Hold, Installed, ReplacePolicy, Verdict,
+};
 use lq_user::core::controller::weights::WeightController;
 
 const SPINES: u32 = 64;
@@ -198,7 +200,7 @@ impl Writer {
 }
 
 /// Per group, what the kernel holds (the weights last written) and the replace rule's hold.
-type Installed = (Vec<(UplinkId, u32)>, Option<Hold>);
+type GroupInstalled = (Installed, Option<Hold>);
 
 fn spine(s: u32) -> NodeId {
     node(65_000, 0x0a00_0000 + s)
@@ -470,7 +472,7 @@ fn one_run(
     );
     let named: BTreeSet<NodeId> = (1..=SPINES).map(spine).collect();
     let mut weights = WeightController::new(*cfg)?;
-    let mut installed: BTreeMap<GroupKey, Installed> = BTreeMap::new();
+    let mut installed: BTreeMap<GroupKey, GroupInstalled> = BTreeMap::new();
     let mut copy = vec![(PathKey::default(), PathValue::default()); rows.len()];
     let mut word_copy = vec![0u32; rows.len()];
     let mut table = Table {
@@ -544,9 +546,9 @@ fn one_run(
         let t2 = thread_cpu_ns();
         for (key, app) in &apps {
             let (kernel, hold) = installed.entry(key.clone()).or_default();
-            match replace::decide(policy, shape, kernel, app, hold.as_ref(), now) {
+            match replace::decide_installed(policy, shape, kernel, app, hold.as_ref(), now) {
                 Verdict::Replace { weights, .. } => {
-                    *kernel = weights;
+                    *kernel = Installed::new(weights);
                     *hold = None;
                     out.replaces += 1;
                 }

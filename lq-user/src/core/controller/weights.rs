@@ -1247,7 +1247,13 @@ mod tests {
             };
             let (mut fast, mut general) =
                 (DestinationWeights::default(), DestinationWeights::default());
-            let mut ids: Vec<UplinkId> = (11..11 + rng.random_range(1..8)).collect();
+            // A few members, and in one run of four a leaf's 64 or so.
+            let n = if run % 4 == 3 {
+                rng.random_range(56..72)
+            } else {
+                rng.random_range(1..8)
+            };
+            let mut ids: Vec<UplinkId> = (11..11 + n).collect();
             let mut now = 0;
             for _ in 0..60 {
                 now += rng.random_range(1..30) * MS;
@@ -1258,16 +1264,19 @@ mod tests {
                         ids.push(ids.iter().max().unwrap() + 1);
                     }
                 }
+                // A 64-member group with a few percent of transitions per member would
+                // never take the one-pass path: rarer per member in the large runs.
+                let rare = if ids.len() > 8 { 1.0 / 16.0 } else { 1.0 };
                 let mut m: Vec<MemberInput> = ids
                     .iter()
                     .map(|&uplink| MemberInput {
                         uplink,
-                        quality: if rng.random_bool(0.05) {
+                        quality: if rng.random_bool(0.05 * rare) {
                             0
                         } else {
                             rng.random_range(150..=210)
                         },
-                        local_up: rng.random_bool(0.97),
+                        local_up: rng.random_bool(1.0 - 0.03 * rare),
                         capacity: Capacity::new(
                             [100.0, 400.0][rng.random_range(0..2)],
                             CapacitySource::Link,

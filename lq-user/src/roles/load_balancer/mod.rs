@@ -31,7 +31,7 @@ use crate::{
             DestinationQuality, Digest, GroupKey, LocalQuality, NnhMapping, NodeId,
             PathQualityReport, Prefix, UplinkId, compute_some_groups, unused_entries,
         },
-        replace::{self, GroupShape, Hold, ReplaceCause, ReplacePolicy, Verdict},
+        replace::{self, GroupShape, Hold, Installed, ReplaceCause, ReplacePolicy, Verdict},
         weights::{self, Application, WeightController, moves_no_bucket, remap},
     },
     core::sorted::SortedProbe,
@@ -127,8 +127,9 @@ pub enum LoadBalancerError {
 #[derive(Clone, Debug, Default)]
 struct GroupState {
     id: u32,
-    /// The members and weights the kernel's group has; empty until it exists.
-    kernel: Vec<(UplinkId, u32)>,
+    /// The members and weights the kernel's group has (and their bucket counts, kept for
+    /// the replace rule); empty until it exists.
+    kernel: Installed,
     /// The destinations routed at this group.
     prefixes: BTreeSet<Prefix>,
     /// Some destination's route does not point at this group yet.
@@ -701,7 +702,7 @@ impl LoadBalancer {
                 .map(|m| (m.id.saturating_sub(base), m.weight))
                 .collect();
             if source == Some(state.id) {
-                state.kernel = weights.clone();
+                state.kernel = Installed::new(weights.clone());
             }
             info!(group = state.id, from = ?source, remote = %key.label(), weights = ?weights, "adopted existing nexthop group");
             adopted.push((key.clone(), weights));
@@ -1409,7 +1410,7 @@ impl LoadBalancer {
             },
             GroupKind::HashThreshold => GroupShape::HashThreshold,
         };
-        let verdict = replace::decide(
+        let verdict = replace::decide_installed(
             &self.replace_policy,
             shape,
             &state.kernel,
@@ -1449,7 +1450,7 @@ impl LoadBalancer {
             }
         };
         let Some(rtnl) = self.rtnl.as_mut() else {
-            state.kernel = app.kernel().to_vec();
+            state.kernel = Installed::new(app.kernel().to_vec());
             return None;
         };
         // A member deleted on its spine's failure is back: its nexthop first.
@@ -1532,7 +1533,7 @@ impl LoadBalancer {
                         self.buckets_moved += (moved * f64::from(buckets)).round() as u64;
                     }
                     debug!(group = msg.id, remote = %key.label(), weights = ?app.kernel(), immediate = app.immediate, "group replaced");
-                    state.kernel = app.kernel().to_vec();
+                    state.kernel = Installed::new(app.kernel().to_vec());
                 }
                 Err(e) => {
                     self.group_errors += 1;

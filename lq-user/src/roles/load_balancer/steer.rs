@@ -19,7 +19,10 @@ use super::{
     GROUP_ID_OFFSET, LoadBalancer, LoadBalancerError, MappingResolved, RouteState, format_prefix,
 };
 use crate::{
-    core::controller::path_quality::{GroupKey, Prefix, RemoteNodes, UplinkId},
+    core::controller::{
+        path_quality::{GroupKey, Prefix, RemoteNodes, UplinkId},
+        replace::Installed,
+    },
     sys::netlink::{
         RtnlError, encode_route_delete, ifindex, nexthop::RTPROT_LQ, route as route_msg,
     },
@@ -463,7 +466,7 @@ impl LoadBalancer {
                     key.clone(),
                     super::GroupState {
                         id,
-                        kernel,
+                        kernel: Installed::new(kernel),
                         ..Default::default()
                     },
                 );
