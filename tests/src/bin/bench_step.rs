@@ -1,7 +1,8 @@
 //! `bench_step`: the load balancer's control step's own work at a leaf of a 64 x 512 fabric,
 //! in process: the same code lqd runs (`PathMirror::refresh`, `compute_some_groups`,
-//! `WeightController::update_reported`, `replace::decide`), fed the churn of `bench_scale`
-//! in virtual time, without the kernel, the daemon's loop or another process on the CPU.
+//! `WeightController::update_reported`, `replace::decide_installed`), fed the churn of
+//! `bench_scale` in virtual time, without the kernel, the daemon's loop or another process
+//! on the CPU.
 //!
 //! Why beside `bench_scale`: that benchmark measures the whole leaf (XDP, lqd, the kernel's
 //! replaces) and its lqd figure moves by 30 % between windows on a shared 2-core host (issue
