@@ -28,8 +28,8 @@ use crate::{
         heartbeat::{Heartbeat, HeartbeatEvent, NeighborState},
         path_mirror::{PathMirror, RefreshClock, TableRows},
         path_quality::{
-            DestinationQuality, Digest, GroupKey, LocalQuality, NnhMapping, NodeId,
-            PathQualityReport, Prefix, UplinkId, compute_some_groups, unused_entries,
+            DestinationQuality, Digest, GroupKey, LocalQuality, MemberQuality, NnhMapping, NodeId,
+            PathQualityReport, Prefix, UplinkId, compute_some_groups_reusing, unused_entries,
         },
         replace::{self, GroupShape, Hold, Installed, ReplaceCause, ReplacePolicy, Verdict},
         weights::{self, Application, WeightController, moves_no_bucket, remap},
@@ -264,6 +264,9 @@ pub struct LoadBalancer {
     /// ([`LoadBalancer::take_neighbors_changed`]).
     neighbors_changed: bool,
     last_report: PathQualityReport,
+    /// Members' vectors of groups computed again, for the next computation
+    /// (`compute_some_groups_reusing`): at most one a group.
+    spare_members: Vec<Vec<MemberQuality>>,
     neighbors: BTreeMap<NeighborKey, NeighborValue>,
     /// The path table as the control step sees it, refreshed where it can have moved.
     mirror: PathMirror,
@@ -473,6 +476,7 @@ impl LoadBalancer {
             last_step_ns: 0,
             neighbors_changed: false,
             last_report: PathQualityReport::default(),
+            spare_members: Vec::new(),
             neighbors: BTreeMap::new(),
             mirror: PathMirror::default(),
             links: LinkWatch::open(&uplink_interfaces(&cfg)).map_err(RtnlError::Io)?,
@@ -1232,12 +1236,13 @@ impl LoadBalancer {
         todo: &GroupsToCompute,
     ) -> Vec<(GroupKey, Application)> {
         let groups = &self.groups;
-        let report = compute_some_groups(
+        let report = compute_some_groups_reusing(
             &self.controller,
             &self.mapping,
             &self.local,
             self.mirror.snapshot(),
             todo.keys.iter(),
+            &mut self.spare_members,
         );
         let mut apps = if todo.groups_moved {
             let mut present = SortedProbe::new(groups.keys());
@@ -1256,7 +1261,12 @@ impl LoadBalancer {
         if self.controller.gray_failure.is_some() {
             self.gray_failure_prunes += note_gray_failures(&last.groups, &report.groups);
         }
-        last.groups.extend(report.groups);
+        // The members' vectors the new report replaces go back to the next computation.
+        for (key, quality) in report.groups {
+            if let Some(old) = last.groups.insert(key, quality) {
+                self.spare_members.push(old.members);
+            }
+        }
         last.signals.extend(report.signals);
         if todo.full {
             (last.unknown_spine_entries, last.unknown_remote_entries) =
