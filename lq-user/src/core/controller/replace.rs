@@ -270,11 +270,6 @@ impl Installed {
         }
     }
 
-    /// The weights, by uplink id.
-    pub fn weights(&self) -> &[(u32, u32)] {
-        &self.weights
-    }
-
     /// Keeps the members `keep` accepts (the kernel removed the others).
     pub fn retain(&mut self, keep: impl FnMut(&(u32, u32)) -> bool) {
         self.weights.retain(keep);
@@ -1066,7 +1061,7 @@ mod tests {
                         (kept_hold, plain_hold) = (hold.clone(), hold)
                     }
                 }
-                assert_eq!(kept.weights(), &plain[..]);
+                assert_eq!(&kept[..], &plain[..]);
             }
         }
         // Both kinds of verdict, many times.
