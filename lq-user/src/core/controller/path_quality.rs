@@ -825,6 +825,21 @@ pub fn compute_some_groups_reusing<'g>(
     groups: impl IntoIterator<Item = &'g GroupKey>,
     spare: &mut Vec<Vec<MemberQuality>>,
 ) -> PathQualityReport {
+    compute_groups_into(config, mapping, local, snapshot, groups, spare, true)
+}
+
+/// [`compute_some_groups_reusing`]; `one_link_each` lets a group whose remote node every
+/// member's spine advertises over one link take [`members_one_link_each`] (the tests turn
+/// it off to hold the two to the same report).
+fn compute_groups_into<'g>(
+    config: &ControllerConfig,
+    mapping: &NnhMapping,
+    local: &LocalQuality,
+    snapshot: &PathSnapshot,
+    groups: impl IntoIterator<Item = &'g GroupKey>,
+    spare: &mut Vec<Vec<MemberQuality>>,
+    one_link_each: bool,
+) -> PathQualityReport {
     let mut report = PathQualityReport {
         failed_entries: snapshot.failed_entries,
         ..Default::default()
@@ -846,6 +861,12 @@ pub fn compute_some_groups_reusing<'g>(
     // Only the integral weight function reads the members' signals (and the opt-in
     // gray-failure prune reads one member's at a time).
     let with_signals = matches!(config.weight_function, WeightFunction::Integral(_));
+    // What only the general loop below handles: signals, the gray-failure prune, and
+    // parallel links folded by anything but their minimum.
+    let one_link_each = one_link_each
+        && !with_signals
+        && config.gray_failure.is_none()
+        && config.parallel_links == ParallelLinkAggregation::Minimum;
     let mut remote_capacities: Vec<(UplinkId, Capacity)> = Vec::new();
     for key in groups {
         let remote = &key.remote;
@@ -862,13 +883,29 @@ pub fn compute_some_groups_reusing<'g>(
                 .map(|(&(_, u), &c)| (u, c)),
             );
         }
-        let mut next_capacity = remote_capacities.iter().peekable();
         let mut signals = Vec::with_capacity(if with_signals { uplinks.len() } else { 0 });
         let mut members = spare.pop().unwrap_or_default();
         members.clear();
         members.reserve(uplinks.len());
-        let mut any_remote = false;
-        for &(uplink, u, local_q, rank) in &uplinks {
+        // Nearly every group of a fabric (all 512 at every T_reweight under `bench scale`'s
+        // churn, issue 41): every uplink a member, each member's spine advertising the remote
+        // node over one link. Then a member's quality is `min(local, that link's LQS)`, found
+        // at its spine's place among the node's entries, in one pass without a branch per
+        // case; any other shape is found on the way and computed by the general loop.
+        let one_link = one_link_each
+            && key.eligible.is_none()
+            && entries.is_some_and(|e| {
+                members_one_link_each(&uplinks, e, &remote_capacities, &mut members)
+            });
+        let general = if one_link {
+            &[][..]
+        } else {
+            members.clear();
+            &uplinks[..]
+        };
+        let mut any_remote = one_link;
+        let mut next_capacity = remote_capacities.iter().peekable();
+        for &(uplink, u, local_q, rank) in general {
             let remote_capacity = loop {
                 match next_capacity.peek() {
                     Some(&&(id, _)) if id < uplink => {
@@ -960,6 +997,56 @@ pub fn compute_some_groups_reusing<'g>(
         }
     }
     report
+}
+
+/// The members of a group of every uplink whose remote node each member's spine advertises
+/// over exactly one link, with the seed's minimum for parallel links and no prune: what the
+/// general loop of [`compute_groups_into`] computes for such a group (section 6.3: the
+/// member's path quality `min(local_quality(S), remote_lqs(S, R, L))`, its capacity per 4.1),
+/// in one pass. `false` when the group is of another shape (`members` then holds garbage).
+#[inline]
+fn members_one_link_each(
+    uplinks: &[(UplinkId, &Uplink, u8, usize)],
+    entries: RemoteEntries<'_>,
+    remote_capacities: &[(UplinkId, Capacity)],
+    members: &mut Vec<MemberQuality>,
+) -> bool {
+    let (pairs, links) = (entries.pairs, &entries.snapshot.links[..]);
+    let mut one_link_each = true;
+    // The slow plane's capacities by uplink, sorted as the uplinks are: walked beside them.
+    let mut next_capacity = 0;
+    members.extend(uplinks.iter().map(|&(uplink, u, local, rank)| {
+        // The spine's place among the remote node's spines is its place among the uplinks'
+        // spines when every spine advertises the node ([`RemoteEntries::links_near`]).
+        let lqs = match pairs.get(rank) {
+            Some(&(spine, a, b)) if spine == u.spine && b == a + 1 => {
+                links.get(a as usize).map(|l| l.1)
+            }
+            _ => None,
+        };
+        one_link_each &= lqs.is_some();
+        let lqs = lqs.unwrap_or(0);
+        while remote_capacities
+            .get(next_capacity)
+            .is_some_and(|c| c.0 < uplink)
+        {
+            next_capacity += 1;
+        }
+        let remote_capacity = remote_capacities
+            .get(next_capacity)
+            .filter(|c| c.0 == uplink)
+            .map(|c| c.1);
+        MemberQuality {
+            uplink,
+            spine: u.spine,
+            capacity: Capacity::path(u.capacity, remote_capacity),
+            local,
+            remote: Some(lqs),
+            quality: lqs.min(local),
+            gray_failure: false,
+        }
+    }));
+    one_link_each
 }
 
 /// Fold the signals of parallel links (see [`MemberSignal`]); binary32 values that are not
@@ -1518,6 +1605,107 @@ pub(crate) mod tests {
                 "one taken a group"
             );
         }
+    }
+
+    /// A group whose remote node every member's spine advertises over one link is computed
+    /// in one pass (`members_one_link_each`): the same report as the general loop, over
+    /// random fabrics where some groups have that shape and others not (a spine without an
+    /// entry for the node, parallel links, a spine that is no uplink's, two uplinks to one
+    /// spine, the slow plane's capacities for some members, some uplinks down, aged entries,
+    /// groups restricted by the slow plane, no mapping).
+    #[test]
+    fn one_link_each_groups_are_computed_as_the_general_loop_computes_them() {
+        use rand::{Rng, SeedableRng, rngs::SmallRng};
+        let mut rng = SmallRng::seed_from_u64(41);
+        let cfg = ControllerConfig::default();
+        let (mut regular, mut other) = (0, 0);
+        for run in 0..200 {
+            let mut m = NnhMapping::default();
+            let mut l = LocalQuality::default();
+            let spines = rng.random_range(2..=8u32);
+            let mut uplink = 10;
+            for s in 1..=spines {
+                for _ in 0..if rng.random_bool(0.1) { 2 } else { 1 } {
+                    uplink += 1;
+                    let capacity = if rng.random_bool(0.2) {
+                        Capacity::UNKNOWN
+                    } else {
+                        Capacity::new(
+                            f64::from(rng.random_range(1..=8u32)) * 100.0,
+                            CapacitySource::Link,
+                        )
+                        .unwrap()
+                    };
+                    m.uplinks.insert(
+                        uplink,
+                        Uplink {
+                            spine: node(0, s),
+                            capacity,
+                        },
+                    );
+                    l.set_up(uplink, !rng.random_bool(0.05));
+                    if rng.random_bool(0.3) {
+                        l.set(uplink, rng.random());
+                    }
+                }
+            }
+            let ids: Vec<UplinkId> = m.uplinks.keys().copied().collect();
+            let mut t = BTreeMap::new();
+            let mut keys = vec![GroupKey::default()];
+            for r in 100..106u32 {
+                let advertisers = (1..=spines).chain((rng.random_bool(0.1)).then_some(50));
+                for s in advertisers {
+                    let links = match rng.random_range(0..100) {
+                        0..8 if r != 100 => 0,
+                        8..13 => 2,
+                        _ => 1,
+                    };
+                    for link in 0..links {
+                        let at = if rng.random_bool(0.05) { 0 } else { 900 };
+                        t.insert(key(s, r, link), value(rng.random(), at));
+                    }
+                }
+                for &u in &ids {
+                    if rng.random_bool(0.2) {
+                        let c = Capacity::new(
+                            f64::from(rng.random_range(1..=9u32)) * 50.0,
+                            CapacitySource::Bgp,
+                        );
+                        m.remote_capacity.insert((node(0, r), u), c.unwrap());
+                    }
+                }
+                keys.push(GroupKey::remote(node(0, r)));
+                if rng.random_bool(0.3) {
+                    let eligible: Vec<UplinkId> = ids
+                        .iter()
+                        .copied()
+                        .filter(|_| rng.random_bool(0.7))
+                        .collect();
+                    keys.push(GroupKey {
+                        eligible: Some(eligible),
+                        ..GroupKey::remote(node(0, r))
+                    });
+                }
+            }
+            keys.push(GroupKey::remote(node(0, 200)));
+            keys.sort();
+            let snap = PathSnapshot::from_map(&t, 1_000, cfg.dead_interval_ns(), &BTreeSet::new());
+            let general = compute_groups_into(&cfg, &m, &l, &snap, &keys, &mut Vec::new(), false);
+            let one_pass = compute_groups_into(&cfg, &m, &l, &snap, &keys, &mut Vec::new(), true);
+            assert_eq!(one_pass, general, "run {run}");
+            for k in &keys {
+                let one_link = k.eligible.is_none()
+                    && k.remote.is_some_and(|r| {
+                        let e = snap.remote(r);
+                        m.uplinks.values().all(|u| e.links(u.spine).len() == 1)
+                    });
+                if one_link { regular += 1 } else { other += 1 }
+            }
+        }
+        assert!(
+            regular > 200 && other > 200,
+            "{regular} one-link groups, {other} others"
+        );
     }
 
     /// The slow plane's capacities are read with one range per group, walked beside the

@@ -40,7 +40,7 @@ use crate::core::controller::path_quality::{
     Capacity, CapacitySource, GroupKey, LocalQuality, NnhMapping, PathSnapshot, Prefix, Uplink,
     UplinkId, compute, node,
 };
-use crate::core::controller::weights::{Application, MemberInput, WeightController, quantize};
+use crate::core::controller::weights::{Application, WeightController, quantize};
 use crate::core::helper::advertiser::{Advertiser, Identity, MonitoredLink, PathMtu, RemoteNode};
 use crate::core::helper::pipeline::{LinkPipeline, LinkReport, Metrics, RawSample};
 
@@ -873,12 +873,11 @@ impl<'a> Engine<'a> {
             }
             let report = compute(&cfg, &mapping, &lb.local, &snapshot);
             for (group, dq) in &report.groups {
-                let inputs: Vec<MemberInput> = dq.members.iter().map(MemberInput::from).collect();
                 let p = lb.dest_pos[&node_of_group(group)];
                 let signals = report.signals.get(group).map_or(&[][..], Vec::as_slice);
                 if let Some(a) = lb
                     .weights
-                    .update_one_with(group.clone(), &inputs, signals, t)
+                    .update_one_with(group.clone(), &dq.members, signals, t)
                 {
                     touched.push((p, a));
                 } else {
