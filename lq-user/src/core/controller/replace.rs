@@ -108,9 +108,15 @@ impl Proposal for Application {
     }
 
     fn same_members(&self, installed: &[(u32, u32)]) -> bool {
+        let fractions = self.fractions();
+        // Nearly always (no member at 0): the ids alone.
+        if self.every_fraction_a_member() {
+            return installed.len() == fractions.len()
+                && installed.iter().zip(fractions).all(|(w, f)| w.0 == f.0);
+        }
         // A plain loop: this runs for every group a step applies.
         let mut i = 0;
-        for &(id, f) in &self.fractions {
+        for &(id, f) in fractions {
             if is_member(f) {
                 if installed.get(i).is_none_or(|w| w.0 != id) {
                     return false;
@@ -122,19 +128,19 @@ impl Proposal for Application {
     }
 
     fn shares(&self, buckets: u16) -> impl Iterator<Item = f64> + '_ {
-        let members = || {
-            self.fractions
-                .iter()
-                .map(|&(_, f)| f)
-                .filter(|&f| is_member(f))
-        };
-        let sum: f64 = members().sum();
+        // The members' sum as the application summed them (in order, the same value).
+        let (sum, every) = (self.member_sum(), self.every_fraction_a_member());
+        let members = self
+            .fractions()
+            .iter()
+            .map(|&(_, f)| f)
+            .filter(move |&f| every || is_member(f));
         let scale = if sum > 0.0 {
             f64::from(buckets) / sum
         } else {
             1.0
         };
-        members().map(move |f| f * scale)
+        members.map(move |f| f * scale)
     }
 }
 
@@ -689,6 +695,81 @@ mod tests {
         other[3].0 = 9;
         let v = decide(&p, RES, &four, &other, None, 0);
         assert_eq!(written(&v), Some((ReplaceCause::Members, &other[..])));
+    }
+
+    /// An application's shares and members are what its fractions say, judged from the
+    /// sum and the flag it keeps (`member_sum`, `every_fraction_a_member`): bit for bit the
+    /// shares of the members summed and scaled in each pass, and the same members, over
+    /// random fractions with zeros, negative, infinite and not-a-number ones among them.
+    #[test]
+    fn kept_member_sum_judges_as_the_fractions_summed_each_time() {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(41);
+        let (mut all_members, mut some_not) = (0, 0);
+        for _ in 0..3_000 {
+            let n = rng.random_range(0..=70u32);
+            let odd = [0.0, -0.0, -0.25, f64::INFINITY, f64::NAN, f64::MIN_POSITIVE];
+            let rare = rng.random_bool(0.5);
+            let fractions: Vec<(u32, f64)> = (1..=n)
+                .map(|i| {
+                    let f = if rare && rng.random_bool(0.1) {
+                        odd[rng.random_range(0..odd.len())]
+                    } else {
+                        rng.random_range(1e-6..1.0)
+                    };
+                    (10 + i, f)
+                })
+                .collect();
+            let buckets = [16u16, 128, 512][rng.random_range(0..3usize)];
+            let app = Application::new(0, fractions.clone(), 255, false, false);
+            // The shares as summed and scaled in each pass before.
+            let members = || fractions.iter().map(|&(_, f)| f).filter(|&f| is_member(f));
+            let sum: f64 = members().sum();
+            let scale = if sum > 0.0 {
+                f64::from(buckets) / sum
+            } else {
+                1.0
+            };
+            let want: Vec<u64> = members().map(|f| (f * scale).to_bits()).collect();
+            let got: Vec<u64> = app.shares(buckets).map(f64::to_bits).collect();
+            assert_eq!(got, want, "{fractions:?}");
+            // The members as told one by one.
+            let ids: Vec<(u32, u32)> = (fractions.iter())
+                .filter(|&&(_, f)| is_member(f))
+                .map(|&(id, _)| (id, 1))
+                .collect();
+            let mut other = ids.clone();
+            match rng.random_range(0..4) {
+                0 => {}
+                1 => other.push((200, 1)),
+                2 => {
+                    other.pop();
+                }
+                _ => {
+                    if let Some(w) = other.first_mut() {
+                        w.0 = 1;
+                    }
+                }
+            }
+            let same = |installed: &[(u32, u32)]| {
+                installed.len() == ids.len() && installed.iter().zip(&ids).all(|(a, b)| a.0 == b.0)
+            };
+            assert!(app.same_members(&ids), "{fractions:?}");
+            assert_eq!(
+                app.same_members(&other),
+                same(&other),
+                "{fractions:?} against {other:?}"
+            );
+            if fractions.iter().all(|&(_, f)| is_member(f)) {
+                all_members += 1;
+            } else {
+                some_not += 1;
+            }
+        }
+        assert!(
+            all_members > 1_000 && some_not > 500,
+            "{all_members} and {some_not}"
+        );
     }
 
     /// An application is judged by its fractions' exact shares; its kernel weights (their

@@ -130,7 +130,13 @@ pub struct Application {
     /// When it was applied.
     pub at_ns: u64,
     /// Applied fractions of every member (including 0s), by uplink id; sum 1 or all 0.
-    pub fractions: Vec<(UplinkId, f64)>,
+    fractions: Vec<(UplinkId, f64)>,
+    /// The sum of the members' fractions ([`is_member`]), and whether every fraction is a
+    /// member's: the replace rule judges every application (25 600 a second at a leaf of a
+    /// 64 x 512 fabric, issue 41) by the members' shares, and summed them and told members
+    /// from the others again in each of its passes (a quarter of its instructions).
+    member_sum: f64,
+    every_fraction_a_member: bool,
     /// The kernel weights ([`Self::kernel`]), computed when first asked: the replace rule
     /// judges the fractions, and at a leaf of a 64 x 512 fabric under LQS noise 99 of 100
     /// applications are not written (issue 41), so their quantisation, a tenth of lqd's
@@ -155,9 +161,20 @@ impl Application {
         immediate: bool,
         converged: bool,
     ) -> Self {
+        // One pass, without a branch per fraction. The sum is the members' in order, as
+        // summing them alone gives (adding 0 for the others changes no sum of positive
+        // terms; with no member it is 0, of either sign).
+        let (mut member_sum, mut every_fraction_a_member) = (0.0f64, true);
+        for &(_, f) in &fractions {
+            let member = is_member(f);
+            every_fraction_a_member &= member;
+            member_sum += if member { f } else { 0.0 };
+        }
         Self {
             at_ns,
             fractions,
+            member_sum,
+            every_fraction_a_member,
             kernel: std::cell::OnceCell::new(),
             max_weight,
             immediate,
@@ -181,6 +198,21 @@ impl Application {
             kernel: std::cell::OnceCell::from(kernel),
             ..self
         }
+    }
+
+    /// Applied fractions of every member (including 0s), by uplink id; sum 1 or all 0.
+    pub fn fractions(&self) -> &[(UplinkId, f64)] {
+        &self.fractions
+    }
+
+    /// The sum of the members' fractions (those that are [`is_member`]), in order.
+    pub fn member_sum(&self) -> f64 {
+        self.member_sum
+    }
+
+    /// Every fraction is a member's ([`is_member`]): none is 0.
+    pub fn every_fraction_a_member(&self) -> bool {
+        self.every_fraction_a_member
     }
 
     /// The members: the uplinks with a positive (finite) fraction ([`is_member`]), in
@@ -1143,7 +1175,7 @@ mod tests {
 
     fn pct(a: &Application, uplink: UplinkId) -> String {
         let f = a
-            .fractions
+            .fractions()
             .iter()
             .find(|(id, _)| *id == uplink)
             .map_or(f64::NAN, |x| x.1);
@@ -1442,8 +1474,8 @@ mod tests {
         while let Some(due) = c.next_due(now) {
             assert_eq!(due, now + 20 * MS);
             let v = c.tick(due);
-            let w12: f64 = v[0].1.fractions[1].1;
-            let prev: f64 = last.fractions[1].1;
+            let w12: f64 = v[0].1.fractions()[1].1;
+            let prev: f64 = last.fractions()[1].1;
             assert!(w12 > prev && w12 <= 0.25, "monotone approach");
             last = v[0].1.clone();
             now = due;
@@ -1468,7 +1500,7 @@ mod tests {
         let mut d = DestinationWeights::default();
         let a = d.update(&ControllerConfig::default(), &m, 0).unwrap();
         assert!(a.kernel().is_empty());
-        assert!(a.fractions.iter().all(|(_, f)| *f == 0.0));
+        assert!(a.fractions().iter().all(|(_, f)| *f == 0.0));
     }
 
     #[test]
@@ -1510,7 +1542,7 @@ mod tests {
             .update(&cfg, &members(&[200, 0, 200, 200]), 5 * MS)
             .unwrap();
         assert!(a.immediate && a.converged);
-        assert_eq!(a.fractions[1].1, 0.0);
+        assert_eq!(a.fractions()[1].1, 0.0);
         assert_eq!(a.kernel(), [(11, 255), (13, 255), (14, 255)]);
         // Back 3 ms later (still inside the interval of the last application): immediate,
         // its damped step from 0 (1/8), the others unchanged but renormalised: 1/9.
@@ -1518,7 +1550,7 @@ mod tests {
             .update(&cfg, &members(&[200, 200, 200, 200]), 8 * MS)
             .unwrap();
         assert!(a.immediate && !a.converged);
-        assert_eq!(format!("{:.4}", a.fractions[1].1), "0.1111");
+        assert_eq!(format!("{:.4}", a.fractions()[1].1), "0.1111");
         assert!(a.kernel().iter().any(|(id, _)| *id == 12));
         // The immediate application counts as this interval's: the next step is at 28 ms.
         assert_eq!(d.next_due(&cfg, 9 * MS), Some(28 * MS));
@@ -1582,14 +1614,14 @@ mod tests {
         let a = d
             .update(&cfg, &members(&[237, 72, 237, 237]), 20 * MS)
             .unwrap();
-        let before: Vec<f64> = a.fractions.iter().map(|x| x.1).collect();
+        let before: Vec<f64> = a.fractions().iter().map(|x| x.1).collect();
         assert_eq!(format!("{:.3}", before[1]), "0.171");
         // S4 fails 5 ms later: S4 leaves at once; S1, S2, S3 keep their ratios.
         let a = d
             .update(&cfg, &members(&[237, 72, 237, 0]), 25 * MS)
             .unwrap();
         assert!(a.immediate);
-        let after: Vec<f64> = a.fractions.iter().map(|x| x.1).collect();
+        let after: Vec<f64> = a.fractions().iter().map(|x| x.1).collect();
         assert_eq!(after[3], 0.0);
         let kept = before[0] + before[1] + before[2];
         for i in 0..3 {
@@ -1612,13 +1644,13 @@ mod tests {
         let a = d.update(&cfg, &m, MS).unwrap();
         assert!(a.immediate);
         assert_eq!(
-            a.fractions.iter().map(|x| x.0).collect::<Vec<_>>(),
+            a.fractions().iter().map(|x| x.0).collect::<Vec<_>>(),
             [11, 12, 13]
         );
         // The new member takes its damped step from 0 at once (1/6); the old members keep
         // 0.5 each until their T_reweight boundary: renormalised, 3/7 and 1/7.
-        assert_eq!(format!("{:.4}", a.fractions[0].1), "0.4286");
-        assert_eq!(format!("{:.4}", a.fractions[2].1), "0.1429");
+        assert_eq!(format!("{:.4}", a.fractions()[0].1), "0.4286");
+        assert_eq!(format!("{:.4}", a.fractions()[2].1), "0.1429");
     }
 
     #[test]
@@ -1979,13 +2011,13 @@ mod tests {
         // Down to the estimated-capacity floor 0.25, 0.25 / 3.25 of the group, within the
         // hysteresis (a last step smaller than 0.02 is not programmed).
         let last = &apps.last().unwrap().1;
-        let f = last.fractions.iter().find(|x| x.0 == 12).unwrap().1;
+        let f = last.fractions().iter().find(|x| x.0 == 12).unwrap().1;
         assert!((f - 0.25 / 3.25).abs() < 0.02, "{f}");
         assert!(f > 0.25 / 3.25);
         // Monotone, and each application moved the share by at least the hysteresis.
         let s: Vec<f64> = apps
             .iter()
-            .map(|(_, a)| a.fractions.iter().find(|x| x.0 == 12).unwrap().1)
+            .map(|(_, a)| a.fractions().iter().find(|x| x.0 == 12).unwrap().1)
             .collect();
         for w in s.windows(2) {
             assert!(w[1] < w[0]);

@@ -897,7 +897,7 @@ impl<'a> Engine<'a> {
                     let hop = self.sc.watches[wi].next_hop;
                     if let Some(k) = lb.uplinks.iter().position(|&h| h == hop) {
                         let f = a
-                            .fractions
+                            .fractions()
                             .iter()
                             .find(|(id, _)| *id == k as UplinkId + 1)
                             .map_or(0.0, |x| x.1);

@@ -1433,7 +1433,7 @@ impl LoadBalancer {
                 // Every computation not written (its kernel weights are not computed to
                 // see whether they differ from the installed ones: issue 41).
                 self.bucket_neutral_skipped += 1;
-                trace!(remote = %key.label(), fractions = ?app.fractions, kernel = ?state.kernel, "not written: the kernel already forwards as close to these weights as buckets can");
+                trace!(remote = %key.label(), fractions = ?app.fractions(), kernel = ?state.kernel, "not written: the kernel already forwards as close to these weights as buckets can");
                 state.held = None;
                 self.held.remove(key);
                 state.hold = hold;
@@ -1442,7 +1442,7 @@ impl LoadBalancer {
             Verdict::Held { hold, due_ns } => {
                 if self.held.insert(key.clone(), due_ns).is_none() {
                     self.holds_started += 1;
-                    trace!(remote = %key.label(), fractions = ?app.fractions, kernel = ?state.kernel, "bucket move held (within the hysteresis)");
+                    trace!(remote = %key.label(), fractions = ?app.fractions(), kernel = ?state.kernel, "bucket move held (within the hysteresis)");
                 }
                 state.held = Some(app.clone());
                 state.hold = Some(hold);
