@@ -69,8 +69,8 @@ use lq_tests::bench::{emit, main_of, median, pin_to_cpu, thread_cpu_ns};
 use lq_user::core::controller::config::{ControllerConfig, GroupKind};
 use lq_user::core::controller::path_mirror::{PathMirror, RefreshClock, TableRows};
 use lq_user::core::controller::path_quality::{
-    Capacity, CapacitySource, DestinationQuality, GroupKey, LocalQuality, MemberQuality,
-    NnhMapping, NodeId, Uplink, compute_some_groups_reusing, node, remote_order,
+    Capacity, CapacitySource, GroupKey, LocalQuality, MemberQuality, NnhMapping, NodeId,
+    PathQualityReport, Uplink, compute_some_groups_reusing, node, remote_order,
 };
 use lq_user::core::controller::replace::{
     self, GroupShape, Hold, Installed, ReplacePolicy, Verdict,
@@ -476,7 +476,7 @@ fn one_run(
     let named: BTreeSet<NodeId> = (1..=SPINES).map(spine).collect();
     let mut weights = WeightController::new(*cfg)?;
     let mut installed: BTreeMap<GroupKey, GroupInstalled> = BTreeMap::new();
-    let mut last: BTreeMap<GroupKey, DestinationQuality> = BTreeMap::new();
+    let mut last = PathQualityReport::default();
     let mut spare: Vec<Vec<MemberQuality>> = Vec::new();
     let mut copy = vec![(PathKey::default(), PathValue::default()); rows.len()];
     let mut word_copy = vec![0u32; rows.len()];
@@ -570,11 +570,7 @@ fn one_run(
         // The report kept for the views, as lqd keeps it, the vectors it replaces handed
         // back to the next computation (counted with the path quality computation).
         let t2b = thread_cpu_ns();
-        for (key, quality) in report.groups {
-            if let Some(old) = last.insert(key, quality) {
-                spare.push(old.members);
-            }
-        }
+        last.replace_groups(report.groups, &mut spare);
         let t3 = thread_cpu_ns();
         // The groups' floor: each group's entries read from the snapshot.
         let snapshot = mirror.snapshot();

@@ -1262,11 +1262,7 @@ impl LoadBalancer {
             self.gray_failure_prunes += note_gray_failures(&last.groups, &report.groups);
         }
         // The members' vectors the new report replaces go back to the next computation.
-        for (key, quality) in report.groups {
-            if let Some(old) = last.groups.insert(key, quality) {
-                self.spare_members.push(old.members);
-            }
-        }
+        last.replace_groups(report.groups, &mut self.spare_members);
         last.signals.extend(report.signals);
         if todo.full {
             (last.unknown_spine_entries, last.unknown_remote_entries) =
