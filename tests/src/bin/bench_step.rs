@@ -541,7 +541,10 @@ fn one_run(
         // The groups of the remote nodes that moved (all of them under this churn).
         let todo: Vec<&GroupKey> = keys
             .iter()
-            .filter(|k| k.remote.is_some_and(|n| r.changed_remotes.contains(&n)))
+            .filter(|k| {
+                k.remote
+                    .is_some_and(|n| r.changed_remotes.binary_search(&n).is_ok())
+            })
             .collect();
         let t0 = thread_cpu_ns();
         let report = compute_some_groups_reusing(

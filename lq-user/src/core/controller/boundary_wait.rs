@@ -16,8 +16,6 @@
 //!
 //! Pure: time and the groups' boundaries are inputs.
 
-use std::collections::BTreeSet;
-
 use super::path_quality::{GroupKey, NodeId};
 
 /// See the module documentation.
@@ -89,7 +87,7 @@ impl BoundaryWait {
     /// groups is passed over.
     pub fn moved(
         &mut self,
-        moved: &BTreeSet<NodeId>,
+        moved: &[NodeId],
         defer: impl Fn(&NodeId) -> bool,
         boundary_of: impl Fn(&[GroupKey]) -> u64,
         keys: &mut Vec<GroupKey>,
@@ -154,6 +152,7 @@ mod tests {
 
     use super::*;
     use crate::core::controller::path_quality::node;
+    use std::collections::BTreeSet;
 
     fn remote(r: u32) -> NodeId {
         node(65_100, r)
@@ -185,7 +184,7 @@ mod tests {
         fn moved(
             &mut self,
             groups: &BTreeMap<NodeId, Vec<GroupKey>>,
-            moved: &BTreeSet<NodeId>,
+            moved: &[NodeId],
             defer: impl Fn(&NodeId) -> bool,
             boundary_of: impl Fn(&[GroupKey]) -> u64,
             keys: &mut Vec<GroupKey>,
@@ -230,7 +229,7 @@ mod tests {
         let mut keys = Vec::new();
         // Remote 2 (3 groups) waits for 20 ms; remote 3 (1 group) crosses 0: now.
         w.moved(
-            &[remote(2), remote(3)].into(),
+            &[remote(2), remote(3)],
             |r| *r != remote(3),
             |_| 20,
             &mut keys,
@@ -241,7 +240,7 @@ mod tests {
         // Before the boundary nothing is taken; moving again keeps the first boundary.
         keys.clear();
         w.take_due(19, &mut keys);
-        w.moved(&[remote(2)].into(), |_| true, |_| 40, &mut keys);
+        w.moved(&[remote(2)], |_| true, |_| 40, &mut keys);
         assert!(keys.is_empty());
         assert_eq!(w.due_ns(), Some(20));
         // At the boundary: its three groups, once.
@@ -252,15 +251,15 @@ mod tests {
         assert_eq!((w.due_ns(), w.waiting_groups()), (None, 0));
         // A waiting remote node that crosses 0 is computed now and waits no more.
         keys.clear();
-        w.moved(&[remote(4)].into(), |_| true, |_| 60, &mut keys);
-        w.moved(&[remote(4)].into(), |_| false, |_| 60, &mut keys);
+        w.moved(&[remote(4)], |_| true, |_| 60, &mut keys);
+        w.moved(&[remote(4)], |_| false, |_| 60, &mut keys);
         assert_eq!(keys.len(), 2);
         assert!(w.waiting_remotes().is_empty());
         keys.clear();
         w.take_due(60, &mut keys);
         assert!(keys.is_empty(), "not taken twice: {keys:?}");
         // Indexing again: nothing waits.
-        w.moved(&[remote(1)].into(), |_| true, |_| 80, &mut keys);
+        w.moved(&[remote(1)], |_| true, |_| 80, &mut keys);
         assert_eq!(w.waiting_remotes(), vec![remote(1)]);
         w.index(&keys_all);
         assert!(w.waiting_remotes().is_empty());
@@ -296,8 +295,10 @@ mod tests {
             for step in 0..200 {
                 now += next() % 8;
                 // Some remote nodes move (a few not among the groups), some cross 0.
-                let moved: BTreeSet<NodeId> = (0..next() % 12)
+                let moved: Vec<NodeId> = (0..next() % 12)
                     .map(|_| remote(1 + (next() % u64::from(n + 2)) as u32))
+                    .collect::<BTreeSet<NodeId>>()
+                    .into_iter()
                     .collect();
                 let crossing: BTreeSet<NodeId> =
                     moved.iter().filter(|_| next() % 9 == 0).copied().collect();

@@ -357,7 +357,7 @@ enum PathsRead {
     /// Only the rows that can have moved were read: the remote nodes whose entries changed,
     /// and among them those whose move can take a path quality to or from 0.
     Changed {
-        moved: BTreeSet<NodeId>,
+        moved: Vec<NodeId>,
         zero_crossing: BTreeSet<NodeId>,
     },
 }
@@ -1160,7 +1160,9 @@ impl LoadBalancer {
                 // A remote node whose groups wait for their boundary moved too: they are
                 // computed now, and nothing waits after this step.
                 let moved = match (moved_remotes, key.remote) {
-                    (Some(m), Some(r)) => m.contains(&r) || waiting.binary_search(&r).is_ok(),
+                    (Some(m), Some(r)) => {
+                        m.binary_search(&r).is_ok() || waiting.binary_search(&r).is_ok()
+                    }
                     (Some(_), None) => false,
                     (None, _) => true,
                 };
