@@ -298,8 +298,7 @@ impl DestinationWeights {
     ) -> Option<Application> {
         self.due.0.set(None);
         if let WeightFunction::Integral(p) = config.weight_function {
-            let inputs: Vec<MemberInput> = members.iter().map(Member::input).collect();
-            return self.update_integral(config, &p, &inputs, signals, now_ns);
+            return self.update_integral(config, &p, members, signals, now_ns);
         }
         // This and the in-place updates below run for every group a step changes, 512 x 64
         // members at a large leaf (issue 15).
@@ -493,18 +492,18 @@ impl DestinationWeights {
     }
 
     /// Integral weight function: new inputs (see [`integral`]).
-    fn update_integral(
+    fn update_integral<M: Member>(
         &mut self,
         config: &ControllerConfig,
         p: &IntegralParams,
-        members: &[MemberInput],
+        members: &[M],
         signals: &[MemberSignal],
         now_ns: u64,
     ) -> Option<Application> {
         let sorted = sorted_members(members);
-        let ids: Vec<UplinkId> = sorted.iter().map(|m| m.uplink).collect();
-        let qualities: Vec<u8> = sorted.iter().map(|m| m.quality).collect();
-        let up: Vec<bool> = sorted.iter().map(|m| m.local_up).collect();
+        let ids: Vec<UplinkId> = sorted.iter().map(|m| m.input().uplink).collect();
+        let qualities: Vec<u8> = sorted.iter().map(|m| m.input().quality).collect();
+        let up: Vec<bool> = sorted.iter().map(|m| m.input().local_up).collect();
         let first = self.last_apply_ns.is_none();
         let membership_changed = ids != self.members;
         let up_changed = up != self.up;
@@ -562,7 +561,7 @@ impl DestinationWeights {
         for (st, sg) in self.integral.iter_mut().zip(&self.signals) {
             st.observe(p, sg.available_gbps, now_ns);
         }
-        self.capacities = sorted.iter().map(|m| m.capacity).collect();
+        self.capacities = sorted.iter().map(|m| m.input().capacity).collect();
         self.members = ids;
         self.qualities = qualities;
         self.up = up;
