@@ -1,7 +1,9 @@
-//! Membership tests against a sorted sequence, asked in ascending order: a merge, one or two
-//! comparisons per question instead of a tree search. A leaf of 512 groups asks "is this
-//! group still there / in this step's report?" of every group at every control step, in
-//! the groups' own order (issue 15).
+//! Membership tests and lookups against a sorted sequence, asked in ascending order: a
+//! merge, one or two comparisons per question instead of a tree search. A leaf of 512
+//! groups asks "is this group still there / in this step's report?" of every group at every
+//! control step, in the groups' own order (issue 15), and a 64 x 512 leaf under a fabric's
+//! churn asks the weights' state of 23 000 groups a second for their T_reweight boundary,
+//! in the same order (issue 41).
 
 use std::iter::Peekable;
 
@@ -34,6 +36,35 @@ impl<'a, K: Ord + 'a, I: Iterator<Item = &'a K>> SortedProbe<'a, K, I> {
     }
 }
 
+/// Answers [`Self::get`] for keys asked in ascending order, over a sorted map's entries.
+pub struct SortedLookup<'a, K: Ord + 'a, V: 'a, I: Iterator<Item = (&'a K, &'a V)>> {
+    entries: Peekable<I>,
+}
+
+impl<'a, K: Ord + 'a, V: 'a, I: Iterator<Item = (&'a K, &'a V)>> SortedLookup<'a, K, V, I> {
+    /// Over `entries`, which must be in ascending order of key (a `BTreeMap`'s).
+    pub fn new(entries: I) -> Self {
+        Self {
+            entries: entries.peekable(),
+        }
+    }
+
+    /// The value of `key`, if among the entries. Each call's key must not be smaller than
+    /// the last one's (a smaller key is answered `None`).
+    pub fn get(&mut self, key: &K) -> Option<&'a V> {
+        while let Some((k, v)) = self.entries.peek() {
+            match (*k).cmp(key) {
+                std::cmp::Ordering::Less => {
+                    self.entries.next();
+                }
+                std::cmp::Ordering::Equal => return Some(*v),
+                std::cmp::Ordering::Greater => return None,
+            }
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -51,5 +82,20 @@ mod tests {
         let mut probe = SortedProbe::new(set.iter());
         assert!(probe.contains(&5) && probe.contains(&5));
         assert!(!probe.contains(&6) && !probe.contains(&6));
+    }
+
+    #[test]
+    fn lookups_agree_with_a_tree_search_for_ascending_questions() {
+        let map: std::collections::BTreeMap<u32, char> =
+            [(2, 'a'), (3, 'b'), (5, 'c'), (8, 'd'), (13, 'e')].into();
+        let mut lookup = SortedLookup::new(map.iter());
+        for q in 0..20 {
+            assert_eq!(lookup.get(&q), map.get(&q), "{q}");
+        }
+        // Repeated questions keep their answer.
+        let mut lookup = SortedLookup::new(map.iter());
+        assert!(lookup.get(&5) == Some(&'c') && lookup.get(&5) == Some(&'c'));
+        assert!(lookup.get(&6).is_none() && lookup.get(&6).is_none());
+        assert_eq!(lookup.get(&8), Some(&'d'));
     }
 }

@@ -570,6 +570,10 @@ fn one_run(
                 Verdict::SameForwarding { hold: h } => *hold = h,
             }
         }
+        // Each application's vector handed back to the next computation, as lqd does.
+        for (_, app) in apps {
+            weights.recycle(app);
+        }
         // The report kept for the views, as lqd keeps it, the vectors it replaces handed
         // back to the next computation (counted with the path quality computation).
         let t2b = thread_cpu_ns();

@@ -82,14 +82,14 @@ impl BoundaryWait {
     }
 
     /// The remote nodes whose entries moved (`moved`, sorted): each waits for its boundary
-    /// (`boundary_of` its groups) when `defer(remote)`, unless it waits already; the others
-    /// have their groups added to `keys` now and no longer wait. A remote node without
-    /// groups is passed over.
+    /// (`boundary_of` its groups, asked in ascending order of the groups' keys) when
+    /// `defer(remote)`, unless it waits already; the others have their groups added to
+    /// `keys` now and no longer wait. A remote node without groups is passed over.
     pub fn moved(
         &mut self,
         moved: &[NodeId],
         defer: impl Fn(&NodeId) -> bool,
-        boundary_of: impl Fn(&[GroupKey]) -> u64,
+        mut boundary_of: impl FnMut(&[GroupKey]) -> u64,
         keys: &mut Vec<GroupKey>,
     ) {
         // Both sorted: a merge step per moved remote node, not a search.
@@ -305,7 +305,15 @@ mod tests {
                 let offset = next() % 30;
                 let boundary_of = |g: &[GroupKey]| now + offset + g.len() as u64;
                 let (mut got, mut want) = (Vec::new(), Vec::new());
-                w.moved(&moved, |r| !crossing.contains(r), boundary_of, &mut got);
+                // The groups' boundaries are asked in ascending key order (the caller
+                // finds them by a merge, `SortedLookup`).
+                let mut asked: Vec<GroupKey> = Vec::new();
+                let asking = |g: &[GroupKey]| {
+                    asked.extend_from_slice(g);
+                    boundary_of(g)
+                };
+                w.moved(&moved, |r| !crossing.contains(r), asking, &mut got);
+                assert!(asked.is_sorted(), "run {run} step {step}: {asked:?}");
                 reference.moved(
                     &groups,
                     &moved,
