@@ -110,6 +110,8 @@ pub struct Refresh {
 /// sweep touches no key.
 #[derive(Clone, Copy, Debug, Default)]
 struct RowState {
+    /// Its spine's index in [`PathMirror::spines`].
+    spine: u32,
     /// Its remote node's index among the snapshot's ([`PathSnapshot::remote_at`]).
     remote: u32,
     /// The stamp of its refresh time as known (from the row or the last sweep).
@@ -141,11 +143,6 @@ pub struct PathMirror {
     /// `snapshot`. A refresh time is exact after a row read, a lower bound after a sweep.
     entries: Vec<(PathKey, PathValue)>,
     rows: Vec<RowState>,
-    /// Per row (by position) its spine's index in [`Self::spines`], apart from `rows`: a
-    /// refresh that reads many spines scans it whole at every step to find their rows
-    /// (190 steps a second under a fabric's churn, each naming a quarter of a 64 x 512
-    /// leaf's spines): 4 octets a row instead of a 20-octet [`RowState`] each (issue 41).
-    row_spines: Vec<u32>,
     snapshot: PathSnapshot,
     spines: Vec<SpineRows>,
     spine_index: BTreeMap<NodeId, u32>,
@@ -236,10 +233,8 @@ impl PathMirror {
     ) {
         entries.sort_unstable_by_key(|e| remote_order(&e.0));
         self.rows.clear();
-        self.row_spines.clear();
         for (_, v) in &mut entries {
             self.rows.push(RowState::default());
-            self.row_spines.push(0);
             v.last_update_ns = v.last_update_ns.max(not_before_ns);
         }
         self.snapshot =
@@ -268,7 +263,7 @@ impl PathMirror {
                 self.spines.len() as u32 - 1
             });
             self.spines[index as usize].positions.push(i as u32);
-            self.row_spines[i] = index;
+            self.rows[i].spine = index;
         }
         self.remote_named_in.clear();
         self.remote_named_in.resize(self.snapshot.remote_count(), 0);
@@ -337,7 +332,7 @@ impl PathMirror {
                 out.stale = true;
                 continue;
             };
-            if full.contains(&self.row_spines[p]) || row.read_in == self.refreshes {
+            if full.contains(&row.spine) || row.read_in == self.refreshes {
                 continue;
             }
             if !self.read_word(p, &clock, table, &mut out) {
@@ -361,7 +356,7 @@ impl PathMirror {
             }
             let mut batch = RowBatch::new();
             for p in 0..self.rows.len() {
-                if in_full[self.row_spines[p] as usize]
+                if in_full[self.rows[p].spine as usize]
                     && !self.read_word(p, &clock, table, &mut out)
                     && batch.push(p, table)
                 {
@@ -388,8 +383,8 @@ impl PathMirror {
         // The expired rows not read above, alone; a failed spine's come back with the
         // spine (its recovery reads them all).
         for &p in &expired {
-            let (row, spine) = (self.rows[p as usize], self.row_spines[p as usize]);
-            if row.read_in != self.refreshes && !self.spines[spine as usize].failed {
+            let row = self.rows[p as usize];
+            if row.read_in != self.refreshes && !self.spines[row.spine as usize].failed {
                 self.read_row(p as usize, &clock, table, &mut out);
             }
         }
@@ -474,7 +469,6 @@ impl PathMirror {
     fn sweep(&mut self, clock: &RefreshClock, table: &mut impl TableRows, out: &mut Refresh) {
         let mut may_have_aged: Vec<u32> = Vec::new();
         let (entries, rows, spines) = (&mut self.entries, &mut self.rows, &self.spines);
-        let row_spines = &self.row_spines;
         let mut oldest: Option<u64> = None;
         let mut stamps_read = 0;
         let n = entries.len();
@@ -483,7 +477,7 @@ impl PathMirror {
             let (Some(row), Some(entry)) = (rows.get_mut(p), entries.get_mut(p)) else {
                 return;
             };
-            if row.expired || spines[row_spines[p] as usize].failed {
+            if row.expired || spines[row.spine as usize].failed {
                 return;
             }
             let v = &mut entry.1;
@@ -625,7 +619,7 @@ impl PathMirror {
         // nearly every row of the table at every T_notify (1.6 M a second at a leaf of a
         // 64 x 512 fabric, issue 41), and `applied` looked the row, the entry and the
         // spine up again and judged the entry's age twice more.
-        let (spine, remote) = (self.row_spines[p] as usize, row.remote);
+        let (spine, remote) = (row.spine as usize, row.remote);
         let v = entry.1;
         let spine_failed = self.spines[spine].failed;
         let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
@@ -667,7 +661,7 @@ impl PathMirror {
             return;
         };
         let v = self.entries[p].1;
-        let spine_failed = self.spines[self.row_spines[p] as usize].failed;
+        let spine_failed = self.spines[row.spine as usize].failed;
         let (lqs, signal) = effective_entry(&v, spine_failed, clock.now_ns, clock.dead_ns);
         let moved = self.snapshot.update_at(p, lqs, signal);
         self.name_moved(row.remote, moved, out);
@@ -678,10 +672,10 @@ impl PathMirror {
     /// at every step, a live one may be the oldest. A failed spine's entries come back
     /// with the spine (its recovery reads them).
     fn note(&mut self, p: usize, now_ns: u64, dead_ns: u64) {
-        if self.spines[self.row_spines[p] as usize].failed {
+        let row = &mut self.rows[p];
+        if self.spines[row.spine as usize].failed {
             return;
         }
-        let row = &mut self.rows[p];
         let t = self.entries[p].1.last_update_ns;
         if entry_expired(t, now_ns, dead_ns) {
             if !row.expired {
