@@ -22,11 +22,13 @@
 //! (refresh stamp, LQS, CL); the refresh reads a named spine's rows by their stamp words
 //! (lqd's default, `PathMirror::set_qualities_only`), or whole.
 //!
-//! Each run is done three times, alternated: with the table written by this thread; with it
+//! Each run is done four times, alternated: with the table written by this thread; with it
 //! written by a second thread pinned to another CPU (`cross-core`), as lqd reads what the
-//! XDP receiver wrote on another core; and cross-core again with the rows read whole (as
+//! XDP receiver wrote on another core; cross-core again with the rows read whole (as
 //! before issue 41's stamp words, and as lqd still reads them when the weights need the
-//! available bandwidth). Cross-core, every row or word the refresh reads, and every one
+//! available bandwidth); and cross-core with the refresh paced as lqd's loop paces it (a
+//! quarter of the spines named at each of four refreshes a round, `PACED_STEPS`; the
+//! others name every spine once a round). Cross-core, every row or word the refresh reads, and every one
 //! its floor reads (written again, with the same values, between the two), is a line the
 //! other core holds modified: what those transfers cost, which the daemon pays and the
 //! same-thread figures cannot show.
@@ -47,6 +49,13 @@
 //!   same gather of whole rows) and `step_refresh_words_vs_whole_rows_ratio_64x512`
 //!   (baseline 1): the same refresh reading whole rows, and the stamp words' time over it,
 //!   run by run;
+//! - `step_refresh_paced_cross_core_ns_per_row_64x512` (baseline: its floor, the same
+//!   gather of the words of the spines named) and
+//!   `step_refresh_paced_cross_core_vs_floor_ratio_64x512`: the cross-core refresh as lqd's
+//!   paced loop does it under the churn, a quarter of the spines named at each of four
+//!   refreshes a round (`PACED_STEPS`): the mirror's rows of the other spines lie between
+//!   those read, so a row read costs more lines than at one refresh a round (the other
+//!   runs), which is what lqd pays;
 //! - `step_refresh_vs_floor_ratio_64x512`, `step_group_vs_floor_ratio_64x512`: each run's
 //!   phase time over its floor's (median of the runs): the figures to compare across runs,
 //!   since the host's speed moves a phase and its floor together (on the shared 2-core
@@ -87,6 +96,10 @@ const REPEATS: usize = 5;
 /// second (`bench_scale`'s fabric churn).
 const NOISE: u64 = 5;
 const EVENT_SHARE_PER_S: f64 = 0.01;
+/// Refreshes a round in the paced runs: lqd's loop steps at most every 5 ms
+/// (`MIN_EVENT_STEP_NS`) under a dense stream of change events, so each step reads the
+/// rows of the spines heard from since the last, about a quarter of them at T_notify 20 ms.
+const PACED_STEPS: u32 = 4;
 /// `bench_scale`'s rates: entries sent and group computations a second.
 const ROWS_PER_S: f64 = 1.64e6;
 const GROUPS_PER_S: f64 = 25_600.0;
@@ -131,13 +144,36 @@ struct Table {
     words: Vec<u32>,
 }
 
-/// Writes a round's advertisements into the table as the receiver does: every row's LQS
-/// from `lqs` (by slot), refreshed at `now`, then its stamp word.
-fn advertise(table: &mut Table, lqs: &[u8], now: u64) {
-    for (((_, v), w), &q) in table.rows.iter_mut().zip(&mut table.words).zip(lqs) {
-        v.lqs = q;
-        v.last_update_ns = now;
-        *w = path_stamp_word(now, q, v.cl);
+/// Which spines a write (and the refresh after it) covers: spine `s` (from 1) is in part
+/// `(s - 1) % of` (one part of 1: every spine).
+#[derive(Clone, Copy)]
+struct Part {
+    index: u32,
+    of: u32,
+}
+
+impl Part {
+    fn has(self, spine_rank: u32) -> bool {
+        spine_rank % self.of == self.index
+    }
+}
+
+/// Writes a round's advertisements into the table as the receiver does: every row of the
+/// spines in `part`, its LQS from `lqs` (by slot), refreshed at `now`, then its stamp word.
+/// Slots are the receiver's, spine by spine (`REMOTES` each).
+fn advertise(table: &mut Table, lqs: &[u8], now: u64, part: Part) {
+    let rows = table.rows.chunks_mut(REMOTES as usize);
+    let words = table.words.chunks_mut(REMOTES as usize);
+    let levels = lqs.chunks(REMOTES as usize);
+    for (rank, ((rows, words), levels)) in (0..).zip(rows.zip(words).zip(levels)) {
+        if !part.has(rank) {
+            continue;
+        }
+        for (((_, v), w), &q) in rows.iter_mut().zip(words).zip(levels) {
+            v.lqs = q;
+            v.last_update_ns = now;
+            *w = path_stamp_word(now, q, v.cl);
+        }
     }
 }
 
@@ -167,7 +203,7 @@ impl TableRows for SlotRows<'_> {
 enum Writer {
     SameThread,
     OtherCpu {
-        jobs: mpsc::SyncSender<(Table, Vec<u8>, u64)>,
+        jobs: mpsc::SyncSender<(Table, Vec<u8>, u64, Part)>,
         done: mpsc::Receiver<(Table, Vec<u8>)>,
     },
 }
@@ -175,12 +211,12 @@ enum Writer {
 impl Writer {
     /// A writer thread pinned to `cpu` (this thread stays where it is).
     fn other_cpu(cpu: usize) -> Self {
-        let (jobs, job_rx) = mpsc::sync_channel::<(Table, Vec<u8>, u64)>(0);
+        let (jobs, job_rx) = mpsc::sync_channel::<(Table, Vec<u8>, u64, Part)>(0);
         let (done_tx, done) = mpsc::sync_channel(0);
         std::thread::spawn(move || {
             pin_to_cpu(0, cpu);
-            while let Ok((mut table, lqs, now)) = job_rx.recv() {
-                advertise(&mut table, &lqs, now);
+            while let Ok((mut table, lqs, now, part)) = job_rx.recv() {
+                advertise(&mut table, &lqs, now, part);
                 if done_tx.send((table, lqs)).is_err() {
                     break;
                 }
@@ -189,12 +225,13 @@ impl Writer {
         Writer::OtherCpu { jobs, done }
     }
 
-    /// Writes the round into `table` (where this writer writes) and returns when it is done.
-    fn write(&self, table: &mut Table, lqs: &mut Vec<u8>, now: u64) -> Result<()> {
+    /// Writes the round's advertisements of the spines in `part` into `table` (where this
+    /// writer writes) and returns when it is done.
+    fn write(&self, table: &mut Table, lqs: &mut Vec<u8>, now: u64, part: Part) -> Result<()> {
         match self {
-            Writer::SameThread => advertise(table, lqs, now),
+            Writer::SameThread => advertise(table, lqs, now, part),
             Writer::OtherCpu { jobs, done } => {
-                jobs.send((std::mem::take(table), std::mem::take(lqs), now))?;
+                jobs.send((std::mem::take(table), std::mem::take(lqs), now, part))?;
                 (*table, *lqs) = done.recv()?;
             }
         }
@@ -248,8 +285,9 @@ fn run() -> Result<()> {
     let mut runs = Vec::new();
     let mut cross_runs = Vec::new();
     let mut cross_whole_runs = Vec::new();
+    let mut cross_paced_runs = Vec::new();
     for repeat in 0..REPEATS {
-        let once = |writer: &Writer, qualities_only: bool| {
+        let once = |writer: &Writer, qualities_only: bool, steps: u32| {
             one_run(
                 &cfg,
                 &mapping,
@@ -260,12 +298,14 @@ fn run() -> Result<()> {
                 repeat as u64,
                 writer,
                 qualities_only,
+                steps,
             )
         };
-        runs.push(once(&Writer::SameThread, true)?);
+        runs.push(once(&Writer::SameThread, true, 1)?);
         if let Some(writer) = &other {
-            cross_runs.push(once(writer, true)?);
-            cross_whole_runs.push(once(writer, false)?);
+            cross_runs.push(once(writer, true, 1)?);
+            cross_whole_runs.push(once(writer, false, 1)?);
+            cross_paced_runs.push(once(writer, true, PACED_STEPS)?);
         }
     }
     let per = |f: &dyn Fn(&Run) -> f64| -> (f64, f64, f64) { summary(&runs, f) };
@@ -293,6 +333,11 @@ fn run() -> Result<()> {
     });
     let cross_whole_ns = per_cross(&cross_whole_runs, &ns_a_row);
     let cross_whole_floor = per_cross(&cross_whole_runs, &floor_a_row);
+    let paced_ns = per_cross(&cross_paced_runs, &ns_a_row);
+    let paced_floor = per_cross(&cross_paced_runs, &floor_a_row);
+    let paced_ratio = per_cross(&cross_paced_runs, &|r| {
+        r.refresh as f64 / r.refresh_floor.max(1) as f64
+    });
     // Stamp words over whole rows, run by run (alternated: the same host speed).
     let words_vs_whole: Vec<f64> = cross_runs
         .iter()
@@ -385,6 +430,26 @@ fn run() -> Result<()> {
             Some(1.0),
         );
     }
+    if let (Some(ns), Some(floor), Some(ratio)) = (paced_ns, paced_floor, paced_ratio) {
+        eprintln!(
+            "the same, a quarter of the spines named at each of {PACED_STEPS} refreshes a round (lqd's paced steps): refresh {:.1} [{:.1}, {:.1}] ns a row (floor {:.1} [{:.1}, {:.1}]), over its floor {:.2} [{:.2}, {:.2}]",
+            ns.0, ns.1, ns.2, floor.0, floor.1, floor.2, ratio.0, ratio.1, ratio.2
+        );
+        emit(
+            "step_refresh_paced_cross_core_ns_per_row_64x512",
+            ns.0,
+            "ns",
+            None,
+            Some(floor.0),
+        );
+        emit(
+            "step_refresh_paced_cross_core_vs_floor_ratio_64x512",
+            ratio.0,
+            "ratio",
+            None,
+            None,
+        );
+    }
     emit(
         "step_refresh_vs_floor_ratio_64x512",
         row_ratio.0,
@@ -421,7 +486,8 @@ fn summary(runs: &[Run], f: &dyn Fn(&Run) -> f64) -> (f64, f64, f64) {
 }
 
 /// One run of `ROUNDS` rounds from a fresh start (the first round installs every group),
-/// the advertisements written by `writer`.
+/// the advertisements written by `writer`, the table refreshed `steps` times a round (each
+/// time a `1 / steps` part of the spines named; the groups computed once, after the last).
 #[allow(clippy::too_many_arguments)] // the run's fixed inputs, each named at the call
 fn one_run(
     cfg: &ControllerConfig,
@@ -433,6 +499,7 @@ fn one_run(
     seed: u64,
     writer: &Writer,
     qualities_only: bool,
+    steps: u32,
 ) -> Result<Run> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x1000_0000_01b3));
     // Slots as the receiver claims them: spine by spine, each spine's remote nodes in its
@@ -473,7 +540,26 @@ fn one_run(
         dead,
         &none,
     );
-    let named: BTreeSet<NodeId> = (1..=SPINES).map(spine).collect();
+    // Per part of the spines (`steps` of them), the spines named and the slots of their
+    // rows in the mirror's order (what the floor gathers).
+    let named: Vec<BTreeSet<NodeId>> = (0..steps)
+        .map(|index| {
+            let part = Part { index, of: steps };
+            (1..=SPINES)
+                .filter(|s| part.has(s - 1))
+                .map(spine)
+                .collect()
+        })
+        .collect();
+    let part_slots: Vec<Vec<usize>> = (0..steps)
+        .map(|index| {
+            let part = Part { index, of: steps };
+            (slot_of.iter())
+                .filter(|&&i| part.has(i as u32 / REMOTES))
+                .copied()
+                .collect()
+        })
+        .collect();
     let mut weights = WeightController::new(*cfg)?;
     let mut installed: BTreeMap<GroupKey, GroupInstalled> = BTreeMap::new();
     let mut last = PathQualityReport::default();
@@ -499,52 +585,58 @@ fn one_run(
             let noise = (rng.next() % (2 * NOISE + 1)) as u8;
             *q = l - NOISE as u8 + noise;
         }
-        writer.write(&mut table, &mut lqs, now)?;
-        // The refresh, every spine named (each sent all its entries this round), and its
-        // floor: the same stamp words (or whole rows) gathered in the same order, written
-        // again first by the same writer (the same values), so that the floor reads them
-        // from where the refresh did.
-        let t0 = thread_cpu_ns();
-        let r = mirror.refresh(
-            &named,
-            &[],
-            RefreshClock {
-                not_before_ns: 0,
-                now_ns: now,
-                dead_ns: dead,
-            },
-            &none,
-            &mut SlotRows {
-                table: &table,
-                slot_of: &slot_of,
-            },
-        );
-        let t1 = thread_cpu_ns();
-        writer.write(&mut table, &mut lqs, now)?;
-        let t2 = thread_cpu_ns();
-        if qualities_only {
-            for (c, &i) in word_copy.iter_mut().zip(&slot_of) {
-                *c = table.words[i];
+        // The refresh, `steps` times a round, each of the spines in one part named (each
+        // sent all its entries since the last), and its floor: the same stamp words (or
+        // whole rows) gathered in the same order, written again first by the same writer
+        // (the same values), so that the floor reads them from where the refresh did.
+        let mut changed: Vec<NodeId> = Vec::new();
+        for index in 0..steps {
+            let part = Part { index, of: steps };
+            let at = now - T_NOTIFY_NS + u64::from(index + 1) * T_NOTIFY_NS / u64::from(steps);
+            writer.write(&mut table, &mut lqs, at, part)?;
+            let t0 = thread_cpu_ns();
+            let r = mirror.refresh(
+                &named[index as usize],
+                &[],
+                RefreshClock {
+                    not_before_ns: 0,
+                    now_ns: at,
+                    dead_ns: dead,
+                },
+                &none,
+                &mut SlotRows {
+                    table: &table,
+                    slot_of: &slot_of,
+                },
+            );
+            let t1 = thread_cpu_ns();
+            writer.write(&mut table, &mut lqs, at, part)?;
+            let slots = &part_slots[index as usize];
+            let t2 = thread_cpu_ns();
+            if qualities_only {
+                for (c, &i) in word_copy.iter_mut().zip(slots) {
+                    *c = table.words[i];
+                }
+            } else {
+                for (c, &i) in copy.iter_mut().zip(slots) {
+                    *c = table.rows[i];
+                }
             }
-        } else {
-            for (c, &i) in copy.iter_mut().zip(&slot_of) {
-                *c = table.rows[i];
-            }
+            let t3 = thread_cpu_ns();
+            std::hint::black_box(&word_copy);
+            std::hint::black_box(&copy);
+            ensure!(!r.stale, "the mirror went stale");
+            out.refresh += t1 - t0;
+            out.refresh_floor += t3 - t2;
+            out.rows += r.rows_read as u64;
+            changed.extend(r.changed_remotes);
         }
-        let t3 = thread_cpu_ns();
-        std::hint::black_box(&word_copy);
-        ensure!(!r.stale, "the mirror went stale");
-        out.refresh += t1 - t0;
-        out.refresh_floor += t3 - t2;
-        out.rows += r.rows_read as u64;
-        std::hint::black_box(&copy);
+        changed.sort_unstable();
+        changed.dedup();
         // The groups of the remote nodes that moved (all of them under this churn).
         let todo: Vec<&GroupKey> = keys
             .iter()
-            .filter(|k| {
-                k.remote
-                    .is_some_and(|n| r.changed_remotes.binary_search(&n).is_ok())
-            })
+            .filter(|k| k.remote.is_some_and(|n| changed.binary_search(&n).is_ok()))
             .collect();
         let t0 = thread_cpu_ns();
         let report = compute_some_groups_reusing(
