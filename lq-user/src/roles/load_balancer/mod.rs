@@ -1296,9 +1296,10 @@ impl LoadBalancer {
         step_started: u64,
     ) -> usize {
         self.held_due(&mut apps, now_ns);
-        // In key order (the updates and the ticks come as two sorted runs, which a stable
-        // sort merges in one pass), so that the groups are found in one walk beside them.
-        apps.sort_by(|a, b| a.0.cmp(&b.0));
+        // In key order, so that the groups are found in one walk beside them (each key
+        // comes once: an update or a tick, a refused one or a held one not among them).
+        apps.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        debug_assert!(apps.windows(2).all(|w| w[0].0 < w[1].0), "a group twice");
         let writes = self.judge(apps, now_ns);
         let mut batch = Vec::with_capacity(writes.len());
         for (key, app, cause) in writes {
