@@ -1047,8 +1047,8 @@ impl<K: Ord + Clone> WeightController<K> {
         })
     }
 
-    /// Gives back an application no longer needed (not written, or replaced by a newer
-    /// one): its fractions' vector serves a later application.
+    /// Gives back an application no longer needed (judged by the replace rule and not
+    /// kept): its fractions' vector serves a later application.
     pub fn recycle(&mut self, app: Application) {
         self.spare.give(app.fractions);
     }
