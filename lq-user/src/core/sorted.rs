@@ -23,16 +23,7 @@ impl<'a, K: Ord + 'a, I: Iterator<Item = &'a K>> SortedProbe<'a, K, I> {
     /// Whether `key` is among the keys. Each call's key must not be smaller than the last
     /// one's (a smaller key is answered `false`).
     pub fn contains(&mut self, key: &K) -> bool {
-        while let Some(k) = self.keys.peek() {
-            match (*k).cmp(key) {
-                std::cmp::Ordering::Less => {
-                    self.keys.next();
-                }
-                std::cmp::Ordering::Equal => return true,
-                std::cmp::Ordering::Greater => return false,
-            }
-        }
-        false
+        seek(&mut self.keys, key, |k| k).is_some()
     }
 }
 
@@ -52,17 +43,28 @@ impl<'a, K: Ord + 'a, V: 'a, I: Iterator<Item = (&'a K, &'a V)>> SortedLookup<'a
     /// The value of `key`, if among the entries. Each call's key must not be smaller than
     /// the last one's (a smaller key is answered `None`).
     pub fn get(&mut self, key: &K) -> Option<&'a V> {
-        while let Some((k, v)) = self.entries.peek() {
-            match (*k).cmp(key) {
-                std::cmp::Ordering::Less => {
-                    self.entries.next();
-                }
-                std::cmp::Ordering::Equal => return Some(*v),
-                std::cmp::Ordering::Greater => return None,
-            }
-        }
-        None
+        seek(&mut self.entries, key, |(k, _)| k).map(|(_, v)| v)
     }
+}
+
+/// The merge both answer with: `items` advanced past those whose key (`key_of`) is below
+/// `key`; the one whose key is `key`, left in place for a repeated question.
+#[inline]
+fn seek<'a, K: Ord + 'a, T: Copy>(
+    items: &mut Peekable<impl Iterator<Item = T>>,
+    key: &K,
+    key_of: impl Fn(T) -> &'a K,
+) -> Option<T> {
+    while let Some(&item) = items.peek() {
+        match key_of(item).cmp(key) {
+            std::cmp::Ordering::Less => {
+                items.next();
+            }
+            std::cmp::Ordering::Equal => return Some(item),
+            std::cmp::Ordering::Greater => return None,
+        }
+    }
+    None
 }
 
 #[cfg(test)]

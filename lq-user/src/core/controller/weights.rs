@@ -734,20 +734,17 @@ impl DestinationWeights {
 
     /// Applied fractions by uplink id.
     pub fn applied(&self) -> Vec<(UplinkId, f64)> {
-        self.members
-            .iter()
-            .copied()
-            .zip(self.applied.iter().copied())
-            .collect()
+        self.by_member(&self.applied).collect()
     }
 
     /// Target fractions by uplink id.
     pub fn target(&self) -> Vec<(UplinkId, f64)> {
-        self.members
-            .iter()
-            .copied()
-            .zip(self.target.iter().copied())
-            .collect()
+        self.by_member(&self.target).collect()
+    }
+
+    /// `values` (one per member, in the members' order) paired with the members' uplinks.
+    fn by_member<'s>(&'s self, values: &'s [f64]) -> impl Iterator<Item = (UplinkId, f64)> + 's {
+        self.members.iter().copied().zip(values.iter().copied())
     }
 
     /// One damped step (6.4): `w += g (target - w)`, members with target 0 dropped at once
@@ -813,12 +810,7 @@ impl DestinationWeights {
         // Every application, immediate or scheduled, is this interval's one (6.4).
         self.last_apply_ns = Some(now_ns);
         let mut fractions = spare.take();
-        fractions.extend(
-            self.members
-                .iter()
-                .copied()
-                .zip(self.applied.iter().copied()),
-        );
+        fractions.extend(self.by_member(&self.applied));
         Application::new(
             now_ns,
             fractions,
