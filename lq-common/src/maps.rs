@@ -37,8 +37,12 @@ pub const CONFIG_MAP: &str = "LQ_CONFIG";
 /// Longest-prefix-match trie of the AS plan: key (prefix length, AS number big-endian),
 /// value 1. `lqd` fills it from [`ReceiverConfig::as_plan`] with [`as_range_prefixes`].
 pub const AS_PLAN_MAP: &str = "LQ_AS_PLAN";
-/// Ring buffer of [`PathEvent`]s.
+/// Ring buffer of the [`PathEvent`]s without [`EVENT_FLAG_ZERO_TRANSITION`]: `lqd` reads it
+/// at its paced steps.
 pub const EVENT_MAP: &str = "LQ_EVENTS";
+/// Ring buffer of the [`PathEvent`]s with [`EVENT_FLAG_ZERO_TRANSITION`]: `lqd` listens to
+/// it always and steps at once (seed 003 section 6.4), whatever the pace of the other.
+pub const ZERO_EVENT_MAP: &str = "LQ_ZERO_EVENTS";
 /// The XDP program's name in the object.
 pub const XDP_PROGRAM: &str = "lq_receiver";
 /// An empty XDP_PASS program in the same object: the benchmarks' baseline.
@@ -89,6 +93,10 @@ pub const PATH_SLOT_PROBES: u32 = 64;
 pub const NEIGHBOR_CAPACITY: u32 = 1024;
 /// Ring buffer size in bytes (a power of two, a multiple of the page size).
 pub const EVENT_RING_BYTES: u32 = 512 * 1024;
+/// [`ZERO_EVENT_MAP`]'s size in bytes (a power of two, a multiple of the page size): 2 048
+/// events. Zero transitions are rare but for a receiver's first T_notify (every entry
+/// new); a lost event costs a full read of the table at the next step, not a lost change.
+pub const ZERO_EVENT_RING_BYTES: u32 = 128 * 1024;
 /// How many AS ranges the AS plan can hold.
 pub const AS_PLAN_MAX: usize = 8;
 /// Capacity of the AS plan trie: 8 ranges need at most 8 x 62 prefixes.
@@ -337,8 +345,18 @@ pub const EVENT_SLOTS: usize = 8;
 /// An unused element of [`PathEvent::changed_slots`] (no slot has this index).
 pub const NO_SLOT: u32 = u32::MAX;
 
-/// Event sent on the ring buffer for every accepted datagram that changed an entry's LQS or
-/// CL (or created an entry), so the controller reacts without polling.
+/// [`PathEvent::flags`]: a changed entry of the datagram may take a path quality to or from 0,
+/// which seed 003 section 6.4 applies at once ("a transition of any path_quality to or from
+/// 0 ... SHOULD be applied immediately"): its LQS moved to or from 0, it moved at CL 7
+/// before or after (the opt-in gray-failure prune reads an entry at CL 7), or it is new (a
+/// path without an entry gets one). The receiver's other changes may only move weights at
+/// their T_reweight boundary, and `lqd` reads them at a slower pace. Such an event goes to
+/// [`ZERO_EVENT_MAP`], the others to [`EVENT_MAP`].
+pub const EVENT_FLAG_ZERO_TRANSITION: u8 = 1;
+
+/// Event sent on a ring buffer for every accepted datagram that changed an entry's LQS or
+/// CL (or created an entry), so the controller reacts without polling: on [`ZERO_EVENT_MAP`]
+/// with [`EVENT_FLAG_ZERO_TRANSITION`], else on [`EVENT_MAP`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct PathEvent {
@@ -356,8 +374,8 @@ pub struct PathEvent {
     pub entries: u16,
     /// Mode (0 periodic, 1 triggered).
     pub mode: u8,
-    /// Padding, always 0.
-    pub _pad: u8,
+    /// `EVENT_FLAG_*`.
+    pub flags: u8,
     /// The path-table slots of the changed entries, in datagram order, when there are at
     /// most [`EVENT_SLOTS`] of them (`changed <= EVENT_SLOTS`); the rest [`NO_SLOT`]. With
     /// them the controller reads those rows alone instead of every row of the sender
@@ -379,13 +397,18 @@ impl Default for PathEvent {
             changed: 0,
             entries: 0,
             mode: 0,
-            _pad: 0,
+            flags: 0,
             changed_slots: [NO_SLOT; EVENT_SLOTS],
         }
     }
 }
 
 impl PathEvent {
+    /// The event carries [`EVENT_FLAG_ZERO_TRANSITION`].
+    pub fn zero_transition(&self) -> bool {
+        self.flags & EVENT_FLAG_ZERO_TRANSITION != 0
+    }
+
     /// The slots of the changed entries, when the event names them all; `None`: read every
     /// row of the sender.
     pub fn named_slots(&self) -> Option<&[u32]> {

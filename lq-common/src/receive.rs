@@ -6,9 +6,9 @@
 use crate::{
     frame::{FrameClass, classify},
     maps::{
-        AS_QUALIFIED_YES, COUNTER_COUNT, Counter, EVENT_SLOTS, NO_SLOT, NeighborKey, NeighborValue,
-        PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC, PathEvent, PathKey,
-        PathValue, ReceiverConfig,
+        AS_QUALIFIED_YES, COUNTER_COUNT, Counter, EVENT_FLAG_ZERO_TRANSITION, EVENT_SLOTS, NO_SLOT,
+        NeighborKey, NeighborValue, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC,
+        PathEvent, PathKey, PathValue, ReceiverConfig,
     },
     wire::{AsQualification, DecodeError, DecodePolicy, as_plan_contains, decode, serial_gt},
 };
@@ -150,6 +150,7 @@ pub fn process_payload<T: ReceiveTables>(
         0
     };
     let mut changed: u16 = 0;
+    let mut zero_transition = false;
     for e in adv.entries() {
         if check_remote_as && !as_plan_contains(cfg.as_plan(), e.remote_as) {
             counters[Counter::AsMismatchEntry as usize] += 1;
@@ -178,18 +179,26 @@ pub fn process_payload<T: ReceiveTables>(
             value.ecn_marking_rate = d.ecn_marking_rate;
             value.pfc_pause_fraction = d.pfc_pause_fraction;
         }
-        let is_change = match tables.path(&key) {
+        let old = tables.path(&key);
+        let is_change = match old {
             Some(old) => old.lqs != value.lqs || old.cl != value.cl,
             None => true,
         };
-        let new = tables.path(&key).is_none();
+        // `EVENT_FLAG_ZERO_TRANSITION`: a change that may take a path quality to or from 0.
+        let crosses_zero = match old {
+            Some(old) => {
+                is_change && ((old.lqs == 0) != (value.lqs == 0) || old.cl == 7 || value.cl == 7)
+            }
+            None => true,
+        };
         match tables.set_path(key, value) {
             Ok(()) => {
                 counters[Counter::EntriesStored as usize] += 1;
-                counters[Counter::SlotsClaimed as usize] += u64::from(new);
+                counters[Counter::SlotsClaimed as usize] += u64::from(old.is_none());
                 if is_change {
                     changed += 1;
                 }
+                zero_transition |= crosses_zero;
             }
             Err(TableFull) => counters[Counter::TableFull as usize] += 1,
         }
@@ -216,7 +225,11 @@ pub fn process_payload<T: ReceiveTables>(
         changed,
         entries: adv.entry_count() as u16,
         mode: h.mode.to_wire(),
-        _pad: 0,
+        flags: if zero_transition {
+            EVENT_FLAG_ZERO_TRANSITION
+        } else {
+            0
+        },
         // The reference has no slots: the event names the sender.
         changed_slots: [NO_SLOT; EVENT_SLOTS],
     });

@@ -25,11 +25,12 @@ use lq_common::{
     },
     maps::{
         AS_PLAN_PREFIX_CAPACITY, AS_QUALIFIED_YES, AUTH_PASS_CAPACITY, COUNTER_COUNT, Counter,
-        EVENT_RING_BYTES, EVENT_SLOTS, NEIGHBOR_CAPACITY, NO_SLOT, NeighborKey, NeighborValue,
-        PATH_CLAIM_BLOCK, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS, PATH_FLAG_PFC_FABRIC,
-        PATH_INDEX_CAPACITY, PATH_SLOT_PROBES, PATH_STAMP_LINES, PATH_TABLE_CAPACITY,
-        PathClaimBlock, PathEvent, PathKey, PathSlot, PathStampLine, PathValue, ReceiverConfig,
-        path_index_at, path_stamp_at, path_stamp_word,
+        EVENT_FLAG_ZERO_TRANSITION, EVENT_RING_BYTES, EVENT_SLOTS, NEIGHBOR_CAPACITY, NO_SLOT,
+        NeighborKey, NeighborValue, PATH_CLAIM_BLOCK, PATH_FLAG_DIAGNOSTICS, PATH_FLAG_DROPS,
+        PATH_FLAG_PFC_FABRIC, PATH_INDEX_CAPACITY, PATH_SLOT_PROBES, PATH_STAMP_LINES,
+        PATH_TABLE_CAPACITY, PathClaimBlock, PathEvent, PathKey, PathSlot, PathStampLine,
+        PathValue, ReceiverConfig, ZERO_EVENT_RING_BYTES, path_index_at, path_stamp_at,
+        path_stamp_word,
     },
     receive::neighbor_failed,
     wire::{
@@ -93,8 +94,15 @@ static LQ_AUTH_PASS: HashMap<u32, u32, { AUTH_PASS_CAPACITY as usize }> = HashMa
 #[btf_map]
 static LQ_AS_PLAN: LpmTrie<[u8; 4], u8, { AS_PLAN_PREFIX_CAPACITY as usize }> = LpmTrie::new();
 
+/// The change events lqd reads at its paced steps.
 #[btf_map]
 static LQ_EVENTS: RingBuf<PathEvent, { EVENT_RING_BYTES as usize }> = RingBuf::new();
+
+/// The change events with `EVENT_FLAG_ZERO_TRANSITION`, which lqd reads at once (seed 003
+/// section 6.4): a ring of their own, so that the loop can wait out its pace on the other
+/// while it listens to this one.
+#[btf_map]
+static LQ_ZERO_EVENTS: RingBuf<PathEvent, { ZERO_EVENT_RING_BYTES as usize }> = RingBuf::new();
 
 /// Check 11's state in the current datagram, per CPU ([`StoreState`]).
 #[btf_map]
@@ -120,6 +128,8 @@ struct StoreState {
     claimed: u32,
     /// Entries stored that were new or whose LQS or CL changed.
     changed: u32,
+    /// 1: one of them may take a path quality to or from 0 (`EVENT_FLAG_ZERO_TRANSITION`).
+    zero_transition: u32,
     /// The next entry to store. Here, not in [`EntryLoop`]: it bounds the entry offsets,
     /// and a precise value on the stack with a new range at every call kept the verifier
     /// from seeing that the calls converge.
@@ -130,8 +140,8 @@ struct StoreState {
 }
 
 impl StoreState {
-    /// Notes an entry written to row `slot` (`changed` not 0: new, or its LQS or CL
-    /// changed); a changed one is named by the event while there is room. Without
+    /// Notes an entry written to row `slot` (`changed`: [`Placed::changed`]); a changed one
+    /// is named by the event while there is room. Without
     /// branches, each of which would double the states the verifier walks per entry of the
     /// fast path: the slot is written at the changed count whether the entry changed or
     /// not (a later changed entry overwrites it; the event reads the first `changed`
@@ -144,8 +154,8 @@ impl StoreState {
         // All ones when `i` >= EVENT_SLOTS: then a spare element (EVENT_SLOTS | i).
         let spare = ((EVENT_SLOTS as isize - 1 - i as isize) >> (isize::BITS - 1)) as usize;
         self.slots[(i | (spare & EVENT_SLOTS)) & (2 * EVENT_SLOTS - 1)] = slot;
-        // 1 when `changed` is not 0, without a branch.
-        self.changed += (changed | changed.wrapping_neg()) >> 31;
+        self.changed += changed & CHANGED;
+        self.zero_transition |= changed >> ZERO_TRANSITION_SHIFT;
     }
 }
 const _: () = assert!(EVENT_SLOTS.is_power_of_two());
@@ -717,9 +727,16 @@ fn entry_key_value(lp: &EntryLoop, buf: &[u8; SCRATCH_LEN], e: usize) -> (PathKe
     (key, value)
 }
 
+/// [`Placed::changed`]: the entry is new, or its LQS or CL changed.
+const CHANGED: u32 = 1;
+/// [`Placed::changed`]'s bit saying that the change may take a path quality to or from 0
+/// (`EVENT_FLAG_ZERO_TRANSITION`).
+const ZERO_TRANSITION_SHIFT: u32 = 31;
+
 /// Where an entry went ([`update_row`], [`place_by_index`]).
 struct Placed {
-    /// Not 0: new, or its LQS or CL changed.
+    /// [`CHANGED`], with the bit at [`ZERO_TRANSITION_SHIFT`] when the change may take a
+    /// path quality to or from 0; 0: unchanged.
     changed: u32,
     /// 1: it claimed a free row.
     claimed: u32,
@@ -760,10 +777,18 @@ fn update_row(row: u32, key: &PathKey, value: &PathValue, published_only: bool) 
     if !same_key(&slot.key, key) || (published_only && slot.used == 0) {
         return None;
     }
-    // Computed without branches, for the same reason as `same_key`.
-    let changed = (slot.used ^ 1)
-        | u32::from(slot.value.lqs ^ value.lqs)
-        | u32::from(slot.value.cl ^ value.cl);
+    // Computed without branches, for the same reason as `same_key`: each comparison with a
+    // constant is `(x - 1) >> 31`, 1 when x is 0 (x is an octet).
+    let new = slot.used ^ 1;
+    let moved = new | u32::from(slot.value.lqs ^ value.lqs) | u32::from(slot.value.cl ^ value.cl);
+    let changed = (moved | moved.wrapping_neg()) >> 31;
+    let is_zero = |x: u8| u32::from(x).wrapping_sub(1) >> 31;
+    // Seed 003 section 6.4's exception: LQS to or from 0, any move at CL 7, a new entry.
+    let crosses = new
+        | is_zero(slot.value.lqs) ^ is_zero(value.lqs)
+        | is_zero(slot.value.cl ^ 7)
+        | is_zero(value.cl ^ 7);
+    let changed = changed | (crosses & changed) << ZERO_TRANSITION_SHIFT;
     slot.value = *value;
     slot.used = 1;
     stamp(row, value);
@@ -817,7 +842,7 @@ fn place_by_index(key: &PathKey, value: &PathValue, probe: u32) -> Probe {
             slot.used = 1;
             stamp(row, value);
             return Probe::Placed(Placed {
-                changed: 1,
+                changed: CHANGED | 1 << ZERO_TRANSITION_SHIFT,
                 claimed: 1,
                 slot: row,
             });
@@ -1112,6 +1137,7 @@ fn receive_payload(
     state.stored = 0;
     state.claimed = 0;
     state.changed = 0;
+    state.zero_transition = 0;
     state.cursor = 0;
     // SAFETY: as above (at most 91 calls).
     unsafe {
@@ -1123,8 +1149,13 @@ fn receive_payload(
         )
     };
     // Read back through the map: the callbacks wrote it.
-    let (stored, claimed, changed) = store_state().map_or((0, 0, 0), |state| {
-        (state.stored, state.claimed, state.changed as u16)
+    let (stored, claimed, changed, zero_transition) = store_state().map_or((0, 0, 0, 0), |state| {
+        (
+            state.stored,
+            state.claimed,
+            state.changed as u16,
+            state.zero_transition,
+        )
     });
     count_n(Counter::EntriesStored, u64::from(stored));
     // After the slots are written: a reader that sees the count move finds them.
@@ -1148,8 +1179,14 @@ fn receive_payload(
     count(Counter::Accepted);
     if changed > 0 {
         // Written in place in the ring buffer: a 56-octet event on the stack would take
-        // the call chain past the verifier's 512 octets.
-        let Some(mut entry) = LQ_EVENTS.reserve(0) else {
+        // the call chain past the verifier's 512 octets. A zero transition on its own ring,
+        // which lqd reads at once (`EVENT_FLAG_ZERO_TRANSITION`).
+        let reserved = if zero_transition != 0 {
+            LQ_ZERO_EVENTS.reserve(0)
+        } else {
+            LQ_EVENTS.reserve(0)
+        };
+        let Some(mut entry) = reserved else {
             count(Counter::EventsLost);
             return Ok(());
         };
@@ -1166,7 +1203,11 @@ fn receive_payload(
             (*e).changed = changed;
             (*e).entries = entry_count as u16;
             (*e).mode = mode;
-            (*e)._pad = 0;
+            (*e).flags = if zero_transition != 0 {
+                EVENT_FLAG_ZERO_TRANSITION
+            } else {
+                0
+            };
             for i in 0..EVENT_SLOTS {
                 (*e).changed_slots[i] = match named {
                     Some(ref state) if i < n => state.slots[i],

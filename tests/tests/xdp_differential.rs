@@ -929,6 +929,10 @@ struct Stats {
     events: u64,
     /// Change events of the XDP program that named their changed entries' slots.
     events_with_slots: u64,
+    /// Change events with `EVENT_FLAG_ZERO_TRANSITION`.
+    zero_transition_events: u64,
+    /// Of them, those of a datagram that stored no new entry.
+    zero_transitions_of_known_entries: u64,
 }
 
 struct Phase<'a> {
@@ -1084,6 +1088,8 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
     let mut rx = TestReceiver::load(&p.settings).expect("load the XDP receiver");
     let cfg: ReceiverConfig = p.settings.to_config().expect("config");
     let mut events: RingBuf<MapData> = rx.receiver.take_events().expect("event ring buffer");
+    let mut zero_events: RingBuf<MapData> =
+        (rx.receiver.take_zero_events()).expect("event ring buffer (zero transitions)");
     let kmaps = KernelMaps::open(&rx);
     let mut tables = RefTables::default();
     let mut before = rx.counters().unwrap();
@@ -1111,13 +1117,16 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
         before = after;
         let mut xdp_events = Vec::new();
         let mut raw_events = Vec::new();
-        while let Some(item) = events.next() {
-            let bytes: &[u8] = &item;
-            assert_eq!(bytes.len(), size_of::<PathEvent>());
-            // SAFETY: a ring buffer item of the program is one PathEvent.
-            let ev: PathEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-            raw_events.push(ev);
-            xdp_events.push(strip_event(ev));
+        // Each ring holds only its kind: a zero transition's event on its own ring.
+        for (ring, zero) in [(&mut zero_events, true), (&mut events, false)] {
+            while let Some(item) = ring.next() {
+                let bytes: &[u8] = &item;
+                assert_eq!(bytes.len(), size_of::<PathEvent>());
+                // SAFETY: a ring buffer item of the program is one PathEvent.
+                let ev: PathEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+                raw_events.push((ev, zero));
+                xdp_events.push(strip_event(ev));
+            }
         }
 
         let expected = if ref_verdict == Verdict::NotOurs {
@@ -1153,7 +1162,21 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
                 "change event: reference {ref_events:?}, XDP {xdp_events:?}"
             ));
         }
-        for e in &raw_events {
+        for (e, on_zero_ring) in &raw_events {
+            if e.zero_transition() != *on_zero_ring {
+                fail(&format!(
+                    "change event {e:?} on the {} ring",
+                    if *on_zero_ring {
+                        "zero transitions'"
+                    } else {
+                        "paced"
+                    }
+                ));
+            }
+            stats.zero_transition_events += u64::from(e.zero_transition());
+            // Not from a new entry: from an LQS to or from 0, or a move at CL 7.
+            stats.zero_transitions_of_known_entries +=
+                u64::from(e.zero_transition() && ref_delta[Counter::SlotsClaimed as usize] == 0);
             let slot_key = |s: u32| {
                 kmaps
                     .paths
@@ -1324,8 +1347,12 @@ fn xdp_and_reference_decide_every_frame_alike() {
     }
     println!("counter totals: {}", counters_str(&stats.totals));
     println!(
-        "frames with as_mismatch_entry: {}, change events: {} ({} naming their slots)",
-        stats.frames_with_as_mismatch_entry, stats.events, stats.events_with_slots
+        "frames with as_mismatch_entry: {}, change events: {} ({} naming their slots, {} zero transitions of which {} without a new entry)",
+        stats.frames_with_as_mismatch_entry,
+        stats.events,
+        stats.events_with_slots,
+        stats.zero_transition_events,
+        stats.zero_transitions_of_known_entries
     );
     println!(
         "total: {} frames in {:.1} s ({:.0} frames/s)",
@@ -1365,6 +1392,15 @@ fn xdp_and_reference_decide_every_frame_alike() {
         "change events: {} naming slots, {} naming the sender only (want >= {min} each)",
         stats.events_with_slots,
         stats.events - stats.events_with_slots
+    );
+    // Both rings: zero transitions (of entries known before too) and the others.
+    assert!(
+        stats.zero_transitions_of_known_entries >= min
+            && stats.events - stats.zero_transition_events >= min,
+        "change events: {} zero transitions ({} without a new entry), {} others (want >= {min} each)",
+        stats.zero_transition_events,
+        stats.zero_transitions_of_known_entries,
+        stats.events - stats.zero_transition_events
     );
 }
 

@@ -528,40 +528,70 @@ fn pass_through_passes_consumed_datagrams() {
     assert_eq!(rx.counters().unwrap()[Counter::Accepted as usize], 1);
 }
 
+/// Every event a ring holds, as `PathEvent`s.
+fn ring_events(
+    ring: &mut aya::maps::RingBuf<aya::maps::MapData>,
+) -> Vec<lq_common::maps::PathEvent> {
+    let mut got = Vec::new();
+    while let Some(item) = ring.next() {
+        let bytes: &[u8] = &item;
+        assert_eq!(bytes.len(), size_of::<lq_common::maps::PathEvent>());
+        // SAFETY: the ring buffer item is a PathEvent written by the program.
+        got.push(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) });
+    }
+    got
+}
+
 #[test]
 fn a_change_event_reaches_the_ring_buffer_only_on_change() {
     let mut rx = TestReceiver::load(&settings()).unwrap();
     let mut events = rx.receiver.take_events().unwrap();
-    let frame = |seq: u16, lqs: u8| {
+    let mut zero_events = rx.receiver.take_zero_events().unwrap();
+    let frame = |seq: u16, lqs: u8, cl: u8| {
         FrameSpec::lq(payload(
             &header(ip4(10, 0, 0, 3), seq),
-            &[entry(ip4(10, 0, 1, 4), 7, lqs, 1)],
+            &[entry(ip4(10, 0, 1, 4), 7, lqs, cl)],
         ))
         .build()
     };
-    rx.run(&frame(1, 200)).unwrap(); // new entry: event
-    rx.run(&frame(2, 200)).unwrap(); // unchanged: no event
-    rx.run(&frame(3, 72)).unwrap(); // changed: event
-    let mut got = Vec::new();
-    while let Some(item) = events.next() {
-        let bytes: &[u8] = &item;
-        assert_eq!(bytes.len(), size_of::<lq_common::maps::PathEvent>());
-        // SAFETY: the ring buffer item is a PathEvent written by the program.
-        let ev: lq_common::maps::PathEvent =
-            unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-        got.push((
-            ev.sequence,
-            ev.changed,
-            ev.entries,
-            ev.named_slots().map(<[u32]>::to_vec),
-        ));
-    }
+    // (sequence, LQS, CL, the ring its event goes to: None, Some(zero transition)).
+    let steps = [
+        (1, 200, 1, Some(true)),  // a new entry: a path quality from none (6.4)
+        (2, 200, 1, None),        // unchanged: no event
+        (3, 72, 1, Some(false)),  // changed, not across 0: the paced ring
+        (4, 0, 1, Some(true)),    // LQS to 0
+        (5, 0, 1, None),          // unchanged at 0: no event
+        (6, 90, 1, Some(true)),   // LQS from 0
+        (7, 90, 7, Some(true)),   // CL to 7
+        (8, 60, 7, Some(true)),   // a move at CL 7 (the gray-failure prune reads it)
+        (9, 60, 7, None),         // unchanged at CL 7: no event
+        (10, 60, 2, Some(true)),  // CL from 7
+        (11, 60, 3, Some(false)), // a CL move below 7
+    ];
     // Each event names the changed entry's row: the first row, claimed by the only key.
     let slot = 0;
-    assert_eq!(
-        got,
-        vec![(1, 1, 1, Some(vec![slot])), (3, 1, 1, Some(vec![slot]))]
-    );
+    for (seq, lqs, cl, want) in steps {
+        rx.run(&frame(seq, lqs, cl)).unwrap();
+        let (zero, paced) = (ring_events(&mut zero_events), ring_events(&mut events));
+        let got: Vec<_> = (zero.iter().map(|e| (e, true)))
+            .chain(paced.iter().map(|e| (e, false)))
+            .map(|(e, on_zero_ring)| {
+                assert_eq!(e.zero_transition(), on_zero_ring, "{e:?}");
+                (
+                    e.sequence,
+                    e.changed,
+                    e.entries,
+                    e.named_slots().map(<[u32]>::to_vec),
+                    on_zero_ring,
+                )
+            })
+            .collect();
+        let want: Vec<_> = want
+            .map(|z| (seq, 1, 1, Some(vec![slot]), z))
+            .into_iter()
+            .collect();
+        assert_eq!(got, want, "datagram {seq}: LQS {lqs}, CL {cl}");
+    }
 }
 
 /// A datagram that changes more entries than an event has room for names its sender only
@@ -571,6 +601,7 @@ fn a_change_event_names_up_to_event_slots_entries() {
     use lq_common::maps::{EVENT_SLOTS, NO_SLOT, PathEvent};
     let mut rx = TestReceiver::load(&settings()).unwrap();
     let mut events = rx.receiver.take_events().unwrap();
+    let mut zero_events = rx.receiver.take_zero_events().unwrap();
     let frame = |seq: u16, n: u32, lqs: u8| {
         let entries: Vec<_> = (0..n)
             .map(|r| entry(ip4(10, 0, 1, 10 + r as u8), 7, lqs, 1))
@@ -581,13 +612,11 @@ fn a_change_event_names_up_to_event_slots_entries() {
     rx.run(&frame(1, n, 200)).unwrap(); // n new entries: the sender only
     rx.run(&frame(2, n, 200)).unwrap(); // unchanged: no event
     rx.run(&frame(3, EVENT_SLOTS as u32, 90)).unwrap(); // EVENT_SLOTS changed: named
-    let mut got: Vec<PathEvent> = Vec::new();
-    while let Some(item) = events.next() {
-        let bytes: &[u8] = &item;
-        // SAFETY: the ring buffer item is a PathEvent written by the program.
-        got.push(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) });
-    }
+    // The new entries' event on the zero transitions' ring, the LQS moves' on the other.
+    let mut got: Vec<PathEvent> = ring_events(&mut zero_events);
+    got.extend(ring_events(&mut events));
     assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[0].zero_transition() && !got[1].zero_transition());
     assert_eq!(got[0].changed as usize, EVENT_SLOTS + 1);
     assert_eq!(got[0].named_slots(), None);
     assert!(got[0].changed_slots.iter().all(|&s| s != NO_SLOT));

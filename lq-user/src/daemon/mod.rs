@@ -96,12 +96,25 @@ const PUBLISH_COST_FACTOR: u64 = 100;
 /// request is answered from a snapshot newer than itself unless a step holds the loop.
 const MAX_PUBLISH_EVERY_NS: u64 = 1_000_000_000;
 
-/// Change events closer than this to the last step they woke wait for the next step, at most
-/// this long after that one: an isolated event (a path turning bad) is handled at once, a dense
+/// Change events closer than their least interval to the last step they woke wait for the
+/// next step, at most that long after that one: an isolated event is handled at once, a dense
 /// stream (a 64 x 512 fabric's entries changing every few hundred microseconds) costs at
-/// most one step per interval instead of one per event. Well inside T_reweight (20 ms),
-/// the damping boundary at which weights move anyway (seed 003 section 6.4).
-const MIN_EVENT_STEP_NS: u64 = 5_000_000;
+/// most one step per interval instead of one per event (`EventStepPacing`).
+///
+/// The events with a zero transition (`EVENT_FLAG_ZERO_TRANSITION`: a path quality may go
+/// to or from 0, which seed 003 section 6.4 applies immediately) have their own ring and
+/// this least interval: a storm of them (a receiver's first T_notify, when every entry is
+/// new) steps lqd once a millisecond, not once a datagram.
+const MIN_ZERO_EVENT_STEP_NS: u64 = 1_000_000;
+
+/// The other change events step lqd this many times per T_reweight at most (every 5 ms
+/// with the default 20 ms, well inside T_reweight, the damping boundary at which weights
+/// move anyway: seed 003 section 6.4). Two (10 ms) was measured and not kept (issue 41,
+/// `bench scale`'s churn): the control steps fell from 188-195 a second to 152-168, as the
+/// damping steps, the neighbor table's reads and the heartbeat deadlines wake the loop
+/// too, and lqd's CPU moved less than the host's noise, while a change that a group
+/// whose boundary has passed could apply at once would wait up to 10 ms.
+const PACED_EVENT_STEPS_PER_T_REWEIGHT: u64 = 4;
 
 /// A sample that takes longer than this is logged (debug): a slow rtnetlink read.
 const SLOW_SAMPLE_NS: u64 = 2_000_000;
@@ -147,18 +160,20 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         mut helper,
         mut pfc,
     } = Roles::start(&cfg, &instance, &config_path)?;
-    let mut events = match lb.as_mut() {
+    // The receiver's two change-event rings: the paced one and the zero transitions'.
+    let (mut events, mut zero_events) = match lb.as_mut() {
         Some(lb) => {
-            let events = lb
-                .receiver_mut()
-                .take_events()
-                .context("change-event ring buffer")?;
-            Some(
-                crate::sys::timer::register(events, tokio::io::Interest::READABLE)
-                    .map_err(|e| anyhow::anyhow!("ring buffer fd: {e}"))?,
-            )
+            let rx = lb.receiver_mut();
+            let paced = rx.take_events().context("change-event ring buffer")?;
+            let zero =
+                (rx.take_zero_events()).context("change-event ring buffer (zero transitions)")?;
+            let register = |ring| {
+                crate::sys::timer::register(ring, tokio::io::Interest::READABLE)
+                    .map_err(|e| anyhow::anyhow!("ring buffer fd: {e}"))
+            };
+            (Some(register(paced)?), Some(register(zero)?))
         }
-        None => None,
+        None => (None, None),
     };
     // `[receiver] authentication` (issue 39): the sockets the XDP program passes the
     // interfaces' LQ datagrams up to, one per address family.
@@ -450,15 +465,28 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
                     .map(|e| e.readable_mut()),
             ) => {
                 ready?.clear_ready();
-                step_lb = event_steps.arrived(monotonic_ns());
+                step_lb = event_steps.arrived(monotonic_ns(), paced_interval_ns(lb.as_ref()));
             }
+            // The zero transitions' ring, listened to while the paced one waits (seed 003
+            // section 6.4: applied at once), with its own short interval.
+            ready = when_some(
+                zero_events
+                    .as_mut()
+                    .filter(|_| !event_steps.zero_waiting())
+                    .map(|e| e.readable_mut()),
+            ) => {
+                ready?.clear_ready();
+                step_lb = event_steps.arrived(monotonic_ns(), MIN_ZERO_EVENT_STEP_NS);
+            }
+            // Authenticated datagrams go to the XDP program now, whose change events wake
+            // the loop on the rings, paced as the others: no step of their own.
             ready = when_some(auth_v4.as_mut().map(|s| s.readable_mut())) => {
                 auth_readable(ready?, lb.as_mut());
-                step_lb = event_steps.arrived(monotonic_ns());
+                step_lb = false;
             }
             ready = when_some(auth_v6.as_mut().map(|s| s.readable_mut())) => {
                 auth_readable(ready?, lb.as_mut());
-                step_lb = event_steps.arrived(monotonic_ns());
+                step_lb = false;
             }
             ready = when_some(routes.as_mut().map(|r| r.readable_mut())) => {
                 let mut guard = ready?;
@@ -510,8 +538,11 @@ pub async fn run(config_path: PathBuf, instance: Instance, scheduling: Schedulin
         if step_lb && let Some(lb) = lb.as_mut() {
             // The change events the receiver committed since the last step: every step
             // reads them, whatever woke it, so none waits in the ring for a later one.
-            if let Some(events) = events.as_mut() {
-                changed |= drain_change_events(events.get_mut(), lb) > 0;
+            for ring in [zero_events.as_mut(), events.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                changed |= drain_change_events(ring.get_mut(), lb) > 0;
             }
             // The authenticated datagrams already queued count before liveness is judged.
             for s in [auth_v4.as_ref(), auth_v6.as_ref()].into_iter().flatten() {
@@ -614,6 +645,15 @@ impl Roles {
 
 /// Hands every change event the ring buffer holds to the load balancer (the next step reads
 /// the rows they name); returns how many.
+/// The least interval between two control steps woken by change events without a zero
+/// transition: T_reweight / PACED_EVENT_STEPS_PER_T_REWEIGHT, never below the zero
+/// transitions' own.
+fn paced_interval_ns(lb: Option<&LoadBalancer>) -> u64 {
+    lb.map_or(MIN_ZERO_EVENT_STEP_NS, |lb| {
+        (lb.t_reweight_ns() / PACED_EVENT_STEPS_PER_T_REWEIGHT).max(MIN_ZERO_EVENT_STEP_NS)
+    })
+}
+
 fn drain_change_events(
     ring: &mut aya::maps::RingBuf<aya::maps::MapData>,
     lb: &mut LoadBalancer,
@@ -900,45 +940,54 @@ impl PublishPacing {
     }
 }
 
-/// Change events closer than MIN_EVENT_STEP_NS to the last step they woke wait for the
-/// next step, at most that long after it (see the constant).
+/// Change events closer than their least interval to the last step they woke wait for the
+/// next step, at most that interval after it: MIN_ZERO_EVENT_STEP_NS for a zero transition,
+/// the paced interval (T_reweight / PACED_EVENT_STEPS_PER_T_REWEIGHT) for the others.
 #[derive(Default)]
 struct EventStepPacing {
     /// The last control step woken by change events.
     last_step_ns: u64,
-    /// Events wait for the next step.
-    pending: bool,
+    /// When the step of the events that wait is due; `None`: none wait.
+    due_ns: Option<u64>,
 }
 
 impl EventStepPacing {
-    /// Change events arrived at `now_ns`: whether they step the load balancer now.
-    fn arrived(&mut self, now_ns: u64) -> bool {
-        if now_ns.saturating_sub(self.last_step_ns) < MIN_EVENT_STEP_NS {
-            self.pending = true;
-            false
-        } else {
+    /// Change events arrived at `now_ns` that may step the load balancer `least_interval_ns`
+    /// after the last step they woke: whether they step it now.
+    fn arrived(&mut self, now_ns: u64, least_interval_ns: u64) -> bool {
+        let at = self.last_step_ns.saturating_add(least_interval_ns);
+        if now_ns >= at {
             self.last_step_ns = now_ns;
             true
+        } else {
+            self.due_ns = Some(self.due_ns.map_or(at, |d| d.min(at)));
+            false
         }
     }
 
-    /// Events wait for their paced step ([`Self::due`]).
+    /// Events wait for their paced step ([`Self::due`]): the loop stops listening to the
+    /// paced ring until then.
     fn waiting(&self) -> bool {
-        self.pending
+        self.due_ns.is_some()
+    }
+
+    /// A step is due within MIN_ZERO_EVENT_STEP_NS of the last: the loop stops listening to
+    /// the zero-transition ring too, whose events that step reads.
+    fn zero_waiting(&self) -> bool {
+        self.due_ns
+            .is_some_and(|d| d <= self.last_step_ns.saturating_add(MIN_ZERO_EVENT_STEP_NS))
     }
 
     /// When the step of waiting events is due.
     fn due(&self) -> Option<u64> {
-        self.pending
-            .then(|| self.last_step_ns.saturating_add(MIN_EVENT_STEP_NS))
+        self.due_ns
     }
 
     /// A step ran at `now_ns`: it handled every waiting event.
     fn stepped(&mut self, now_ns: u64) {
-        if self.pending {
+        if self.due_ns.take().is_some() {
             self.last_step_ns = now_ns;
         }
-        self.pending = false;
     }
 }
 
@@ -987,28 +1036,70 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// The paced interval with the default T_reweight (20 ms).
+    const PACED: u64 = 20 * MS / PACED_EVENT_STEPS_PER_T_REWEIGHT;
+    const ZERO: u64 = MIN_ZERO_EVENT_STEP_NS;
+
     #[test]
     fn events_closer_than_the_minimum_wait_for_one_step() {
         let mut p = EventStepPacing::default();
-        assert!(p.arrived(100 * MS), "an isolated event steps at once");
+        assert!(
+            p.arrived(100 * MS, PACED),
+            "an isolated event steps at once"
+        );
         assert_eq!(p.due(), None);
         assert!(!p.waiting(), "events that stepped do not wait");
-        assert!(!p.arrived(101 * MS), "a second one 1 ms later waits");
+        assert!(!p.arrived(101 * MS, PACED), "a second one 1 ms later waits");
         assert!(
             p.waiting(),
-            "the loop stops listening to the ring until the paced step"
+            "the loop stops listening to the paced ring until the paced step"
         );
-        assert!(!p.arrived(103 * MS));
-        assert_eq!(p.due(), Some(100 * MS + MIN_EVENT_STEP_NS));
-        p.stepped(105 * MS);
+        assert!(
+            !p.zero_waiting(),
+            "but listens to the zero transitions' ring"
+        );
+        assert!(!p.arrived(103 * MS, PACED));
+        assert_eq!(p.due(), Some(100 * MS + PACED));
+        p.stepped(100 * MS + PACED);
         assert_eq!(p.due(), None, "the step handled both");
         assert!(!p.waiting(), "and the loop listens again");
         assert!(
-            !p.arrived(106 * MS),
+            !p.arrived(101 * MS + PACED, PACED),
             "the deferred step counts as the last one"
         );
-        p.stepped(110 * MS);
-        assert!(p.arrived(116 * MS));
+        p.stepped(100 * MS + 2 * PACED);
+        assert!(p.arrived(100 * MS + 3 * PACED, PACED));
+    }
+
+    #[test]
+    fn a_zero_transition_steps_at_once_past_its_own_short_interval() {
+        let mut p = EventStepPacing::default();
+        assert!(p.arrived(100 * MS, PACED));
+        assert!(!p.arrived(101 * MS, PACED), "paced: waits");
+        assert_eq!(p.due(), Some(100 * MS + PACED));
+        // A zero transition 2 ms after the last step does not wait for the paced step;
+        // that step reads the waiting events too.
+        assert!(p.arrived(102 * MS, ZERO), "seed 003 section 6.4: at once");
+        p.stepped(102 * MS);
+        assert_eq!(p.due(), None, "the step read the paced events too");
+        // Zero transitions closer than their interval wait for one step, which the
+        // loop takes at that interval, listening to neither ring meanwhile.
+        assert!(!p.arrived(102 * MS + ZERO / 2, ZERO));
+        assert_eq!(p.due(), Some(102 * MS + ZERO));
+        assert!(p.waiting() && p.zero_waiting());
+        // A paced event meanwhile does not put that step off.
+        assert!(!p.arrived(102 * MS + ZERO * 3 / 4, PACED));
+        assert_eq!(p.due(), Some(102 * MS + ZERO));
+        p.stepped(102 * MS + ZERO);
+        assert!(!p.waiting() && !p.zero_waiting());
+        // A paced event waits for a paced interval after that step; a zero transition
+        // that comes meanwhile brings the step forward to its own interval.
+        assert!(!p.arrived(102 * MS + 2 * ZERO - 1, PACED));
+        assert_eq!(p.due(), Some(102 * MS + ZERO + PACED));
+        assert!(!p.zero_waiting());
+        assert!(!p.arrived(102 * MS + ZERO + ZERO / 2, ZERO));
+        assert_eq!(p.due(), Some(102 * MS + 2 * ZERO));
+        assert!(p.zero_waiting());
     }
 
     #[test]

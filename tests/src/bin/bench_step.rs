@@ -96,9 +96,11 @@ const REPEATS: usize = 5;
 /// second (`bench_scale`'s fabric churn).
 const NOISE: u64 = 5;
 const EVENT_SHARE_PER_S: f64 = 0.01;
-/// Refreshes a round in the paced runs: lqd's loop steps at most every 5 ms
-/// (`MIN_EVENT_STEP_NS`) under a dense stream of change events, so each step reads the
-/// rows of the spines heard from since the last, about a quarter of them at T_notify 20 ms.
+/// Refreshes a round in the paced runs: lqd's loop steps 150-200 times a second under
+/// `bench scale`'s churn (its change events paced, its damping steps and its reads of the
+/// neighbor table each woken at their own time: 145-195 measured, issue 41), so each
+/// step reads the rows of the spines heard from since the last, about a quarter of them at
+/// T_notify 20 ms.
 const PACED_STEPS: u32 = 4;
 /// `bench_scale`'s rates: entries sent and group computations a second.
 const ROWS_PER_S: f64 = 1.64e6;

@@ -1743,7 +1743,12 @@ impl LoadBalancer {
         }
     }
 
-    /// The XDP receiver (for the ring buffer).
+    /// T_reweight (seed 003 section 6.4), as configured.
+    pub fn t_reweight_ns(&self) -> u64 {
+        self.controller.t_reweight_ns()
+    }
+
+    /// The XDP receiver (for the ring buffers).
     pub fn receiver_mut(&mut self) -> &mut XdpReceiver {
         &mut self.receiver
     }

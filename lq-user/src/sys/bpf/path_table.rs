@@ -25,7 +25,7 @@ use lq_common::maps::{
     EVENT_MAP, NEIGHBOR_CAPACITY, NEIGHBOR_MAP, NeighborKey, NeighborValue, PATH_BLOCK_MAP,
     PATH_INDEX_MAP, PATH_ROWS_MAP, PATH_STAMP_LINES, PATH_STAMP_MAP, PATH_TABLE_CAPACITY,
     PATH_TABLE_MAP, PathEvent, PathKey, PathSlot, PathStampLine, PathValue, ReceiverConfig,
-    XDP_PROGRAM, path_stamp_at, path_stamp_word_parts,
+    XDP_PROGRAM, ZERO_EVENT_MAP, path_stamp_at, path_stamp_word_parts,
 };
 use lq_common::{maps::as_range_prefixes, wire::AsRange};
 
@@ -453,13 +453,24 @@ impl XdpReceiver {
         &mut self.ebpf
     }
 
-    /// The change-event ring buffer (not pinned: events are only for the running daemon).
+    /// The change-event ring buffer of the events without a zero transition (not pinned:
+    /// events are only for the running daemon).
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, PathTableError> {
+        self.take_ring(EVENT_MAP)
+    }
+
+    /// The change-event ring buffer of the events with a zero transition
+    /// (`EVENT_FLAG_ZERO_TRANSITION`), which lqd reads at once.
+    pub fn take_zero_events(&mut self) -> Result<RingBuf<MapData>, PathTableError> {
+        self.take_ring(ZERO_EVENT_MAP)
+    }
+
+    fn take_ring(&mut self, name: &'static str) -> Result<RingBuf<MapData>, PathTableError> {
         let map = self
             .ebpf
-            .take_map(EVENT_MAP)
-            .ok_or(PathTableError::MissingMap(EVENT_MAP))?;
-        RingBuf::try_from(map).map_err(super::map_err::<PathTableError>(EVENT_MAP))
+            .take_map(name)
+            .ok_or(PathTableError::MissingMap(name))?;
+        RingBuf::try_from(map).map_err(super::map_err::<PathTableError>(name))
     }
 
     /// A reader over this receiver's maps.
@@ -899,7 +910,7 @@ mod tests {
             changed: 2,
             entries: 3,
             mode: 1,
-            _pad: 0,
+            flags: lq_common::maps::EVENT_FLAG_ZERO_TRANSITION,
             changed_slots: slots,
         };
         // The record as the kernel's ring buffer holds it: the fields in order, native
@@ -911,7 +922,7 @@ mod tests {
         record.extend_from_slice(&e.sequence.to_ne_bytes());
         record.extend_from_slice(&e.changed.to_ne_bytes());
         record.extend_from_slice(&e.entries.to_ne_bytes());
-        record.extend_from_slice(&[e.mode, e._pad]);
+        record.extend_from_slice(&[e.mode, e.flags]);
         for s in slots {
             record.extend_from_slice(&s.to_ne_bytes());
         }
@@ -925,6 +936,7 @@ mod tests {
             }
         );
         assert_eq!(read.named_slots(), Some(&[17, 131_071][..]));
+        assert!(read.zero_transition());
         // More changes than slots, or a receiver without slots: the sender only.
         let many = PathEvent { changed: 9, ..read };
         assert_eq!(many.named_slots(), None);
