@@ -41,7 +41,8 @@ pub const AS_PLAN_MAP: &str = "LQ_AS_PLAN";
 /// at its paced steps.
 pub const EVENT_MAP: &str = "LQ_EVENTS";
 /// Ring buffer of the [`PathEvent`]s with [`EVENT_FLAG_ZERO_TRANSITION`]: `lqd` listens to
-/// it always and steps at once (seed 003 section 6.4), whatever the pace of the other.
+/// it while the other waits for its paced step, and steps within a millisecond of its
+/// last step (seed 003 section 6.4: at once), whatever the pace of the other.
 pub const ZERO_EVENT_MAP: &str = "LQ_ZERO_EVENTS";
 /// The XDP program's name in the object.
 pub const XDP_PROGRAM: &str = "lq_receiver";

@@ -141,11 +141,11 @@ struct StoreState {
 
 impl StoreState {
     /// Notes an entry written to row `slot` (`changed`: [`Placed::changed`]); a changed one
-    /// is named by the event while there is room. Without
-    /// branches, each of which would double the states the verifier walks per entry of the
-    /// fast path: the slot is written at the changed count whether the entry changed or
-    /// not (a later changed entry overwrites it; the event reads the first `changed`
-    /// only), and past [`EVENT_SLOTS`] into the spare half.
+    /// is named by the event while there is room. Without branches, each of which would
+    /// double the states the verifier walks per entry of the fast path: the slot is
+    /// written at the changed count whether the entry changed or not (a later changed
+    /// entry overwrites it; the event reads the first `changed` only), and past
+    /// [`EVENT_SLOTS`] into the spare half.
     #[inline(always)]
     fn note(&mut self, changed: u32, slot: u32) {
         self.stored += 1;

@@ -110,7 +110,7 @@ const MIN_ZERO_EVENT_STEP_NS: u64 = 1_000_000;
 /// The other change events step lqd this many times per T_reweight at most (every 5 ms
 /// with the default 20 ms, well inside T_reweight, the damping boundary at which weights
 /// move anyway: seed 003 section 6.4). Two (10 ms) was measured and not kept (issue 41,
-/// `bench scale`'s churn): the control steps fell from 188-195 a second to 152-168, as the
+/// `bench scale`'s churn): the control steps fell from 188-203 a second to 152-168, as the
 /// damping steps, the neighbor table's reads and the heartbeat deadlines wake the loop
 /// too, and lqd's CPU moved less than the host's noise, while a change that a group
 /// whose boundary has passed could apply at once would wait up to 10 ms.
@@ -643,8 +643,6 @@ impl Roles {
     }
 }
 
-/// Hands every change event the ring buffer holds to the load balancer (the next step reads
-/// the rows they name); returns how many.
 /// The least interval between two control steps woken by change events without a zero
 /// transition: T_reweight / PACED_EVENT_STEPS_PER_T_REWEIGHT, never below the zero
 /// transitions' own.
@@ -654,6 +652,8 @@ fn paced_interval_ns(lb: Option<&LoadBalancer>) -> u64 {
     })
 }
 
+/// Hands every change event a ring buffer holds to the load balancer (the next step reads
+/// the rows they name); returns how many.
 fn drain_change_events(
     ring: &mut aya::maps::RingBuf<aya::maps::MapData>,
     lb: &mut LoadBalancer,
