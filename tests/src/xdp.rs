@@ -9,7 +9,7 @@ use lq_common::maps::{
     COUNTER_COUNT, PATH_INDEX_CAPACITY, PATH_SLOT_PROBES, PATH_TABLE_CAPACITY, PathKey, PathSlot,
     PathValue, XDP_BASELINE_PROGRAM, XDP_PROGRAM, path_index_at,
 };
-use lq_user::sys::bpf::path_table::{ReceiverSettings, TableReader, XdpReceiver};
+use lq_user::sys::bpf::path_table::{ReceiverSettings, TableReader, XdpReceiver, change_event};
 
 /// XDP_DROP.
 pub const XDP_DROP: u32 = 1;
@@ -260,4 +260,23 @@ impl SlotTable {
             .map(|s| (s.key, s.value))
             .collect()
     }
+}
+
+/// Every event a ring holds, read as lqd reads them ([`change_event`]: a record of any
+/// other size is a failure here, where lqd would count it lost).
+pub fn ring_events(
+    ring: &mut aya::maps::RingBuf<aya::maps::MapData>,
+) -> Vec<lq_common::maps::PathEvent> {
+    let mut got = Vec::new();
+    while let Some(item) = ring.next() {
+        let record: &[u8] = &item;
+        got.push(change_event(record).unwrap_or_else(|| {
+            panic!(
+                "a ring record of {} octets, not one PathEvent ({})",
+                record.len(),
+                size_of::<lq_common::maps::PathEvent>()
+            )
+        }));
+    }
+    got
 }

@@ -40,7 +40,7 @@ use lq_common::{
 };
 use lq_tests::{
     packet::{FrameSpec, Ip},
-    xdp::{SlotTable, TestReceiver, XDP_DROP, XDP_PASS, settings},
+    xdp::{SlotTable, TestReceiver, XDP_DROP, XDP_PASS, ring_events, settings},
 };
 use lq_user::sys::bpf::path_table::ReceiverSettings;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
@@ -1119,11 +1119,7 @@ fn run_phase(p: &mut Phase<'_>, rng: &mut SmallRng, seed: u64, stats: &mut Stats
         let mut raw_events = Vec::new();
         // Each ring holds only its kind: a zero transition's event on its own ring.
         for (ring, zero) in [(&mut zero_events, true), (&mut events, false)] {
-            while let Some(item) = ring.next() {
-                let bytes: &[u8] = &item;
-                assert_eq!(bytes.len(), size_of::<PathEvent>());
-                // SAFETY: a ring buffer item of the program is one PathEvent.
-                let ev: PathEvent = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+            for ev in ring_events(ring) {
                 raw_events.push((ev, zero));
                 xdp_events.push(strip_event(ev));
             }

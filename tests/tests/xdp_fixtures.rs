@@ -9,7 +9,7 @@ use lq_common::{
 };
 use lq_tests::{
     packet::{FrameSpec, Ip, entry, header, ip4, payload},
-    xdp::{TestReceiver, XDP_DROP, XDP_PASS, settings},
+    xdp::{TestReceiver, XDP_DROP, XDP_PASS, ring_events, settings},
 };
 
 struct Fixture {
@@ -526,20 +526,6 @@ fn pass_through_passes_consumed_datagrams() {
     let mut rx = TestReceiver::load(&s).unwrap();
     assert_eq!(rx.run(&with(1, |_| ())).unwrap(), XDP_PASS);
     assert_eq!(rx.counters().unwrap()[Counter::Accepted as usize], 1);
-}
-
-/// Every event a ring holds, as `PathEvent`s.
-fn ring_events(
-    ring: &mut aya::maps::RingBuf<aya::maps::MapData>,
-) -> Vec<lq_common::maps::PathEvent> {
-    let mut got = Vec::new();
-    while let Some(item) = ring.next() {
-        let bytes: &[u8] = &item;
-        assert_eq!(bytes.len(), size_of::<lq_common::maps::PathEvent>());
-        // SAFETY: the ring buffer item is a PathEvent written by the program.
-        got.push(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) });
-    }
-    got
 }
 
 #[test]
