@@ -104,6 +104,12 @@ impl Trials {
         self.timeouts += 1;
     }
 
+    /// Takes in every trial of `other`, its timeouts counted as such.
+    pub fn extend(&mut self, other: &Trials) {
+        self.samples.extend_from_slice(&other.samples);
+        self.timeouts += other.timeouts;
+    }
+
     /// How many trials timed out.
     pub fn timeouts(&self) -> usize {
         self.timeouts

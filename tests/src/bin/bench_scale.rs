@@ -55,6 +55,12 @@
 //! - `leaf_cpu_pct_64x512_still` (and its lqd and XDP parts): the cost of receiving the
 //!   fabric alone, with no replace. Printed beside it: the receiver's share were each
 //!   datagram at `xdp_lq_90_ns`'s goal.
+//! - `leaf_zero_transition_ms_p50_64x512` and `..._p99_64x512` (goal <= 5 ms, the paced
+//!   wait an unflagged change may take; baseline: the same trials on the still fabric):
+//!   seed 003 section 6.4's exception under the churn (`zero_transitions`), after the
+//!   churn's windows: 50 times an entry goes to LQS 0 and back, each direction timed from
+//!   its datagram's send to the nexthop notification of its group without (with) the
+//!   spine's member; every trial counts, one that times out (1 s) as the timeout.
 //! - `leaf_cpu_pct_64x512_auth`, `leaf_cpu_auth_ratio_64x512` and their parts: one window
 //!   of fabric churn with every datagram signed and lqd requiring authentication
 //!   (`measure_authenticated`).
@@ -77,11 +83,12 @@ use std::{
 use anyhow::{Context as _, Result, bail, ensure};
 use lq_tests::{
     bench::{
-        ProcStat, emit, main_of, median, pin_to_cpu, process_context_switches, process_cpu_ns,
-        spread,
+        ProcStat, Trials, emit, main_of, median, pin_to_cpu, process_context_switches,
+        process_cpu_ns, spread,
     },
     daemon::{Lqd, Sender},
     netns::{NetNs, veth_pair},
+    nexthop_listener::Listener,
     packet::{entry, header, ip4},
     poll::poll_until,
     require_root,
@@ -147,6 +154,49 @@ struct Sent {
     tid: AtomicU64,
 }
 
+/// One entry the harness takes to LQS 0 and back (`zero_transitions`): seed 003 section
+/// 6.4's exception ("a transition of any path_quality to or from 0 ... SHOULD be applied
+/// immediately"), timed from its datagram's send to the group's notification.
+#[derive(Default)]
+struct ZeroProbe {
+    /// The request: its generation and the entry (spine, remote node) held at LQS 0, or
+    /// `None` (every entry at its level).
+    request: std::sync::Mutex<(u64, Option<(usize, usize)>)>,
+    /// The generation whose first datagram naming the entry was sent, and when
+    /// (CLOCK_MONOTONIC, ns: the nexthop listener's clock).
+    sent: std::sync::Mutex<(u64, u64)>,
+    /// When the senders started (CLOCK_MONOTONIC, ns): the churn's spine failures are
+    /// `SPINE_FAILURE_EVERY` apart from there, so a slow trial can be placed in that cycle.
+    started_ns: AtomicU64,
+}
+
+impl ZeroProbe {
+    /// Asks the senders to hold `entry` at LQS 0 (`None`: release it); the request's
+    /// generation.
+    fn request(&self, entry: Option<(usize, usize)>) -> u64 {
+        let mut r = self.request.lock().unwrap_or_else(|e| e.into_inner());
+        r.0 += 1;
+        r.1 = entry;
+        r.0
+    }
+
+    /// When the first datagram of request `generation` naming its entry was sent, waiting
+    /// up to `timeout`.
+    fn sent_at(&self, generation: u64, timeout: Duration) -> Option<u64> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (g, t) = *self.sent.lock().unwrap_or_else(|e| e.into_inner());
+            if g == generation {
+                return Some(t);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
 /// Whether changing spine `s`'s quality for one remote node from `before` to `after`
 /// (the other spines' qualities `q`) moves a bucket of the group once the weights reach
 /// their targets: lqd's own quantisation (6.3's targets, equal capacities) and the kernel's
@@ -184,6 +234,7 @@ fn senders(
     stop: Arc<AtomicBool>,
     mode: Arc<AtomicUsize>,
     sent: Arc<Sent>,
+    probe: Arc<ZeroProbe>,
     (sign, key): (Arc<AtomicBool>, lq_user::core::auth::Key),
 ) -> Result<std::thread::JoinHandle<Result<()>>> {
     ns.run_in(move || {
@@ -205,12 +256,25 @@ fn senders(
             let mut seq = [1u16; SPINES];
             let mut rng = SmallRng::seed_from_u64(64);
             let started = Instant::now();
+            probe
+                .started_ns
+                .store(lq_user::sys::clock::monotonic_ns(), Ordering::Relaxed);
             let mut next = started;
             let mut event_debt = 0.0f64;
+            // The probe's entry held at 0, the generation applied, and the entry whose next
+            // datagram is that generation's (the new entry, or the one released).
+            let (mut held, mut applied, mut to_stamp) = (None, 0u64, None);
             let per_period = (SPINES * REMOTES) as f64 * EVENT_SHARE_PER_S * PERIOD.as_secs_f64();
             while !stop.load(Ordering::Relaxed) {
                 let m = mode.load(Ordering::Relaxed);
                 let mut silent = None;
+                let (generation, requested) =
+                    *probe.request.lock().unwrap_or_else(|e| e.into_inner());
+                if generation != applied {
+                    applied = generation;
+                    to_stamp = requested.or(held);
+                    held = requested;
+                }
                 if m == churn::TOGGLE {
                     for _ in 0..TOGGLES {
                         let (s, r) = (rng.random_range(0..SPINES), rng.random_range(0..REMOTES));
@@ -256,7 +320,9 @@ fn senders(
                         let entries: Vec<_> = chunk
                             .iter()
                             .map(|&r| {
-                                let lqs = if m == churn::FABRIC {
+                                let lqs = if held == Some((s, r)) {
+                                    0
+                                } else if m == churn::FABRIC {
                                     let n = rng.random_range(-NOISE..=NOISE);
                                     (i16::from(level[r][s]) + n).clamp(1, 255) as u8
                                 } else {
@@ -272,6 +338,14 @@ fn senders(
                             sock.send_signed(to, &h, &entries, &key, auth_sequence)?;
                         } else {
                             sock.send(to, &h, &entries)?;
+                        }
+                        if let Some((ps, pr)) = to_stamp
+                            && ps == s
+                            && chunk.contains(&pr)
+                        {
+                            *probe.sent.lock().unwrap_or_else(|e| e.into_inner()) =
+                                (applied, lq_user::sys::clock::monotonic_ns());
+                            to_stamp = None;
                         }
                         sent.datagrams.fetch_add(1, Ordering::Relaxed);
                         sent.entries
@@ -360,31 +434,24 @@ fn bpftool(args: &[&str]) -> Result<Value> {
 }
 
 /// The kernel's system time, in ms, of one replace of a group like lqd's (resilient, with
-/// lqd's members and bucket count): `ip -batch` creates 64 copies and replaces each 8
-/// times, one member's weight moving by 10 % as in lqd's replaces here; the child's system
-/// time (getrusage) over the 512 replaces.
-/// The copies are deleted after.
+/// lqd's bucket count and timers, a member through each uplink as lqd's): `ip -batch`
+/// creates 64 copies and replaces each 8 times, one member's weight moving by 10 % as in
+/// lqd's replaces here; the child's system time (getrusage) over the 512 replaces.
+/// The copies' members are nexthops of their own, not lqd's: lqd deletes a failed spine's
+/// member and creates it again when the spine returns, and the churn fails one every 10 s.
+/// The copies and their members are deleted after.
 fn replace_kernel_ms(ns: &NetNs) -> Result<f64> {
     let all: Value = serde_json::from_str(&ns.ip(&["-j", "nexthop", "show"])?)?;
     let all = all.as_array().context("nexthop show")?;
-    let members: Vec<u64> = all
-        .iter()
-        // lqd's per-uplink members (nothing else creates nexthops in the leaf namespace).
-        .filter(|n| n["gateway"].is_string())
-        .filter_map(|n| n["id"].as_u64())
-        .collect();
     let buckets = all
         .iter()
         .find_map(|n| n["resilient_args"]["buckets"].as_u64())
         .unwrap_or(128);
-    ensure!(
-        members.len() == SPINES,
-        "expected {SPINES} member nexthops of lqd's, found {}",
-        members.len()
-    );
     const COPIES: u64 = 64;
     const ROUNDS: u64 = 8;
     const BASE: u64 = 900_000;
+    const MEMBER_BASE: u64 = 899_000;
+    let members: Vec<u64> = (1..=SPINES as u64).map(|k| MEMBER_BASE + k).collect();
     // Like lqd's replaces here (one entry's LQS moving 200 <-> 180): one member's weight
     // differs from the others' in every other round.
     let group = |copy: u64, round: u64| -> String {
@@ -416,8 +483,18 @@ fn replace_kernel_ms(ns: &NetNs) -> Result<f64> {
         Ok(children_sys_ms() - sys0)
     };
     let result = (|| -> Result<f64> {
-        let create: String = (0..COPIES)
-            .map(|c| format!("nexthop add id {} group {} {res}\n", BASE + c, group(c, 0)))
+        let create: String = (1..=SPINES)
+            .map(|k| {
+                format!(
+                    "nexthop add id {} via {} dev up{k}\n",
+                    MEMBER_BASE + k as u64,
+                    spine_addr(k)
+                )
+            })
+            .chain(
+                (0..COPIES)
+                    .map(|c| format!("nexthop add id {} group {} {res}\n", BASE + c, group(c, 0))),
+            )
             .collect();
         run_batch("create", create)?;
         let mut replace = String::new();
@@ -433,7 +510,9 @@ fn replace_kernel_ms(ns: &NetNs) -> Result<f64> {
         Ok(run_batch("replace", replace)? / (COPIES * ROUNDS) as f64)
     })();
     let delete: String = (0..COPIES)
-        .map(|c| format!("nexthop del id {}\n", BASE + c))
+        .map(|c| BASE + c)
+        .chain(members.iter().copied())
+        .map(|id| format!("nexthop del id {id}\n"))
         .collect();
     let _ = run_batch("delete", delete);
     let _ = std::fs::remove_dir_all(&dir);
@@ -715,6 +794,7 @@ fn run() -> Result<()> {
     let sent = Arc::new(Sent::default());
     let mode = Arc::new(AtomicUsize::new(churn::FABRIC));
     let sign = Arc::new(AtomicBool::new(false));
+    let probe = Arc::new(ZeroProbe::default());
     let key_dir = std::env::temp_dir().join(lq_tests::unique_name("bench-scale-keys"));
     let (key, key_chain) = lq_tests::daemon::test_key(&key_dir, "bench scale fabric key")?;
     let sender = senders(
@@ -722,9 +802,10 @@ fn run() -> Result<()> {
         stop.clone(),
         mode.clone(),
         sent.clone(),
+        probe.clone(),
         (sign.clone(), key),
     )?;
-    let result = measure(&leaf, &lqd, pid, &before, &sent, &mode);
+    let result = measure(&leaf, &lqd, pid, &before, &sent, &mode, &probe);
     let counters = lqd.show("counters").ok();
     eprintln!(
         "lqd counters: {}",
@@ -880,6 +961,115 @@ fn windows(
     Ok(out)
 }
 
+/// How long a zero transition's trial waits for its group's notification; a trial that
+/// times out counts as this long.
+const ZERO_WAIT: Duration = Duration::from_secs(1);
+/// Trials of each direction (to 0, from 0) per condition.
+const ZERO_TRIALS: usize = 50;
+/// A trial slower than this (the goal) is printed with its place in the churn's cycle.
+const ZERO_SLOW_MS: f64 = 5.0;
+
+/// A zero transition's trials, ms from the datagram's send to the group's notification: to
+/// LQS 0 (the member leaves the group) and back (it returns).
+#[derive(Default)]
+struct ZeroTrials {
+    to_zero: Trials,
+    from_zero: Trials,
+}
+
+impl ZeroTrials {
+    /// Every trial of both directions.
+    fn all(&self) -> Trials {
+        let mut t = Trials::default();
+        t.extend(&self.to_zero);
+        t.extend(&self.from_zero);
+        t
+    }
+}
+
+/// Seed 003 section 6.4's exception, timed at the leaf: `ZERO_TRIALS` times, one entry
+/// (spine, remote node) goes to LQS 0 in its spine's next advertisement, and the time from
+/// that datagram's send to the first notification of the remote node's group without the
+/// spine's member is one trial (CLOCK_MONOTONIC on both sides, the notification read by a
+/// RTNLGRP_NEXTHOP listener in the leaf's namespace); 100 ms later it returns to its level,
+/// timed to the notification with the member back. The entries are spread over the remote
+/// nodes and over spines 33-64 (the churn's failing spine, one every 10 s from the first, is
+/// not one of them in a run's three minutes).
+fn zero_transitions(ns: &NetNs, lqd: &Lqd, probe: &ZeroProbe, label: &str) -> Result<ZeroTrials> {
+    // The remote node's group, and each spine's member (uplink k's gateway 10.64.k.1).
+    let weights = lqd.show("weights")?;
+    let group_of = |r: usize| -> Option<u32> {
+        let id = Ipv4Addr::from(remote_id(r)).to_string();
+        weights["groups"].as_array()?.iter().find_map(|g| {
+            g["remote"]
+                .as_str()
+                .is_some_and(|x| x.rsplit('/').next() == Some(id.as_str()))
+                .then(|| g["group-id"].as_u64().map(|v| v as u32))
+                .flatten()
+        })
+    };
+    let hops: Value = serde_json::from_str(&ns.ip(&["-j", "nexthop", "show"])?)?;
+    let member_of = |s: usize| -> Option<u32> {
+        let gw = spine_addr(s + 1).to_string();
+        hops.as_array()?.iter().find_map(|h| {
+            (h["gateway"].as_str() == Some(gw.as_str()))
+                .then(|| h["id"].as_u64().map(|v| v as u32))
+                .flatten()
+        })
+    };
+    let listener = Listener::start(ns)?;
+    let mut out = ZeroTrials::default();
+    for i in 0..ZERO_TRIALS {
+        let (s, r) = (SPINES / 2 + (i * 7) % (SPINES / 2), (i * 37 + 5) % REMOTES);
+        let group = group_of(r).with_context(|| format!("no group for remote node {r}"))?;
+        let member = member_of(s).with_context(|| format!("no nexthop for spine {}", s + 1))?;
+        for to_zero in [true, false] {
+            listener.drain();
+            let generation = probe.request(to_zero.then_some((s, r)));
+            let t_send = probe
+                .sent_at(generation, Duration::from_secs(1))
+                .context("the senders did not send the probe's datagram within 1 s")?;
+            let ev = listener.wait(group, ZERO_WAIT, |m| {
+                m.iter().any(|&(id, _)| id == member) != to_zero
+            });
+            let t = if to_zero {
+                &mut out.to_zero
+            } else {
+                &mut out.from_zero
+            };
+            let ms = match ev {
+                Some(ev) => {
+                    let ms = ev.t_ns.saturating_sub(t_send) as f64 / 1e6;
+                    t.done(ms);
+                    ms
+                }
+                None => {
+                    t.timed_out(ZERO_WAIT.as_secs_f64() * 1e3);
+                    ZERO_WAIT.as_secs_f64() * 1e3
+                }
+            };
+            // Where a slow trial fell in the churn's failure cycle (a spine silent from 0
+            // to SPINE_SILENT, declared failed 60 ms in, back at SPINE_SILENT).
+            if ms > ZERO_SLOW_MS {
+                let since = t_send.saturating_sub(probe.started_ns.load(Ordering::Relaxed));
+                eprintln!(
+                    "{label}: a zero transition ({}) took {ms:.1} ms, sent {:.0} ms into the churn's {} s failure cycle",
+                    if to_zero { "to 0" } else { "from 0" },
+                    (since % SPINE_FAILURE_EVERY.as_nanos() as u64) as f64 / 1e6,
+                    SPINE_FAILURE_EVERY.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    eprintln!(
+        "{label}: zero transitions, ms from the datagram's send to the group's notification: to LQS 0 {}; from LQS 0 {}",
+        out.to_zero.summary(),
+        out.from_zero.summary()
+    );
+    Ok(out)
+}
+
 fn med(w: &[Window], f: fn(&Window) -> f64) -> f64 {
     median(&w.iter().map(f).collect::<Vec<_>>())
 }
@@ -899,10 +1089,14 @@ fn measure(
     before: &BTreeSet<u32>,
     sent: &Sent,
     mode: &AtomicUsize,
+    probe: &ZeroProbe,
 ) -> Result<Plain> {
     let prog = ready(lqd, before)?;
     std::thread::sleep(Duration::from_secs(2));
     let fabric = windows(lqd, pid, prog, sent, WINDOWS, "fabric churn")?;
+    // Zero transitions under the churn, after its windows (their datagrams are not in
+    // them), and on the still fabric below, the same trials with lqd otherwise idle.
+    let zero_churn = zero_transitions(ns, lqd, probe, "fabric churn")?;
     let rss: f64 = status_kib(pid, "VmRSS:")? / 1024.0;
     // The synthetic toggle (today's second window), then a still fabric.
     mode.store(churn::TOGGLE, Ordering::Relaxed);
@@ -916,6 +1110,11 @@ fn measure(
         "synthetic toggle (16 entries a period, LQS 200 <-> 180)",
     )?;
     let still = still_window(lqd, pid, prog, sent, mode)?;
+    mode.store(churn::STILL, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(1));
+    let zero_still = zero_transitions(ns, lqd, probe, "still fabric");
+    mode.store(churn::FABRIC, Ordering::Relaxed);
+    let zero_still = zero_still?;
     // The maps the receiver program uses, as the kernel charges them.
     let info = bpftool(&["prog", "show", "id", &prog.to_string()])?;
     let mut map_bytes = 0u64;
@@ -1153,6 +1352,24 @@ fn measure(
         "ns",
         None,
         None,
+    );
+    // Seed 003 section 6.4's exception under the churn, beside the same trials on the
+    // still fabric. Goal: within the 5 ms an unflagged change may wait for its paced step
+    // (T_reweight / 4), the replace and the notification included.
+    let (churn_all, still_all) = (zero_churn.all(), zero_still.all());
+    emit(
+        "leaf_zero_transition_ms_p50_64x512",
+        churn_all.percentile(50.0),
+        "ms",
+        None,
+        Some(still_all.percentile(50.0)),
+    );
+    emit(
+        "leaf_zero_transition_ms_p99_64x512",
+        churn_all.percentile(99.0),
+        "ms",
+        Some("<= 5"),
+        Some(still_all.percentile(99.0)),
     );
     Ok(Plain {
         leaf_pct: med(&fabric, |w| w.lqd_pct + w.xdp_pct),
